@@ -1,0 +1,36 @@
+"""convert: the one place that knows foreign formats (HF BERT/RoBERTa, AlignScore Lightning .ckpt).
+
+Pure functions over dicts of tensors and config dicts. Imports nothing from minialign.
+"""
+
+from .errors import CheckpointError
+from .files import (
+    find_weights,
+    read_alignscore_ckpt,
+    read_json,
+    read_safetensors,
+    read_state_dict,
+    write_json,
+    write_safetensors,
+)
+from .hf_config import config_from_hf, config_to_hf
+from .names import alignscore_to_minialign, hf_to_minialign, minialign_to_hf, split_hf_backbone
+from .pickles import load_pickle
+
+__all__ = [
+    "CheckpointError",
+    "alignscore_to_minialign",
+    "config_from_hf",
+    "config_to_hf",
+    "find_weights",
+    "hf_to_minialign",
+    "load_pickle",
+    "minialign_to_hf",
+    "read_alignscore_ckpt",
+    "read_json",
+    "read_safetensors",
+    "read_state_dict",
+    "split_hf_backbone",
+    "write_json",
+    "write_safetensors",
+]

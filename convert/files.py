@@ -1,0 +1,94 @@
+"""Reading and writing weight files: safetensors (memory-mapped), torch pickles, Lightning .ckpt."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+
+from .errors import CheckpointError
+from .pickles import as_plain, load_pickle
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+def read_safetensors(path: str | Path) -> dict[str, torch.Tensor]:
+    """All tensors of a .safetensors file, memory-mapped (no copy until a tensor is written to)."""
+    path = Path(path)
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            return {name: f.get_tensor(name) for name in f.keys()}
+    except (SafetensorError, OSError, RuntimeError, ValueError) as e:
+        raise CheckpointError(f"{path}: corrupt or truncated safetensors file ({e})") from None
+
+
+def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
+    """A flat name -> tensor dict from a .safetensors file or a torch pickle (.bin/.pt)."""
+    path = Path(path)
+    if path.suffix == ".safetensors":
+        return read_safetensors(path)
+    obj = load_pickle(path)
+    if isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
+        obj = obj["state_dict"]
+    return _check_flat(obj, path)
+
+
+def _check_flat(obj: Any, path: Path) -> dict[str, torch.Tensor]:
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"{path}: expected a dict of tensors, found {type(obj).__name__}")
+    bad = [k for k, v in obj.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)]
+    if bad:
+        raise CheckpointError(f"{path}: entries that are not named tensors: {bad[:10]}")
+    return obj
+
+
+def find_weights(directory: str | Path) -> Path:
+    """The weight file of a model directory, safetensors first."""
+    directory = Path(directory)
+    for name in WEIGHT_FILES:
+        if (directory / name).is_file():
+            return directory / name
+    if list(directory.glob("*.index.json")):
+        raise CheckpointError(f"{directory}: sharded checkpoints are not supported; merge the shards first")
+    raise CheckpointError(f"{directory}: no weight file (looked for {', '.join(WEIGHT_FILES)})")
+
+
+def read_alignscore_ckpt(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """(state_dict, hyper_parameters) of an AlignScore PyTorch Lightning checkpoint."""
+    path = Path(path)
+    obj = load_pickle(path)
+    if not isinstance(obj, dict) or not isinstance(obj.get("state_dict"), dict):
+        raise CheckpointError(f"{path}: not a Lightning checkpoint (no 'state_dict' entry)")
+    hparams = as_plain(obj.get("hyper_parameters") or {})
+    return _check_flat(obj["state_dict"], path), hparams
+
+
+def read_json(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}: unreadable JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: expected a JSON object")
+    return data
+
+
+def write_json(path: str | Path, data: dict[str, Any]) -> None:
+    Path(path).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def write_safetensors(path: str | Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
+    """Write tensors; a tensor sharing storage with an earlier one is copied so safetensors accepts it."""
+    seen: set[int] = set()
+    out = {}
+    for name, tensor in tensors.items():
+        tensor = tensor.detach().contiguous()
+        ptr = tensor.untyped_storage().data_ptr()
+        out[name] = tensor.clone() if ptr in seen else tensor
+        seen.add(ptr)
+    save_file(out, str(path), metadata=metadata)

@@ -1,0 +1,181 @@
+"""Weight-name tables: Hugging Face BERT/RoBERTa and AlignScore <-> minialign.
+
+One declarative table per family maps HF names to minialign names. `{}` stands for the
+layer index; `None` means "dropped on purpose". The reverse direction is derived from the
+same table (`to_hf`), never typed twice.
+
+minialign's names (the AlignModel namespace; an Encoder holds the `encoder.` part):
+
+    encoder.embeddings.{word,position,token_type}.weight, encoder.embeddings.norm.*
+    encoder.layers.{i}.attention.{query,key,value,output}.*, encoder.layers.{i}.attention_norm.*
+    encoder.layers.{i}.ffn.{up,down}.*, encoder.layers.{i}.ffn_norm.*
+    encoder.pooler.dense.*
+    mlm_head.{dense,norm}.*, mlm_head.bias, mlm_head.decoder.weight (only when untied)
+    bin_layer.*, tri_layer.*, reg_layer.*
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from .errors import CheckpointError
+
+# The backbone is named alike in BertModel and RobertaModel (modeling_bert.py / modeling_roberta.py).
+_BACKBONE: dict[str, str | None] = {
+    "embeddings.word_embeddings.weight": "encoder.embeddings.word.weight",
+    "embeddings.position_embeddings.weight": "encoder.embeddings.position.weight",
+    "embeddings.token_type_embeddings.weight": "encoder.embeddings.token_type.weight",
+    "embeddings.LayerNorm.weight": "encoder.embeddings.norm.weight",
+    "embeddings.LayerNorm.bias": "encoder.embeddings.norm.bias",
+    "embeddings.position_ids": None,  # stale buffer saved by old transformers versions
+    "embeddings.token_type_ids": None,  # same, for token types
+    "encoder.layer.{}.attention.self.query.weight": "encoder.layers.{}.attention.query.weight",
+    "encoder.layer.{}.attention.self.query.bias": "encoder.layers.{}.attention.query.bias",
+    "encoder.layer.{}.attention.self.key.weight": "encoder.layers.{}.attention.key.weight",
+    "encoder.layer.{}.attention.self.key.bias": "encoder.layers.{}.attention.key.bias",
+    "encoder.layer.{}.attention.self.value.weight": "encoder.layers.{}.attention.value.weight",
+    "encoder.layer.{}.attention.self.value.bias": "encoder.layers.{}.attention.value.bias",
+    "encoder.layer.{}.attention.output.dense.weight": "encoder.layers.{}.attention.output.weight",
+    "encoder.layer.{}.attention.output.dense.bias": "encoder.layers.{}.attention.output.bias",
+    "encoder.layer.{}.attention.output.LayerNorm.weight": "encoder.layers.{}.attention_norm.weight",
+    "encoder.layer.{}.attention.output.LayerNorm.bias": "encoder.layers.{}.attention_norm.bias",
+    "encoder.layer.{}.intermediate.dense.weight": "encoder.layers.{}.ffn.up.weight",
+    "encoder.layer.{}.intermediate.dense.bias": "encoder.layers.{}.ffn.up.bias",
+    "encoder.layer.{}.output.dense.weight": "encoder.layers.{}.ffn.down.weight",
+    "encoder.layer.{}.output.dense.bias": "encoder.layers.{}.ffn.down.bias",
+    "encoder.layer.{}.output.LayerNorm.weight": "encoder.layers.{}.ffn_norm.weight",
+    "encoder.layer.{}.output.LayerNorm.bias": "encoder.layers.{}.ffn_norm.bias",
+    "pooler.dense.weight": "encoder.pooler.dense.weight",
+    "pooler.dense.bias": "encoder.pooler.dense.bias",
+}
+
+# AlignScore's heads (AlignScore model.py: bin_layer, tri_layer, reg_layer) keep their names.
+_ALIGN_HEADS: dict[str, str | None] = {
+    f"{head}.{p}": f"{head}.{p}" for head in ("bin_layer", "tri_layer", "reg_layer") for p in ("weight", "bias")
+}
+
+# BertForPreTraining: cls.predictions (BertLMPredictionHead) and cls.seq_relationship (NSP).
+BERT: dict[str, str | None] = {
+    **_BACKBONE,
+    "cls.predictions.transform.dense.weight": "mlm_head.dense.weight",
+    "cls.predictions.transform.dense.bias": "mlm_head.dense.bias",
+    "cls.predictions.transform.LayerNorm.weight": "mlm_head.norm.weight",
+    "cls.predictions.transform.LayerNorm.bias": "mlm_head.norm.bias",
+    "cls.predictions.decoder.weight": "mlm_head.decoder.weight",
+    "cls.predictions.bias": "mlm_head.bias",
+    "cls.predictions.decoder.bias": None,  # the same tensor as cls.predictions.bias
+    "cls.seq_relationship.weight": None,  # BERT's next-sentence head: no minialign model has it
+    "cls.seq_relationship.bias": None,
+    **_ALIGN_HEADS,
+}
+
+# RobertaForMaskedLM: lm_head (RobertaLMHead).
+ROBERTA: dict[str, str | None] = {
+    **_BACKBONE,
+    "lm_head.dense.weight": "mlm_head.dense.weight",
+    "lm_head.dense.bias": "mlm_head.dense.bias",
+    "lm_head.layer_norm.weight": "mlm_head.norm.weight",
+    "lm_head.layer_norm.bias": "mlm_head.norm.bias",
+    "lm_head.decoder.weight": "mlm_head.decoder.weight",
+    "lm_head.bias": "mlm_head.bias",
+    "lm_head.decoder.bias": None,  # the same tensor as lm_head.bias
+    **_ALIGN_HEADS,
+}
+
+TABLES = {"bert": BERT, "roberta": ROBERTA}
+# Prefix of the backbone inside HF's *ForMaskedLM / *ForPreTraining / *ForSequenceClassification.
+MODEL_PREFIX = {"bert": "bert.", "roberta": "roberta."}
+# Where each family's MLM head lives in HF names; AlignScore stores it as `mlm_head.` + the same suffix.
+MLM_PREFIX = {"bert": "cls.predictions.", "roberta": "lm_head."}
+ALIGNSCORE_BACKBONE_PREFIX = "base_model."
+ALIGNSCORE_MLM_PREFIX = "mlm_head."
+
+
+def _compile(table: dict[str, str | None]) -> list[tuple[re.Pattern, str | None]]:
+    return [(re.compile("^" + re.escape(src).replace(r"\{\}", r"(\d+)") + "$"), dst) for src, dst in table.items()]
+
+
+def _lookup(name: str, compiled: list[tuple[re.Pattern, str | None]]) -> tuple[bool, str | None]:
+    for pattern, dst in compiled:
+        match = pattern.match(name)
+        if match:
+            return True, (dst.replace("{}", match.group(1)) if dst and match.groups() else dst)
+    return False, None
+
+
+def _rename(
+    state_dict: dict[str, torch.Tensor], table: dict[str, str | None], source: str
+) -> tuple[dict[str, torch.Tensor], list[str]]:
+    compiled = _compile(table)
+    out: dict[str, torch.Tensor] = {}
+    dropped, unknown = [], []
+    for name, tensor in state_dict.items():
+        known, dst = _lookup(name, compiled)
+        if not known:
+            unknown.append(name)
+        elif dst is None:
+            dropped.append(name)
+        else:
+            out[dst] = tensor
+    if unknown:
+        raise CheckpointError(f"{source}: unknown weight name(s) {sorted(unknown)}")
+    return out, dropped
+
+
+def hf_to_minialign(
+    state_dict: dict[str, torch.Tensor], arch: str, *, source: str = "checkpoint"
+) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """Rename an HF BERT/RoBERTa state dict (bare backbone or *ForMaskedLM/*ForPreTraining).
+
+    Returns (tensors under minialign names, names dropped on purpose). An unknown name raises
+    CheckpointError naming it.
+    """
+    prefix = MODEL_PREFIX[arch]
+    bare = {(k[len(prefix):] if k.startswith(prefix) else k): v for k, v in state_dict.items()}
+    return _rename(bare, TABLES[arch], source)
+
+
+def alignscore_to_minialign(
+    state_dict: dict[str, torch.Tensor], arch: str, *, source: str = "checkpoint"
+) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """Rename an AlignScore BERTAlignModel state dict (`base_model.`, `mlm_head.`, heads)."""
+    hf: dict[str, torch.Tensor] = {}
+    for name, tensor in state_dict.items():
+        if name.startswith(ALIGNSCORE_BACKBONE_PREFIX):
+            name = name[len(ALIGNSCORE_BACKBONE_PREFIX):]
+        elif name.startswith(ALIGNSCORE_MLM_PREFIX):
+            name = MLM_PREFIX[arch] + name[len(ALIGNSCORE_MLM_PREFIX):]
+        hf[name] = tensor
+    return _rename(hf, TABLES[arch], source)
+
+
+def inverse(table: dict[str, str | None]) -> dict[str, str]:
+    """minialign name -> HF name, derived from a forward table."""
+    return {dst: src for src, dst in table.items() if dst is not None}
+
+
+def minialign_to_hf(state_dict: dict[str, torch.Tensor], arch: str) -> dict[str, torch.Tensor]:
+    """Rename minialign weights to bare HF names (BertModel/RobertaModel backbone, MLM head under
+    `cls.predictions.` / `lm_head.`, AlignScore heads as they are)."""
+    out, _ = _rename(state_dict, inverse(TABLES[arch]), "minialign state dict")
+    return out
+
+
+def split_hf_backbone(hf_state_dict: dict[str, torch.Tensor], arch: str) -> tuple[dict, dict]:
+    """Split bare HF names into (backbone for AutoModel, the rest: MLM head and AlignScore heads).
+
+    The rest is named as AlignScore names it (`mlm_head.*`, `bin_layer.*`, ...), so the pair
+    is a lossless view of an AlignScore checkpoint.
+    """
+    backbone, heads = {}, {}
+    mlm = MLM_PREFIX[arch]
+    for name, tensor in hf_state_dict.items():
+        if name.startswith(mlm):
+            heads[ALIGNSCORE_MLM_PREFIX + name[len(mlm):]] = tensor
+        elif name in _ALIGN_HEADS:
+            heads[name] = tensor
+        else:
+            backbone[name] = tensor
+    return backbone, heads

@@ -1,0 +1,23 @@
+"""minialign: a hand-written PyTorch BERT/RoBERTa encoder and AlignScore's alignment model."""
+
+from convert import CheckpointError
+
+from .attention import attention, attention_bias
+from .config import PRESETS, Config
+from .model import AlignModel, AlignOutput, Encoder, EncoderOutput
+from .tokenizer import Tokenizer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "PRESETS",
+    "AlignModel",
+    "AlignOutput",
+    "CheckpointError",
+    "Config",
+    "Encoder",
+    "EncoderOutput",
+    "Tokenizer",
+    "attention",
+    "attention_bias",
+]

@@ -1,0 +1,113 @@
+"""Model configuration: one frozen dataclass, presets by exact name, HF config.json in and out."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import convert
+
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
+
+
+@dataclass(frozen=True)
+class Config:
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    intermediate_size: int
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    arch: Literal["bert", "roberta"] = "bert"
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
+    activation: str = "gelu"  # "gelu" is the exact erf form, as BERT's hidden_act "gelu"
+    initializer_range: float = 0.02
+    tie_word_embeddings: bool = True  # MLM decoder shares the word-embedding matrix
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                     "max_position_embeddings", "type_vocab_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"Config.{name} must be a positive int, got {value!r}")
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"Config.hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads})")
+        if self.arch not in ("bert", "roberta"):
+            raise ValueError(f"Config.arch must be 'bert' or 'roberta', got {self.arch!r}")
+        if not isinstance(self.pad_token_id, int) or not 0 <= self.pad_token_id < self.vocab_size:
+            raise ValueError(f"Config.pad_token_id must be in [0, vocab_size), got {self.pad_token_id!r}")
+        if self.arch == "roberta" and self.max_position_embeddings <= self.pad_token_id + 1:
+            raise ValueError(f"Config.max_position_embeddings ({self.max_position_embeddings}) leaves no room "
+                             f"for RoBERTa positions starting at pad_token_id + 1")
+        for name in ("hidden_dropout", "attention_dropout"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ValueError(f"Config.{name} must be in [0, 1), got {value!r}")
+        if not isinstance(self.layer_norm_eps, (int, float)) or self.layer_norm_eps <= 0:
+            raise ValueError(f"Config.layer_norm_eps must be > 0, got {self.layer_norm_eps!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"Config.activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def max_seq_len(self) -> int:
+        """Longest input the position table allows (RoBERTa spends pad_token_id + 1 slots)."""
+        if self.arch == "roberta":
+            return self.max_position_embeddings - self.pad_token_id - 1
+        return self.max_position_embeddings
+
+    @classmethod
+    def from_name(cls, name: str) -> Config:
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; presets: {sorted(PRESETS)}")
+        return PRESETS[name]
+
+    @classmethod
+    def from_hf(cls, hf: dict[str, Any], *, source: str = "config.json") -> Config:
+        """Build from a transformers config.json dict (dispatch on its model_type)."""
+        fields = convert.config_from_hf(hf, source=source)
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in fields.items() if k in known})
+
+    def to_hf(self) -> dict[str, Any]:
+        """A transformers config.json dict (BertConfig / RobertaConfig)."""
+        return convert.config_to_hf(dataclasses.asdict(self))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Config:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown Config field(s) {unknown}")
+        return cls(**data)
+
+
+PRESETS: dict[str, Config] = {
+    # https://huggingface.co/google-bert/bert-base-uncased/blob/main/config.json
+    "bert-base-uncased": Config(vocab_size=30522, hidden_size=768, num_layers=12, num_heads=12,
+                                intermediate_size=3072, max_position_embeddings=512, type_vocab_size=2,
+                                layer_norm_eps=1e-12, pad_token_id=0, arch="bert"),
+    # https://huggingface.co/google-bert/bert-large-uncased/blob/main/config.json
+    "bert-large-uncased": Config(vocab_size=30522, hidden_size=1024, num_layers=24, num_heads=16,
+                                 intermediate_size=4096, max_position_embeddings=512, type_vocab_size=2,
+                                 layer_norm_eps=1e-12, pad_token_id=0, arch="bert"),
+    # https://huggingface.co/FacebookAI/roberta-base/blob/main/config.json
+    "roberta-base": Config(vocab_size=50265, hidden_size=768, num_layers=12, num_heads=12,
+                           intermediate_size=3072, max_position_embeddings=514, type_vocab_size=1,
+                           layer_norm_eps=1e-5, pad_token_id=1, arch="roberta"),
+    # https://huggingface.co/FacebookAI/roberta-large/blob/main/config.json
+    "roberta-large": Config(vocab_size=50265, hidden_size=1024, num_layers=24, num_heads=16,
+                            intermediate_size=4096, max_position_embeddings=514, type_vocab_size=1,
+                            layer_norm_eps=1e-5, pad_token_id=1, arch="roberta"),
+}

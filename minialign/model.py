@@ -1,0 +1,286 @@
+"""The BERT/RoBERTa encoder and AlignScore's alignment model, in reading order.
+
+Shapes: B batch, L sequence length, C hidden size, H heads, D head dim (C = H * D), V vocab.
+Mask convention: True / 1 = attend (see attention.attention_bias).
+
+Reference implementations each module matches:
+  transformers models/bert/modeling_bert.py and models/roberta/modeling_roberta.py (v4.x-v5.x),
+  AlignScore src/alignscore/model.py (BERTAlignModel).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+from .attention import BACKENDS, attention, attention_bias
+from .config import Config
+
+
+def activation_fn(name: str):
+    # transformers activations.py: "gelu" is exact erf GELU; "gelu_new" / "gelu_pytorch_tanh" the tanh form.
+    if name == "gelu":
+        return F.gelu
+    if name in ("gelu_new", "gelu_pytorch_tanh"):
+        return lambda x: F.gelu(x, approximate="tanh")
+    if name == "relu":
+        return F.relu
+    if name == "silu":
+        return F.silu
+    raise ValueError(f"unknown activation {name!r}")
+
+
+def roberta_position_ids(input_ids: Tensor, pad_token_id: int) -> Tensor:
+    """Positions count real tokens from pad_token_id + 1; pads sit at pad_token_id.
+    (modeling_roberta.py create_position_ids_from_input_ids, from fairseq's make_positions)"""
+    is_token = input_ids.ne(pad_token_id).int()
+    return (torch.cumsum(is_token, dim=1).int() * is_token).long() + pad_token_id
+
+
+class Embeddings(nn.Module):
+    """LayerNorm(word + position + token_type), then dropout."""
+
+    def __init__(self, config: Config):
+        super().__init__()
+        self.config = config
+        self.word = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        roberta = config.arch == "roberta"
+        self.position = nn.Embedding(config.max_position_embeddings, config.hidden_size,
+                                     padding_idx=config.pad_token_id if roberta else None)
+        self.token_type = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def position_ids(self, input_ids: Tensor) -> Tensor:
+        if self.config.arch == "roberta":
+            return roberta_position_ids(input_ids, self.config.pad_token_id)
+        return torch.arange(input_ids.size(1), device=input_ids.device).expand_as(input_ids)
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
+                position_ids: Tensor | None = None) -> Tensor:
+        if position_ids is None:
+            position_ids = self.position_ids(input_ids)
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        x = self.word(input_ids) + self.token_type(token_type_ids) + self.position(position_ids)  # (B, L, C)
+        return self.dropout(self.norm(x))
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention: Q, K, V projections, attention per head, output projection."""
+
+    def __init__(self, config: Config, backend: str):
+        super().__init__()
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown attention backend {backend!r}; choose from {BACKENDS}")
+        self.num_heads, self.backend, self.dropout_p = config.num_heads, backend, config.attention_dropout
+        self.query = nn.Linear(config.hidden_size, config.hidden_size)
+        self.key = nn.Linear(config.hidden_size, config.hidden_size)
+        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        self.output = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, x: Tensor, bias: Tensor | None, need_probs: bool = False) -> tuple[Tensor, Tensor | None]:
+        B, L, C = x.shape
+        q, k, v = (proj(x).view(B, L, self.num_heads, -1).transpose(1, 2)  # (B, H, L, D)
+                   for proj in (self.query, self.key, self.value))
+        y, probs = attention(q, k, v, bias, backend=self.backend, need_probs=need_probs,
+                             dropout_p=self.dropout_p if self.training else 0.0)
+        return self.output(y.transpose(1, 2).reshape(B, L, C)), probs
+
+
+class FeedForward(nn.Module):
+    def __init__(self, config: Config):
+        super().__init__()
+        self.up = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.down = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.act = activation_fn(config.activation)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down(self.act(self.up(x)))
+
+
+class EncoderLayer(nn.Module):
+    """Post-LN: x = LN(x + drop(attn(x))); x = LN(x + drop(ffn(x)))."""
+
+    def __init__(self, config: Config, backend: str):
+        super().__init__()
+        self.attention = SelfAttention(config, backend)
+        self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.ffn = FeedForward(config)
+        self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def forward(self, x: Tensor, bias: Tensor | None, need_probs: bool = False) -> tuple[Tensor, Tensor | None]:
+        a, probs = self.attention(x, bias, need_probs)
+        x = self.attention_norm(x + self.dropout(a))
+        x = self.ffn_norm(x + self.dropout(self.ffn(x)))
+        return x, probs
+
+
+class Pooler(nn.Module):
+    """tanh(W h_0 + b) on the first token ([CLS] / <s>)."""
+
+    def __init__(self, config: Config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.tanh(self.dense(x[:, 0]))
+
+
+@dataclass
+class EncoderOutput:
+    last_hidden_state: Tensor  # (B, L, C)
+    pooler_output: Tensor  # (B, C)
+    hidden_states: tuple[Tensor, ...] | None = None  # embeddings, then each layer: num_layers + 1 of (B, L, C)
+    attentions: tuple[Tensor, ...] | None = None  # one (B, H, L, L) per layer
+
+
+class Encoder(nn.Module):
+    """BERT / RoBERTa encoder: embeddings, a stack of encoder layers, pooler."""
+
+    def __init__(self, config: Config, *, attn_backend: str = "sdpa"):
+        super().__init__()
+        self.config = config
+        self.embeddings = Embeddings(config)
+        self.layers = nn.ModuleList(EncoderLayer(config, attn_backend) for _ in range(config.num_layers))
+        self.pooler = Pooler(config)
+        init_weights(self, config)
+
+    @classmethod
+    def from_pretrained(cls, src: str, **kwargs) -> Encoder:
+        """Load from a local HF dir, a hub id, a minialign dir or an AlignScore .ckpt (see loading.load)."""
+        from .loading import load
+
+        return load(cls, src, **kwargs)
+
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None, *, output_hidden_states: bool = False, output_attentions: bool = False,
+    ) -> EncoderOutput:
+        """input_ids (B, L); attention_mask (B, L), (B, L, L) or (B|1, H|1, L, L), True/1 = attend."""
+        self._check_input(input_ids)
+        B, L = input_ids.shape
+        x = self.embeddings(input_ids, token_type_ids, position_ids)
+        bias = attention_bias(attention_mask, B, L, x.dtype)
+        hidden_states, attentions = [x], []
+        for layer in self.layers:
+            x, probs = layer(x, bias, need_probs=output_attentions)
+            hidden_states.append(x)
+            attentions.append(probs)
+        return EncoderOutput(
+            last_hidden_state=x,
+            pooler_output=self.pooler(x),
+            hidden_states=tuple(hidden_states) if output_hidden_states else None,
+            attentions=tuple(attentions) if output_attentions else None,
+        )
+
+    def _check_input(self, input_ids: Tensor) -> None:
+        if not isinstance(input_ids, Tensor) or input_ids.dim() != 2 or input_ids.is_floating_point():
+            raise ValueError(f"input_ids must be an integer tensor of shape (B, L), got "
+                             f"{getattr(input_ids, 'shape', type(input_ids).__name__)}")
+        if input_ids.size(1) > self.config.max_seq_len:
+            raise ValueError(f"sequence length {input_ids.size(1)} exceeds the model's window of "
+                             f"{self.config.max_seq_len} tokens; truncate the input")
+        if input_ids.numel() and not torch.compiler.is_compiling():
+            lo, hi = int(input_ids.min()), int(input_ids.max())
+            if lo < 0 or hi >= self.config.vocab_size:
+                raise ValueError(f"input_ids hold {lo if lo < 0 else hi}, outside the vocabulary "
+                                 f"[0, {self.config.vocab_size})")
+
+
+class MLMHead(nn.Module):
+    """dense -> activation -> LayerNorm -> decoder + bias. The decoder is the word-embedding matrix
+    unless the config unties it (AlignScore checkpoints carry their own).
+    BERT: BertLMPredictionHead (activation = hidden_act); RoBERTa: RobertaLMHead (always exact GELU)."""
+
+    def __init__(self, config: Config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act = activation_fn(config.activation if config.arch == "bert" else "gelu")
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.decoder = None if config.tie_word_embeddings else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, x: Tensor, word_embeddings: Tensor) -> Tensor:
+        weight = word_embeddings if self.decoder is None else self.decoder.weight
+        return F.linear(self.norm(self.act(self.dense(x))), weight, self.bias)  # (B, L, V)
+
+
+@dataclass
+class AlignOutput:
+    tri_label_logits: Tensor  # (B, 3): 0 aligned, 1 neutral, 2 contradiction
+    seq_relationship_logits: Tensor  # (B, 2): 1 aligned
+    reg_label_logits: Tensor  # (B, 1)
+    prediction_logits: Tensor | None = None  # (B, L, V), only with mlm=True
+    last_hidden_state: Tensor | None = None
+    pooler_output: Tensor | None = None
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+
+
+class AlignModel(nn.Module):
+    """AlignScore's BERTAlignModel: an Encoder, the MLM head and three heads on the pooled first token."""
+
+    def __init__(self, config: Config, *, attn_backend: str = "sdpa"):
+        super().__init__()
+        self.config = config
+        self.encoder = Encoder(config, attn_backend=attn_backend)
+        self.mlm_head = MLMHead(config)
+        self.dropout = nn.Dropout(0.1)  # AlignScore model.py: nn.Dropout(p=0.1), before bin and tri only
+        self.bin_layer = nn.Linear(config.hidden_size, 2)
+        self.tri_layer = nn.Linear(config.hidden_size, 3)
+        self.reg_layer = nn.Linear(config.hidden_size, 1)
+        for head in (self.mlm_head, self.bin_layer, self.tri_layer, self.reg_layer):
+            init_weights(head, config)
+
+    @classmethod
+    def from_pretrained(cls, src: str, **kwargs) -> AlignModel:
+        """Load from an AlignScore .ckpt, a minialign dir, a local HF dir or a hub id (see loading.load)."""
+        from .loading import load
+
+        return load(cls, src, **kwargs)
+
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None, *, mlm: bool = False,
+        output_hidden_states: bool = False, output_attentions: bool = False,
+    ) -> AlignOutput:
+        out = self.encoder(input_ids, attention_mask, token_type_ids, position_ids,
+                           output_hidden_states=output_hidden_states, output_attentions=output_attentions)
+        pooled = out.pooler_output
+        return AlignOutput(
+            tri_label_logits=self.tri_layer(self.dropout(pooled)),
+            seq_relationship_logits=self.bin_layer(self.dropout(pooled)),
+            reg_label_logits=self.reg_layer(pooled),
+            prediction_logits=self.mlm_head(out.last_hidden_state, self.encoder.embeddings.word.weight) if mlm else None,
+            last_hidden_state=out.last_hidden_state,
+            pooler_output=pooled,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
+        )
+
+
+@torch.no_grad()
+def init_parameter(owner: nn.Module, name: str, param: Tensor, config: Config) -> None:
+    """BERT's initialisation, in place (modeling_bert.py _init_weights): normal(0, initializer_range)
+    for Linear and Embedding weights (an embedding's padding row zeroed), LayerNorm weight 1,
+    every bias 0."""
+    if isinstance(owner, nn.LayerNorm) and name == "weight":
+        param.fill_(1.0)
+    elif name == "bias":
+        param.zero_()
+    else:
+        param.normal_(0.0, config.initializer_range)
+        if isinstance(owner, nn.Embedding) and owner.padding_idx is not None:
+            param[owner.padding_idx].zero_()
+
+
+def init_weights(module: nn.Module, config: Config) -> None:
+    for owner in module.modules():
+        for name, param in owner.named_parameters(recurse=False):
+            init_parameter(owner, name, param, config)

@@ -1,0 +1,206 @@
+"""A thin wrapper over `tokenizers`: load a BERT or RoBERTa tokenizer, encode single texts or
+pairs, truncate, pad to the longest in the batch, return tensors.
+
+Files, in order of preference: tokenizer.json; vocab.json + merges.txt (byte-level BPE, RoBERTa
+special tokens, pair template `<s> A </s></s> B </s>`); vocab.txt (WordPiece, `[CLS] A [SEP] B [SEP]`
+with token types 0/1). Ids equal transformers' fast tokenizers on the same files.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from tokenizers import AddedToken, Tokenizer as HFTokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
+from .hub import hub_file, looks_like_path
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "vocab.txt",
+                    "special_tokens_map.json")
+
+
+class Tokenizer:
+    def __init__(self, tokenizer: HFTokenizer, *, pad_token: str, model_max_length: int = 512,
+                 return_token_type_ids: bool = True):
+        pad_id = tokenizer.token_to_id(pad_token)
+        if pad_id is None:
+            raise ValueError(f"pad token {pad_token!r} is not in the vocabulary")
+        tokenizer.no_truncation()  # a tokenizer.json may carry its own settings (all-MiniLM-L6-v2 pads to 128)
+        tokenizer.no_padding()
+        self.backend = tokenizer
+        self.pad_token, self.pad_token_id = pad_token, pad_id
+        self.model_max_length = model_max_length
+        self.return_token_type_ids = return_token_type_ids
+
+    @classmethod
+    def from_pretrained(cls, src: str | Path, *, revision: str | None = None,
+                        cache_dir: str | Path | None = None) -> Tokenizer:
+        """From a directory (HF, minialign) or a hub repo id."""
+        directory = Path(src).expanduser()
+        if not directory.is_dir():
+            if looks_like_path(str(src)):
+                raise FileNotFoundError(f"{src}: no such directory")
+            found = [hub_file(str(src), name, revision=revision, cache_dir=cache_dir, optional=True)
+                     for name in _TOKENIZER_FILES]
+            found = [p for p in found if p is not None]
+            if not found:
+                raise FileNotFoundError(f"hub repo {src!r} has no tokenizer files")
+            directory = found[0].parent
+        return cls.from_dir(directory)
+
+    @classmethod
+    def from_dir(cls, directory: str | Path) -> Tokenizer:
+        directory = Path(directory)
+        settings = _read_settings(directory)
+        max_len = settings.get("model_max_length")
+        max_len = max_len if isinstance(max_len, int) and 0 < max_len < 1_000_000 else 512
+        if (directory / "tokenizer.json").is_file():
+            backend = HFTokenizer.from_file(str(directory / "tokenizer.json"))
+            roberta = backend.token_to_id("<s>") is not None and backend.token_to_id("[CLS]") is None
+            pad = _token_str(settings.get("pad_token")) or ("<pad>" if roberta else "[PAD]")
+        elif (directory / "vocab.json").is_file() and (directory / "merges.txt").is_file():
+            backend, roberta = _byte_level_bpe(directory, settings), True
+            pad = _token_str(settings.get("pad_token")) or "<pad>"
+        elif (directory / "vocab.txt").is_file():
+            backend, roberta = _wordpiece(directory, settings), False
+            pad = _token_str(settings.get("pad_token")) or "[PAD]"
+        else:
+            raise FileNotFoundError(f"{directory}: no tokenizer.json, vocab.json + merges.txt, or vocab.txt")
+        return cls(backend, pad_token=pad, model_max_length=max_len, return_token_type_ids=not roberta)
+
+    def __call__(self, text: str | Sequence[str], text_pair: str | Sequence[str] | None = None, *,
+                 max_length: int | None = None) -> dict[str, torch.Tensor]:
+        """Encode texts (or pairs), truncated to max_length, padded to the longest; tensors (B, L).
+
+        Pairs truncate the first text only; a pair whose second text alone does not fit falls
+        back to longest-first truncation (both texts shortened).
+        """
+        texts = _as_list(text, "text")
+        pairs = None if text_pair is None else _as_list(text_pair, "text_pair")
+        if pairs is not None and len(pairs) != len(texts):
+            raise ValueError(f"text has {len(texts)} items but text_pair has {len(pairs)}")
+        max_length = max_length or self.model_max_length
+        if max_length < self.backend.num_special_tokens_to_add(pairs is not None) + 1:
+            raise ValueError(f"max_length {max_length} leaves no room for text")
+        encodings = self._encode(texts, pairs, max_length)
+        return self._pad(encodings)
+
+    def _encode(self, texts: list[str], pairs: list[str] | None, max_length: int):
+        tok = self.backend
+        if pairs is None:
+            tok.enable_truncation(max_length, strategy="longest_first")
+            return tok.encode_batch(texts)
+        tok.enable_truncation(max_length, strategy="only_first")
+        try:
+            return tok.encode_batch(list(zip(texts, pairs)))
+        except Exception:  # some second text is too long on its own: redo pair by pair
+            out = []
+            for a, b in zip(texts, pairs):
+                tok.enable_truncation(max_length, strategy="only_first")
+                try:
+                    out.append(tok.encode(a, b))
+                except Exception:
+                    tok.enable_truncation(max_length, strategy="longest_first")
+                    out.append(tok.encode(a, b))
+            return out
+        finally:
+            tok.no_truncation()
+
+    def _pad(self, encodings) -> dict[str, torch.Tensor]:
+        length = max((len(e.ids) for e in encodings), default=0)
+        ids = torch.full((len(encodings), length), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(encodings), length), dtype=torch.long)
+        types = torch.zeros((len(encodings), length), dtype=torch.long)
+        for i, e in enumerate(encodings):
+            n = len(e.ids)
+            ids[i, :n] = torch.tensor(e.ids, dtype=torch.long)
+            mask[i, :n] = 1
+            types[i, :n] = torch.tensor(e.type_ids, dtype=torch.long)
+        out = {"input_ids": ids, "attention_mask": mask}
+        if self.return_token_type_ids:
+            out["token_type_ids"] = types
+        return out
+
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
+        return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def save(self, directory: str | Path) -> None:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.backend.save(str(directory / "tokenizer.json"))
+
+
+def _as_list(value, name: str) -> list[str]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, Sequence):
+        raise TypeError(f"{name} must be a string or a sequence of strings, got {type(value).__name__}")
+    bad = [i for i, t in enumerate(items) if not isinstance(t, str)]
+    if bad:
+        raise TypeError(f"{name} items must be strings; not strings at index {bad}")
+    return list(items)
+
+
+def _read_settings(directory: Path) -> dict:
+    settings: dict = {}
+    for name in ("special_tokens_map.json", "tokenizer_config.json"):
+        if (directory / name).is_file():
+            try:
+                data = json.loads((directory / name).read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError) as e:
+                raise ValueError(f"{directory / name}: unreadable JSON ({e})") from None
+            if isinstance(data, dict):
+                settings.update(data)
+    return settings
+
+
+def _token_str(token) -> str | None:
+    if isinstance(token, dict):  # serialized AddedToken
+        return token.get("content")
+    return token if isinstance(token, str) else None
+
+
+def _byte_level_bpe(directory: Path, settings: dict) -> HFTokenizer:
+    """RoBERTa's tokenizer (transformers convert_slow_tokenizer.py RobertaConverter)."""
+    add_prefix_space = bool(settings.get("add_prefix_space", False))
+    tok = HFTokenizer(models.BPE.from_file(str(directory / "vocab.json"), str(directory / "merges.txt"),
+                                           continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
+    tok.decoder = decoders.ByteLevel()
+    bos, eos = _token_str(settings.get("bos_token")) or "<s>", _token_str(settings.get("eos_token")) or "</s>"
+    specials = [bos, eos, _token_str(settings.get("unk_token")) or "<unk>", _token_str(settings.get("pad_token")) or "<pad>"]
+    tok.add_special_tokens([AddedToken(t, special=True) for t in dict.fromkeys(specials)])
+    tok.add_special_tokens([AddedToken(_token_str(settings.get("mask_token")) or "<mask>", lstrip=True, special=True)])
+    for token in (bos, eos):
+        if tok.token_to_id(token) is None:
+            raise ValueError(f"{directory}: special token {token!r} is not in vocab.json")
+    tok.post_processor = processors.RobertaProcessing(sep=(eos, tok.token_to_id(eos)), cls=(bos, tok.token_to_id(bos)),
+                                                      trim_offsets=True, add_prefix_space=add_prefix_space)
+    return tok
+
+
+def _wordpiece(directory: Path, settings: dict) -> HFTokenizer:
+    """BERT's tokenizer (transformers convert_slow_tokenizer.py BertConverter)."""
+    vocab = {}
+    with open(directory / "vocab.txt", encoding="utf-8") as f:
+        for index, line in enumerate(f):
+            vocab[line.rstrip("\n")] = index
+    unk = _token_str(settings.get("unk_token")) or "[UNK]"
+    tok = HFTokenizer(models.WordPiece(vocab, unk_token=unk, max_input_chars_per_word=100))
+    tok.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=settings.get("tokenize_chinese_chars", True),
+        strip_accents=settings.get("strip_accents"), lowercase=settings.get("do_lower_case", True))
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    cls_, sep = _token_str(settings.get("cls_token")) or "[CLS]", _token_str(settings.get("sep_token")) or "[SEP]"
+    specials = [unk, sep, _token_str(settings.get("pad_token")) or "[PAD]", cls_,
+                _token_str(settings.get("mask_token")) or "[MASK]"]
+    tok.add_special_tokens([AddedToken(t, special=True) for t in dict.fromkeys(specials) if t in vocab])
+    for token in (cls_, sep):
+        if token not in vocab:
+            raise ValueError(f"{directory}: special token {token!r} is not in vocab.txt")
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{cls_}:0 $A:0 {sep}:0", pair=f"{cls_}:0 $A:0 {sep}:0 $B:1 {sep}:1",
+        special_tokens=[(cls_, vocab[cls_]), (sep, vocab[sep])])
+    return tok
