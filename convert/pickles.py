@@ -1,14 +1,17 @@
 """Safe reading of pickled checkpoints (`pytorch_model.bin`, Lightning `.ckpt`).
 
-Everything goes through `torch.load(weights_only=True)`: tensors, containers and primitives
-only. Lightning's `AttributeDict` (the type of `hyper_parameters`) is admitted under each of its
-historical import paths and read as a plain dict subclass defined here, so pytorch_lightning is
-not needed. A pickle naming any other global is refused before its code can run.
+First `torch.load(weights_only=True)`, torch's own allow-list. Lightning checkpoints fail there
+(their `hyper_parameters` is an `AttributeDict`, a dict subclass torch's unpickler cannot fill),
+so they go through `RestrictedUnpickler`: it admits only the globals tensors need, builtin
+containers and primitives, and AttributeDict (under each of its historical import paths) read
+as a plain dict, with no pytorch_lightning needed. A pickle naming any other global is refused
+before the global is even imported, so its code never runs.
 """
 
 from __future__ import annotations
 
 import pickle
+import types
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -23,26 +26,56 @@ class AttributeDict(dict):
 
 
 _LIGHTNING_PATHS = (
-    "pytorch_lightning.utilities.parsing.AttributeDict",
-    "lightning_fabric.utilities.data.AttributeDict",
-    "lightning.fabric.utilities.data.AttributeDict",
-    "lightning.pytorch.utilities.parsing.AttributeDict",
+    ("pytorch_lightning.utilities.parsing", "AttributeDict"),
+    ("lightning_fabric.utilities.data", "AttributeDict"),
+    ("lightning.fabric.utilities.data", "AttributeDict"),
+    ("lightning.pytorch.utilities.parsing", "AttributeDict"),
 )
+# What torch.save writes for tensors, parameters and their metadata.
+_TORCH_GLOBALS = {
+    ("torch._utils", "_rebuild_tensor_v2"), ("torch._utils", "_rebuild_tensor"),
+    ("torch._utils", "_rebuild_parameter"), ("torch._utils", "_rebuild_parameter_with_state"),
+    ("torch._tensor", "_rebuild_from_type_v2"), ("torch", "Size"), ("torch", "device"),
+    ("torch.serialization", "_get_layout"), ("torch", "Tensor"), ("torch.nn.parameter", "Parameter"),
+}
+_BUILTINS = {
+    ("collections", "OrderedDict"), ("collections", "defaultdict"), ("builtins", "set"), ("builtins", "frozenset"),
+    ("builtins", "slice"), ("builtins", "complex"), ("builtins", "bytearray"), ("_codecs", "encode"),
+}
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    """An unpickler that resolves only allow-listed globals (see module docstring)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _LIGHTNING_PATHS:
+            return AttributeDict
+        if (module, name) in _TORCH_GLOBALS or (module, name) in _BUILTINS:
+            return super().find_class(module, name)
+        if module == "torch" and isinstance(getattr(torch, name, None), (torch.dtype, torch.layout)):
+            return getattr(torch, name)
+        raise pickle.UnpicklingError(f"refused global {module}.{name}: not a tensor, container or primitive")
+
+
+_restricted = types.ModuleType("minialign_restricted_pickle")
+_restricted.Unpickler = RestrictedUnpickler
+_restricted.load = lambda f, **kw: RestrictedUnpickler(f, **kw).load()
+_restricted.UnpicklingError = pickle.UnpicklingError
+_restricted.__name__ = "pickle"  # torch.load only inspects the name to pick the default protocol
 
 
 def load_pickle(path: str | Path) -> Any:
     """Load a torch pickle without running any code it names. Raises CheckpointError."""
     path = Path(path)
-    allowed = [(AttributeDict, name) for name in _LIGHTNING_PATHS]
     mmap = zipfile.is_zipfile(path)  # only the zip format can be memory-mapped
     try:
-        with torch.serialization.safe_globals(allowed):
+        try:
             return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+        except pickle.UnpicklingError:  # e.g. Lightning's AttributeDict: retry with our allow-list
+            return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap, pickle_module=_restricted)
     except pickle.UnpicklingError as e:
-        first = str(e).strip().splitlines()
-        detail = next((line for line in first if "GLOBAL" in line or "global" in line), first[0] if first else "")
-        raise CheckpointError(f"{path}: refused to unpickle: {detail.strip()}") from None
-    except (RuntimeError, EOFError, OSError, ValueError) as e:
+        raise CheckpointError(f"{path}: refused to unpickle ({e})") from None
+    except (RuntimeError, EOFError, OSError, ValueError, AttributeError, TypeError, KeyError) as e:
         raise CheckpointError(f"{path}: not a readable torch checkpoint ({type(e).__name__}: {e})") from None
 
 

