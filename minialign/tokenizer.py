@@ -175,7 +175,7 @@ def _byte_level_bpe(directory: Path, settings: dict) -> HFTokenizer:
     for token in (bos, eos):
         if tok.token_to_id(token) is None:
             raise ValueError(f"{directory}: special token {token!r} is not in vocab.json")
-    tok.post_processor = processors.RobertaProcessing(sep=(eos, tok.token_to_id(eos)), cls=(bos, tok.token_to_id(bos)),
+    tok.post_processor = processors.RobertaProcessing((eos, tok.token_to_id(eos)), (bos, tok.token_to_id(bos)),
                                                       trim_offsets=True, add_prefix_space=add_prefix_space)
     return tok
 

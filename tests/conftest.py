@@ -87,9 +87,7 @@ def bpe_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def bpe_json_dir(bpe_dir, tmp_path_factory) -> Path:
     directory = tmp_path_factory.mktemp("bpe_json")
-    fast = transformers.RobertaTokenizerFast(vocab_file=str(bpe_dir / "vocab.json"),
-                                             merges_file=str(bpe_dir / "merges.txt"))
-    fast.save_pretrained(directory)
+    transformers.AutoTokenizer.from_pretrained(bpe_dir, tokenizer_type="roberta").save_pretrained(directory)
     for name in ("vocab.json", "merges.txt"):
         (directory / name).unlink(missing_ok=True)
     return directory

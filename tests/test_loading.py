@@ -1,0 +1,99 @@
+"""Sources: local HF dirs, hub ids through the cache (offline), minialign dirs; device and dtype."""
+
+import json
+import shutil
+
+import pytest
+import torch
+
+import minialign as ma
+from minialign.cli import main as cli
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def _fake_cache(cache, repo_id, source_dir):
+    """Lay out `source_dir` as huggingface_hub's cache holds a downloaded repo."""
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    snapshot = repo / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    for f in (f for f in source_dir.iterdir() if f.is_file()):
+        shutil.copyfile(f, snapshot / f.name)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0" * 40)
+
+
+def test_hub_id_from_cache_offline(tmp_path, offline, minilm_dir):
+    _fake_cache(tmp_path / "cache", "sentence-transformers/all-MiniLM-L6-v2", minilm_dir)
+    enc = ma.Encoder.from_pretrained("sentence-transformers/all-MiniLM-L6-v2", cache_dir=tmp_path / "cache")
+    ref = ma.Encoder.from_pretrained(minilm_dir)
+    assert all(torch.equal(a, b) for a, b in zip(enc.state_dict().values(), ref.state_dict().values()))
+    tok = ma.Tokenizer.from_pretrained("sentence-transformers/all-MiniLM-L6-v2", cache_dir=tmp_path / "cache")
+    assert tok("hello")["input_ids"].tolist() == [[101, 7592, 102]]
+
+
+def test_hub_id_offline_not_cached_says_how_to_pass_local_path(tmp_path, offline):
+    with pytest.raises(FileNotFoundError, match="Pass a local path"):
+        ma.Encoder.from_pretrained("org/not-cached-model", cache_dir=tmp_path / "empty")
+
+
+def test_missing_local_path():
+    with pytest.raises(FileNotFoundError, match="no such file or directory"):
+        ma.Encoder.from_pretrained("./nowhere/model")
+
+
+def test_device_and_dtype(save_hf):
+    _, directory = save_hf("roberta")
+    model = ma.Encoder.from_pretrained(directory, dtype=torch.bfloat16, device="cpu")
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert not any(p.is_meta for p in model.parameters())
+    out = model(torch.randint(3, 200, (2, 5)))
+    assert out.last_hidden_state.dtype == torch.bfloat16
+    assert not model.training
+
+
+def test_native_config_round_trip(tmp_path, minilm_dir):
+    assert cli(["convert", str(minilm_dir), str(tmp_path / "n")]) == 0
+    data = json.loads((tmp_path / "n" / "config.json").read_text())
+    assert data["minialign_format"] == 1 and data["config"]["hidden_size"] == 384
+    data["minialign_format"] = 99
+    (tmp_path / "n" / "config.json").write_text(json.dumps(data))
+    with pytest.raises(ma.CheckpointError, match="format 99"):
+        ma.Encoder.from_pretrained(tmp_path / "n")
+
+
+def test_loading_assigns_mapped_tensors_without_copy(minilm_dir):
+    """Built on the meta device and filled with assign=True: a weight already in the target dtype
+    is the very tensor read from the (memory-mapped) file, so loading holds one copy."""
+    from minialign.loading import build, read_checkpoint
+
+    ckpt = read_checkpoint(minilm_dir)
+    word = ckpt.tensors["encoder.embeddings.word.weight"]
+    model = build(ma.Encoder, ckpt)
+    assert model.embeddings.word.weight.data_ptr() == word.data_ptr()
+    halved = build(ma.Encoder, ckpt, dtype=torch.bfloat16)
+    assert halved.embeddings.word.weight.dtype == torch.bfloat16
+
+
+def test_parity_command(save_hf, capsys, tmp_path):
+    _, directory = save_hf("bert", "mlm")
+    assert cli(["parity", str(directory)]) == 0
+    out = capsys.readouterr().out
+    assert "pooled" in out and "OK" in out
+
+
+def test_parity_command_on_alignscore_ckpt_and_failure(tmp_path, capsys):
+    from conftest import write_alignscore_ckpt
+
+    path, ref = write_alignscore_ckpt(tmp_path / "a.ckpt", "roberta")
+    ref["backbone"].save_pretrained(tmp_path / "backbone")
+    assert cli(["parity", str(path), "--backbone", str(tmp_path / "backbone")]) == 0
+    out = capsys.readouterr().out
+    assert "tri_label_logits" in out
+    assert cli(["parity", str(path), "--backbone", str(tmp_path / "backbone"), "--tolerance", "-1"]) == 1

@@ -1,0 +1,105 @@
+"""Tokenizer ids equal transformers' on the same files; truncation and padding rules."""
+
+import pytest
+import torch
+import transformers
+
+import minialign as ma
+
+TEXTS = ["The Eiffel Tower was built in Paris.", "", "Unicode: café naïve 東京 😀 — “quotes”",
+         "Numbers 3.14 and $5,000 on 2023-01-02.", "a " * 40]
+PAIRS = ["It is in Paris.", "Empty first text.", "Second 😀.", "claim", "short"]
+
+
+def _reference(directory, **kw):
+    return transformers.AutoTokenizer.from_pretrained(directory, **kw)
+
+
+def _assert_same(ours, theirs, keys=("input_ids", "attention_mask")):
+    for key in keys:
+        assert torch.equal(ours[key], theirs[key]), key
+
+
+@pytest.mark.parametrize("max_length", [512, 12])
+def test_minilm_tokenizer_json_matches_transformers(minilm_dir, max_length):
+    ours = ma.Tokenizer.from_pretrained(minilm_dir)
+    theirs = _reference(minilm_dir)
+    _assert_same(ours(TEXTS, max_length=max_length),
+                 theirs(TEXTS, padding="longest", truncation=True, max_length=max_length, return_tensors="pt"))
+    _assert_same(ours(TEXTS, PAIRS, max_length=max_length),
+                 theirs(TEXTS, PAIRS, padding="longest", truncation="only_first", max_length=max_length,
+                        return_tensors="pt"), keys=("input_ids", "attention_mask", "token_type_ids"))
+
+
+def test_minilm_ignores_padding_baked_into_tokenizer_json(minilm_dir):
+    # all-MiniLM-L6-v2's tokenizer.json pads every input to 128; we pad to the longest
+    batch = ma.Tokenizer.from_pretrained(minilm_dir)(["short text"])
+    assert batch["input_ids"].shape == (1, 4)
+
+
+def test_vocab_txt_wordpiece_matches_transformers(minilm_dir, tmp_path):
+    for name in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+        (tmp_path / name).write_bytes((minilm_dir / name).read_bytes())
+    ours = ma.Tokenizer.from_pretrained(tmp_path)
+    theirs = _reference(tmp_path)
+    got = ours(TEXTS, PAIRS)
+    _assert_same(got, theirs(TEXTS, PAIRS, padding="longest", truncation="only_first", max_length=512,
+                             return_tensors="pt"), keys=("input_ids", "attention_mask", "token_type_ids"))
+    pair = ours("a b", "c")
+    assert pair["token_type_ids"].tolist() == [[0, 0, 0, 0, 1, 1]]  # [CLS] a b [SEP] c [SEP]
+
+
+@pytest.mark.parametrize("fixture", ["bpe_dir", "bpe_json_dir"])
+def test_byte_level_bpe_matches_transformers(fixture, request):
+    directory = request.getfixturevalue(fixture)
+    ours = ma.Tokenizer.from_pretrained(directory)
+    theirs = transformers.AutoTokenizer.from_pretrained(request.getfixturevalue("bpe_dir"), tokenizer_type="roberta")
+    _assert_same(ours(TEXTS, PAIRS), theirs(TEXTS, PAIRS, padding="longest", truncation="only_first",
+                                            return_tensors="pt"))
+    short = ours(TEXTS, PAIRS, max_length=16)
+    for i, (a, b) in enumerate(zip(TEXTS, PAIRS)):
+        try:
+            expected = theirs(a, b, truncation="only_first", max_length=16)["input_ids"]
+        except Exception:  # the pair's second text alone does not fit: longest-first for this pair
+            expected = theirs(a, b, truncation="longest_first", max_length=16)["input_ids"]
+        n = int(short["attention_mask"][i].sum())
+        assert short["input_ids"][i, :n].tolist() == expected
+        assert (short["input_ids"][i, n:] == ours.pad_token_id).all()
+    batch = ours("hello world", "the claim")
+    s, e = theirs.convert_tokens_to_ids(["<s>", "</s>"])
+    ids = batch["input_ids"][0].tolist()
+    assert ids[0] == s and ids[-1] == e and ids.count(e) == 3  # <s> A </s></s> B </s>
+    assert "token_type_ids" not in batch
+
+
+def test_pair_falls_back_to_longest_first_only_for_that_pair(minilm_dir):
+    ours = ma.Tokenizer.from_pretrained(minilm_dir)
+    theirs = _reference(minilm_dir)
+    long_claim = "word " * 30
+    batch = ours(["context one two three four five six seven", "context"], ["claim", long_claim], max_length=16)
+    only_first = theirs("context one two three four five six seven", "claim", truncation="only_first", max_length=16)
+    longest = theirs("context", long_claim, truncation="longest_first", max_length=16)
+    assert batch["input_ids"][0, : len(only_first["input_ids"])].tolist() == only_first["input_ids"]
+    assert batch["input_ids"][1].tolist() == longest["input_ids"]
+    assert batch["input_ids"].shape[1] == 16
+
+
+def test_bad_text_inputs(minilm_dir):
+    tok = ma.Tokenizer.from_pretrained(minilm_dir)
+    with pytest.raises(TypeError, match=r"index \[1\]"):
+        tok(["ok", None])
+    with pytest.raises(TypeError, match=r"index \[0, 2\]"):
+        tok(["a", "b", "c"], [3, "x", b"y"])
+    with pytest.raises(ValueError, match="text has 2 items but text_pair has 1"):
+        tok(["a", "b"], ["c"])
+    with pytest.raises(FileNotFoundError):
+        ma.Tokenizer.from_pretrained("./does/not/exist")
+
+
+def test_long_text_truncated_to_window(minilm_dir):
+    tok = ma.Tokenizer.from_pretrained(minilm_dir)
+    batch = tok(["word " * 2000])
+    assert batch["input_ids"].shape == (1, 512)
+    enc = ma.Encoder.from_pretrained(minilm_dir)
+    with torch.no_grad():
+        assert enc(**batch).last_hidden_state.shape == (1, 512, 384)
