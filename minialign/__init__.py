@@ -5,6 +5,8 @@ from convert import CheckpointError
 from .attention import attention, attention_bias
 from .config import PRESETS, Config
 from .model import AlignModel, AlignOutput, Encoder, EncoderOutput
+from .scorer import AlignScorer
+from .sentences import split_sentences
 from .tokenizer import Tokenizer
 
 __version__ = "0.1.0"
@@ -13,6 +15,7 @@ __all__ = [
     "PRESETS",
     "AlignModel",
     "AlignOutput",
+    "AlignScorer",
     "CheckpointError",
     "Config",
     "Encoder",
@@ -20,4 +23,5 @@ __all__ = [
     "Tokenizer",
     "attention",
     "attention_bias",
+    "split_sentences",
 ]

@@ -1,9 +1,10 @@
-"""`minialign convert | parity` (also `python -m minialign ...`)."""
+"""`minialign score | convert | parity` (also `python -m minialign ...`)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import torch
 
@@ -33,6 +34,30 @@ def _validate(ckpt) -> None:
     check_tensors(model, ckpt.tensors, ckpt.origin)
 
 
+def _score(args: argparse.Namespace) -> int:
+    from .scorefile import score_file
+    from .scorer import AlignScorer
+
+    single = args.context is not None or args.claim is not None
+    if single == (args.input is not None):
+        raise ValueError("give either --context and --claim, or --input and --output")
+    if single and (args.context is None or args.claim is None):
+        raise ValueError("--context and --claim go together")
+    if args.input is not None and args.output is None:
+        raise ValueError("--input needs --output")
+    scorer = AlignScorer.from_pretrained(args.model, backbone=args.backbone, tokenizer=args.tokenizer, mode=args.mode,
+                                         batch_size=args.batch_size, device=args.device,
+                                         dtype=DTYPES[args.dtype] if args.dtype else None)
+    if single:
+        print(scorer.score([args.context], [args.claim])[0])
+        return 0
+    n = score_file(scorer, Path(args.input), Path(args.output), context_field=args.context_field,
+                   claim_field=args.claim_field, id_field=args.id_field, resume=args.resume,
+                   skip_invalid=args.skip_invalid)
+    print(f"scored {n} row(s) into {args.output}", file=sys.stderr)
+    return 0
+
+
 def _parity(args: argparse.Namespace) -> int:
     from .parity import run_parity
 
@@ -43,6 +68,26 @@ def _parity(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="minialign", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("score", help="AlignScore a claim against a context, or a JSONL/CSV file of pairs")
+    p.add_argument("--context", help="the context (premise) text")
+    p.add_argument("--claim", help="the claim (hypothesis) text")
+    p.add_argument("--input", help="pairs.jsonl or pairs.csv")
+    p.add_argument("--output", help="scores.jsonl or scores.csv (rows: id, score)")
+    p.add_argument("--context-field", default="context")
+    p.add_argument("--claim-field", default="claim")
+    p.add_argument("--id-field", default="id", help="row id field (default: id; else the line number)")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted run after its last row")
+    p.add_argument("--skip-invalid", action="store_true", help="skip malformed rows instead of stopping")
+    p.add_argument("--model", default="AlignScore-base",
+                   help="AlignScore-base / AlignScore-large, a .ckpt, or a minialign / HF directory")
+    p.add_argument("--backbone", help="for a .ckpt: backbone dir (config.json + tokenizer) or hub id")
+    p.add_argument("--tokenizer", help="tokenizer dir or hub id (default: beside the model or backbone)")
+    p.add_argument("--mode", default="nli_sp", choices=("nli_sp", "bin_sp", "reg_sp", "nli", "bin", "reg"))
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--device", default=None)
+    p.add_argument("--dtype", choices=tuple(DTYPES))
+    p.set_defaults(run=_score)
 
     p = sub.add_parser("convert", help="convert a checkpoint to minialign's format or to transformers layout")
     p.add_argument("src", help="HF dir, hub id, minialign dir, or AlignScore .ckpt")

@@ -43,6 +43,7 @@ class Checkpoint:
     origin: str  # the file the tensors came from, for messages
     tokenizer_dir: Path | None = None  # where tokenizer files may be found
     dropped: list[str] = field(default_factory=list)  # source names dropped on purpose
+    backbone_name: str | None = None  # for a .ckpt: the backbone its configuration came from
 
 
 def read_checkpoint(src: str | Path, *, backbone: str | None = None, revision: str | None = None,
@@ -112,7 +113,7 @@ def _read_alignscore(path: Path, backbone: str | None, revision: str | None,
         raise CheckpointError(f"{path}: no backbone named in hyper_parameters['model']; pass backbone=")
     config, tokenizer_dir = resolve_backbone(str(name), revision=revision, cache_dir=cache_dir)
     tensors, dropped = convert.alignscore_to_minialign(state_dict, config.arch, source=str(path))
-    return Checkpoint(config, tensors, str(path), tokenizer_dir, dropped)
+    return Checkpoint(config, tensors, str(path), tokenizer_dir, dropped, backbone_name=str(name))
 
 
 def resolve_backbone(name: str, *, revision: str | None = None,

@@ -84,10 +84,11 @@ class Tokenizer:
         max_length = max_length or self.model_max_length
         if max_length < self.backend.num_special_tokens_to_add(pairs is not None) + 1:
             raise ValueError(f"max_length {max_length} leaves no room for text")
-        encodings = self._encode(texts, pairs, max_length)
-        return self._pad(encodings)
+        return self.pad(self.encode(texts, pairs, max_length=max_length))
 
-    def _encode(self, texts: list[str], pairs: list[str] | None, max_length: int):
+    def encode(self, texts: list[str], pairs: list[str] | None = None, *, max_length: int | None = None):
+        """tokenizers Encodings (no padding) under the truncation rule of __call__."""
+        max_length = max_length or self.model_max_length
         tok = self.backend
         if pairs is None:
             tok.enable_truncation(max_length, strategy="longest_first")
@@ -108,7 +109,8 @@ class Tokenizer:
         finally:
             tok.no_truncation()
 
-    def _pad(self, encodings) -> dict[str, torch.Tensor]:
+    def pad(self, encodings) -> dict[str, torch.Tensor]:
+        """Pad Encodings to the longest: input_ids, attention_mask (and token_type_ids for BERT)."""
         length = max((len(e.ids) for e in encodings), default=0)
         ids = torch.full((len(encodings), length), self.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(encodings), length), dtype=torch.long)

@@ -1,0 +1,258 @@
+"""AlignScorer: AlignScore's factual-consistency score, same numbers, fewer dependencies, faster.
+
+The algorithm is the original's (AlignScore src/alignscore/inference.py, Inferencer):
+  1. split the context into sentences and group them into chunks: n = words // 350 + 1,
+     sentences per chunk = max(len(sentences) // n, 1), consecutive groups joined by a space
+     (an empty context is one empty chunk); split the claim into sentences;
+  2. score every (chunk, sentence) pair, tokenized as (chunk, sentence) with max_length 512,
+     the chunk truncated first;
+  3. score = mean over claim sentences of the max over chunks.
+Modes: nli_sp (default) / bin_sp / reg_sp do the above with P(aligned) = softmax(tri)[:, 0],
+P(aligned) = softmax(bin)[:, 1], or the regression output; nli / bin / reg score the whole pair.
+
+What differs is only how the work is done: the pairs of all examples are deduplicated, sorted by
+length and batched together, each batch padded to its own longest pair; the MLM head is never
+run; everything runs under torch.inference_mode.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .hub import HubUnavailableError, hub_file
+from .loading import TOKENIZER_FILES, build, read_checkpoint, save_native
+from .model import AlignModel
+from .sentences import split_sentences
+from .tokenizer import Tokenizer
+
+MODES = ("nli_sp", "bin_sp", "reg_sp", "nli", "bin", "reg")
+HUB_REPO = "yzha/AlignScore"
+# name -> (file in HUB_REPO, backbone); AlignScore README "Checkpoints".
+PUBLISHED = {
+    "AlignScore-base": ("AlignScore-base.ckpt", "roberta-base"),
+    "AlignScore-large": ("AlignScore-large.ckpt", "roberta-large"),
+}
+WORDS_PER_CHUNK = 350
+# Columns of the per-pair result: the three tri_layer probabilities, bin P(aligned), reg output.
+COLUMNS = ("aligned", "neutral", "contradiction", "bin", "reg")
+_MODE_COLUMN = {"nli": 0, "bin": 3, "reg": 4}
+
+
+def chunk_context(context: str, sentences: list[str]) -> list[str]:
+    """Group context sentences into chunks of about 350 words (AlignScore's rule, verbatim)."""
+    sentences = sentences or [""]
+    n_chunks = len(context.strip().split()) // WORDS_PER_CHUNK + 1
+    per_chunk = max(len(sentences) // n_chunks, 1)
+    return [" ".join(sentences[i:i + per_chunk]) for i in range(0, len(sentences), per_chunk)]
+
+
+@dataclass
+class Example:
+    """One (context, claim) as pairs: chunks x sentences (whole-pair modes: 1 x 1)."""
+
+    chunks: list[str]
+    sentences: list[str]
+    pair_ids: list[int]  # row-major chunks x sentences, indices into the unique pairs
+
+
+class AlignScorer:
+    def __init__(self, model: AlignModel, tokenizer: Tokenizer, *, mode: str = "nli_sp", batch_size: int = 32,
+                 splitter: Callable[[str], list[str]] | None = None):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.mode, self.batch_size = mode, batch_size
+        self.splitter = splitter or split_sentences
+        self.max_length = min(tokenizer.model_max_length, model.config.max_seq_len)
+
+    @classmethod
+    def from_pretrained(cls, src: str | Path = "AlignScore-base", *, backbone: str | None = None,
+                        tokenizer: str | Path | Tokenizer | None = None, mode: str = "nli_sp", batch_size: int = 32,
+                        device: str | torch.device | None = None, dtype: torch.dtype | None = None,
+                        splitter: Callable[[str], list[str]] | None = None,
+                        cache_dir: str | Path | None = None) -> AlignScorer:
+        """`src`: anything AlignModel.from_pretrained takes, or `AlignScore-base` / `AlignScore-large`
+        (downloaded from the hub once, converted to minialign's format in the cache, then reused)."""
+        if str(src) in PUBLISHED and not Path(src).exists():
+            src = published_checkpoint(str(src), cache_dir=cache_dir)
+        ckpt = read_checkpoint(src, backbone=backbone, cache_dir=cache_dir)
+        model = build(AlignModel, ckpt, device=device, dtype=dtype)
+        if not isinstance(tokenizer, Tokenizer):
+            tokenizer = _find_tokenizer(tokenizer, ckpt, backbone, cache_dir)
+        return cls(model, tokenizer, mode=mode, batch_size=batch_size, splitter=splitter)
+
+    def score(self, contexts: Sequence[str], claims: Sequence[str], *, return_details: bool = False,
+              progress: bool = False) -> list[float] | list[dict]:
+        """One score per (context, claim). With return_details, one dict per example: the score,
+        the chunks and sentences, and chunk x sentence matrices of every probability (COLUMNS)."""
+        examples, pairs = self._plan(contexts, claims)
+        results = self.score_pairs(pairs, progress=progress)  # (N, 5)
+        column = _MODE_COLUMN[self.mode.removesuffix("_sp")]
+        out = []
+        for ex in examples:
+            table = results[ex.pair_ids].view(len(ex.chunks), len(ex.sentences), len(COLUMNS))
+            score = table[..., column].max(dim=0).values.mean().item()
+            if not return_details:
+                out.append(score)
+                continue
+            details = {"score": score, "chunks": ex.chunks, "sentences": ex.sentences}
+            details.update({name: table[..., i].tolist() for i, name in enumerate(COLUMNS)})
+            out.append(details)
+        return out
+
+    def _plan(self, contexts: Sequence[str], claims: Sequence[str]) -> tuple[list[Example], list[tuple[str, str]]]:
+        """Validate everything first, then split, chunk and deduplicate pairs."""
+        split_claims = validate_inputs(contexts, claims, self.splitter)
+        index: dict[tuple[str, str], int] = {}
+        examples = []
+        for context, claim, sentences in zip(contexts, claims, split_claims):
+            if self.mode.endswith("_sp"):
+                chunks = chunk_context(context, self.splitter(context))
+            else:
+                chunks, sentences = [context], [claim]
+            ids = [index.setdefault((c, s), len(index)) for c in chunks for s in sentences]
+            examples.append(Example(chunks, sentences, ids))
+        return examples, list(index)
+
+    @torch.inference_mode()
+    def score_pairs(self, pairs: list[tuple[str, str]], *, progress: bool = False) -> torch.Tensor:
+        """(N, 5) float32: COLUMNS for each (chunk, sentence) pair, batched by length."""
+        results = torch.empty(len(pairs), len(COLUMNS))
+        if not pairs:
+            return results
+        ids, types = self._tokenize(pairs)
+        order = sorted(range(len(pairs)), key=lambda i: len(ids[i]), reverse=True)
+        device = next(self.model.parameters()).device
+        batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        if progress:
+            from tqdm.auto import tqdm
+
+            batches = tqdm(batches, desc="scoring", unit="batch", leave=False)
+        for batch in batches:
+            inputs = {k: v.to(device) for k, v in self._pad(batch, ids, types).items()}
+            out = self.model(**inputs)
+            tri = torch.softmax(out.tri_label_logits.float(), dim=-1)
+            bin_ = torch.softmax(out.seq_relationship_logits.float(), dim=-1)[:, 1:]
+            reg = out.reg_label_logits.float()
+            results[batch] = torch.cat([tri, bin_, reg], dim=-1).cpu()
+        return results
+
+    def _tokenize(self, pairs: list[tuple[str, str]], block: int = 1024) -> tuple[list[list[int]], list[list[int]]]:
+        ids, types = [], []
+        for i in range(0, len(pairs), block):
+            part = pairs[i:i + block]
+            for e in self.tokenizer.encode([a for a, _ in part], [b for _, b in part], max_length=self.max_length):
+                ids.append(e.ids)
+                types.append(e.type_ids)
+        return ids, types
+
+    def _pad(self, batch: list[int], ids: list[list[int]], types: list[list[int]]) -> dict[str, torch.Tensor]:
+        length = max(len(ids[i]) for i in batch)
+        input_ids = torch.full((len(batch), length), self.tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(batch), length), dtype=torch.long)
+        type_ids = torch.zeros((len(batch), length), dtype=torch.long)
+        for row, i in enumerate(batch):
+            n = len(ids[i])
+            input_ids[row, :n] = torch.tensor(ids[i])
+            type_ids[row, :n] = torch.tensor(types[i])
+            mask[row, :n] = 1
+        out = {"input_ids": input_ids, "attention_mask": mask}
+        if self.tokenizer.return_token_type_ids:
+            out["token_type_ids"] = type_ids
+        return out
+
+
+def validate_inputs(contexts: Sequence[str], claims: Sequence[str],
+                    splitter: Callable[[str], list[str]]) -> list[list[str]]:
+    """Check every input before any model work; returns each claim's sentences.
+    Raises ValueError naming every offending index."""
+    for name, value in (("contexts", contexts), ("claims", claims)):
+        if isinstance(value, str) or not isinstance(value, Sequence):
+            raise ValueError(f"{name} must be a sequence of strings (a list), got {type(value).__name__}")
+    if len(contexts) != len(claims):
+        raise ValueError(f"contexts and claims must have equal length, got {len(contexts)} and {len(claims)}")
+    problems, split = [], []
+    for i, context in enumerate(contexts):
+        if not isinstance(context, str):
+            problems.append(f"contexts[{i}] is {type(context).__name__}, not a string")
+    for i, claim in enumerate(claims):
+        if not isinstance(claim, str):
+            problems.append(f"claims[{i}] is {type(claim).__name__}, not a string")
+            split.append([])
+            continue
+        sentences = list(splitter(claim))
+        if not sentences:
+            problems.append(f"claims[{i}] has no sentence")
+        split.append(sentences)
+    if problems:
+        raise ValueError("invalid input: " + "; ".join(problems))
+    return split
+
+
+def _find_tokenizer(tokenizer, ckpt, backbone, cache_dir) -> Tokenizer:
+    if tokenizer is not None:
+        return Tokenizer.from_pretrained(tokenizer, cache_dir=cache_dir)
+    if ckpt.tokenizer_dir is not None and any((ckpt.tokenizer_dir / n).is_file() for n in TOKENIZER_FILES):
+        return Tokenizer.from_dir(ckpt.tokenizer_dir)
+    name = backbone or ckpt.backbone_name
+    if name:
+        try:
+            return Tokenizer.from_pretrained(name, cache_dir=cache_dir)
+        except (HubUnavailableError, FileNotFoundError) as e:
+            raise FileNotFoundError(f"no tokenizer for {ckpt.origin}: {e} Pass tokenizer= (a directory "
+                                    f"with tokenizer.json or vocab.json + merges.txt).") from None
+    raise FileNotFoundError(f"no tokenizer files found for {ckpt.origin}; pass tokenizer=")
+
+
+def cache_root(cache_dir: str | Path | None = None) -> Path:
+    """Where converted published checkpoints live: $MINIALIGN_CACHE, else $HF_HOME/minialign."""
+    if cache_dir is not None:
+        return Path(cache_dir) / "minialign"
+    if os.environ.get("MINIALIGN_CACHE"):
+        return Path(os.environ["MINIALIGN_CACHE"])
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HOME) / "minialign"
+
+
+def published_checkpoint(name: str, *, cache_dir: str | Path | None = None) -> Path:
+    """The minialign directory of a published AlignScore checkpoint, converting it once."""
+    filename, backbone = PUBLISHED[name]
+    native = cache_root(cache_dir) / name
+    if (native / "config.json").is_file() and (native / "model.safetensors").is_file():
+        return native
+    try:
+        ckpt_path = hub_file(HUB_REPO, filename, cache_dir=cache_dir)
+        tokenizer_dir = None
+        for tokenizer_file in TOKENIZER_FILES:
+            found = hub_file(backbone, tokenizer_file, cache_dir=cache_dir, optional=True)
+            tokenizer_dir = tokenizer_dir or (found.parent if found else None)
+    except HubUnavailableError as e:
+        raise HubUnavailableError(
+            f"{name} is not in the cache and could not be downloaded ({e}). Offline, pass local files: "
+            f"the checkpoint (https://huggingface.co/{HUB_REPO}/blob/main/{filename}) and a {backbone} "
+            f"directory holding config.json and the tokenizer files, as "
+            f"`--model path/{filename} --backbone path/{backbone}` (Python: "
+            f"AlignScorer.from_pretrained('path/{filename}', backbone='path/{backbone}'))."
+        ) from None
+    ckpt = read_checkpoint(ckpt_path, backbone=backbone, cache_dir=cache_dir)
+    ckpt.tokenizer_dir = tokenizer_dir
+    native.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=native.parent, prefix=f".{name}-"))
+    try:
+        save_native(ckpt, staging)
+        shutil.rmtree(native, ignore_errors=True)  # a leftover from an interrupted conversion
+        os.replace(staging, native)  # complete or absent, never half-written
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return native

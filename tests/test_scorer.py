@@ -1,0 +1,186 @@
+"""AlignScorer against a reference implementation of the original Inferencer algorithm, written
+here on transformers: per-example mini-batches, every pair padded to max_length, MLM head run."""
+
+import json
+import math
+
+import pytest
+import torch
+import transformers
+from conftest import WORDS, write_alignscore_ckpt
+
+import minialign as ma
+from minialign.scorer import chunk_context
+
+MAX_LENGTH = 512
+
+
+@pytest.fixture(scope="module")
+def tiny_alignscore(bpe_dir, tmp_path_factory):
+    """A random AlignScore-style .ckpt on a tiny RoBERTa with a window of 512, and a backbone
+    directory holding its config.json and the BPE tokenizer's files."""
+    directory = tmp_path_factory.mktemp("alignscore")
+    vocab_size = len(json.loads((bpe_dir / "vocab.json").read_text()))
+    torch.manual_seed(1)
+    path, ref = write_alignscore_ckpt(directory / "AlignScore-tiny.ckpt", "roberta", vocab_size=vocab_size,
+                                      max_position_embeddings=MAX_LENGTH + 2, hidden_size=32, num_attention_heads=4,
+                                      intermediate_size=48, num_hidden_layers=2)
+    backbone = directory / "backbone"
+    ref["backbone"].save_pretrained(backbone)
+    for name in ("vocab.json", "merges.txt"):
+        (backbone / name).write_bytes((bpe_dir / name).read_bytes())
+    return path, backbone, ref
+
+
+class ReferenceInferencer:
+    """The original algorithm (AlignScore inference.py), on transformers modules."""
+
+    def __init__(self, ref, tokenizer, mode, batch_size=32, splitter=ma.split_sentences):
+        self.ref, self.tokenizer, self.mode, self.batch_size, self.splitter = ref, tokenizer, mode, batch_size, splitter
+
+    def _tokenize(self, premises, hypos):
+        rows = []
+        for p, h in zip(premises, hypos):
+            try:
+                rows.append(self.tokenizer(p, h, truncation="only_first", max_length=MAX_LENGTH))
+            except Exception:  # the hypothesis alone is too long
+                rows.append(self.tokenizer(p, h, truncation="longest_first", max_length=MAX_LENGTH))
+        return self.tokenizer.pad({"input_ids": [r["input_ids"] for r in rows]}, padding="max_length",
+                                  max_length=MAX_LENGTH, return_tensors="pt")
+
+    def inference(self, premises, hypos):
+        reg, bin_, tri = [], [], []
+        for i in range(0, len(premises), self.batch_size):
+            batch = self._tokenize(premises[i:i + self.batch_size], hypos[i:i + self.batch_size])
+            with torch.no_grad():
+                base = self.ref["backbone"](**batch)
+                self.ref["mlm_head"](base.last_hidden_state)  # the original runs it on every forward
+                pooled = base.pooler_output
+                reg.append(self.ref["reg_layer"](pooled)[:, 0])
+                bin_.append(torch.softmax(self.ref["bin_layer"](pooled), -1)[:, 1])
+                tri.append(torch.softmax(self.ref["tri_layer"](pooled), -1))
+        return torch.cat(reg), torch.cat(bin_), torch.cat(tri)
+
+    def per_example(self, premise, hypo):
+        sentences = self.splitter(premise) or [""]
+        n_chunk = len(premise.strip().split()) // 350 + 1
+        n_chunk = max(len(sentences) // n_chunk, 1)
+        chunks = [" ".join(sentences[i:i + n_chunk]) for i in range(0, len(sentences), n_chunk)]
+        hypo_sents = self.splitter(hypo)
+        pre = [c for c in chunks for _ in hypo_sents]
+        hyp = [h for _ in chunks for h in hypo_sents]
+        reg, bin_, tri = self.inference(pre, hyp)
+        score = {"nli_sp": tri[:, 0], "bin_sp": bin_, "reg_sp": reg}[self.mode]
+        return score.view(len(chunks), len(hypo_sents)).max(dim=0).values.mean().item()
+
+    def score(self, contexts, claims):
+        if self.mode.endswith("_sp"):
+            return [self.per_example(c, h) for c, h in zip(contexts, claims)]
+        reg, bin_, tri = self.inference(list(contexts), list(claims))
+        return {"nli": tri[:, 0], "bin": bin_, "reg": reg}[self.mode].tolist()
+
+
+def _sentence(i, n=12):
+    words = [WORDS[(i * 5 + j * 3) % len(WORDS)] for j in range(n)]
+    return " ".join(words).capitalize() + "."
+
+
+CORPUS = [
+    ("The tower was built in Paris. It opened in 1889.", "The tower opened in 1889."),
+    ("", "An empty context is one empty chunk."),
+    (" ".join(_sentence(i) for i in range(70)), _sentence(3) + " " + _sentence(40) + " " + _sentence(99)),
+    (" ".join(_sentence(i, 30) for i in range(25)), _sentence(7, 30)),  # a chunk far over 512 tokens
+    ("Unicode: café naïve 東京 😀 — “quotes”. Control\x07 chars too.", "Café 😀 is naïve. 東京 is a city."),
+    ("The tower was built in Paris. It opened in 1889.", "The tower opened in 1889."),  # a duplicate pair
+    ("Short context.", " ".join(WORDS) * 4 + "."),  # the claim alone exceeds the window
+    (" ".join(_sentence(i) for i in range(30)), "Police said the company grew. Officials reported on monday."),
+]
+
+
+@pytest.fixture(scope="module")
+def hf_tokenizer(tiny_alignscore):
+    return transformers.AutoTokenizer.from_pretrained(tiny_alignscore[1], tokenizer_type="roberta")
+
+
+@pytest.mark.parametrize("mode", ["nli_sp", "bin_sp", "reg_sp", "nli", "bin", "reg"])
+def test_scores_equal_original_algorithm(tiny_alignscore, hf_tokenizer, mode):
+    path, backbone, ref = tiny_alignscore
+    scorer = ma.AlignScorer.from_pretrained(path, backbone=str(backbone), mode=mode, batch_size=4)
+    contexts, claims = zip(*CORPUS)
+    expected = ReferenceInferencer(ref, hf_tokenizer, mode).score(contexts, claims)
+    got = scorer.score(list(contexts), list(claims))
+    assert len(got) == len(CORPUS)
+    assert max(abs(a - b) for a, b in zip(got, expected)) <= 1e-5, (got, expected)
+
+
+def test_batch_size_independence(tiny_alignscore):
+    path, backbone, _ = tiny_alignscore
+    contexts, claims = map(list, zip(*CORPUS))
+    results = [ma.AlignScorer.from_pretrained(path, backbone=str(backbone), batch_size=b).score(contexts, claims)
+               for b in (1, 3, 64)]
+    for other in results[1:]:
+        assert max(abs(a - b) for a, b in zip(results[0], other)) <= 1e-5
+
+
+def test_details(tiny_alignscore):
+    path, backbone, _ = tiny_alignscore
+    scorer = ma.AlignScorer.from_pretrained(path, backbone=str(backbone))
+    context, claim = CORPUS[2]
+    (details,) = scorer.score([context], [claim], return_details=True)
+    chunks = chunk_context(context, ma.split_sentences(context))
+    assert details["chunks"] == chunks and len(chunks) > 1
+    assert details["sentences"] == ma.split_sentences(claim)
+    aligned = torch.tensor(details["aligned"])
+    assert aligned.shape == (len(chunks), 3)
+    total = aligned + torch.tensor(details["neutral"]) + torch.tensor(details["contradiction"])
+    torch.testing.assert_close(total, torch.ones_like(total))
+    assert math.isclose(details["score"], aligned.max(dim=0).values.mean().item(), abs_tol=1e-7)
+    assert scorer.model.mlm_head is not None and isinstance(scorer.tokenizer, ma.Tokenizer)
+
+
+def test_identical_pairs_scored_once(tiny_alignscore, monkeypatch):
+    path, backbone, _ = tiny_alignscore
+    scorer = ma.AlignScorer.from_pretrained(path, backbone=str(backbone))
+    seen = []
+    original = scorer.score_pairs
+    monkeypatch.setattr(scorer, "score_pairs", lambda pairs, **kw: seen.append(len(pairs)) or original(pairs, **kw))
+    scores = scorer.score(["Same context."] * 5, ["Same claim."] * 5)
+    assert seen == [1] and len(set(scores)) == 1
+
+
+def test_mlm_head_never_run(tiny_alignscore, monkeypatch):
+    path, backbone, _ = tiny_alignscore
+    scorer = ma.AlignScorer.from_pretrained(path, backbone=str(backbone))
+    monkeypatch.setattr(scorer.model.mlm_head, "forward", lambda *a, **k: pytest.fail("MLM head ran"))
+    scorer.score(["A context."], ["A claim."])
+
+
+def test_bad_input_names_every_index_before_model_work(tiny_alignscore, monkeypatch):
+    path, backbone, _ = tiny_alignscore
+    scorer = ma.AlignScorer.from_pretrained(path, backbone=str(backbone))
+    monkeypatch.setattr(scorer, "score_pairs", lambda *a, **k: pytest.fail("model ran"))
+    with pytest.raises(ValueError) as err:
+        scorer.score(["ok", None, "ok", 5], ["fine.", "fine.", "   ", None])
+    message = str(err.value)
+    for part in ("contexts[1]", "contexts[3]", "claims[2] has no sentence", "claims[3]"):
+        assert part in message
+    with pytest.raises(ValueError, match="equal length"):
+        scorer.score(["a"], ["b.", "c."])
+    with pytest.raises(ValueError, match="sequence of strings"):
+        scorer.score("a context", "a claim.")
+
+
+def test_long_context_scores_in_bounded_batches(tiny_alignscore):
+    """A 100,000-word context: 286 chunks, scored batch by batch."""
+    path, backbone, _ = tiny_alignscore
+    scorer = ma.AlignScorer.from_pretrained(path, backbone=str(backbone), batch_size=16)
+    context = " ".join(_sentence(i, 20) for i in range(5000))
+    (details,) = scorer.score([context], ["Police said the company grew."], return_details=True)
+    assert len(details["chunks"]) >= 286 and 0.0 <= details["score"] <= 1.0
+
+
+def test_custom_splitter(tiny_alignscore):
+    path, backbone, _ = tiny_alignscore
+    scorer = ma.AlignScorer.from_pretrained(path, backbone=str(backbone), splitter=lambda t: t.split("|") if t else [])
+    (details,) = scorer.score(["a|b"], ["c|d|e"], return_details=True)
+    assert details["sentences"] == ["c", "d", "e"]
