@@ -1,18 +1,28 @@
 """Attention masks and the one attention function, with a backend chosen at construction.
 
-Shapes: B batch, H heads, L sequence length, D head dim.
+Shapes: B batch, H heads, L sequence length, D head dim, T tokens of a packed batch.
 Mask convention: True (or non-zero) = attend. See `attention_bias` for the accepted layouts.
+
+Backends:
+  eager  the readable reference (transformers' eager path); the only one that returns probabilities
+  sdpa   torch.nn.functional.scaled_dot_product_attention with an additive mask
+  flex   FlexAttention compiled by torch.compile: the mask is a BlockMask (padding, document or any
+         boolean mask), a floating mask a score_mod, so the kernel is generated for our masks
+Packed (unpadded) batches: flex uses a document BlockMask; eager and sdpa run each sequence alone.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-BACKENDS = ("eager", "sdpa")
+BACKENDS = ("eager", "sdpa", "flex")
 
 
 def attention_bias(mask: Tensor | None, batch: int, length: int, dtype: torch.dtype) -> Tensor | None:
@@ -26,6 +36,14 @@ def attention_bias(mask: Tensor | None, batch: int, length: int, dtype: torch.dt
     Blocked positions get the dtype's most negative finite value, as transformers' eager path does,
     so a fully blocked row gives a uniform distribution rather than NaN.
     """
+    keep = keep_mask(mask, batch, length)
+    if keep is None or keep.is_floating_point():
+        return None if keep is None else keep.to(dtype)
+    return torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill(~keep, torch.finfo(dtype).min)
+
+
+def keep_mask(mask: Tensor | None, batch: int, length: int) -> Tensor | None:
+    """The boolean (B|1, 1|H, 1|L, L) form of a user mask (a floating 4-D mask is returned as is)."""
     if mask is None:
         return None
     if not isinstance(mask, Tensor):
@@ -35,42 +53,76 @@ def attention_bias(mask: Tensor | None, batch: int, length: int, dtype: torch.dt
         if b not in (1, batch) or q != length or k != length:
             raise ValueError(f"4-D attention_mask must be (B|1, H|1, {length}, {length}) with B={batch}, "
                              f"got {tuple(mask.shape)}")
-        if mask.is_floating_point():
-            return mask.to(dtype)
-        keep = mask.bool()
-    elif mask.dim() == 3:
+        return mask if mask.is_floating_point() else mask.bool()
+    if mask.dim() == 3:
         if tuple(mask.shape) != (batch, length, length):
             raise ValueError(f"3-D attention_mask must be ({batch}, {length}, {length}), got {tuple(mask.shape)}")
-        keep = mask.bool()[:, None, :, :]  # (B, 1, L, L)
-    elif mask.dim() == 2:
+        return mask.bool()[:, None, :, :]  # (B, 1, L, L)
+    if mask.dim() == 2:
         if tuple(mask.shape) != (batch, length):
             raise ValueError(f"2-D attention_mask must be ({batch}, {length}), got {tuple(mask.shape)}")
-        keep = mask.bool()[:, None, None, :]  # (B, 1, 1, L)
-    else:
-        raise ValueError(f"attention_mask must have 2, 3 or 4 dims, got shape {tuple(mask.shape)}")
-    return torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill(~keep, torch.finfo(dtype).min)
+        return mask.bool()[:, None, None, :]  # (B, 1, 1, L)
+    raise ValueError(f"attention_mask must have 2, 3 or 4 dims, got shape {tuple(mask.shape)}")
 
 
-def attention(
-    q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, *,
-    backend: str = "sdpa", dropout_p: float = 0.0, need_probs: bool = False,
-) -> tuple[Tensor, Tensor | None]:
-    """softmax(Q K^T / sqrt(D) + bias) V, for q, k, v of shape (B, H, L, D).
+@dataclass
+class AttentionMask:
+    """One forward pass's mask, prepared once for its backend.
 
-    Returns (output (B, H, L, D), probabilities (B, H, L, L) or None). Probabilities come only from
-    the eager backend, which is what `need_probs=True` selects.
+    bias:       additive (B|1, H|1, L|1, L), for eager and sdpa; None attends everywhere.
+    block_mask: a FlexAttention BlockMask, for flex.
+    score_bias: an additive (B, H, L, L) view added by flex's score_mod (floating user masks).
+    lengths:    the sequence lengths of a packed batch, whose tokens lie end to end in one row.
+    """
+
+    backend: str
+    bias: Tensor | None = None
+    block_mask: Any = None
+    score_bias: Tensor | None = None
+    lengths: list[int] | None = None
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, *, dropout_p: float = 0.0,
+              need_probs: bool = False) -> tuple[Tensor, Tensor | None]:
+    """softmax(Q K^T / sqrt(D) + mask) V for q (B, H, Lq, D) and k, v (B, H, L, D).
+
+    Returns (output (B, H, Lq, D), probabilities (B, H, Lq, L) or None). Probabilities come only
+    from the eager path, which `need_probs=True` selects.
     """
     scale = 1.0 / math.sqrt(q.size(-1))
-    if need_probs or backend == "eager":
-        # transformers modeling_bert.py eager_attention_forward: matmul, scale, add mask, softmax, dropout.
-        scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, L, L)
-        if bias is not None:
-            scores = scores + bias
-        probs = torch.softmax(scores, dim=-1)
-        if dropout_p > 0.0:
-            probs = F.dropout(probs, p=dropout_p)
-        return torch.matmul(probs, v), probs
-    if backend == "sdpa":
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=scale)
-        return out, None
-    raise ValueError(f"unknown attention backend {backend!r}; choose from {BACKENDS}")
+    if mask.bias is not None and mask.bias.dtype != q.dtype:  # e.g. under autocast
+        mask = dataclasses.replace(mask, bias=mask.bias.to(q.dtype))
+    if mask.lengths is not None and not (mask.backend == "flex" and mask.block_mask is not None):
+        return _per_sequence(q, k, v, mask, scale, dropout_p), None
+    if need_probs or mask.backend == "eager":
+        return _eager(q, k, v, mask.bias, scale, dropout_p)
+    if mask.backend == "sdpa":
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.bias, dropout_p=dropout_p, scale=scale), None
+    if mask.backend == "flex":
+        from .flex import flex_attention
+
+        return flex_attention(q, k, v, block_mask=mask.block_mask, score_bias=mask.score_bias, scale=scale), None
+    raise ValueError(f"unknown attention backend {mask.backend!r}; choose from {BACKENDS}")
+
+
+def _eager(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, scale: float,
+           dropout_p: float) -> tuple[Tensor, Tensor]:
+    # transformers modeling_bert.py eager_attention_forward: matmul, scale, add mask, softmax, dropout.
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, Lq, L)
+    if bias is not None:
+        scores = scores + bias
+    probs = torch.softmax(scores, dim=-1)
+    if dropout_p > 0.0:
+        probs = F.dropout(probs, p=dropout_p)
+    return torch.matmul(probs, v), probs
+
+
+def _per_sequence(q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, scale: float, dropout_p: float) -> Tensor:
+    """A packed batch (1, H, T, D), attended sequence by sequence: no token sees another sequence."""
+    outputs = []
+    for qi, ki, vi in zip(*(t.split(mask.lengths, dim=2) for t in (q, k, v))):
+        if mask.backend == "eager":
+            outputs.append(_eager(qi, ki, vi, None, scale, dropout_p)[0])
+        else:
+            outputs.append(F.scaled_dot_product_attention(qi, ki, vi, dropout_p=dropout_p, scale=scale))
+    return torch.cat(outputs, dim=2)

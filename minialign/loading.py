@@ -168,13 +168,17 @@ def check_tensors(model: nn.Module, tensors: dict[str, Tensor], origin: str, *, 
 
 def load(cls: type[nn.Module], src: str | Path, *, backbone: str | None = None, device: str | torch.device | None = None,
          dtype: torch.dtype | None = None, attn_backend: str = "sdpa", revision: str | None = None,
-         cache_dir: str | Path | None = None) -> nn.Module:
+         cache_dir: str | Path | None = None, compile: bool = False) -> nn.Module:
     """Build an Encoder or AlignModel from any supported source, in eval mode.
 
     dtype defaults to float32. For an Encoder, the checkpoint's head weights are not used.
+    compile=True wraps the forward with torch.compile (nn.Module.compile).
     """
     ckpt = read_checkpoint(src, backbone=backbone, revision=revision, cache_dir=cache_dir)
-    return build(cls, ckpt, device=device, dtype=dtype, attn_backend=attn_backend)
+    model = build(cls, ckpt, device=device, dtype=dtype, attn_backend=attn_backend)
+    if compile:
+        model.compile()
+    return model
 
 
 def build(cls: type[nn.Module], ckpt: Checkpoint, *, device: str | torch.device | None = None,

@@ -17,7 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from .attention import BACKENDS, attention, attention_bias
+from .attention import BACKENDS, AttentionMask, attention, attention_bias, keep_mask
 from .config import Config
 
 
@@ -39,6 +39,14 @@ def roberta_position_ids(input_ids: Tensor, pad_token_id: int) -> Tensor:
     (modeling_roberta.py create_position_ids_from_input_ids, from fairseq's make_positions)"""
     is_token = input_ids.ne(pad_token_id).int()
     return (torch.cumsum(is_token, dim=1).int() * is_token).long() + pad_token_id
+
+
+def right_padded_lengths(mask: Tensor) -> Tensor | None:
+    """Per-row lengths of a (B, L) mask whose rows are 1s then 0s; None for any other pattern."""
+    keep = mask.bool()
+    lengths = keep.sum(1)
+    prefix = torch.arange(mask.size(1), device=mask.device)[None, :] < lengths[:, None]
+    return lengths if bool((keep == prefix).all()) and bool((lengths > 0).all()) else None
 
 
 class Embeddings(nn.Module):
@@ -71,25 +79,47 @@ class Embeddings(nn.Module):
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention: Q, K, V projections, attention per head, output projection."""
+    """Multi-head self-attention: Q, K, V projections, attention per head, output projection.
 
-    def __init__(self, config: Config, backend: str):
+    Q, K and V are one (3C, C) matmul; the state dict still names them query / key / value
+    (split on save, fused on load), so checkpoints and the converter see the usual names."""
+
+    def __init__(self, config: Config):
         super().__init__()
-        if backend not in BACKENDS:
-            raise ValueError(f"unknown attention backend {backend!r}; choose from {BACKENDS}")
-        self.num_heads, self.backend, self.dropout_p = config.num_heads, backend, config.attention_dropout
-        self.query = nn.Linear(config.hidden_size, config.hidden_size)
-        self.key = nn.Linear(config.hidden_size, config.hidden_size)
-        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        self.num_heads, self.dropout_p = config.num_heads, config.attention_dropout
+        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
         self.output = nn.Linear(config.hidden_size, config.hidden_size)
+        self._register_state_dict_hook(_split_qkv)
+        self._register_load_state_dict_pre_hook(_fuse_qkv)
 
-    def forward(self, x: Tensor, bias: Tensor | None, need_probs: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward(self, x: Tensor, mask: AttentionMask, need_probs: bool = False,
+                first_token_only: bool = False) -> tuple[Tensor, Tensor | None]:
         B, L, C = x.shape
-        q, k, v = (proj(x).view(B, L, self.num_heads, -1).transpose(1, 2)  # (B, H, L, D)
-                   for proj in (self.query, self.key, self.value))
-        y, probs = attention(q, k, v, bias, backend=self.backend, need_probs=need_probs,
+        heads = lambda t: t.view(B, t.size(1), self.num_heads, -1).transpose(1, 2)  # noqa: E731  (B, H, L, D)
+        q, k, v = self.qkv(x).split(C, dim=-1)
+        if first_token_only:  # only the first token's output is wanted (the pooler's input)
+            q = q[:, :1]
+        y, probs = attention(heads(q), heads(k), heads(v), mask, need_probs=need_probs,
                              dropout_p=self.dropout_p if self.training else 0.0)
-        return self.output(y.transpose(1, 2).reshape(B, L, C)), probs
+        return self.output(y.transpose(1, 2).reshape(B, q.size(1), C)), probs
+
+
+_QKV = ("query", "key", "value")
+
+
+def _split_qkv(module, state_dict, prefix, local_metadata):
+    for kind in ("weight", "bias"):
+        fused = state_dict.pop(f"{prefix}qkv.{kind}")
+        for name, part in zip(_QKV, fused.chunk(3, dim=0)):
+            state_dict[f"{prefix}{name}.{kind}"] = part
+    return state_dict
+
+
+def _fuse_qkv(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
+    for kind in ("weight", "bias"):
+        names = [f"{prefix}{name}.{kind}" for name in _QKV]
+        if all(n in state_dict for n in names):
+            state_dict[f"{prefix}qkv.{kind}"] = torch.cat([state_dict.pop(n) for n in names], dim=0)
 
 
 class FeedForward(nn.Module):
@@ -106,16 +136,19 @@ class FeedForward(nn.Module):
 class EncoderLayer(nn.Module):
     """Post-LN: x = LN(x + drop(attn(x))); x = LN(x + drop(ffn(x)))."""
 
-    def __init__(self, config: Config, backend: str):
+    def __init__(self, config: Config):
         super().__init__()
-        self.attention = SelfAttention(config, backend)
+        self.attention = SelfAttention(config)
         self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.ffn = FeedForward(config)
         self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout)
 
-    def forward(self, x: Tensor, bias: Tensor | None, need_probs: bool = False) -> tuple[Tensor, Tensor | None]:
-        a, probs = self.attention(x, bias, need_probs)
+    def forward(self, x: Tensor, mask: AttentionMask, need_probs: bool = False,
+                first_token_only: bool = False) -> tuple[Tensor, Tensor | None]:
+        a, probs = self.attention(x, mask, need_probs, first_token_only)
+        if first_token_only:
+            x = x[:, :1]
         x = self.attention_norm(x + self.dropout(a))
         x = self.ffn_norm(x + self.dropout(self.ffn(x)))
         return x, probs
@@ -145,9 +178,11 @@ class Encoder(nn.Module):
 
     def __init__(self, config: Config, *, attn_backend: str = "sdpa"):
         super().__init__()
-        self.config = config
+        if attn_backend not in BACKENDS:
+            raise ValueError(f"unknown attention backend {attn_backend!r}; choose from {BACKENDS}")
+        self.config, self.attn_backend = config, attn_backend
         self.embeddings = Embeddings(config)
-        self.layers = nn.ModuleList(EncoderLayer(config, attn_backend) for _ in range(config.num_layers))
+        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_layers))
         self.pooler = Pooler(config)
         init_weights(self, config)
 
@@ -161,22 +196,98 @@ class Encoder(nn.Module):
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
         position_ids: Tensor | None = None, *, output_hidden_states: bool = False, output_attentions: bool = False,
+        unpad: bool = False, pooled_only: bool = False,
     ) -> EncoderOutput:
-        """input_ids (B, L); attention_mask (B, L), (B, L, L) or (B|1, H|1, L, L), True/1 = attend."""
+        """input_ids (B, L); attention_mask (B, L), (B, L, L) or (B|1, H|1, L, L), True/1 = attend.
+
+        unpad: run on real tokens only. The batch (a right-padded 2-D mask) is packed into one row;
+            embeddings, projections, feed-forward and LayerNorm see real tokens only; attention is
+            restricted to each sequence. Outputs come back padded (pad rows zero).
+        pooled_only: the last layer runs for the first token alone (all the pooler reads);
+            last_hidden_state is then None. Ignored when hidden states are asked for.
+        """
         self._check_input(input_ids)
+        pooled_only = pooled_only and not output_hidden_states
+        backend = self._backend(output_attentions)
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        if position_ids is None:
+            position_ids = self.embeddings.position_ids(input_ids)
+        if unpad and not output_attentions:
+            return self._forward_packed(input_ids, attention_mask, token_type_ids, position_ids, backend,
+                                        output_hidden_states, pooled_only)
         B, L = input_ids.shape
         x = self.embeddings(input_ids, token_type_ids, position_ids)
-        bias = attention_bias(attention_mask, B, L, x.dtype)
+        mask = self._mask(attention_mask, B, L, x.dtype, backend)
         hidden_states, attentions = [x], []
-        for layer in self.layers:
-            x, probs = layer(x, bias, need_probs=output_attentions)
+        for i, layer in enumerate(self.layers):
+            last_pooled = pooled_only and i == len(self.layers) - 1
+            if last_pooled and backend == "flex":
+                mask = AttentionMask("sdpa", bias=attention_bias(attention_mask, B, L, x.dtype))
+            x, probs = layer(x, mask, need_probs=output_attentions, first_token_only=last_pooled)
             hidden_states.append(x)
             attentions.append(probs)
         return EncoderOutput(
-            last_hidden_state=x,
+            last_hidden_state=None if pooled_only else x,
             pooler_output=self.pooler(x),
             hidden_states=tuple(hidden_states) if output_hidden_states else None,
             attentions=tuple(attentions) if output_attentions else None,
+        )
+
+    def _backend(self, output_attentions: bool) -> str:
+        if output_attentions:
+            return "eager"  # the only path that returns probabilities
+        if self.attn_backend == "flex" and self.training and self.config.attention_dropout > 0:
+            return "sdpa"  # FlexAttention has no dropout
+        return self.attn_backend
+
+    def _mask(self, attention_mask: Tensor | None, B: int, L: int, dtype: torch.dtype, backend: str) -> AttentionMask:
+        if backend != "flex":
+            return AttentionMask(backend, bias=attention_bias(attention_mask, B, L, dtype))
+        from . import flex
+
+        keep = keep_mask(attention_mask, B, L)
+        if keep is None:
+            return AttentionMask(backend)
+        if keep.is_floating_point():
+            return AttentionMask(backend, score_bias=keep.to(dtype).expand(B, self.config.num_heads, L, L))
+        lengths = right_padded_lengths(attention_mask) if attention_mask.dim() == 2 else None
+        if lengths is not None:
+            return AttentionMask(backend, block_mask=flex.padding_block_mask(lengths, L, L))
+        return AttentionMask(backend, block_mask=flex.boolean_block_mask(keep.expand(-1, -1, L, L), B, L))
+
+    def _forward_packed(self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor,
+                        position_ids: Tensor, backend: str, output_hidden_states: bool,
+                        pooled_only: bool) -> EncoderOutput:
+        B, L = input_ids.shape
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        lengths = right_padded_lengths(attention_mask) if attention_mask.dim() == 2 else None
+        if lengths is None:
+            raise ValueError("unpad=True needs a 2-D right-padded attention_mask (each row 1s then 0s)")
+        keep = attention_mask.bool()
+        x = self.embeddings(input_ids[keep][None], token_type_ids[keep][None], position_ids[keep][None])  # (1, T, C)
+        mask = AttentionMask(backend, lengths=lengths.tolist())
+        if backend == "flex":
+            from .flex import document_block_mask
+
+            document = torch.arange(B, device=x.device).repeat_interleave(lengths)
+            mask.block_mask = document_block_mask(document)
+        unpack = lambda t: t.new_zeros(B, L, t.size(-1)).index_put_((keep,), t[0])  # noqa: E731
+        hidden_states = [x]
+        for layer in self.layers[:-1] if pooled_only else self.layers:
+            x, _ = layer(x, mask)
+            hidden_states.append(x)
+        if pooled_only:  # the first tokens against their own sequences, in the padded layout
+            last = AttentionMask("eager" if backend == "eager" else "sdpa",
+                                 bias=attention_bias(attention_mask, B, L, x.dtype))
+            first, _ = self.layers[-1](unpack(x), last, first_token_only=True)
+            return EncoderOutput(last_hidden_state=None, pooler_output=self.pooler(first))
+        padded = unpack(x)
+        return EncoderOutput(
+            last_hidden_state=padded,
+            pooler_output=self.pooler(padded),
+            hidden_states=tuple(unpack(h) for h in hidden_states) if output_hidden_states else None,
         )
 
     def _check_input(self, input_ids: Tensor) -> None:
@@ -248,10 +359,14 @@ class AlignModel(nn.Module):
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
         position_ids: Tensor | None = None, *, mlm: bool = False,
-        output_hidden_states: bool = False, output_attentions: bool = False,
+        output_hidden_states: bool = False, output_attentions: bool = False, unpad: bool = False,
     ) -> AlignOutput:
+        """Heads on the pooled first token. last_hidden_state is computed only when something needs
+        every token (mlm=True, hidden states or attentions asked for); otherwise the last layer runs
+        for the first token alone. unpad: see Encoder.forward."""
         out = self.encoder(input_ids, attention_mask, token_type_ids, position_ids,
-                           output_hidden_states=output_hidden_states, output_attentions=output_attentions)
+                           output_hidden_states=output_hidden_states, output_attentions=output_attentions,
+                           unpad=unpad, pooled_only=not (mlm or output_attentions))
         pooled = out.pooler_output
         return AlignOutput(
             tri_label_logits=self.tri_layer(self.dropout(pooled)),

@@ -1,0 +1,108 @@
+"""FlexAttention: the compiled kernel and the BlockMasks that describe our masks to it.
+
+A BlockMask lists, per query block, which key blocks to visit: "full" blocks (no masking
+inside, so the kernel skips the mask function) and "partial" ones (mask_mod decides per
+element). Padding and document masks are built directly from the lengths in O(blocks^2) tensor
+work; any other boolean mask goes through create_block_mask with a lookup mask_mod.
+(torch.nn.attention.flex_attention; "FlexAttention: The Flexibility of PyTorch with the
+Performance of FlashAttention", PyTorch blog, 2024.)
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import Tensor
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask
+from torch.nn.attention.flex_attention import flex_attention as _flex_attention
+
+BLOCK = 128
+RECOMPILE_LIMIT = 64  # shapes per process before flex falls back to the unfused path
+
+
+@functools.cache
+def _compiled():
+    # Compiled on first use, never at import: torch.compile turns flex_attention into a fused kernel.
+    # Static shapes: inductor's CPU flex template fails to build with dynamic ones (torch 2.13), so
+    # each new shape compiles once; callers bucket lengths to keep the shapes few.
+    return torch.compile(_flex_attention, dynamic=False)
+
+
+def flex_attention(q: Tensor, k: Tensor, v: Tensor, *, block_mask: BlockMask | None = None,
+                   score_bias: Tensor | None = None, scale: float | None = None) -> Tensor:
+    """Fused attention for q (B, H, Lq, D), k, v (B, H, L, D) under a BlockMask and/or an additive bias."""
+    score_mod = None
+    if score_bias is not None:
+        def score_mod(score, b, h, q_idx, kv_idx):
+            return score + score_bias[b, h, q_idx, kv_idx]
+    with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+        return _compiled()(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+
+
+def _block_mask(partial: Tensor, full: Tensor, mask_mod, q_len: int, kv_len: int) -> BlockMask:
+    """From (B, 1, Qb, Kb) booleans: key blocks needing mask_mod, and key blocks fully visible."""
+    def lists(blocks: Tensor) -> tuple[Tensor, Tensor]:
+        count = blocks.sum(-1, dtype=torch.int32)
+        order = torch.argsort((~blocks).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+        return count, order
+
+    kv_num, kv_idx = lists(partial)
+    full_num, full_idx = lists(full)
+    return BlockMask.from_kv_blocks(kv_num, kv_idx, full_num, full_idx, BLOCK_SIZE=BLOCK, mask_mod=mask_mod,
+                                    seq_lengths=(q_len, kv_len))
+
+
+def _block_starts(length: int, device) -> tuple[Tensor, Tensor]:
+    starts = torch.arange(0, length, BLOCK, device=device)
+    return starts, starts + BLOCK  # ends may run past the sequence; such blocks count as partial
+
+
+def padding_block_mask(lengths: Tensor, q_len: int, kv_len: int) -> BlockMask:
+    """Key j of sequence b is visible iff j < lengths[b] (right padding), for every query."""
+    lengths = lengths.to(torch.int64)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return kv_idx < lengths[b]
+
+    starts, ends = _block_starts(kv_len, lengths.device)
+    n_q = -(-q_len // BLOCK)
+    visible = starts[None, :] < lengths[:, None]  # (B, Kb)
+    full = ends[None, :] <= lengths[:, None]
+    expand = lambda t: t[:, None, None, :].expand(-1, 1, n_q, -1)  # noqa: E731
+    return _block_mask(expand(visible & ~full), expand(full), mask_mod, q_len, kv_len)
+
+
+def document_block_mask(document: Tensor) -> BlockMask:
+    """A packed row of T tokens: token i sees token j iff both belong to the same sequence.
+    `document` (T,) holds non-decreasing sequence indices."""
+    length = document.numel()
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return document[q_idx] == document[kv_idx]
+
+    padded = torch.nn.functional.pad(document, (0, -length % BLOCK), value=-1)  # -1: no sequence
+    blocks = padded.view(-1, BLOCK)
+    real = blocks >= 0
+    first = torch.where(real, blocks, blocks.new_full((), 2**62)).amin(-1)
+    last = blocks.amax(-1)
+    overlap = (first[:, None] <= last[None, :]) & (first[None, :] <= last[:, None])  # (Qb, Kb)
+    single = (first == last) & real.all(-1)  # a whole block inside one sequence
+    full = single[:, None] & single[None, :] & (first[:, None] == first[None, :])
+    return _block_mask((overlap & ~full)[None, None], full[None, None], mask_mod, length, length)
+
+
+def boolean_block_mask(keep: Tensor, batch: int, length: int) -> BlockMask:
+    """Any boolean mask (B|1, H|1, L, L): True = attend. A mask without a head axis is shared by
+    every head (the BlockMask broadcasts over heads)."""
+    heads = keep.size(1)
+    keep = keep.expand(batch, heads, length, length)
+
+    if heads == 1:
+        def mask_mod(b, h, q_idx, kv_idx):
+            return keep[b, 0, q_idx, kv_idx]
+    else:
+        def mask_mod(b, h, q_idx, kv_idx):
+            return keep[b, h, q_idx, kv_idx]
+
+    return create_block_mask(mask_mod, batch, heads, length, length, device=keep.device)
