@@ -108,9 +108,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, *, dropout_p
 def _eager(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, scale: float,
            dropout_p: float) -> tuple[Tensor, Tensor]:
     # transformers modeling_bert.py eager_attention_forward: matmul, scale, add mask, softmax, dropout.
-    scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, Lq, L)
+    scores = torch.matmul(q, k.transpose(-2, -1)).mul_(scale)  # (B, H, Lq, L); in place: memory-bound
     if bias is not None:
-        scores = scores + bias
+        scores.add_(bias)
     probs = torch.softmax(scores, dim=-1)
     if dropout_p > 0.0:
         probs = F.dropout(probs, p=dropout_p)

@@ -1,4 +1,4 @@
-"""`minialign score | convert | parity` (also `python -m minialign ...`)."""
+"""`minialign score | convert | parity | bench` (also `python -m minialign ...`)."""
 
 from __future__ import annotations
 
@@ -58,6 +58,13 @@ def _score(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from .bench import run
+
+    run(quick=args.quick, out=args.out)
+    return 0
+
+
 def _parity(args: argparse.Namespace) -> int:
     from .parity import run_parity
 
@@ -102,6 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backbone")
     p.add_argument("--tolerance", type=float, default=1e-4)
     p.set_defaults(run=_parity)
+
+    p = sub.add_parser("bench", help="benchmark against transformers and the original AlignScore pipeline")
+    p.add_argument("--quick", action="store_true", help="fp32 only, fewer repetitions")
+    p.add_argument("--out", help="write the report (markdown) to this file, e.g. BENCHMARKS.md")
+    p.set_defaults(run=_bench)
 
     args = parser.parse_args(argv)
     from convert import CheckpointError

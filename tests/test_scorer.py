@@ -184,3 +184,26 @@ def test_custom_splitter(tiny_alignscore):
     scorer = ma.AlignScorer.from_pretrained(path, backbone=str(backbone), splitter=lambda t: t.split("|") if t else [])
     (details,) = scorer.score(["a|b"], ["c|d|e"], return_details=True)
     assert details["sentences"] == ["c", "d", "e"]
+
+
+def test_unpadded_scoring_equals_padded(tiny_alignscore):
+    path, backbone, _ = tiny_alignscore
+    contexts, claims = map(list, zip(*CORPUS))
+    padded = ma.AlignScorer.from_pretrained(path, backbone=str(backbone), batch_size=4).score(contexts, claims)
+    packed = ma.AlignScorer.from_pretrained(path, backbone=str(backbone), batch_size=4, unpad=True)
+    assert packed.unpad
+    assert max(abs(a - b) for a, b in zip(packed.score(contexts, claims), padded)) <= 1e-5
+
+
+@pytest.mark.slow
+def test_compiled_scoring_buckets_lengths(tiny_alignscore, monkeypatch):
+    path, backbone, _ = tiny_alignscore
+    contexts, claims = map(list, zip(*CORPUS[:3]))
+    plain = ma.AlignScorer.from_pretrained(path, backbone=str(backbone), batch_size=2).score(contexts, claims)
+    compiled = ma.AlignScorer.from_pretrained(path, backbone=str(backbone), batch_size=2, compile=True)
+    lengths = []
+    original = compiled._pad
+    monkeypatch.setattr(compiled, "_pad", lambda *a: (lambda out: lengths.append(out["input_ids"].shape[1]) or out)(original(*a)))
+    got = compiled.score(contexts, claims)
+    assert all(n % 64 == 0 or n == compiled.max_length for n in lengths)
+    assert max(abs(a - b) for a, b in zip(got, plain)) <= 1e-5
