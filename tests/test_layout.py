@@ -26,13 +26,13 @@ def test_convert_imports_nothing_from_minialign():
 
 
 def test_no_transformers_in_the_runtime():
-    """Only the parity tool (test extra) imports transformers, inside the function that needs it."""
+    """Only the parity and bench tools (test extra) import transformers, inside the functions that need it."""
     heavy = {"transformers", "pytorch_lightning", "lightning", "nltk", "spacy"}
     for path in [*(ROOT / "minialign").glob("*.py"), *(ROOT / "convert").glob("*.py")]:
         assert not _imports(path, top_level_only=True) & heavy, path
-        if path.name != "parity.py":
+        if path.name not in ("parity.py", "bench.py"):
             assert not _imports(path) & heavy, path
-    code = "import sys, minialign, minialign.cli, minialign.parity; " \
+    code = "import sys, minialign, minialign.cli, minialign.parity, minialign.bench; " \
            "bad = [m for m in ('transformers', 'pytorch_lightning', 'nltk', 'spacy') if m in sys.modules]; " \
            "assert not bad, bad"
     subprocess.run([sys.executable, "-c", code], check=True)
