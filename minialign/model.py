@@ -242,8 +242,8 @@ class Encoder(nn.Module):
         return self.attn_backend
 
     def _mask(self, attention_mask: Tensor | None, B: int, L: int, dtype: torch.dtype, backend: str) -> AttentionMask:
-        if (attention_mask is not None and attention_mask.dim() == 2 and not torch.compiler.is_compiling()
-                and bool(attention_mask.all())):
+        if (attention_mask is not None and tuple(attention_mask.shape) == (B, L)
+                and not torch.compiler.is_compiling() and bool(attention_mask.all())):
             attention_mask = None  # no padding: skip the mask (sdpa can then use its fastest kernel)
         if backend != "flex":
             return AttentionMask(backend, bias=attention_bias(attention_mask, B, L, dtype))
