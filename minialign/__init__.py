@@ -2,10 +2,14 @@
 
 from convert import CheckpointError
 
+from . import masks
 from .attention import attention, attention_bias
+from .tracing import Capture, capture
 from .config import PRESETS, Config
+from .losses import AlignLosses, alignscore_losses
 from .model import AlignModel, AlignOutput, Encoder, EncoderOutput
 from .scorer import AlignScorer
+from .scores import SCORE_FUNCTIONS
 from .sentences import split_sentences
 from .tokenizer import Tokenizer
 
@@ -13,6 +17,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "PRESETS",
+    "SCORE_FUNCTIONS",
+    "AlignLosses",
+    "Capture",
     "AlignModel",
     "AlignOutput",
     "AlignScorer",
@@ -21,7 +28,10 @@ __all__ = [
     "Encoder",
     "EncoderOutput",
     "Tokenizer",
+    "alignscore_losses",
     "attention",
     "attention_bias",
+    "capture",
+    "masks",
     "split_sentences",
 ]

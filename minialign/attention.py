@@ -20,9 +20,13 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
+
+from .tracing import capturing, record
+from .scores import Location, ScaledDot
 
 BACKENDS = ("eager", "sdpa", "flex")
+_SCALED_DOT = ScaledDot()
 
 
 def attention_bias(mask: Tensor | None, batch: int, length: int, dtype: torch.dtype) -> Tensor | None:
@@ -82,47 +86,59 @@ class AttentionMask:
     lengths: list[int] | None = None
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, *, dropout_p: float = 0.0,
-              need_probs: bool = False) -> tuple[Tensor, Tensor | None]:
-    """softmax(Q K^T / sqrt(D) + mask) V for q (B, H, Lq, D) and k, v (B, H, L, D).
+def attention(q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, *, score: nn.Module | None = None,
+              dropout_p: float = 0.0, need_probs: bool = False) -> tuple[Tensor, Tensor | None]:
+    """softmax(score(Q, K) + mask) V for q (B, H, Lq, D) and k, v (B, H, L, D).
 
+    `score` is an alignment-score function (scores.py); None is the scaled dot product.
     Returns (output (B, H, Lq, D), probabilities (B, H, Lq, L) or None). Probabilities come only
     from the eager path, which `need_probs=True` selects.
     """
-    scale = 1.0 / math.sqrt(q.size(-1))
+    score = score if score is not None else _SCALED_DOT
     if mask.bias is not None and mask.bias.dtype != q.dtype:  # e.g. under autocast
         mask = dataclasses.replace(mask, bias=mask.bias.to(q.dtype))
     if mask.lengths is not None and not (mask.backend == "flex" and mask.block_mask is not None):
-        return _per_sequence(q, k, v, mask, scale, dropout_p), None
-    if need_probs or mask.backend == "eager":
-        return _eager(q, k, v, mask.bias, scale, dropout_p)
+        return _per_sequence(q, k, v, mask, score, dropout_p), None
+    dense = not hasattr(score, "project") and not (mask.backend == "flex" and isinstance(score, Location))
+    if need_probs or mask.backend == "eager" or dense:
+        return _eager(q, k, v, mask.bias, score, dropout_p)
+    if capturing():  # the record's scores and probabilities, beside the fast path
+        _eager(q, k, v, mask.bias, score, 0.0)
     if mask.backend == "sdpa":
+        q, k, scale = score.project(q, k)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.bias, dropout_p=dropout_p, scale=scale), None
     if mask.backend == "flex":
         from .flex import flex_attention
 
+        if isinstance(score, Location):
+            return flex_attention(q, k, v, block_mask=mask.block_mask, score_bias=mask.score_bias,
+                                  location=(score.by_offset(q), score.max_distance)), None
+        q, k, scale = score.project(q, k)
         return flex_attention(q, k, v, block_mask=mask.block_mask, score_bias=mask.score_bias, scale=scale), None
     raise ValueError(f"unknown attention backend {mask.backend!r}; choose from {BACKENDS}")
 
 
-def _eager(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, scale: float,
+def _eager(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, score: nn.Module,
            dropout_p: float) -> tuple[Tensor, Tensor]:
     # transformers modeling_bert.py eager_attention_forward: matmul, scale, add mask, softmax, dropout.
-    scores = torch.matmul(q, k.transpose(-2, -1)).mul_(scale)  # (B, H, Lq, L); in place: memory-bound
+    if isinstance(score, ScaledDot):
+        scores = torch.matmul(q, k.transpose(-2, -1)).mul_(1.0 / math.sqrt(q.size(-1)))  # in place: memory-bound
+    else:
+        scores = score(q, k)  # (B, H, Lq, L)
+    record("scores_raw", scores)
     if bias is not None:
-        scores.add_(bias)
+        scores = scores.add_(bias) if not capturing() else scores + bias
+    record("scores_masked", scores)
     probs = torch.softmax(scores, dim=-1)
+    record("probs", probs)
     if dropout_p > 0.0:
         probs = F.dropout(probs, p=dropout_p)
     return torch.matmul(probs, v), probs
 
 
-def _per_sequence(q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, scale: float, dropout_p: float) -> Tensor:
+def _per_sequence(q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, score: nn.Module, dropout_p: float) -> Tensor:
     """A packed batch (1, H, T, D), attended sequence by sequence: no token sees another sequence."""
-    outputs = []
-    for qi, ki, vi in zip(*(t.split(mask.lengths, dim=2) for t in (q, k, v))):
-        if mask.backend == "eager":
-            outputs.append(_eager(qi, ki, vi, None, scale, dropout_p)[0])
-        else:
-            outputs.append(F.scaled_dot_product_attention(qi, ki, vi, dropout_p=dropout_p, scale=scale))
+    alone = AttentionMask(mask.backend if mask.backend != "flex" else "sdpa")
+    outputs = [attention(qi, ki, vi, alone, score=score, dropout_p=dropout_p)[0]
+               for qi, ki, vi in zip(*(t.split(mask.lengths, dim=2) for t in (q, k, v)))]
     return torch.cat(outputs, dim=2)

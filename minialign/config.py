@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 import convert
 
+from .scores import SCORE_FUNCTIONS
+
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
 
 
@@ -28,6 +30,8 @@ class Config:
     activation: str = "gelu"  # "gelu" is the exact erf form, as BERT's hidden_act "gelu"
     initializer_range: float = 0.02
     tie_word_embeddings: bool = True  # MLM decoder shares the word-embedding matrix
+    score_fn: str = "scaled_dot"  # alignment-score function (scores.py); pretrained weights use scaled_dot
+    max_relative_distance: int = 32  # R of the location-based score: offsets clipped to [-R, R]
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
@@ -50,6 +54,10 @@ class Config:
                 raise ValueError(f"Config.{name} must be in [0, 1), got {value!r}")
         if not isinstance(self.layer_norm_eps, (int, float)) or self.layer_norm_eps <= 0:
             raise ValueError(f"Config.layer_norm_eps must be > 0, got {self.layer_norm_eps!r}")
+        if self.score_fn not in SCORE_FUNCTIONS:
+            raise ValueError(f"Config.score_fn must be one of {SCORE_FUNCTIONS}, got {self.score_fn!r}")
+        if not isinstance(self.max_relative_distance, int) or self.max_relative_distance < 1:
+            raise ValueError(f"Config.max_relative_distance must be a positive int, got {self.max_relative_distance!r}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"Config.activation must be one of {ACTIVATIONS}, got {self.activation!r}")
 
@@ -79,6 +87,8 @@ class Config:
 
     def to_hf(self) -> dict[str, Any]:
         """A transformers config.json dict (BertConfig / RobertaConfig)."""
+        if self.score_fn != "scaled_dot":
+            raise ValueError(f"Config.score_fn {self.score_fn!r} has no transformers equivalent (only 'scaled_dot')")
         return convert.config_to_hf(dataclasses.asdict(self))
 
     def to_dict(self) -> dict[str, Any]:

@@ -30,10 +30,19 @@ def _compiled():
 
 
 def flex_attention(q: Tensor, k: Tensor, v: Tensor, *, block_mask: BlockMask | None = None,
-                   score_bias: Tensor | None = None, scale: float | None = None) -> Tensor:
-    """Fused attention for q (B, H, Lq, D), k, v (B, H, L, D) under a BlockMask and/or an additive bias."""
+                   score_bias: Tensor | None = None, scale: float | None = None,
+                   location: tuple[Tensor, int] | None = None) -> Tensor:
+    """Fused attention for q (B, H, Lq, D), k, v (B, H, L, D) under a BlockMask and/or an additive
+    bias. `location` = (scores by offset (B, H, Lq, 2R + 1), R) replaces the dot product with
+    location-based scores (scores.Location), looked up by the clipped offset j - i."""
     score_mod = None
-    if score_bias is not None:
+    if location is not None:
+        table, r = location
+
+        def score_mod(score, b, h, q_idx, kv_idx):
+            e = table[b, h, q_idx, (kv_idx - q_idx).clamp(-r, r) + r]
+            return e + score_bias[b, h, q_idx, kv_idx] if score_bias is not None else e
+    elif score_bias is not None:
         def score_mod(score, b, h, q_idx, kv_idx):
             return score + score_bias[b, h, q_idx, kv_idx]
     with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):

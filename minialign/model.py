@@ -17,8 +17,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from .tracing import capturing, record
 from .attention import BACKENDS, AttentionMask, attention, attention_bias, keep_mask
 from .config import Config
+from .scores import Bilinear, General, make_score_function
 
 
 def activation_fn(name: str):
@@ -74,8 +76,14 @@ class Embeddings(nn.Module):
             position_ids = self.position_ids(input_ids)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        x = self.word(input_ids) + self.token_type(token_type_ids) + self.position(position_ids)  # (B, L, C)
-        return self.dropout(self.norm(x))
+        word, token_type, position = self.word(input_ids), self.token_type(token_type_ids), self.position(position_ids)
+        x = word + token_type + position  # (B, L, C)
+        if capturing():
+            for role, t in (("word", word), ("position", position), ("token_type", token_type), ("sum", x)):
+                record(role, t)
+        x = self.norm(x)
+        record("norm", x)
+        return self.dropout(x)
 
 
 class SelfAttention(nn.Module):
@@ -88,6 +96,8 @@ class SelfAttention(nn.Module):
         super().__init__()
         self.num_heads, self.dropout_p = config.num_heads, config.attention_dropout
         self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
+        self.score = make_score_function(config.score_fn, config.num_heads, config.head_dim,
+                                         config.max_relative_distance)
         self.output = nn.Linear(config.hidden_size, config.hidden_size)
         self._register_state_dict_hook(_split_qkv)
         self._register_load_state_dict_pre_hook(_fuse_qkv)
@@ -99,9 +109,16 @@ class SelfAttention(nn.Module):
         q, k, v = self.qkv(x).split(C, dim=-1)
         if first_token_only:  # only the first token's output is wanted (the pooler's input)
             q = q[:, :1]
-        y, probs = attention(heads(q), heads(k), heads(v), mask, need_probs=need_probs,
+        q, k, v = heads(q), heads(k), heads(v)
+        if capturing():
+            for role, t in (("q", q), ("k", k), ("v", v)):
+                record(role, t)
+        y, probs = attention(q, k, v, mask, score=self.score, need_probs=need_probs,
                              dropout_p=self.dropout_p if self.training else 0.0)
-        return self.output(y.transpose(1, 2).reshape(B, q.size(1), C)), probs
+        record("context", y)
+        out = self.output(y.transpose(1, 2).reshape(B, q.size(2), C))
+        record("output", out)
+        return out, probs
 
 
 _QKV = ("query", "key", "value")
@@ -130,7 +147,9 @@ class FeedForward(nn.Module):
         self.act = activation_fn(config.activation)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down(self.act(self.up(x)))
+        h = self.act(self.up(x))  # (B, L, I)
+        record("intermediate", h)
+        return self.down(h)
 
 
 class EncoderLayer(nn.Module):
@@ -146,11 +165,20 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x: Tensor, mask: AttentionMask, need_probs: bool = False,
                 first_token_only: bool = False) -> tuple[Tensor, Tensor | None]:
+        record("input", x)
         a, probs = self.attention(x, mask, need_probs, first_token_only)
         if first_token_only:
             x = x[:, :1]
-        x = self.attention_norm(x + self.dropout(a))
-        x = self.ffn_norm(x + self.dropout(self.ffn(x)))
+        x = x + self.dropout(a)
+        record("attention_residual", x)
+        x = self.attention_norm(x)
+        record("attention_norm", x)
+        f = self.ffn(x)
+        record("ffn_output", f)
+        x = x + self.dropout(f)
+        record("ffn_residual", x)
+        x = self.ffn_norm(x)
+        record("output", x)
         return x, probs
 
 
@@ -162,7 +190,9 @@ class Pooler(nn.Module):
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
 
     def forward(self, x: Tensor) -> Tensor:
-        return torch.tanh(self.dense(x[:, 0]))
+        pooled = torch.tanh(self.dense(x[:, 0]))
+        record("output", pooled)
+        return pooled
 
 
 @dataclass
@@ -176,15 +206,17 @@ class EncoderOutput:
 class Encoder(nn.Module):
     """BERT / RoBERTa encoder: embeddings, a stack of encoder layers, pooler."""
 
-    def __init__(self, config: Config, *, attn_backend: str = "sdpa"):
+    def __init__(self, config: Config, *, attn_backend: str = "sdpa", seed: int | None = None):
+        """A randomly initialised encoder (BERT's initialisation; `seed` makes it reproducible)."""
         super().__init__()
         if attn_backend not in BACKENDS:
             raise ValueError(f"unknown attention backend {attn_backend!r}; choose from {BACKENDS}")
         self.config, self.attn_backend = config, attn_backend
-        self.embeddings = Embeddings(config)
-        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_layers))
-        self.pooler = Pooler(config)
-        init_weights(self, config)
+        with torch.random.fork_rng(devices=[], enabled=seed is not None):  # a seed leaves the global RNG alone
+            self.embeddings = Embeddings(config)
+            self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_layers))
+            self.pooler = Pooler(config)
+            init_weights(self, config, seed)
 
     @classmethod
     def from_pretrained(cls, src: str, **kwargs) -> Encoder:
@@ -213,7 +245,7 @@ class Encoder(nn.Module):
             token_type_ids = torch.zeros_like(input_ids)
         if position_ids is None:
             position_ids = self.embeddings.position_ids(input_ids)
-        if unpad and not output_attentions:
+        if unpad and not output_attentions and not capturing():
             return self._forward_packed(input_ids, attention_mask, token_type_ids, position_ids, backend,
                                         output_hidden_states, pooled_only)
         B, L = input_ids.shape
@@ -340,17 +372,19 @@ class AlignOutput:
 class AlignModel(nn.Module):
     """AlignScore's BERTAlignModel: an Encoder, the MLM head and three heads on the pooled first token."""
 
-    def __init__(self, config: Config, *, attn_backend: str = "sdpa"):
+    def __init__(self, config: Config, *, attn_backend: str = "sdpa", seed: int | None = None):
+        """A randomly initialised model (BERT's initialisation; `seed` makes it reproducible)."""
         super().__init__()
         self.config = config
-        self.encoder = Encoder(config, attn_backend=attn_backend)
-        self.mlm_head = MLMHead(config)
-        self.dropout = nn.Dropout(0.1)  # AlignScore model.py: nn.Dropout(p=0.1), before bin and tri only
-        self.bin_layer = nn.Linear(config.hidden_size, 2)
-        self.tri_layer = nn.Linear(config.hidden_size, 3)
-        self.reg_layer = nn.Linear(config.hidden_size, 1)
-        for head in (self.mlm_head, self.bin_layer, self.tri_layer, self.reg_layer):
-            init_weights(head, config)
+        self.encoder = Encoder(config, attn_backend=attn_backend, seed=seed)
+        with torch.random.fork_rng(devices=[], enabled=seed is not None):
+            self.mlm_head = MLMHead(config)
+            self.dropout = nn.Dropout(0.1)  # AlignScore model.py: nn.Dropout(p=0.1), before bin and tri only
+            self.bin_layer = nn.Linear(config.hidden_size, 2)
+            self.tri_layer = nn.Linear(config.hidden_size, 3)
+            self.reg_layer = nn.Linear(config.hidden_size, 1)
+            heads = nn.ModuleList([self.mlm_head, self.bin_layer, self.tri_layer, self.reg_layer])
+            init_weights(heads, config, None if seed is None else seed + 1)
 
     @classmethod
     def from_pretrained(cls, src: str, **kwargs) -> AlignModel:
@@ -386,9 +420,13 @@ class AlignModel(nn.Module):
 @torch.no_grad()
 def init_parameter(owner: nn.Module, name: str, param: Tensor, config: Config) -> None:
     """BERT's initialisation, in place (modeling_bert.py _init_weights): normal(0, initializer_range)
-    for Linear and Embedding weights (an embedding's padding row zeroed), LayerNorm weight 1,
-    every bias 0."""
-    if isinstance(owner, nn.LayerNorm) and name == "weight":
+    for Linear and Embedding weights (an embedding's padding row zeroed) and score-function
+    parameters, LayerNorm weight 1, every bias 0. General and bilinear scores start equal to the
+    scaled dot product."""
+    if isinstance(owner, (General, Bilinear)):  # start as the scaled dot product: W = I / D^(1/2) resp. I / D^(1/4)
+        d = param.size(-1)
+        param.copy_(torch.eye(d).expand_as(param) * d ** (-0.5 if isinstance(owner, General) else -0.25))
+    elif isinstance(owner, nn.LayerNorm) and name == "weight":
         param.fill_(1.0)
     elif name == "bias":
         param.zero_()
@@ -398,7 +436,12 @@ def init_parameter(owner: nn.Module, name: str, param: Tensor, config: Config) -
             param[owner.padding_idx].zero_()
 
 
-def init_weights(module: nn.Module, config: Config) -> None:
-    for owner in module.modules():
-        for name, param in owner.named_parameters(recurse=False):
-            init_parameter(owner, name, param, config)
+def init_weights(module: nn.Module, config: Config, seed: int | None = None) -> None:
+    """Initialise every parameter of `module`; with a seed, reproducibly and without touching the
+    global random state."""
+    with torch.random.fork_rng(devices=[], enabled=seed is not None):
+        if seed is not None:
+            torch.manual_seed(seed)
+        for owner in module.modules():
+            for name, param in owner.named_parameters(recurse=False):
+                init_parameter(owner, name, param, config)

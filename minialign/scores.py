@@ -1,0 +1,124 @@
+"""Alignment-score functions: how much query i attends key j, before the mask and the softmax.
+
+Each maps per-head queries and keys q, k (B, H, L, D) to raw scores e (B, H, Lq, L), has its own
+parameters (one set per head), and is chosen per model by `Config.score_fn`. Pretrained BERT and
+RoBERTa weights use the scaled dot product; the others are for models trained from scratch.
+
+  scaled_dot  e_ij = q_i . k_j / sqrt(D)                      (Vaswani et al. 2017)
+  general     e_ij = q_i^T W k_j                              (Luong et al. 2015, "general")
+  bilinear    e_ij = (W q_i)^T (W k_j)                        (one W for both sides)
+  additive    e_ij = v^T tanh(W1 q_i + W2 k_j)                (Bahdanau et al. 2015)
+  location    e_ij = w_r^T q_i, r = clip(j - i, -R, R)        (Luong et al. 2015 "location",
+                                                               made relative: one w per offset)
+
+Scores that are a dot product of transformed queries and keys (scaled_dot, general, bilinear)
+expose `project`, so every backend (sdpa, flex) runs them as ordinary attention. Location scores
+are a lookup by (query, offset): flex runs them as a score_mod. Additive scores need a vector per
+(i, j) pair, so they are computed densely (the eager path).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+SCORE_FUNCTIONS = ("scaled_dot", "general", "bilinear", "additive", "location")
+
+
+class ScaledDot(nn.Module):
+    """e_ij = q_i . k_j / sqrt(D). No parameters."""
+
+    def project(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:
+        return q, k, 1.0 / math.sqrt(q.size(-1))
+
+    def forward(self, q: Tensor, k: Tensor) -> Tensor:
+        q, k, scale = self.project(q, k)
+        return torch.matmul(q, k.transpose(-2, -1)) * scale
+
+
+class General(nn.Module):
+    """e_ij = q_i^T W k_j, W (D, D) per head."""
+
+    def __init__(self, heads: int, head_dim: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(heads, head_dim, head_dim))
+
+    def project(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:
+        return torch.matmul(q, self.weight), k, 1.0  # (q^T W) . k
+
+    def forward(self, q: Tensor, k: Tensor) -> Tensor:
+        q, k, _ = self.project(q, k)
+        return torch.matmul(q, k.transpose(-2, -1))
+
+
+class Bilinear(nn.Module):
+    """e_ij = (W q_i)^T (W k_j), W (D, D) per head, shared by queries and keys."""
+
+    def __init__(self, heads: int, head_dim: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(heads, head_dim, head_dim))
+
+    def project(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:
+        w = self.weight.transpose(-2, -1)  # row vectors: (W x)^T = x^T W^T
+        return torch.matmul(q, w), torch.matmul(k, w), 1.0
+
+    def forward(self, q: Tensor, k: Tensor) -> Tensor:
+        q, k, _ = self.project(q, k)
+        return torch.matmul(q, k.transpose(-2, -1))
+
+
+class Additive(nn.Module):
+    """e_ij = v^T tanh(W1 q_i + W2 k_j), W1, W2 (A, D) and v (A,) per head, A = D."""
+
+    def __init__(self, heads: int, head_dim: int):
+        super().__init__()
+        self.w_query = nn.Parameter(torch.empty(heads, head_dim, head_dim))
+        self.w_key = nn.Parameter(torch.empty(heads, head_dim, head_dim))
+        self.v = nn.Parameter(torch.empty(heads, head_dim))
+
+    def forward(self, q: Tensor, k: Tensor) -> Tensor:
+        wq = torch.matmul(q, self.w_query.transpose(-2, -1))  # (B, H, Lq, A)
+        wk = torch.matmul(k, self.w_key.transpose(-2, -1))  # (B, H, L, A)
+        hidden = torch.tanh(wq[:, :, :, None, :] + wk[:, :, None, :, :])  # (B, H, Lq, L, A)
+        return torch.einsum("bhija,ha->bhij", hidden, self.v)
+
+
+class Location(nn.Module):
+    """e_ij = w_r^T q_i with r = clip(j - i, -R, R): depends on the query and the relative position
+    only, not on the key's content. W (2R + 1, D) per head."""
+
+    def __init__(self, heads: int, head_dim: int, max_distance: int):
+        super().__init__()
+        self.max_distance = max_distance
+        self.weight = nn.Parameter(torch.empty(heads, 2 * max_distance + 1, head_dim))
+
+    def by_offset(self, q: Tensor) -> Tensor:
+        """(B, H, Lq, 2R + 1): the score of query i for each clipped offset."""
+        return torch.matmul(q, self.weight.transpose(-2, -1))
+
+    def offsets(self, q_len: int, k_len: int, device) -> Tensor:
+        i = torch.arange(q_len, device=device)[:, None]
+        j = torch.arange(k_len, device=device)[None, :]
+        return (j - i).clamp(-self.max_distance, self.max_distance) + self.max_distance  # (Lq, L)
+
+    def forward(self, q: Tensor, k: Tensor) -> Tensor:
+        table = self.by_offset(q)
+        index = self.offsets(q.size(2), k.size(2), q.device).expand(*table.shape[:2], -1, -1)
+        return torch.gather(table, -1, index)
+
+
+def make_score_function(name: str, heads: int, head_dim: int, max_distance: int) -> nn.Module:
+    if name == "scaled_dot":
+        return ScaledDot()
+    if name == "general":
+        return General(heads, head_dim)
+    if name == "bilinear":
+        return Bilinear(heads, head_dim)
+    if name == "additive":
+        return Additive(heads, head_dim)
+    if name == "location":
+        return Location(heads, head_dim, max_distance)
+    raise ValueError(f"unknown score function {name!r}; choose from {SCORE_FUNCTIONS}")

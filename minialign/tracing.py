@@ -1,0 +1,98 @@
+"""Capture of every intermediate tensor of a forward pass, by name.
+
+    with ma.capture(model) as cap:
+        model(input_ids, attention_mask=mask)
+    cap["layers.3.attention.probs"]       # (B, H, L, L)
+    list(cap)                            # every name recorded, in order
+
+Model code calls `record(name, tensor)`; with no capture active that is one `is None` test, so
+the default path pays nothing and compiles without graph breaks. Names are the module's name
+(as in `model.named_modules()`) plus the tensor's role:
+
+  embeddings.{word,position,token_type,sum,norm}   the three parts, their sum, the LayerNorm result
+  layers.i.input                                   the residual stream entering layer i
+  layers.i.attention.{q,k,v}                       per-head projections (B, H, L, D)
+  layers.i.attention.{scores_raw,scores_masked,probs}   (B, H, L, L), before and after the mask, softmax
+  layers.i.attention.{context,output}              per-head weighted sums (B, H, L, D); after Wo (B, L, C)
+  layers.i.{attention_residual,attention_norm}     x + attention (before LN), after LN
+  layers.i.ffn.intermediate                        activation of the feed-forward's first layer (B, L, I)
+  layers.i.{ffn_output,ffn_residual,output}        feed-forward output, x + ffn (before LN), after LN
+  pooler.output                                    (B, C)
+
+Attention scores and probabilities are recorded from the eager formulas; when the model runs
+another backend, they are computed beside it for the record, so results do not change.
+Capture runs the padded layout (unpad is ignored while capturing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch.nn as nn
+from torch import Tensor
+
+_active: Capture | None = None
+
+
+class Capture:
+    def __init__(self):
+        self.tensors: dict[str, Tensor] = {}
+        self._scope: list[str] = []
+
+    def __getitem__(self, name: str) -> Tensor:
+        return self.tensors[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.tensors)
+
+    def __len__(self) -> int:
+        return len(self.tensors)
+
+    def add(self, role: str, tensor: Tensor) -> None:
+        scope = self._scope[-1] if self._scope else ""
+        name = f"{scope}.{role}" if scope else role
+        if name in self.tensors:  # the same module called twice in one capture: number the calls
+            n = 1
+            while f"{name}#{n}" in self.tensors:
+                n += 1
+            name = f"{name}#{n}"
+        self.tensors[name] = tensor.detach()
+
+
+def capturing() -> bool:
+    return _active is not None
+
+
+def record(role: str, tensor: Tensor) -> None:
+    if _active is not None:
+        _active.add(role, tensor)
+
+
+@contextlib.contextmanager
+def capture(model: nn.Module) -> Iterator[Capture]:
+    """Record the named intermediates of every forward pass of `model` inside the block."""
+    global _active
+    if _active is not None:
+        raise RuntimeError("a capture is already active")
+    cap = Capture()
+
+    def enter(name):
+        def hook(module, args):
+            cap._scope.append(name)  # returns None: the inputs are left alone
+        return hook
+
+    def leave(module, args, output):
+        cap._scope.pop()  # returns None: the output is left alone
+
+    handles = []
+    for name, module in model.named_modules():
+        if name:
+            handles += [module.register_forward_pre_hook(enter(name)), module.register_forward_hook(leave)]
+    _active = cap
+    try:
+        yield cap
+    finally:
+        _active = None
+        for handle in handles:
+            handle.remove()
