@@ -1,0 +1,43 @@
+"""Every example runs and prints its result."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def run(name: str, *args: str) -> str:
+    result = subprocess.run([sys.executable, str(EXAMPLES / name), *args], capture_output=True, text=True,
+                            timeout=600, cwd=EXAMPLES.parent)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_attention_maps(minilm_dir):
+    out = run("attention_maps.py", str(minilm_dir))
+    assert "layer 5: [CLS] looks at" in out
+    assert "attention_maps.png" in out  # written, or skipped with a message
+
+
+def test_left_only_vs_bidirectional(minilm_dir):
+    out = run("left_only_vs_bidirectional.py", str(minilm_dir))
+    assert "embeddings: cosine(bidirectional, left-only) = 1.000" in out
+    last = float(out.strip().splitlines()[-1].rsplit("=", 1)[1])
+    assert last < 0.99
+
+
+def test_embedding_decomposition(minilm_dir):
+    out = run("embedding_decomposition.py", str(minilm_dir))
+    error = float(out.splitlines()[0].rsplit("=", 1)[1])
+    assert error <= 1e-6
+
+
+@pytest.mark.slow
+def test_score_functions():
+    out = run("score_functions.py", "120")
+    lines = [line for line in out.splitlines() if "held-out accuracy" in line]
+    assert len(lines) == 5
+    assert all(float(line.rsplit(" ", 1)[1]) > 0.8 for line in lines), out
