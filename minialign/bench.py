@@ -138,7 +138,7 @@ def bench_encoder(*, reps: int, dtypes: list[str], echo=print) -> list[dict]:
             results = {}
             with torch.inference_mode():
                 for label, call in calls.items():
-                    results[label] = timed(call, reps=reps)
+                    results[label] = timed(call, reps=reps if dtype_name == "fp32" else 1)
             base = results["transformers sdpa"]
             for label, seconds in results.items():
                 row = {"dtype": dtype_name, "batch": name, "impl": label, "tokens/s": tokens / seconds,
