@@ -40,7 +40,7 @@ def _assert_equal_on_real(hf_out, out, real):
         torch.testing.assert_close(ours.transpose(1, 2)[real], theirs.transpose(1, 2)[real], **TOL)
 
 
-@pytest.mark.parametrize("backend", ["eager", "sdpa"])
+@pytest.mark.parametrize("backend", ["eager", "sdpa", pytest.param("flex", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("arch,overrides", CONFIGS)
 def test_padding_mask_parity(arch, overrides, backend, tmp_path):
     hf, ours = _pair(arch, overrides, tmp_path, backend)
@@ -54,7 +54,7 @@ def test_padding_mask_parity(arch, overrides, backend, tmp_path):
     assert fast.hidden_states is None and fast.attentions is None
 
 
-@pytest.mark.parametrize("backend", ["eager", "sdpa"])
+@pytest.mark.parametrize("backend", ["eager", "sdpa", pytest.param("flex", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("arch,overrides", CONFIGS[::2])
 def test_3d_mask_parity(arch, overrides, backend, tmp_path):
     """A (B, L, L) mask; transformers gets the same mask as a 4-D additive one."""
