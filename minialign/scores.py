@@ -28,18 +28,25 @@ from torch import Tensor
 SCORE_FUNCTIONS = ("scaled_dot", "general", "bilinear", "additive", "location")
 
 
-class ScaledDot(nn.Module):
-    """e_ij = q_i . k_j / sqrt(D). No parameters."""
+class _DotOfProjections(nn.Module):
+    """A score that is a dot product of transformed queries and keys: `project` gives (q', k', scale)."""
 
     def project(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:
-        return q, k, 1.0 / math.sqrt(q.size(-1))
+        raise NotImplementedError
 
     def forward(self, q: Tensor, k: Tensor) -> Tensor:
         q, k, scale = self.project(q, k)
         return torch.matmul(q, k.transpose(-2, -1)) * scale
 
 
-class General(nn.Module):
+class ScaledDot(_DotOfProjections):
+    """e_ij = q_i . k_j / sqrt(D). No parameters."""
+
+    def project(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:
+        return q, k, 1.0 / math.sqrt(q.size(-1))
+
+
+class General(_DotOfProjections):
     """e_ij = q_i^T W k_j, W (D, D) per head."""
 
     def __init__(self, heads: int, head_dim: int):
@@ -49,12 +56,8 @@ class General(nn.Module):
     def project(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:
         return torch.matmul(q, self.weight), k, 1.0  # (q^T W) . k
 
-    def forward(self, q: Tensor, k: Tensor) -> Tensor:
-        q, k, _ = self.project(q, k)
-        return torch.matmul(q, k.transpose(-2, -1))
 
-
-class Bilinear(nn.Module):
+class Bilinear(_DotOfProjections):
     """e_ij = (W q_i)^T (W k_j), W (D, D) per head, shared by queries and keys."""
 
     def __init__(self, heads: int, head_dim: int):
@@ -64,10 +67,6 @@ class Bilinear(nn.Module):
     def project(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:
         w = self.weight.transpose(-2, -1)  # row vectors: (W x)^T = x^T W^T
         return torch.matmul(q, w), torch.matmul(k, w), 1.0
-
-    def forward(self, q: Tensor, k: Tensor) -> Tensor:
-        q, k, _ = self.project(q, k)
-        return torch.matmul(q, k.transpose(-2, -1))
 
 
 class Additive(nn.Module):
