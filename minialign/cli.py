@@ -46,7 +46,7 @@ def _score(args: argparse.Namespace) -> int:
     if args.input is not None and args.output is None:
         raise ValueError("--input needs --output")
     scorer = AlignScorer.from_pretrained(args.model, backbone=args.backbone, tokenizer=args.tokenizer, mode=args.mode,
-                                         batch_size=args.batch_size, device=args.device,
+                                         batch_size=args.batch_size, max_tokens=args.max_tokens, device=args.device,
                                          dtype=DTYPES[args.dtype] if args.dtype else None)
     if single:
         print(scorer.score([args.context], [args.claim])[0])
@@ -91,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backbone", help="for a .ckpt: backbone dir (config.json + tokenizer) or hub id")
     p.add_argument("--tokenizer", help="tokenizer dir or hub id (default: beside the model or backbone)")
     p.add_argument("--mode", default="nli_sp", choices=("nli_sp", "bin_sp", "reg_sp", "nli", "bin", "reg"))
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--batch-size", type=int, default=32, help="most pairs in one forward pass")
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="most tokens in one forward pass (default: 2048 on CPU, 65536 on GPU)")
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", choices=tuple(DTYPES))
     p.set_defaults(run=_score)

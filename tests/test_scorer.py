@@ -122,6 +122,32 @@ def test_batch_size_independence(tiny_alignscore):
         assert max(abs(a - b) for a, b in zip(results[0], other)) <= 1e-5
 
 
+@pytest.mark.parametrize("unpad", [True, False])
+def test_token_budget_bounds_every_batch(tiny_alignscore, monkeypatch, unpad):
+    path, backbone, _ = tiny_alignscore
+    contexts, claims = map(list, zip(*CORPUS))
+    reference = ma.AlignScorer.from_pretrained(path, backbone=str(backbone)).score(contexts, claims)
+    scorer = ma.AlignScorer.from_pretrained(path, backbone=str(backbone), max_tokens=200, unpad=unpad)
+    shapes = []
+    forward = scorer.model.forward
+    monkeypatch.setattr(scorer.model, "forward", lambda input_ids, attention_mask, **kw: shapes.append(
+        (tuple(input_ids.shape), int(attention_mask.sum()))) or forward(input_ids, attention_mask, **kw))
+    scores = scorer.score(contexts, claims)
+    assert max(abs(a - b) for a, b in zip(scores, reference)) <= 1e-5
+    assert len(shapes) > 2
+    for (rows, length), real in shapes:
+        run = real if unpad else rows * length
+        assert run <= 200 or rows == 1, (rows, length, real)  # an over-long pair runs alone
+    assert any(rows == 1 and length > 200 for (rows, length), _ in shapes)  # the corpus has a chunk > 200 tokens
+
+
+def test_batching_arguments_are_checked(tiny_alignscore):
+    path, backbone, _ = tiny_alignscore
+    for bad in ({"max_tokens": 0}, {"max_tokens": 2.5}, {"batch_size": 0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            ma.AlignScorer.from_pretrained(path, backbone=str(backbone), **bad)
+
+
 def test_details(tiny_alignscore):
     path, backbone, _ = tiny_alignscore
     scorer = ma.AlignScorer.from_pretrained(path, backbone=str(backbone))
@@ -189,7 +215,9 @@ def test_custom_splitter(tiny_alignscore):
 def test_unpadded_scoring_equals_padded(tiny_alignscore):
     path, backbone, _ = tiny_alignscore
     contexts, claims = map(list, zip(*CORPUS))
-    padded = ma.AlignScorer.from_pretrained(path, backbone=str(backbone), batch_size=4).score(contexts, claims)
+    padded = ma.AlignScorer.from_pretrained(path, backbone=str(backbone), batch_size=4, unpad=False)
+    assert not padded.unpad
+    padded = padded.score(contexts, claims)
     packed = ma.AlignScorer.from_pretrained(path, backbone=str(backbone), batch_size=4, unpad=True)
     assert packed.unpad
     assert max(abs(a - b) for a, b in zip(packed.score(contexts, claims), padded)) <= 1e-5
