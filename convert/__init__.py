@@ -13,6 +13,7 @@ from .files import (
     write_json,
     write_safetensors,
 )
+from .mapped import release
 from .hf_config import config_from_hf, config_to_hf
 from .names import alignscore_to_minialign, hf_to_minialign, minialign_to_hf, split_hf_backbone
 from .pickles import load_pickle
@@ -30,6 +31,7 @@ __all__ = [
     "read_json",
     "read_safetensors",
     "read_state_dict",
+    "release",
     "split_hf_backbone",
     "write_json",
     "write_safetensors",

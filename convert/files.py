@@ -3,27 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from .errors import CheckpointError
+from .mapped import read_safetensors
 from .pickles import as_plain, load_pickle
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-
-
-def read_safetensors(path: str | Path) -> dict[str, torch.Tensor]:
-    """All tensors of a .safetensors file, memory-mapped (no copy until a tensor is written to)."""
-    path = Path(path)
-    try:
-        with safe_open(str(path), framework="pt", device="cpu") as f:
-            return {name: f.get_tensor(name) for name in f.keys()}
-    except (SafetensorError, OSError, RuntimeError, ValueError) as e:
-        raise CheckpointError(f"{path}: corrupt or truncated safetensors file ({e})") from None
 
 
 def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
@@ -83,7 +74,9 @@ def write_json(path: str | Path, data: dict[str, Any]) -> None:
 
 
 def write_safetensors(path: str | Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
-    """Write tensors; a tensor sharing storage with an earlier one is copied so safetensors accepts it."""
+    """Write tensors; a tensor sharing storage with an earlier one is copied so safetensors accepts it.
+    The file is written beside its destination and renamed into place: an interrupted write leaves
+    the old file whole, and tensors still mapped from the old file stay valid."""
     seen: set[int] = set()
     out = {}
     for name, tensor in tensors.items():
@@ -91,4 +84,10 @@ def write_safetensors(path: str | Path, tensors: dict[str, torch.Tensor], metada
         ptr = tensor.untyped_storage().data_ptr()
         out[name] = tensor.clone() if ptr in seen else tensor
         seen.add(ptr)
-    save_file(out, str(path), metadata=metadata)
+    path = Path(path)
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        save_file(out, str(partial), metadata=metadata)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)

@@ -1,8 +1,9 @@
 """Resolve a source (HF dir, hub id, minialign dir, AlignScore .ckpt) and build a model from it.
 
 Flow: read_checkpoint() -> Checkpoint(config, tensors under minialign names) -> load() builds the
-model on the meta device and assigns the tensors (cast one by one), so peak memory stays near one
-copy of the weights. Foreign names and file formats are convert's business.
+model on the meta device and assigns the tensors (cast one by one, the mapped pages of each copied
+tensor given back), so peak memory stays near one copy of the weights. Foreign names and file
+formats are convert's business.
 """
 
 from __future__ import annotations
@@ -197,7 +198,19 @@ def build(cls: type[nn.Module], ckpt: Checkpoint, *, device: str | torch.device 
         model = cls(ckpt.config, attn_backend=attn_backend)
     prefix = "encoder." if cls is Encoder else ""
     missing = check_tensors(model, {prefix + k: v for k, v in tensors.items()}, ckpt.origin, prefix=prefix)
-    model.load_state_dict({k: _cast(v, device, dtype) for k, v in tensors.items()}, strict=False, assign=True)
+    # Tensors that already have the wanted dtype and device become the parameters as they are (for a
+    # safetensors file: views of its memory map, read on first use). Mapped pages of every tensor
+    # that is copied instead (cast, moved, or fused into qkv) are given back as soon as it is.
+    prepared = {}
+    for name, tensor in tensors.items():
+        prepared[name] = _cast(tensor, device, dtype)
+        if prepared[name] is not tensor:
+            convert.release(tensor)
+    model.load_state_dict(prepared, strict=False, assign=True)
+    kept = {t.data_ptr() for t in model.state_dict(keep_vars=True).values()}
+    for tensor in tensors.values():
+        if tensor.data_ptr() not in kept:
+            convert.release(tensor)
     if missing:
         _initialise(model, [k[len(prefix):] for k in missing], ckpt.config, device, dtype)
         warnings.warn(f"{ckpt.origin}: initialised weights the checkpoint lacks: {missing}", stacklevel=3)
