@@ -54,6 +54,11 @@ def machine() -> dict[str, str]:
     return info
 
 
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 def interleaved(calls: dict, *, rounds: int) -> dict[str, float]:
     """Best seconds of each call over `rounds` rounds, every call once per round after one warm-up
     each: the machine's drift hits all implementations alike (a shared VM varies by 10-20%)."""
@@ -62,20 +67,23 @@ def interleaved(calls: dict, *, rounds: int) -> dict[str, float]:
     best = {label: float("inf") for label in calls}
     for _ in range(rounds):
         for label, call in calls.items():
+            _sync()
             start = time.perf_counter()
             call()
+            _sync()
             best[label] = min(best[label], time.perf_counter() - start)
     return best
 
 
-CEILING_SHAPE = (2048, 768, 3072)  # tokens x hidden -> intermediate: roberta-base's feed-forward up-projection
+# (tokens, in, out) of the ceiling matmul. CPU: roberta-base's feed-forward up-projection at 2048
+# tokens (a larger square matmul runs slower than that on a small-cache CPU, understating the
+# ceiling). GPU: a large square matmul, the usual peak reference.
+CEILING_SHAPE = {"cpu": (2048, 768, 3072), "cuda": (8192, 8192, 8192)}
 
 
 def matmul_rate(dtype: torch.dtype, device: str = "cpu", rounds: int = 8) -> float:
-    """GFLOP/s of F.linear at the encoder's own largest matmul shape (CEILING_SHAPE, 2048 tokens),
-    best of `rounds`: the practical ceiling. (A larger square matmul runs slower than this on a
-    small-cache CPU, so it would understate the ceiling.)"""
-    m, k, n = CEILING_SHAPE
+    """GFLOP/s of F.linear at CEILING_SHAPE, best of `rounds`: the practical ceiling."""
+    m, k, n = CEILING_SHAPE[torch.device(device).type]
     x = torch.randn(m, k, dtype=dtype, device=device)
     w = torch.randn(n, k, dtype=dtype, device=device)
     seconds = interleaved({"matmul": lambda: F.linear(x, w)}, rounds=rounds)["matmul"]
@@ -92,10 +100,13 @@ def encoder_flops(config: Config, lengths: list[int]) -> float:
 
 # -- encoder forward --------------------------------------------------------------------------------
 
-def _batches(config: Config, seed: int = 0) -> dict[str, list[int]]:
+def encoder_batches(device: str, seed: int = 0) -> dict[str, list[int]]:
+    """Sequence lengths per batch: padded batches and a mixed-length one (24-512 tokens)."""
     rng = random.Random(seed)
-    return {"4x128": [128] * 4, "4x512": [512] * 4,
-            "mixed 8": sorted((rng.randint(24, 512) for _ in range(8)), reverse=True)}
+    mixed = lambda n: sorted((rng.randint(24, 512) for _ in range(n)), reverse=True)  # noqa: E731
+    if torch.device(device).type == "cuda":
+        return {"64x512": [512] * 64, "mixed 64": mixed(64)}
+    return {"4x128": [128] * 4, "4x512": [512] * 4, "mixed 8": mixed(8)}
 
 
 def _inputs(config: Config, lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -107,18 +118,19 @@ def _inputs(config: Config, lengths: list[int]) -> tuple[torch.Tensor, torch.Ten
     return ids.masked_fill(mask == 0, config.pad_token_id), mask
 
 
-def _hf_encoder(config: Config, implementation: str, dtype: torch.dtype, state_dict: dict):
+def _hf_encoder(config: Config, implementation: str, dtype: torch.dtype, state_dict: dict, device: str = "cpu"):
     from transformers import AutoConfig, AutoModel
 
     hf = AutoModel.from_config(AutoConfig.for_model(**config.to_hf()), attn_implementation=implementation)
     hf.load_state_dict(state_dict, strict=False)
-    return hf.to(dtype).eval()
+    return hf.to(device=device, dtype=dtype).eval()
 
 
-def bench_encoder(*, reps: int, dtypes: list[str], ceilings: dict[str, float], echo=print) -> list[dict]:
+def bench_encoder(*, reps: int, dtypes: list[str], ceilings: dict[str, float], config: Config = ROBERTA_BASE,
+                  model_name: str = "roberta-base", device: str = "cpu", batches: dict[str, list[int]] | None = None,
+                  echo=print) -> list[dict]:
     import convert
 
-    config = ROBERTA_BASE
     torch.manual_seed(0)
     ours = Encoder(config).eval()
     hf_weights = convert.minialign_to_hf({f"encoder.{k}": v for k, v in ours.state_dict().items()}, config.arch)
@@ -126,33 +138,32 @@ def bench_encoder(*, reps: int, dtypes: list[str], ceilings: dict[str, float], e
     for dtype_name in dtypes:
         dtype = DTYPES[dtype_name]
         ceiling = ceilings[dtype_name]
-        echo(f"matmul ceiling {dtype_name}: {ceiling:.1f} GFLOP/s")
         runners = {
-            "transformers eager": _hf_encoder(config, "eager", dtype, hf_weights),
-            "transformers sdpa": _hf_encoder(config, "sdpa", dtype, hf_weights),
+            "transformers eager": _hf_encoder(config, "eager", dtype, hf_weights, device),
+            "transformers sdpa": _hf_encoder(config, "sdpa", dtype, hf_weights, device),
         }
-        for backend in ("eager", "sdpa", "flex"):
-            model = Encoder(config, attn_backend=backend)
+        for backend in ("eager", "sdpa", "flex", "sdpa compiled"):
+            model = Encoder(config, attn_backend=backend.split()[0])
             model.load_state_dict(ours.state_dict())
-            runners[f"minialign {backend}"] = model.to(dtype).eval()
-        for name, lengths in _batches(config).items():
-            ids, mask = _inputs(config, lengths)
+            runners[f"minialign {backend}"] = model.to(device=device, dtype=dtype).eval()
+        runners["minialign sdpa compiled"].compile()
+        for name, lengths in (batches or encoder_batches(device)).items():
+            ids, mask = (t.to(device) for t in _inputs(config, lengths))
             tokens = sum(lengths)
             flops = encoder_flops(config, lengths)
             calls = {label: (lambda m=m: m(ids, attention_mask=mask)) for label, m in runners.items()}
-            calls["minialign unpadded"] = lambda m=runners["minialign sdpa"]: m(ids, attention_mask=mask, unpad=True)
-            calls["minialign unpadded flex"] = lambda m=runners["minialign flex"]: m(ids, attention_mask=mask,
-                                                                                       unpad=True)
+            for label, model in (("unpadded", runners["minialign sdpa"]), ("unpadded flex", runners["minialign flex"])):
+                calls[f"minialign {label}"] = lambda m=model: m(ids, attention_mask=mask, unpad=True)
             with torch.inference_mode():
-                results = interleaved(calls, rounds=reps if dtype_name == "fp32" else 1)
+                results = interleaved(calls, rounds=reps if dtype_name == "fp32" or device != "cpu" else 1)
             base = results["transformers sdpa"]
             for label, seconds in results.items():
-                row = {"dtype": dtype_name, "batch": name, "impl": label, "tokens/s": tokens / seconds,
-                       "vs hf sdpa": base / seconds, "GFLOP/s": flops / seconds / 1e9,
+                row = {"model": model_name, "dtype": dtype_name, "batch": name, "impl": label,
+                       "tokens/s": tokens / seconds, "vs hf sdpa": base / seconds, "GFLOP/s": flops / seconds / 1e9,
                        "of ceiling": flops / seconds / 1e9 / ceiling}
                 rows.append(row)
-                echo(f"{dtype_name} {name:8} {label:26} {row['tokens/s']:9.0f} tok/s  x{row['vs hf sdpa']:.2f}  "
-                     f"{row['GFLOP/s']:6.1f} GFLOP/s ({row['of ceiling']:.0%})")
+                echo(f"{model_name} {dtype_name} {name:8} {label:26} {row['tokens/s']:9.0f} tok/s  "
+                     f"x{row['vs hf sdpa']:.2f}  {row['GFLOP/s']:6.1f} GFLOP/s ({row['of ceiling']:.0%})")
     return rows
 
 
@@ -169,15 +180,17 @@ _WORDS = ("the a of to in and for on with said at by from his her its their was 
           "world country europe america china india africa london paris monday tuesday wednesday thursday friday").split()
 
 
-def _sentence(rng: random.Random) -> str:
-    words = [rng.choice(_WORDS) for _ in range(rng.randint(8, 22))]
+def _sentence(rng: random.Random, most: int = 22) -> str:
+    words = [rng.choice(_WORDS) for _ in range(min(rng.randint(8, 22), most))]
     return " ".join(words).capitalize() + "."
 
 
 def _text(rng: random.Random, lo: int, hi: int) -> str:
-    target, sentences = rng.randint(lo, hi), []
-    while sum(len(s.split()) for s in sentences) < target:
-        sentences.append(_sentence(rng))
+    """Sentences of 8-22 words (the last one shortened to fit) totalling a random lo..hi words."""
+    left, sentences = rng.randint(lo, hi), []
+    while left > 0:
+        sentences.append(_sentence(rng, most=left))
+        left -= len(sentences[-1].split())
     return " ".join(sentences)
 
 
@@ -218,6 +231,7 @@ def original_alignscore(parts, tokenizer, contexts, claims, splitter, batch_size
     """The original pipeline (AlignScore inference.py, nli_sp): per example, its chunk x sentence pairs
     in mini-batches padded to 512, the MLM head run on every forward."""
     base, mlm, heads = parts
+    device = next(base.parameters()).device
     scores = []
     for context, claim in zip(contexts, claims):
         sentences = splitter(context) or [""]
@@ -234,7 +248,7 @@ def original_alignscore(parts, tokenizer, contexts, claims, splitter, batch_size
             except Exception:
                 batch = tokenizer(pre[i:i + batch_size], hyp[i:i + batch_size], truncation=True, **kwargs)
             with torch.no_grad():
-                out = base(**batch)
+                out = base(**batch.to(device))
                 mlm(out.last_hidden_state)
                 probs.append(torch.softmax(heads["tri_layer"](out.pooler_output), -1)[:, 0])
         matrix = torch.cat(probs).view(len(chunks), len(claim_sentences))
@@ -242,7 +256,7 @@ def original_alignscore(parts, tokenizer, contexts, claims, splitter, batch_size
     return scores
 
 
-def bench_scoring(*, examples: int, dtypes: list[str], echo=print) -> list[dict]:
+def bench_scoring(*, examples: int, dtypes: list[str], device: str = "cpu", echo=print) -> list[dict]:
     from transformers import AutoTokenizer
 
     from .scorer import AlignScorer
@@ -251,29 +265,35 @@ def bench_scoring(*, examples: int, dtypes: list[str], echo=print) -> list[dict]
     contexts, claims = scoring_corpus(examples)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        ckpt, backbone, parts = _alignscore_fixture(Path(tmp), contexts + claims)
+        ckpt, backbone, (base, mlm, heads) = _alignscore_fixture(Path(tmp), contexts + claims)
+        parts = base.to(device), mlm.to(device), {name: layer.to(device) for name, layer in heads.items()}
         hf_tok = AutoTokenizer.from_pretrained(backbone, tokenizer_type="roberta")
         n_pairs = None
+        original_alignscore(parts, hf_tok, contexts[:3], claims[:3], split_sentences)  # warm-up
+        _sync()
         start = time.perf_counter()
         reference = original_alignscore(parts, hf_tok, contexts, claims, split_sentences)
         original_seconds = time.perf_counter() - start
         for dtype_name in dtypes:
             for unpad in (False, True):
                 scorer = AlignScorer.from_pretrained(ckpt, backbone=str(backbone), dtype=DTYPES[dtype_name],
-                                                     unpad=unpad)
+                                                     unpad=unpad, device=device)
                 examples_, pairs = scorer._plan(contexts, claims)
                 n_pairs = sum(len(e.pair_ids) for e in examples_)
                 scorer.score(contexts[:3], claims[:3])  # warm-up
+                _sync()
                 start = time.perf_counter()
                 scores = scorer.score(contexts, claims)
                 seconds = time.perf_counter() - start
+                del scorer
                 rows.append({"impl": f"minialign {dtype_name}{' unpadded' if unpad else ''}",
                              "pairs/s": n_pairs / seconds, "speed-up": original_seconds / seconds,
                              "max abs diff": max(abs(a - b) for a, b in zip(scores, reference))})
-        rows.insert(0, {"impl": "original (transformers fp32, pad 512, MLM head)", "pairs/s": n_pairs / original_seconds,
-                        "speed-up": 1.0, "max abs diff": 0.0})
+        rows.insert(0, {"impl": "original (transformers fp32, pad 512, MLM head)", "speed-up": 1.0,
+                        "pairs/s": n_pairs / original_seconds, "max abs diff": 0.0})
     for row in rows:
-        echo(f"{row['impl']:48} {row['pairs/s']:7.2f} pairs/s  x{row['speed-up']:.2f}  max|diff| {row['max abs diff']:.1e}")
+        echo(f"{row['impl']:48} {row['pairs/s']:7.2f} pairs/s  x{row['speed-up']:.2f}  "
+             f"max|diff| {row['max abs diff']:.1e}")
     return rows
 
 
@@ -303,7 +323,9 @@ def bench_loading(echo=print) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         full, tiny = Path(tmp) / "roberta-base", Path(tmp) / "tiny"
-        for directory, config in ((full, ROBERTA_BASE), (tiny, dataclasses.replace(ROBERTA_BASE, vocab_size=100, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64))):
+        small = dataclasses.replace(ROBERTA_BASE, vocab_size=100, hidden_size=32, num_layers=1, num_heads=2,
+                                    intermediate_size=64)
+        for directory, config in ((full, ROBERTA_BASE), (tiny, small)):
             with torch.device("meta"):
                 shapes = {f"encoder.{k}": v.shape for k, v in Encoder(config).state_dict().items()}
             save_native(Checkpoint(config, {k: torch.randn(shape) * 0.02 for k, shape in shapes.items()}, "bench"),
@@ -330,33 +352,45 @@ def _table(rows: list[dict], columns: list[str], formats: dict[str, str]) -> str
     return "\n".join(lines)
 
 
-def run(*, quick: bool = False, out: str | None = None, echo=print) -> str:
+def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", models: tuple[str, ...] = ("roberta-base",),
+        echo=print) -> str:
+    """The whole benchmark. On CPU: fp32 and bf16 (fp32 only with quick). On a GPU: bf16 only,
+    64x512 and mixed batches, each of `models` (e.g. roberta-base roberta-large)."""
     info = machine()
     echo("machine: " + ", ".join(f"{k} {v}" for k, v in info.items()))
-    ceilings = {name: matmul_rate(dtype, rounds=3 if name == "bf16" else 8) for name, dtype in DTYPES.items()}
-    dtypes = ["fp32"] if quick else ["fp32", "bf16"]
-    encoder_rows = bench_encoder(reps=1 if quick else 4, dtypes=dtypes, ceilings=ceilings, echo=echo)
-    scoring_rows = bench_scoring(examples=6 if quick else 12, dtypes=dtypes, echo=echo)
+    gpu = torch.device(device).type == "cuda"
+    dtypes = ["bf16"] if gpu else ["fp32"] if quick else ["fp32", "bf16"]
+    ceilings = {name: matmul_rate(DTYPES[name], device, rounds=3 if name == "bf16" and not gpu else 8)
+                for name in dtypes}
+    echo("matmul ceiling: " + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in ceilings.items()))
+    encoder_rows = []
+    for name in models:
+        encoder_rows += bench_encoder(reps=1 if quick else 4, dtypes=dtypes, ceilings=ceilings,
+                                      config=Config.from_name(name), model_name=name, device=device, echo=echo)
+    scoring_rows = bench_scoring(examples=6 if quick else 12, dtypes=["fp32", *dtypes] if gpu else dtypes,
+                                 device=device, echo=echo)
     loading = bench_loading(echo=echo)
+    m, k, n = CEILING_SHAPE[torch.device(device).type]
     report = "\n\n".join([
         "## Machine\n\n" + "\n".join(f"- {k}: {v}" for k, v in info.items())
-        + "\n- matmul ceiling (F.linear %dx%d @ %dx%d, the feed-forward shape; best of 8 fp32 / 3 bf16): "
-        % (CEILING_SHAPE[0], CEILING_SHAPE[1], CEILING_SHAPE[1], CEILING_SHAPE[2])
+        + f"\n- device benchmarked: {device}"
+        + f"\n- matmul ceiling (F.linear {m}x{k} @ {k}x{n}, best of rounds): "
         + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in ceilings.items()),
-        "## Encoder forward (roberta-base shape, random weights, inference_mode)\n\n"
-        "Each implementation is timed once per round, rounds interleaved, best of 4 rounds (fp32) or 1 "
-        "(bf16, after a warm-up). "
+        f"## Encoder forward ({', '.join(models)} shape, random weights, inference_mode)\n\n"
+        "Each implementation is timed once per round, rounds interleaved, best of 4 rounds (1 for bf16 on "
+        "CPU, after a warm-up). `sdpa compiled` is `model.compile()` (its compile time is not counted). "
         "tokens/s counts real tokens; `vs hf sdpa` is the speed ratio against transformers' sdpa in the same "
         "run; GFLOP/s is useful work (real tokens only) and `of ceiling` its fraction of the same dtype's "
         "matmul ceiling.\n\n"
-        + _table(encoder_rows, ["dtype", "batch", "impl", "tokens/s", "vs hf sdpa", "GFLOP/s", "of ceiling"],
+        + _table(encoder_rows, ["model", "dtype", "batch", "impl", "tokens/s", "vs hf sdpa", "GFLOP/s", "of ceiling"],
                  {"tokens/s": ".0f", "vs hf sdpa": ".2f", "GFLOP/s": ".1f", "of ceiling": ".0%"}),
-        f"## AlignScore scoring (nli_sp, {6 if quick else 12} examples of the seeded length mix)\n\n"
+        f"## AlignScore scoring (nli_sp, roberta-base shape, {6 if quick else 12} examples of the seeded "
+        "length mix)\n\n"
         "The original pipeline pads every pair to 512 tokens, batches per example and runs the MLM head; "
-        "`max abs diff` is against its scores.\n\n"
+        "`max abs diff` is against its scores. Both after a warm-up on three examples.\n\n"
         + _table(scoring_rows, ["impl", "pairs/s", "speed-up", "max abs diff"],
                  {"pairs/s": ".2f", "speed-up": ".2f", "max abs diff": ".1e"}),
-        "## Loading memory (roberta-base-shaped safetensors, Encoder.from_pretrained)\n\n"
+        "## Loading memory (roberta-base-shaped safetensors, Encoder.from_pretrained, CPU)\n\n"
         "Peak RSS (VmHWM) added by `Encoder.from_pretrained` and a pass touching every weight, in a "
         "fresh process that has already loaded a tiny checkpoint (so imports are not counted), against the "
         "fp32 weights file. Weights of the file's dtype stay views of its memory map (file-backed pages); "

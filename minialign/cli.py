@@ -61,7 +61,7 @@ def _score(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     from .bench import run
 
-    run(quick=args.quick, out=args.out)
+    run(quick=args.quick, out=args.out, device=args.device, models=tuple(args.models))
     return 0
 
 
@@ -115,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("bench", help="benchmark against transformers and the original AlignScore pipeline")
     p.add_argument("--quick", action="store_true", help="fp32 only, fewer repetitions")
     p.add_argument("--out", help="write the report (markdown) to this file, e.g. BENCHMARKS.md")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda (bf16, 64x512 and mixed batches)")
+    p.add_argument("--models", nargs="+", default=["roberta-base"], help="presets to time the encoder at, "
+                   "e.g. roberta-base roberta-large")
     p.set_defaults(run=_bench)
 
     args = parser.parse_args(argv)
