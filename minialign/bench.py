@@ -61,12 +61,13 @@ def _sync() -> None:
 
 def interleaved(calls: dict, *, rounds: int) -> dict[str, float]:
     """Best seconds of each call over `rounds` rounds, every call once per round after one warm-up
-    each: the machine's drift hits all implementations alike (a shared VM varies by 10-20%)."""
+    each, the order reversed every other round: the machine's drift hits all implementations alike
+    (a shared VM varies by 10-20%)."""
     for call in calls.values():
         call()
     best = {label: float("inf") for label in calls}
-    for _ in range(rounds):
-        for label, call in calls.items():
+    for r in range(rounds):
+        for label, call in list(calls.items())[::1 if r % 2 == 0 else -1]:  # alternate the order: no seat is favoured
             _sync()
             start = time.perf_counter()
             call()

@@ -186,6 +186,10 @@ def build(cls: type[nn.Module], ckpt: Checkpoint, *, device: str | torch.device 
           dtype: torch.dtype | None = None, attn_backend: str = "sdpa") -> nn.Module:
     device = torch.device(device or "cpu")
     dtype = dtype or torch.float32
+    if device.type == "cpu" and dtype in (torch.bfloat16, torch.float16) and not cpu_has_native(dtype):
+        warnings.warn(f"this CPU has no native {dtype} matmul (no AVX512-BF16/FP16 or AMX), so {dtype} is "
+                      f"emulated and runs several times slower than float32 here (BENCHMARKS.md); "
+                      f"float32 is the faster choice on this machine", stacklevel=3)
     tensors = ckpt.tensors
     if cls is Encoder:
         unused = sorted(k for k in tensors if not k.startswith("encoder."))
@@ -215,6 +219,15 @@ def build(cls: type[nn.Module], ckpt: Checkpoint, *, device: str | torch.device 
         _initialise(model, [k[len(prefix):] for k in missing], ckpt.config, device, dtype)
         warnings.warn(f"{ckpt.origin}: initialised weights the checkpoint lacks: {missing}", stacklevel=3)
     return model.eval()
+
+
+def cpu_has_native(dtype: torch.dtype) -> bool:
+    """Whether oneDNN reports hardware matmul support for bf16 / fp16 on this CPU."""
+    probe = {torch.bfloat16: "_is_mkldnn_bf16_supported", torch.float16: "_is_mkldnn_fp16_supported"}[dtype]
+    try:
+        return bool(getattr(torch.ops.mkldnn, probe)())
+    except (AttributeError, RuntimeError):  # a build without oneDNN: say nothing
+        return True
 
 
 def _cast(t: Tensor, device: torch.device, dtype: torch.dtype) -> Tensor:

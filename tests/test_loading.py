@@ -2,6 +2,7 @@
 
 import json
 import shutil
+import warnings
 
 import pytest
 import torch
@@ -56,6 +57,18 @@ def test_device_and_dtype(save_hf):
     out = model(torch.randint(3, 200, (2, 5)))
     assert out.last_hidden_state.dtype == torch.bfloat16
     assert not model.training
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_half_precision_on_a_cpu_without_it_warns(save_hf, monkeypatch, native):
+    _, directory = save_hf("bert")
+    monkeypatch.setattr(ma.loading, "cpu_has_native", lambda dtype: native)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ma.Encoder.from_pretrained(directory, dtype=torch.bfloat16)
+        ma.Encoder.from_pretrained(directory)  # float32: never
+    emulated = [w for w in caught if "no native torch.bfloat16 matmul" in str(w.message)]
+    assert len(emulated) == (0 if native else 1)
 
 
 def test_native_config_round_trip(tmp_path, minilm_dir):
