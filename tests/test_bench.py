@@ -31,13 +31,15 @@ def test_encoder_flops_counts_matmuls_per_token_and_attention():
 def test_encoder_benchmark_times_every_implementation():
     config = dataclasses.replace(Config.from_name("roberta-base"), vocab_size=300, hidden_size=32, num_layers=2,
                                  num_heads=2, intermediate_size=64)
-    rows = bench.bench_encoder(reps=1, dtypes=["fp32"], ceilings={"fp32": 1.0}, config=config, model_name="tiny",
-                               batches={"2x16": [16, 16], "mixed": [16, 5]}, echo=lambda *a: None)
+    rows, ceilings = bench.bench_encoder(reps=1, dtypes=["fp32"], config=config, model_name="tiny",
+                                         batches={"2x16": [16, 16], "mixed": [16, 5]}, echo=lambda *a: None)
+    assert set(ceilings) == {"fp32"} and ceilings["fp32"] > 0
     impls = {"transformers eager", "transformers sdpa", "minialign eager", "minialign sdpa", "minialign flex",
              "minialign sdpa compiled", "minialign unpadded", "minialign unpadded flex"}
     assert {(r["batch"], r["impl"]) for r in rows} == {(b, i) for b in ("2x16", "mixed") for i in impls}
     for row in rows:
         assert math.isfinite(row["tokens/s"]) and row["tokens/s"] > 0
+        assert row["of ceiling"] == pytest.approx(row["GFLOP/s"] / ceilings["fp32"])
         if row["impl"] == "transformers sdpa":
             assert row["vs hf sdpa"] == 1.0
     assert torch.get_num_threads() >= 1
