@@ -71,7 +71,7 @@ class AlignScorer:
         2048 tokens on CPU, where smaller matmuls stay in cache and their buffers are reused rather
         than page-faulted afresh (about 8% faster than 32 full pairs, BENCHMARKS.md), and 65536 elsewhere.
         unpad (default): run each batch packed, on real tokens only (see Encoder.forward); on the
-        CPU this is 1.9x faster than padded batches of mixed lengths (BENCHMARKS.md).
+        CPU this is 1.6x faster than padded batches of mixed lengths (BENCHMARKS.md).
         compile: torch.compile the model; batch lengths are then rounded up to a multiple of
         `bucket` so a run compiles a handful of shapes, not one per batch."""
         if mode not in MODES:
