@@ -234,7 +234,8 @@ class Encoder(nn.Module):
 
         unpad: run on real tokens only. The batch (a right-padded 2-D mask) is packed into one row;
             embeddings, projections, feed-forward and LayerNorm see real tokens only; attention is
-            restricted to each sequence. Outputs come back padded (pad rows zero).
+            restricted to each sequence. Outputs come back padded (pad rows zero). A batch without
+            padding runs the padded path, the same computation in fewer calls.
         pooled_only: the last layer runs for the first token alone (all the pooler reads);
             last_hidden_state is then None. Ignored when hidden states are asked for.
         """
@@ -245,6 +246,8 @@ class Encoder(nn.Module):
             token_type_ids = torch.zeros_like(input_ids)
         if position_ids is None:
             position_ids = self.embeddings.position_ids(input_ids)
+        if unpad and not torch.compiler.is_compiling() and (attention_mask is None or bool(attention_mask.all())):
+            unpad = False  # nothing to remove: the padded path is the same computation in fewer calls
         if unpad and not output_attentions and not capturing():
             return self._forward_packed(input_ids, attention_mask, token_type_ids, position_ids, backend,
                                         output_hidden_states, pooled_only)

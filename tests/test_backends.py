@@ -91,6 +91,17 @@ def test_alignmodel_unpad_and_pooled_only(tmp_path):
         assert model(ids, attention_mask=mask, mlm=True).last_hidden_state is not None
 
 
+def test_unpad_without_padding_runs_the_padded_path(pair, monkeypatch):
+    hf, directory = pair
+    model = ma.Encoder.from_pretrained(directory)
+    ids, mask = _batch(hf.config, lengths=(9, 9))
+    with torch.no_grad():
+        expected = model(ids, attention_mask=mask).last_hidden_state
+        monkeypatch.setattr(model, "_forward_packed", lambda *a, **k: pytest.fail("packed a batch without padding"))
+        for m in (mask, None):
+            torch.testing.assert_close(model(ids, attention_mask=m, unpad=True).last_hidden_state, expected, **TOL)
+
+
 def test_unpad_needs_right_padding(pair):
     hf, directory = pair
     model = ma.Encoder.from_pretrained(directory)
