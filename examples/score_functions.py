@@ -42,7 +42,7 @@ def train(score_fn: str, steps: int) -> tuple[list[float], float]:
     losses = []
     for _ in range(steps):
         ids, labels = make_batch(64, g)
-        loss = F.cross_entropy(head(encoder(ids, pooled_only=True).pooler_output), labels)
+        loss = F.cross_entropy(head(encoder(ids, final_tokens="first").pooler_output), labels)
         optimiser.zero_grad()
         loss.backward()
         optimiser.step()

@@ -1,6 +1,6 @@
 """minialign: a hand-written PyTorch BERT/RoBERTa encoder and AlignScore's alignment model."""
 
-from convert import CheckpointError
+from .convert import CheckpointError
 
 from . import masks
 from .attention import attention, attention_bias

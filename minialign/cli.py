@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(run=_bench)
 
     args = parser.parse_args(argv)
-    from convert import CheckpointError
+    from .convert import CheckpointError
 
     try:
         return args.run(args)

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import convert
+from . import convert
 
 from .scores import SCORE_FUNCTIONS
 

@@ -11,6 +11,7 @@ Performance of FlashAttention", PyTorch blog, 2024.)
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -47,6 +48,35 @@ def flex_attention(q: Tensor, k: Tensor, v: Tensor, *, block_mask: BlockMask | N
             return score + score_bias[b, h, q_idx, kv_idx]
     with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
         return _compiled()(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+
+
+@dataclass(frozen=True)
+class FlexMask:
+    """What the flex backend reads: a BlockMask (None: attend everywhere) and an additive bias
+    added by a score_mod (floating user masks)."""
+
+    block_mask: BlockMask | None = None
+    score_bias: Tensor | None = None  # (B, H, L, L)
+
+
+def flex_mask(mask: Tensor | None, layout, dtype: torch.dtype, num_heads: int) -> FlexMask:
+    """One forward's FlexMask: a document mask for a packed layout, a padding mask for a right-padded
+    2-D mask, a score_mod bias for a floating mask, a looked-up BlockMask for any other boolean one."""
+    from .attention import keep_mask
+    from .layout import right_padded_lengths
+
+    if layout.packed:
+        return FlexMask(document_block_mask(layout.document))
+    B, L = layout.batch, layout.length
+    keep = keep_mask(mask, B, L)
+    if keep is None:
+        return FlexMask()
+    if keep.is_floating_point():
+        return FlexMask(score_bias=keep.to(dtype).expand(B, num_heads, L, L))
+    lengths = right_padded_lengths(mask) if mask.dim() == 2 else None
+    if lengths is not None:
+        return FlexMask(padding_block_mask(lengths, L, L))
+    return FlexMask(boolean_block_mask(keep.expand(-1, -1, L, L), B, L))
 
 
 def _block_mask(partial: Tensor, full: Tensor, mask_mod, q_len: int, kv_len: int) -> BlockMask:

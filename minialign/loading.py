@@ -18,20 +18,17 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-import convert
-from convert import CheckpointError
+from . import convert
+from .convert import CheckpointError
 
 from .config import PRESETS, Config
 from .hub import hub_file, looks_like_path
-from .model import AlignModel, Encoder, init_parameter
+from .model import init_parameter
+from .tokenizer import TOKENIZER_FILES
 
 log = logging.getLogger(__name__)
 
 NATIVE_FORMAT = 1
-TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "vocab.txt", "tokenizer_config.json",
-                   "special_tokens_map.json")
-# Parts a plain backbone checkpoint may lack; loading initialises them and says so in one warning.
-INITIALISABLE = ("encoder.pooler.", "mlm_head.", "bin_layer.", "tri_layer.", "reg_layer.")
 HEADS_FILE = "alignscore_heads.safetensors"
 
 
@@ -148,20 +145,30 @@ def _untie_if_needed(ckpt: Checkpoint) -> None:
         ckpt.config = dataclasses.replace(ckpt.config, tie_word_embeddings=False)
 
 
-def check_tensors(model: nn.Module, tensors: dict[str, Tensor], origin: str, *, prefix: str = "") -> list[str]:
-    """Compare tensors (AlignModel names) with a model's state dict, whose names get `prefix`.
-    Raises on unexpected names and shape mismatches; returns the missing names, after raising
-    for any that cannot be initialised."""
-    expected = {prefix + k: v for k, v in model.state_dict().items()}
-    mismatched = [f"{k}: checkpoint {tuple(t.shape)} vs model {tuple(expected[k].shape)}"
+def initialisable_prefixes(model: nn.Module) -> tuple[str, ...]:
+    """State-dict prefixes of the modules a checkpoint may lack, from what each module declares
+    (its `initialisable` attribute, names relative to itself)."""
+    prefixes = []
+    for name, module in model.named_modules():
+        for child in getattr(module, "initialisable", ()):
+            prefixes.append(f"{name}.{child}." if name else f"{child}.")
+    return tuple(prefixes)
+
+
+def check_tensors(model: nn.Module, tensors: dict[str, Tensor], origin: str, *, shown_prefix: str = "") -> list[str]:
+    """Compare tensors (the model's own names) with its state dict. Raises on unexpected names, shape
+    mismatches and missing weights the model does not declare initialisable; returns the missing names.
+    Errors name the weights with `shown_prefix` (the checkpoint's name for the model's part)."""
+    expected = model.state_dict()
+    mismatched = [f"{shown_prefix}{k}: checkpoint {tuple(t.shape)} vs model {tuple(expected[k].shape)}"
                   for k, t in tensors.items() if k in expected and t.shape != expected[k].shape]
     if mismatched:
         raise CheckpointError(f"{origin}: tensor shapes disagree with the config: " + "; ".join(mismatched))
     unexpected = sorted(set(tensors) - set(expected))
     if unexpected:
-        raise CheckpointError(f"{origin}: unexpected weights {unexpected}")
+        raise CheckpointError(f"{origin}: unexpected weights {[shown_prefix + k for k in unexpected]}")
     missing = sorted(set(expected) - set(tensors))
-    fatal = [k for k in missing if not k.startswith(INITIALISABLE)]
+    fatal = [shown_prefix + k for k in missing if not k.startswith(initialisable_prefixes(model))]
     if fatal:
         raise CheckpointError(f"{origin}: missing weights {fatal}")
     return missing
@@ -170,9 +177,9 @@ def check_tensors(model: nn.Module, tensors: dict[str, Tensor], origin: str, *, 
 def load(cls: type[nn.Module], src: str | Path, *, backbone: str | None = None, device: str | torch.device | None = None,
          dtype: torch.dtype | None = None, attn_backend: str = "sdpa", revision: str | None = None,
          cache_dir: str | Path | None = None, compile: bool = False) -> nn.Module:
-    """Build an Encoder or AlignModel from any supported source, in eval mode.
+    """Build a model class (Encoder, AlignModel, ...) from any supported source, in eval mode.
 
-    dtype defaults to float32. For an Encoder, the checkpoint's head weights are not used.
+    dtype defaults to float32. Checkpoint weights outside the class's `checkpoint_prefix` are not used.
     compile=True wraps the forward with torch.compile (nn.Module.compile).
     """
     ckpt = read_checkpoint(src, backbone=backbone, revision=revision, cache_dir=cache_dir)
@@ -184,27 +191,37 @@ def load(cls: type[nn.Module], src: str | Path, *, backbone: str | None = None, 
 
 def build(cls: type[nn.Module], ckpt: Checkpoint, *, device: str | torch.device | None = None,
           dtype: torch.dtype | None = None, attn_backend: str = "sdpa") -> nn.Module:
-    device = torch.device(device or "cpu")
-    dtype = dtype or torch.float32
-    if device.type == "cpu" and dtype in (torch.bfloat16, torch.float16) and not cpu_has_native(dtype):
-        warnings.warn(f"this CPU has no native {dtype} matmul (no AVX512-BF16/FP16 or AMX), so {dtype} is "
-                      f"emulated and runs several times slower than float32 here (BENCHMARKS.md); "
-                      f"float32 is the faster choice on this machine", stacklevel=3)
-    tensors = ckpt.tensors
-    if cls is Encoder:
-        unused = sorted(k for k in tensors if not k.startswith("encoder."))
-        if unused:
-            log.info("%s: weights not used by an Encoder: %s", ckpt.origin, unused)
-        tensors = {k[len("encoder."):]: v for k, v in tensors.items() if k.startswith("encoder.")}
-    elif cls is not AlignModel:
-        raise TypeError(f"cannot load into {cls.__name__}")
+    """Check, materialise, initialise: the model's declared weights from the checkpoint, on `device`
+    in `dtype` (default float32), the declared-initialisable ones it lacks initialised (one warning)."""
+    device, dtype = torch.device(device or "cpu"), dtype or torch.float32
+    _warn_if_emulated(device, dtype)
+    tensors = own_tensors(cls, ckpt)
     with torch.device("meta"):
         model = cls(ckpt.config, attn_backend=attn_backend)
-    prefix = "encoder." if cls is Encoder else ""
-    missing = check_tensors(model, {prefix + k: v for k, v in tensors.items()}, ckpt.origin, prefix=prefix)
-    # Tensors that already have the wanted dtype and device become the parameters as they are (for a
-    # safetensors file: views of its memory map, read on first use). Mapped pages of every tensor
-    # that is copied instead (cast, moved, or fused into qkv) are given back as soon as it is.
+    missing = check_tensors(model, tensors, ckpt.origin, shown_prefix=cls.checkpoint_prefix)
+    materialise(model, tensors, device, dtype)
+    if missing:
+        initialise(model, missing, ckpt.config, device, dtype)
+        warnings.warn(f"{ckpt.origin}: initialised weights the checkpoint lacks: {missing}", stacklevel=3)
+    return model.eval()
+
+
+def own_tensors(cls: type[nn.Module], ckpt: Checkpoint) -> dict[str, Tensor]:
+    """The checkpoint's tensors under `cls.checkpoint_prefix`, renamed to the class's own names."""
+    prefix = getattr(cls, "checkpoint_prefix", None)
+    if prefix is None:
+        raise TypeError(f"cannot load into {cls.__name__}: it declares no checkpoint_prefix")
+    unused = sorted(k for k in ckpt.tensors if not k.startswith(prefix))
+    if unused:
+        log.info("%s: weights not used by %s: %s", ckpt.origin, cls.__name__, unused)
+    return {k[len(prefix):]: v for k, v in ckpt.tensors.items() if k.startswith(prefix)}
+
+
+def materialise(model: nn.Module, tensors: dict[str, Tensor], device: torch.device, dtype: torch.dtype) -> None:
+    """Assign the tensors to a meta-device model. Tensors that already have the wanted dtype and
+    device become the parameters as they are (for a safetensors file: views of its memory map, read
+    on first use); the mapped pages of every tensor copied instead (cast, moved, or fused into qkv)
+    are given back as soon as it is."""
     prepared = {}
     for name, tensor in tensors.items():
         prepared[name] = _cast(tensor, device, dtype)
@@ -215,10 +232,13 @@ def build(cls: type[nn.Module], ckpt: Checkpoint, *, device: str | torch.device 
     for tensor in tensors.values():
         if tensor.data_ptr() not in kept:
             convert.release(tensor)
-    if missing:
-        _initialise(model, [k[len(prefix):] for k in missing], ckpt.config, device, dtype)
-        warnings.warn(f"{ckpt.origin}: initialised weights the checkpoint lacks: {missing}", stacklevel=3)
-    return model.eval()
+
+
+def _warn_if_emulated(device: torch.device, dtype: torch.dtype) -> None:
+    if device.type == "cpu" and dtype in (torch.bfloat16, torch.float16) and not cpu_has_native(dtype):
+        warnings.warn(f"this CPU has no native {dtype} matmul (no AVX512-BF16/FP16 or AMX), so {dtype} is "
+                      f"emulated and runs several times slower than float32 here (BENCHMARKS.md); "
+                      f"float32 is the faster choice on this machine", stacklevel=4)
 
 
 def cpu_has_native(dtype: torch.dtype) -> bool:
@@ -234,7 +254,8 @@ def _cast(t: Tensor, device: torch.device, dtype: torch.dtype) -> Tensor:
     return t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype)
 
 
-def _initialise(model: nn.Module, missing: list[str], config: Config, device: torch.device, dtype: torch.dtype) -> None:
+def initialise(model: nn.Module, missing: list[str], config: Config, device: torch.device, dtype: torch.dtype) -> None:
+    """BERT's initialisation (model.init_parameter) for each named parameter, in place of its meta tensor."""
     for name in missing:
         owner_name, _, pname = name.rpartition(".")
         owner = model.get_submodule(owner_name)

@@ -10,6 +10,7 @@ Reference implementations each module matches:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -17,10 +18,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from .tracing import capturing, record
-from .attention import BACKENDS, AttentionMask, attention, attention_bias, keep_mask
+from . import layout as layouts
+from .attention import BACKENDS, PreparedMask, attention, choose_backend, prepare_mask
 from .config import Config
+from .layout import FINAL_TOKENS, Layout
 from .scores import Bilinear, General, make_score_function
+from .tracing import capturing, record
 
 
 def activation_fn(name: str):
@@ -43,14 +46,6 @@ def roberta_position_ids(input_ids: Tensor, pad_token_id: int) -> Tensor:
     return (torch.cumsum(is_token, dim=1).int() * is_token).long() + pad_token_id
 
 
-def right_padded_lengths(mask: Tensor) -> Tensor | None:
-    """Per-row lengths of a (B, L) mask whose rows are 1s then 0s; None for any other pattern."""
-    keep = mask.bool()
-    lengths = keep.sum(1)
-    prefix = torch.arange(mask.size(1), device=mask.device)[None, :] < lengths[:, None]
-    return lengths if bool((keep == prefix).all()) and bool((lengths > 0).all()) else None
-
-
 class Embeddings(nn.Module):
     """LayerNorm(word + position + token_type), then dropout."""
 
@@ -70,12 +65,8 @@ class Embeddings(nn.Module):
             return roberta_position_ids(input_ids, self.config.pad_token_id)
         return torch.arange(input_ids.size(1), device=input_ids.device).expand_as(input_ids)
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
-                position_ids: Tensor | None = None) -> Tensor:
-        if position_ids is None:
-            position_ids = self.position_ids(input_ids)
-        if token_type_ids is None:
-            token_type_ids = torch.zeros_like(input_ids)
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor) -> Tensor:
+        """(B, L) each, or a packed (1, T); the Encoder fills token types and positions once."""
         word, token_type, position = self.word(input_ids), self.token_type(token_type_ids), self.position(position_ids)
         x = word + token_type + position  # (B, L, C)
         if capturing():
@@ -102,19 +93,19 @@ class SelfAttention(nn.Module):
         self._register_state_dict_hook(_split_qkv)
         self._register_load_state_dict_pre_hook(_fuse_qkv)
 
-    def forward(self, x: Tensor, mask: AttentionMask, need_probs: bool = False,
-                first_token_only: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward(self, x: Tensor, mask: PreparedMask,
+                queries: Callable[[Tensor], Tensor] | None = None) -> tuple[Tensor, Tensor | None]:
+        """x (B, L, C). `queries` picks the query tokens (default: all), e.g. Layout.first_tokens."""
         B, L, C = x.shape
         heads = lambda t: t.view(B, t.size(1), self.num_heads, -1).transpose(1, 2)  # noqa: E731  (B, H, L, D)
         q, k, v = self.qkv(x).split(C, dim=-1)
-        if first_token_only:  # only the first token's output is wanted (the pooler's input)
-            q = q[:, :1]
+        if queries is not None:
+            q = queries(q)
         q, k, v = heads(q), heads(k), heads(v)
         if capturing():
             for role, t in (("q", q), ("k", k), ("v", v)):
                 record(role, t)
-        y, probs = attention(q, k, v, mask, score=self.score, need_probs=need_probs,
-                             dropout_p=self.dropout_p if self.training else 0.0)
+        y, probs = attention(q, k, v, mask, score=self.score, dropout_p=self.dropout_p if self.training else 0.0)
         record("context", y)
         out = self.output(y.transpose(1, 2).reshape(B, q.size(2), C))
         record("output", out)
@@ -163,12 +154,14 @@ class EncoderLayer(nn.Module):
         self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout)
 
-    def forward(self, x: Tensor, mask: AttentionMask, need_probs: bool = False,
-                first_token_only: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward(self, x: Tensor, mask: PreparedMask,
+                queries: Callable[[Tensor], Tensor] | None = None) -> tuple[Tensor, Tensor | None]:
+        """Returns the new states of the `queries` tokens (default: all) and the attention
+        probabilities when the backend gives them."""
         record("input", x)
-        a, probs = self.attention(x, mask, need_probs, first_token_only)
-        if first_token_only:
-            x = x[:, :1]
+        a, probs = self.attention(x, mask, queries)
+        if queries is not None:
+            x = queries(x)
         x = x + self.dropout(a)
         record("attention_residual", x)
         x = self.attention_norm(x)
@@ -197,7 +190,7 @@ class Pooler(nn.Module):
 
 @dataclass
 class EncoderOutput:
-    last_hidden_state: Tensor  # (B, L, C)
+    last_hidden_state: Tensor  # (B, L, C); (B, 1, C) when only the first tokens were computed
     pooler_output: Tensor  # (B, C)
     hidden_states: tuple[Tensor, ...] | None = None  # embeddings, then each layer: num_layers + 1 of (B, L, C)
     attentions: tuple[Tensor, ...] | None = None  # one (B, H, L, L) per layer
@@ -206,11 +199,16 @@ class EncoderOutput:
 class Encoder(nn.Module):
     """BERT / RoBERTa encoder: embeddings, a stack of encoder layers, pooler."""
 
+    # Loading contract (loading.build): where this model's weights sit among a checkpoint's tensors
+    # (minialign's AlignModel names), and its modules that may be initialised when a checkpoint lacks them.
+    checkpoint_prefix = "encoder."
+    initialisable = ("pooler",)
+
     def __init__(self, config: Config, *, attn_backend: str = "sdpa", seed: int | None = None):
         """A randomly initialised encoder (BERT's initialisation; `seed` makes it reproducible)."""
         super().__init__()
         if attn_backend not in BACKENDS:
-            raise ValueError(f"unknown attention backend {attn_backend!r}; choose from {BACKENDS}")
+            raise ValueError(f"unknown attention backend {attn_backend!r}; choose from {tuple(BACKENDS)}")
         self.config, self.attn_backend = config, attn_backend
         with torch.random.fork_rng(devices=[], enabled=seed is not None):  # a seed leaves the global RNG alone
             self.embeddings = Embeddings(config)
@@ -228,105 +226,62 @@ class Encoder(nn.Module):
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
         position_ids: Tensor | None = None, *, output_hidden_states: bool = False, output_attentions: bool = False,
-        unpad: bool = False, pooled_only: bool = False,
+        unpad: bool = False, final_tokens: str = "all",
     ) -> EncoderOutput:
         """input_ids (B, L); attention_mask (B, L), (B, L, L) or (B|1, H|1, L, L), True/1 = attend.
 
         unpad: run on real tokens only. The batch (a right-padded 2-D mask) is packed into one row;
             embeddings, projections, feed-forward and LayerNorm see real tokens only; attention is
             restricted to each sequence. Outputs come back padded (pad rows zero). A batch without
-            padding runs the padded path, the same computation in fewer calls.
-        pooled_only: the last layer runs for the first token alone (all the pooler reads);
-            last_hidden_state is then None. Ignored when hidden states are asked for.
+            padding runs the padded layout, the same computation in fewer calls; so do forwards that
+            return attentions or run under `capture`.
+        final_tokens: whose final states are wanted: "all", or "first" (each sequence's first token,
+            all the pooler and a classification head read): the last layer then runs for the first
+            tokens alone and last_hidden_state is (B, 1, C). Hidden states, attentions and capture
+            ask for every token, so with any of them the forward computes "all".
         """
         self._check_input(input_ids)
-        pooled_only = pooled_only and not output_hidden_states
-        backend = self._backend(output_attentions)
+        if final_tokens not in FINAL_TOKENS:
+            raise ValueError(f"final_tokens must be one of {FINAL_TOKENS}, got {final_tokens!r}")
+        full_record = output_hidden_states or output_attentions or capturing()
+        first_only = final_tokens == "first" and not full_record
+        B, L = input_ids.shape
+        if (attention_mask is not None and tuple(attention_mask.shape) == (B, L)
+                and not torch.compiler.is_compiling() and bool(attention_mask.all())):
+            attention_mask = None  # no padding: skip the mask (sdpa can then use its fastest kernel)
+        if unpad and attention_mask is not None and not output_attentions and not capturing():
+            layout = layouts.packed(attention_mask)
+        else:
+            layout = layouts.padded(B, L)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         if position_ids is None:
             position_ids = self.embeddings.position_ids(input_ids)
-        if unpad and not torch.compiler.is_compiling() and (attention_mask is None or bool(attention_mask.all())):
-            unpad = False  # nothing to remove: the padded path is the same computation in fewer calls
-        if unpad and not output_attentions and not capturing():
-            return self._forward_packed(input_ids, attention_mask, token_type_ids, position_ids, backend,
-                                        output_hidden_states, pooled_only)
-        B, L = input_ids.shape
-        x = self.embeddings(input_ids, token_type_ids, position_ids)
-        mask = self._mask(attention_mask, B, L, x.dtype, backend)
+        x = self.embeddings(layout.pack(input_ids), layout.pack(token_type_ids), layout.pack(position_ids))
+        every = self._mask(attention_mask, layout, "all", x.dtype, output_attentions)
+        last = self._mask(attention_mask, layout, "first", x.dtype, False) if first_only else every
         hidden_states, attentions = [x], []
         for i, layer in enumerate(self.layers):
-            last_pooled = pooled_only and i == len(self.layers) - 1
-            if last_pooled and backend == "flex":
-                mask = AttentionMask("sdpa", bias=attention_bias(attention_mask, B, L, x.dtype))
-            x, probs = layer(x, mask, need_probs=output_attentions, first_token_only=last_pooled)
+            final = i == len(self.layers) - 1
+            x, probs = layer(x, last if final else every, layout.first_tokens if final and first_only else None)
             hidden_states.append(x)
             attentions.append(probs)
+        x = layout.batch_first(x) if first_only else layout.unpack(x)
         return EncoderOutput(
-            last_hidden_state=None if pooled_only else x,
+            last_hidden_state=x,
             pooler_output=self.pooler(x),
-            hidden_states=tuple(hidden_states) if output_hidden_states else None,
+            hidden_states=tuple(layout.unpack(h) for h in hidden_states) if output_hidden_states else None,
             attentions=tuple(attentions) if output_attentions else None,
         )
 
-    def _backend(self, output_attentions: bool) -> str:
-        if output_attentions:
-            return "eager"  # the only path that returns probabilities
-        if self.attn_backend == "flex" and self.training and self.config.attention_dropout > 0:
-            return "sdpa"  # FlexAttention has no dropout
-        return self.attn_backend
-
-    def _mask(self, attention_mask: Tensor | None, B: int, L: int, dtype: torch.dtype, backend: str) -> AttentionMask:
-        if (attention_mask is not None and tuple(attention_mask.shape) == (B, L)
-                and not torch.compiler.is_compiling() and bool(attention_mask.all())):
-            attention_mask = None  # no padding: skip the mask (sdpa can then use its fastest kernel)
-        if backend != "flex":
-            return AttentionMask(backend, bias=attention_bias(attention_mask, B, L, dtype))
-        from . import flex
-
-        keep = keep_mask(attention_mask, B, L)
-        if keep is None:
-            return AttentionMask(backend)
-        if keep.is_floating_point():
-            return AttentionMask(backend, score_bias=keep.to(dtype).expand(B, self.config.num_heads, L, L))
-        lengths = right_padded_lengths(attention_mask) if attention_mask.dim() == 2 else None
-        if lengths is not None:
-            return AttentionMask(backend, block_mask=flex.padding_block_mask(lengths, L, L))
-        return AttentionMask(backend, block_mask=flex.boolean_block_mask(keep.expand(-1, -1, L, L), B, L))
-
-    def _forward_packed(self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor,
-                        position_ids: Tensor, backend: str, output_hidden_states: bool,
-                        pooled_only: bool) -> EncoderOutput:
-        B, L = input_ids.shape
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
-        lengths = right_padded_lengths(attention_mask) if attention_mask.dim() == 2 else None
-        if lengths is None:
-            raise ValueError("unpad=True needs a 2-D right-padded attention_mask (each row 1s then 0s)")
-        keep = attention_mask.bool()
-        x = self.embeddings(input_ids[keep][None], token_type_ids[keep][None], position_ids[keep][None])  # (1, T, C)
-        mask = AttentionMask(backend, lengths=lengths.tolist())
-        if backend == "flex":
-            from .flex import document_block_mask
-
-            document = torch.arange(B, device=x.device).repeat_interleave(lengths)
-            mask.block_mask = document_block_mask(document)
-        unpack = lambda t: t.new_zeros(B, L, t.size(-1)).index_put_((keep,), t[0])  # noqa: E731
-        hidden_states = [x]
-        for layer in self.layers[:-1] if pooled_only else self.layers:
-            x, _ = layer(x, mask)
-            hidden_states.append(x)
-        if pooled_only:  # the first tokens against their own sequences, in the padded layout
-            last = AttentionMask("eager" if backend == "eager" else "sdpa",
-                                 bias=attention_bias(attention_mask, B, L, x.dtype))
-            first, _ = self.layers[-1](unpack(x), last, first_token_only=True)
-            return EncoderOutput(last_hidden_state=None, pooler_output=self.pooler(first))
-        padded = unpack(x)
-        return EncoderOutput(
-            last_hidden_state=padded,
-            pooler_output=self.pooler(padded),
-            hidden_states=tuple(unpack(h) for h in hidden_states) if output_hidden_states else None,
-        )
+    def _mask(self, attention_mask: Tensor | None, layout: Layout, queries: str, dtype: torch.dtype,
+              probabilities: bool) -> PreparedMask:
+        backend = choose_backend(self.attn_backend, probabilities=probabilities,
+                                 score_form=self.layers[0].attention.score.form,
+                                 dropout=self.training and self.config.attention_dropout > 0,
+                                 query_subset=queries == "first")
+        return prepare_mask(backend, attention_mask, layout, queries=queries, dtype=dtype,
+                            num_heads=self.config.num_heads)
 
     def _check_input(self, input_ids: Tensor) -> None:
         if not isinstance(input_ids, Tensor) or input_ids.dim() != 2 or input_ids.is_floating_point():
@@ -366,7 +321,7 @@ class AlignOutput:
     seq_relationship_logits: Tensor  # (B, 2): 1 aligned
     reg_label_logits: Tensor  # (B, 1)
     prediction_logits: Tensor | None = None  # (B, L, V), only with mlm=True
-    last_hidden_state: Tensor | None = None
+    last_hidden_state: Tensor | None = None  # (B, L, C) with mlm=True, else (B, 1, C): the first tokens
     pooler_output: Tensor | None = None
     hidden_states: tuple[Tensor, ...] | None = None
     attentions: tuple[Tensor, ...] | None = None
@@ -374,6 +329,9 @@ class AlignOutput:
 
 class AlignModel(nn.Module):
     """AlignScore's BERTAlignModel: an Encoder, the MLM head and three heads on the pooled first token."""
+
+    checkpoint_prefix = ""  # see Encoder: a checkpoint's tensors are under AlignModel's names
+    initialisable = ("mlm_head", "bin_layer", "tri_layer", "reg_layer")
 
     def __init__(self, config: Config, *, attn_backend: str = "sdpa", seed: int | None = None):
         """A randomly initialised model (BERT's initialisation; `seed` makes it reproducible)."""
@@ -401,12 +359,12 @@ class AlignModel(nn.Module):
         position_ids: Tensor | None = None, *, mlm: bool = False,
         output_hidden_states: bool = False, output_attentions: bool = False, unpad: bool = False,
     ) -> AlignOutput:
-        """Heads on the pooled first token. last_hidden_state is computed only when something needs
-        every token (mlm=True, hidden states or attentions asked for); otherwise the last layer runs
-        for the first token alone. unpad: see Encoder.forward."""
+        """Heads on the pooled first token; the MLM head (every token) only with mlm=True. Without it
+        the last layer runs for the first tokens alone (Encoder.forward final_tokens="first"), and
+        last_hidden_state is (B, 1, C). unpad: see Encoder.forward."""
         out = self.encoder(input_ids, attention_mask, token_type_ids, position_ids,
                            output_hidden_states=output_hidden_states, output_attentions=output_attentions,
-                           unpad=unpad, pooled_only=not (mlm or output_attentions))
+                           unpad=unpad, final_tokens="all" if mlm else "first")
         pooled = out.pooler_output
         return AlignOutput(
             tri_label_logits=self.tri_layer(self.dropout(pooled)),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-import convert
+from . import convert
 
 from .loading import HEADS_FILE, build, export_hf, read_checkpoint
 from .model import AlignModel, Encoder

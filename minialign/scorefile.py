@@ -137,7 +137,7 @@ def score_file(scorer: AlignScorer, input_path: Path, output_path: Path, *, cont
                 raise InputError(f"{output_path} does not hold the first {len(done)} rows of {input_path}; "
                                  f"cannot resume")
             rows = rows[len(done):]
-        block_rows = block_rows or scorer.batch_size * 8
+        block_rows = block_rows or scorer.engine.batch_size * 8
         bar = None
         if progress:
             from tqdm.auto import tqdm

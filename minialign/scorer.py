@@ -10,9 +10,9 @@ The algorithm is the original's (AlignScore src/alignscore/inference.py, Inferen
 Modes: nli_sp (default) / bin_sp / reg_sp do the above with P(aligned) = softmax(tri)[:, 0],
 P(aligned) = softmax(bin)[:, 1], or the regression output; nli / bin / reg score the whole pair.
 
-What differs is only how the work is done: the pairs of all examples are deduplicated, sorted by
-length and batched together, each batch padded to its own longest pair; the MLM head is never
-run; everything runs under torch.inference_mode.
+What differs is only how the work is done: the pairs of all examples go through the batching
+engine together (batching.py: deduplicated, sorted by length, batched within a token budget, run
+packed); the MLM head is never run; everything runs under torch.inference_mode.
 """
 
 from __future__ import annotations
@@ -26,11 +26,12 @@ from pathlib import Path
 
 import torch
 
+from .batching import BatchEngine
 from .hub import HubUnavailableError, hub_file
-from .loading import TOKENIZER_FILES, build, read_checkpoint, save_native
+from .loading import build, read_checkpoint, save_native
 from .model import AlignModel
 from .sentences import split_sentences
-from .tokenizer import Tokenizer
+from .tokenizer import TOKENIZER_FILES, Tokenizer
 
 MODES = ("nli_sp", "bin_sp", "reg_sp", "nli", "bin", "reg")
 HUB_REPO = "yzha/AlignScore"
@@ -60,34 +61,32 @@ class Example:
 
     chunks: list[str]
     sentences: list[str]
-    pair_ids: list[int]  # row-major chunks x sentences, indices into the unique pairs
+    pair_ids: list[int]  # row-major chunks x sentences, indices into the pairs of all examples
 
 
 class AlignScorer:
     def __init__(self, model: AlignModel, tokenizer: Tokenizer, *, mode: str = "nli_sp", batch_size: int = 32,
                  splitter: Callable[[str], list[str]] | None = None, unpad: bool = True, compile: bool = False,
                  bucket: int = 64, max_tokens: int | None = None):
-        """A batch holds at most batch_size pairs and at most max_tokens tokens. The default budget is
-        2048 tokens on CPU, where smaller matmuls stay in cache and their buffers are reused rather
-        than page-faulted afresh (about 8% faster than 32 full pairs, BENCHMARKS.md), and 65536 elsewhere.
-        unpad (default): run each batch packed, on real tokens only (see Encoder.forward); on the
-        CPU this is 1.6x faster than padded batches of mixed lengths (BENCHMARKS.md).
+        """A batch holds at most batch_size pairs and at most max_tokens tokens (default: 2048 on CPU,
+        where smaller matmuls stay in cache and their buffers are reused, 65536 elsewhere;
+        BENCHMARKS.md has the measurements).
+        unpad (default): run each batch packed, on real tokens only (see Encoder.forward).
         compile: torch.compile the model; batch lengths are then rounded up to a multiple of
         `bucket` so a run compiles a handful of shapes, not one per batch."""
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-        if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
-            raise ValueError(f"max_tokens must be a positive int or None, got {max_tokens!r}")
         self.model = model.eval()
         self.tokenizer = tokenizer
-        self.mode, self.batch_size = mode, batch_size
+        self.mode = mode
         self.splitter = splitter or split_sentences
         self.max_length = min(tokenizer.model_max_length, model.config.max_seq_len)
-        self.unpad, self.bucket = unpad and not compile, bucket if compile else 1
-        on_cpu = next(model.parameters()).device.type == "cpu"
-        self.max_tokens = max_tokens or (CPU_BATCH_TOKENS if on_cpu else 65536)
+        self.unpad = unpad and not compile
+        device = next(model.parameters()).device
+        self.engine = BatchEngine(tokenizer, batch_size=batch_size, packed=self.unpad, bucket=bucket if compile else 1,
+                                  max_tokens=max_tokens if max_tokens is not None else
+                                  CPU_BATCH_TOKENS if device.type == "cpu" else 65536,
+                                  max_length=self.max_length, device=device)
         if compile:
             self.model.compile()
 
@@ -129,81 +128,31 @@ class AlignScorer:
         return out
 
     def _plan(self, contexts: Sequence[str], claims: Sequence[str]) -> tuple[list[Example], list[tuple[str, str]]]:
-        """Validate everything first, then split, chunk and deduplicate pairs."""
+        """Validate everything first, then split and chunk: every example's (chunk, sentence) pairs."""
         split_claims = validate_inputs(contexts, claims, self.splitter)
-        index: dict[tuple[str, str], int] = {}
-        examples = []
+        examples, pairs = [], []
         for context, claim, sentences in zip(contexts, claims, split_claims):
             if self.mode.endswith("_sp"):
                 chunks = chunk_context(context, self.splitter(context))
             else:
                 chunks, sentences = [context], [claim]
-            ids = [index.setdefault((c, s), len(index)) for c in chunks for s in sentences]
-            examples.append(Example(chunks, sentences, ids))
-        return examples, list(index)
+            start = len(pairs)
+            pairs += [(c, s) for c in chunks for s in sentences]
+            examples.append(Example(chunks, sentences, list(range(start, len(pairs)))))
+        return examples, pairs
 
     @torch.inference_mode()
     def score_pairs(self, pairs: list[tuple[str, str]], *, progress: bool = False) -> torch.Tensor:
-        """(N, 5) float32: COLUMNS for each (chunk, sentence) pair, batched by length."""
-        results = torch.empty(len(pairs), len(COLUMNS))
+        """(N, 5) float32: COLUMNS for each (chunk, sentence) pair; identical pairs run once."""
         if not pairs:
-            return results
-        ids, types = self._tokenize(pairs)
-        order = sorted(range(len(pairs)), key=lambda i: len(ids[i]), reverse=True)
-        device = next(self.model.parameters()).device
-        batches = self._batches(order, ids)
-        if progress:
-            from tqdm.auto import tqdm
+            return torch.empty(0, len(COLUMNS))
+        return self.engine.run(pairs, self._columns, progress="scoring" if progress else False)
 
-            batches = tqdm(batches, desc="scoring", unit="batch", leave=False)
-        for batch in batches:
-            inputs = {k: v.to(device) for k, v in self._pad(batch, ids, types).items()}
-            out = self.model(**inputs, unpad=self.unpad)
-            tri = torch.softmax(out.tri_label_logits.float(), dim=-1)
-            bin_ = torch.softmax(out.seq_relationship_logits.float(), dim=-1)[:, 1:]
-            reg = out.reg_label_logits.float()
-            results[batch] = torch.cat([tri, bin_, reg], dim=-1).cpu()
-        return results
-
-    def _batches(self, order: list[int], ids: list[list[int]]) -> list[list[int]]:
-        """Consecutive runs of `order` (longest first) of at most batch_size pairs and at most
-        max_tokens tokens as run (packed: real tokens; padded: rows x longest); a pair longer than
-        the budget still gets a batch of its own."""
-        batches, current, tokens = [], [], 0
-        for i in order:
-            n = len(ids[i])
-            grown = tokens + n if self.unpad else max(len(ids[current[0]]) if current else 0, n) * (len(current) + 1)
-            if current and (len(current) == self.batch_size or grown > self.max_tokens):
-                batches.append(current)
-                current, grown = [], n
-            current.append(i)
-            tokens = grown
-        return batches + [current] if current else batches
-
-    def _tokenize(self, pairs: list[tuple[str, str]], block: int = 1024) -> tuple[list[list[int]], list[list[int]]]:
-        ids, types = [], []
-        for i in range(0, len(pairs), block):
-            part = pairs[i:i + block]
-            for e in self.tokenizer.encode([a for a, _ in part], [b for _, b in part], max_length=self.max_length):
-                ids.append(e.ids)
-                types.append(e.type_ids)
-        return ids, types
-
-    def _pad(self, batch: list[int], ids: list[list[int]], types: list[list[int]]) -> dict[str, torch.Tensor]:
-        length = max(len(ids[i]) for i in batch)
-        length = min(-(-length // self.bucket) * self.bucket, self.max_length)
-        input_ids = torch.full((len(batch), length), self.tokenizer.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(batch), length), dtype=torch.long)
-        type_ids = torch.zeros((len(batch), length), dtype=torch.long)
-        for row, i in enumerate(batch):
-            n = len(ids[i])
-            input_ids[row, :n] = torch.tensor(ids[i])
-            type_ids[row, :n] = torch.tensor(types[i])
-            mask[row, :n] = 1
-        out = {"input_ids": input_ids, "attention_mask": mask}
-        if self.tokenizer.return_token_type_ids:
-            out["token_type_ids"] = type_ids
-        return out
+    def _columns(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        out = self.model(**batch, unpad=self.unpad)
+        tri = torch.softmax(out.tri_label_logits.float(), dim=-1)
+        bin_ = torch.softmax(out.seq_relationship_logits.float(), dim=-1)[:, 1:]
+        return torch.cat([tri, bin_, out.reg_label_logits.float()], dim=-1)
 
 
 def validate_inputs(contexts: Sequence[str], claims: Sequence[str],

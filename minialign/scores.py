@@ -11,10 +11,11 @@ RoBERTa weights use the scaled dot product; the others are for models trained fr
   location    e_ij = w_r^T q_i, r = clip(j - i, -R, R)        (Luong et al. 2015 "location",
                                                                made relative: one w per offset)
 
-Scores that are a dot product of transformed queries and keys (scaled_dot, general, bilinear)
-expose `project`, so every backend (sdpa, flex) runs them as ordinary attention. Location scores
-are a lookup by (query, offset): flex runs them as a score_mod. Additive scores need a vector per
-(i, j) pair, so they are computed densely (the eager path).
+Each declares its `form`, which attention backends read to know whether they can run it:
+  DOT     a dot product of transformed queries and keys (scaled_dot, general, bilinear): `project`
+          gives (q', k', scale), so every backend runs it as ordinary attention
+  OFFSET  a lookup by (query, clipped offset) (location): `by_offset`; flex runs it as a score_mod
+  DENSE   a vector per (i, j) pair (additive): only the eager formula computes it
 """
 
 from __future__ import annotations
@@ -26,10 +27,13 @@ import torch.nn as nn
 from torch import Tensor
 
 SCORE_FUNCTIONS = ("scaled_dot", "general", "bilinear", "additive", "location")
+DOT, OFFSET, DENSE = "dot", "offset", "dense"
 
 
 class _DotOfProjections(nn.Module):
     """A score that is a dot product of transformed queries and keys: `project` gives (q', k', scale)."""
+
+    form = DOT
 
     def project(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:
         raise NotImplementedError
@@ -72,6 +76,8 @@ class Bilinear(_DotOfProjections):
 class Additive(nn.Module):
     """e_ij = v^T tanh(W1 q_i + W2 k_j), W1, W2 (A, D) and v (A,) per head, A = D."""
 
+    form = DENSE
+
     def __init__(self, heads: int, head_dim: int):
         super().__init__()
         self.w_query = nn.Parameter(torch.empty(heads, head_dim, head_dim))
@@ -88,6 +94,8 @@ class Additive(nn.Module):
 class Location(nn.Module):
     """e_ij = w_r^T q_i with r = clip(j - i, -R, R): depends on the query and the relative position
     only, not on the key's content. W (2R + 1, D) per head."""
+
+    form = OFFSET
 
     def __init__(self, heads: int, head_dim: int, max_distance: int):
         super().__init__()

@@ -15,10 +15,12 @@ from pathlib import Path
 import torch
 from tokenizers import AddedToken, Tokenizer as HFTokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
+from .batching import pad
 from .hub import hub_file, looks_like_path
 
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "vocab.txt",
-                    "special_tokens_map.json")
+# Every file a tokenizer may be read from (copied beside converted checkpoints, fetched from the hub).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "vocab.txt",
+                   "special_tokens_map.json")
 
 
 class Tokenizer:
@@ -43,7 +45,7 @@ class Tokenizer:
             if looks_like_path(str(src)):
                 raise FileNotFoundError(f"{src}: no such directory")
             found = [hub_file(str(src), name, revision=revision, cache_dir=cache_dir, optional=True)
-                     for name in _TOKENIZER_FILES]
+                     for name in TOKENIZER_FILES]
             found = [p for p in found if p is not None]
             if not found:
                 raise FileNotFoundError(f"hub repo {src!r} has no tokenizer files")
@@ -111,19 +113,8 @@ class Tokenizer:
 
     def pad(self, encodings) -> dict[str, torch.Tensor]:
         """Pad Encodings to the longest: input_ids, attention_mask (and token_type_ids for BERT)."""
-        length = max((len(e.ids) for e in encodings), default=0)
-        ids = torch.full((len(encodings), length), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(encodings), length), dtype=torch.long)
-        types = torch.zeros((len(encodings), length), dtype=torch.long)
-        for i, e in enumerate(encodings):
-            n = len(e.ids)
-            ids[i, :n] = torch.tensor(e.ids, dtype=torch.long)
-            mask[i, :n] = 1
-            types[i, :n] = torch.tensor(e.type_ids, dtype=torch.long)
-        out = {"input_ids": ids, "attention_mask": mask}
-        if self.return_token_type_ids:
-            out["token_type_ids"] = types
-        return out
+        return pad([e.ids for e in encodings], [e.type_ids for e in encodings], pad_id=self.pad_token_id,
+                   token_types=self.return_token_type_ids)
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
         return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)

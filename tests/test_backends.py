@@ -1,5 +1,5 @@
-"""Attention backends (eager, sdpa, flex), unpadded execution, fused QKV, first-token-only
-pooling, autocast and compilation: all against transformers or the eager reference."""
+"""Attention backends (eager, sdpa, flex), unpadded execution, fused QKV, the last layer for the
+first tokens only, autocast and compilation: all against transformers or the eager reference."""
 
 import pytest
 import torch
@@ -32,15 +32,18 @@ def test_unpadded_equals_transformers(pair, backend):
         theirs = hf(ids, attention_mask=mask, output_hidden_states=True)
         padded = model(ids, attention_mask=mask)
         packed = model(ids, attention_mask=mask, unpad=True, output_hidden_states=True)
-        pooled = model(ids, attention_mask=mask, unpad=True, pooled_only=True)
+        pooled = model(ids, attention_mask=mask, unpad=True, final_tokens="first")
+        padded_first = model(ids, attention_mask=mask, final_tokens="first")
     for out in (padded, packed):
         torch.testing.assert_close(out.last_hidden_state[real], theirs.last_hidden_state[real], **TOL)
         torch.testing.assert_close(out.pooler_output, theirs.pooler_output, **TOL)
     for ours, ref in zip(packed.hidden_states, theirs.hidden_states):
         torch.testing.assert_close(ours[real], ref[real], **TOL)
     assert (packed.last_hidden_state[~real] == 0).all()  # pad rows of the unpacked output
-    assert pooled.last_hidden_state is None
-    torch.testing.assert_close(pooled.pooler_output, theirs.pooler_output, **TOL)
+    for first in (pooled, padded_first):
+        assert first.last_hidden_state.shape == (ids.shape[0], 1, hf.config.hidden_size)
+        torch.testing.assert_close(first.last_hidden_state[:, 0], theirs.last_hidden_state[:, 0], **TOL)
+        torch.testing.assert_close(first.pooler_output, theirs.pooler_output, **TOL)
 
 
 @pytest.mark.slow
@@ -61,21 +64,23 @@ def test_flex_masks_equal_eager(tmp_path):
             torch.testing.assert_close(a[real], b[real], **TOL)
 
 
-def test_pooled_only_runs_the_last_layer_for_the_first_token(pair):
+@pytest.mark.parametrize("unpad", [False, True])
+def test_final_tokens_first_runs_the_last_layer_for_the_first_token(pair, unpad):
     hf, directory = pair
     model = ma.Encoder.from_pretrained(directory)
     ids, mask = _batch(hf.config)
     calls = []
     handle = model.layers[-1].ffn.register_forward_hook(lambda m, i, o: calls.append(i[0].shape))
     with torch.no_grad():
-        fast = model(ids, attention_mask=mask, pooled_only=True)
+        fast = model(ids, attention_mask=mask, final_tokens="first", unpad=unpad)
         full = model(ids, attention_mask=mask)
     handle.remove()
-    assert calls[0][1] == 1 and calls[1][1] == ids.shape[1]
+    # (B, 1, C) padded, (1, B, C) packed: one token per sequence; then the whole (B, L, C)
+    assert calls[0][:2] == ((1, ids.shape[0]) if unpad else (ids.shape[0], 1)) and calls[1][1] == ids.shape[1]
     torch.testing.assert_close(fast.pooler_output, full.pooler_output, **TOL)
 
 
-def test_alignmodel_unpad_and_pooled_only(tmp_path):
+def test_alignmodel_unpad_and_first_tokens_only(tmp_path):
     from conftest import write_alignscore_ckpt
 
     path, ref = write_alignscore_ckpt(tmp_path / "a.ckpt", "roberta")
@@ -86,9 +91,10 @@ def test_alignmodel_unpad_and_pooled_only(tmp_path):
         pooled = ref["backbone"](ids, attention_mask=mask).pooler_output
         for unpad in (False, True):
             out = model(ids, attention_mask=mask, unpad=unpad)
-            assert out.last_hidden_state is None and out.prediction_logits is None
+            assert out.last_hidden_state.shape == (ids.shape[0], 1, model.config.hidden_size)
+            assert out.prediction_logits is None
             torch.testing.assert_close(out.tri_label_logits, ref["tri_layer"](pooled), **TOL)
-        assert model(ids, attention_mask=mask, mlm=True).last_hidden_state is not None
+        assert model(ids, attention_mask=mask, mlm=True).last_hidden_state.shape == (*ids.shape, model.config.hidden_size)
 
 
 def test_unpad_without_padding_runs_the_padded_path(pair, monkeypatch):
@@ -97,7 +103,7 @@ def test_unpad_without_padding_runs_the_padded_path(pair, monkeypatch):
     ids, mask = _batch(hf.config, lengths=(9, 9))
     with torch.no_grad():
         expected = model(ids, attention_mask=mask).last_hidden_state
-        monkeypatch.setattr(model, "_forward_packed", lambda *a, **k: pytest.fail("packed a batch without padding"))
+        monkeypatch.setattr(ma.layout, "packed", lambda *a, **k: pytest.fail("packed a batch without padding"))
         for m in (mask, None):
             torch.testing.assert_close(model(ids, attention_mask=m, unpad=True).last_hidden_state, expected, **TOL)
 
@@ -170,3 +176,58 @@ def test_compile_true_gives_the_same_numbers(pair):
     with torch.no_grad():
         torch.testing.assert_close(compiled(ids, attention_mask=mask).pooler_output,
                                    plain(ids, attention_mask=mask).pooler_output, **TOL)
+
+
+@pytest.mark.parametrize("backend", ["eager", "sdpa", pytest.param("flex", marks=pytest.mark.slow)])
+def test_attentions_are_full_for_every_layer(pair, backend):
+    """Asking for attentions (or hidden states) computes every token, whatever the head needs."""
+    hf, directory = pair
+    encoder = ma.Encoder.from_pretrained(directory, attn_backend=backend)
+    align = ma.AlignModel(encoder.config, attn_backend=backend, seed=0).eval()
+    align.encoder.load_state_dict(encoder.state_dict())
+    ids, mask = _batch(hf.config)
+    B, L = ids.shape
+    H = hf.config.num_attention_heads
+    with torch.no_grad():
+        theirs = hf(ids, attention_mask=mask, output_attentions=True)
+        outputs = (encoder(ids, attention_mask=mask, final_tokens="first", output_attentions=True, unpad=True),
+                   align(ids, attention_mask=mask, output_attentions=True),
+                   align(ids, attention_mask=mask, output_hidden_states=True))
+    for out in outputs[:2]:
+        assert [tuple(a.shape) for a in out.attentions] == [(B, H, L, L)] * hf.config.num_hidden_layers
+        for ours, ref in zip(out.attentions, theirs.attentions):
+            torch.testing.assert_close(ours.transpose(1, 2)[mask.bool()], ref.transpose(1, 2)[mask.bool()], **TOL)
+    for out in outputs[1:]:
+        assert out.last_hidden_state.shape == (B, L, hf.config.hidden_size)
+    assert len(outputs[2].hidden_states) == hf.config.num_hidden_layers + 1
+
+
+def test_final_tokens_is_checked(pair):
+    _, directory = pair
+    model = ma.Encoder.from_pretrained(directory)
+    with pytest.raises(ValueError, match="final_tokens"):
+        model(torch.tensor([[5, 6]]), final_tokens="last")
+
+
+@pytest.mark.parametrize("score_fn", ["general", "additive", pytest.param("location", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("backend", ["sdpa", pytest.param("flex", marks=pytest.mark.slow)])
+def test_packed_and_first_tokens_with_every_score_form(score_fn, backend):
+    """Every score form (dot, dense, offset), packed or padded, all or first tokens: equal to the
+    padded eager reference, on the backend the fallback rule picks."""
+    config = ma.Config(vocab_size=60, hidden_size=24, num_layers=2, num_heads=3, intermediate_size=40,
+                       max_position_embeddings=64, score_fn=score_fn, max_relative_distance=4)
+    model = ma.Encoder(config, attn_backend=backend, seed=0).eval()
+    reference = ma.Encoder(config, attn_backend="eager", seed=0).eval()
+    with torch.no_grad():
+        for m in (model, reference):
+            for p in m.layers[0].attention.score.parameters():
+                p.copy_(torch.linspace(-0.5, 0.5, p.numel()).view_as(p))  # away from the initial values
+        ids, mask = pad_batch(torch.randint(1, 60, (3, 11)), [11, 6, 3], 0)
+        expected = reference(ids, attention_mask=mask)
+        for unpad in (False, True):
+            for final in ("all", "first"):
+                out = model(ids, attention_mask=mask, unpad=unpad, final_tokens=final)
+                torch.testing.assert_close(out.pooler_output, expected.pooler_output, **TOL)
+                if final == "all":
+                    real = mask.bool()
+                    torch.testing.assert_close(out.last_hidden_state[real], expected.last_hidden_state[real], **TOL)

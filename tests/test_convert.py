@@ -5,7 +5,7 @@ import torch
 import transformers
 from conftest import write_alignscore_ckpt
 
-import convert
+from minialign import convert
 import minialign as ma
 from minialign.cli import main as cli
 from minialign.loading import read_checkpoint

@@ -7,9 +7,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-import convert
+from minialign import convert
 import minialign as ma
-from convert.mapped import MappedSafetensors
+from minialign.convert.mapped import MappedSafetensors
 
 TENSORS = {
     "f32": torch.randn(3, 5), "f16": torch.randn(4).half(), "bf16": torch.randn(300, 300).bfloat16(),

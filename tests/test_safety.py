@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import write_alignscore_ckpt
 
-import convert
+from minialign import convert
 import minialign as ma
 
 

@@ -167,11 +167,12 @@ def test_details(tiny_alignscore):
 def test_identical_pairs_scored_once(tiny_alignscore, monkeypatch):
     path, backbone, _ = tiny_alignscore
     scorer = ma.AlignScorer.from_pretrained(path, backbone=str(backbone))
-    seen = []
-    original = scorer.score_pairs
-    monkeypatch.setattr(scorer, "score_pairs", lambda pairs, **kw: seen.append(len(pairs)) or original(pairs, **kw))
+    rows = []
+    forward = scorer.model.forward
+    monkeypatch.setattr(scorer.model, "forward",
+                        lambda input_ids, *a, **k: rows.append(input_ids.shape[0]) or forward(input_ids, *a, **k))
     scores = scorer.score(["Same context."] * 5, ["Same claim."] * 5)
-    assert seen == [1] and len(set(scores)) == 1
+    assert rows == [1] and len(set(scores)) == 1
 
 
 def test_mlm_head_never_run(tiny_alignscore, monkeypatch):
@@ -230,8 +231,9 @@ def test_compiled_scoring_buckets_lengths(tiny_alignscore, monkeypatch):
     plain = ma.AlignScorer.from_pretrained(path, backbone=str(backbone), batch_size=2).score(contexts, claims)
     compiled = ma.AlignScorer.from_pretrained(path, backbone=str(backbone), batch_size=2, compile=True)
     lengths = []
-    original = compiled._pad
-    monkeypatch.setattr(compiled, "_pad", lambda *a: (lambda out: lengths.append(out["input_ids"].shape[1]) or out)(original(*a)))
+    forward = compiled.model.forward
+    monkeypatch.setattr(compiled.model, "forward",
+                        lambda input_ids, *a, **k: lengths.append(input_ids.shape[1]) or forward(input_ids, *a, **k))
     got = compiled.score(contexts, claims)
-    assert all(n % 64 == 0 or n == compiled.max_length for n in lengths)
+    assert lengths and all(n % 64 == 0 or n == compiled.max_length for n in lengths)
     assert max(abs(a - b) for a, b in zip(got, plain)) <= 1e-5

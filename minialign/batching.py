@@ -1,0 +1,115 @@
+"""The batching engine every runner uses: texts in, results out in input order.
+
+    engine = BatchEngine(tokenizer, batch_size=32, max_tokens=2048, packed=True)
+    results = engine.run(inputs, forward)   # inputs: texts, or (text, pair) tuples
+
+What it does, once for any model: identical inputs are run once; inputs are tokenized in blocks,
+sorted by length (longest first) and cut into batches of at most `batch_size` sequences and at
+most `max_tokens` tokens as run (packed: real tokens; padded: rows x longest); each batch is padded
+to its own longest sequence (rounded up to a multiple of `bucket`, for compiled models); `forward`
+gets the padded tensors on the device and returns one row of results per sequence; the rows come
+back in input order. A sequence longer than the budget runs in a batch of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from .tokenizer import Tokenizer
+
+TOKENIZE_BLOCK = 1024  # inputs tokenized per call: bounds the memory of the encodings in flight
+
+
+def pad(ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]], *, pad_id: int, length: int | None = None,
+        token_types: bool = True) -> dict[str, Tensor]:
+    """Right-pad token ids to `length` (default: the longest): input_ids, attention_mask and, when
+    `token_types`, token_type_ids, each (B, L) int64."""
+    length = max((len(row) for row in ids), default=0) if length is None else length
+    input_ids = torch.full((len(ids), length), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(ids), length), dtype=torch.long)
+    types = torch.zeros((len(ids), length), dtype=torch.long)
+    for row, (tokens, kinds) in enumerate(zip(ids, type_ids)):
+        n = len(tokens)
+        input_ids[row, :n] = torch.tensor(tokens, dtype=torch.long)
+        types[row, :n] = torch.tensor(kinds, dtype=torch.long)
+        mask[row, :n] = 1
+    out = {"input_ids": input_ids, "attention_mask": mask}
+    if token_types:
+        out["token_type_ids"] = types
+    return out
+
+
+class BatchEngine:
+    def __init__(self, tokenizer: Tokenizer, *, batch_size: int = 32, max_tokens: int = 65536, packed: bool = True,
+                 bucket: int = 1, max_length: int | None = None, device: str | torch.device = "cpu"):
+        """packed: the forward runs real tokens only (unpad=True), so the budget counts real tokens.
+        bucket: round each batch's length up to a multiple of it (compiled models see few shapes)."""
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+            raise ValueError(f"max_tokens must be a positive int or None, got {max_tokens!r}")
+        self.tokenizer = tokenizer
+        self.batch_size, self.max_tokens, self.packed, self.bucket = batch_size, max_tokens, packed, bucket
+        self.max_length = max_length or tokenizer.model_max_length
+        self.device = torch.device(device)
+
+    def run(self, inputs: Sequence[Hashable], forward: Callable[[dict[str, Tensor]], Tensor], *,
+            progress: bool | str = False) -> Tensor:
+        """forward(batch) -> (b, ...) results for the b sequences of the batch. Returns (N, ...) on
+        the CPU, row i for inputs[i]. progress: a tqdm bar over batches (a string is its label)."""
+        unique: dict[Hashable, int] = {}
+        where = torch.tensor([unique.setdefault(x, len(unique)) for x in inputs], dtype=torch.long)
+        ids, types = self.tokenize(list(unique))
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
+        batches = self.batches(order, [len(t) for t in ids])
+        if progress:
+            from tqdm.auto import tqdm
+
+            batches = tqdm(batches, desc=progress if isinstance(progress, str) else "batches", unit="batch",
+                           leave=False)
+        results = None
+        for batch in batches:
+            out = forward(self.collate(batch, ids, types)).float().cpu()
+            if results is None:
+                results = out.new_empty((len(ids), *out.shape[1:]))
+            results[batch] = out
+        return results[where] if results is not None else torch.empty(0)
+
+    def tokenize(self, inputs: list) -> tuple[list[list[int]], list[list[int]]]:
+        """Token ids and type ids of texts or (text, pair) tuples, under the tokenizer's truncation rule."""
+        ids, types = [], []
+        for start in range(0, len(inputs), TOKENIZE_BLOCK):
+            part = inputs[start:start + TOKENIZE_BLOCK]
+            if part and isinstance(part[0], tuple):
+                encodings = self.tokenizer.encode([a for a, _ in part], [b for _, b in part], max_length=self.max_length)
+            else:
+                encodings = self.tokenizer.encode(part, max_length=self.max_length)
+            for e in encodings:
+                ids.append(e.ids)
+                types.append(e.type_ids)
+        return ids, types
+
+    def batches(self, order: list[int], lengths: list[int]) -> list[list[int]]:
+        """Consecutive runs of `order` (longest first) within the count and the token budget."""
+        batches, current, tokens = [], [], 0
+        for i in order:
+            n = lengths[i]
+            grown = tokens + n if self.packed else max(lengths[current[0]] if current else 0, n) * (len(current) + 1)
+            if current and (len(current) == self.batch_size or grown > self.max_tokens):
+                batches.append(current)
+                current, grown = [], n
+            current.append(i)
+            tokens = grown
+        return batches + [current] if current else batches
+
+    def collate(self, batch: list[int], ids: list[list[int]], types: list[list[int]]) -> dict[str, Tensor]:
+        longest = max(len(ids[i]) for i in batch)
+        length = min(-(-longest // self.bucket) * self.bucket, max(self.max_length, longest))
+        tensors = pad([ids[i] for i in batch], [types[i] for i in batch], pad_id=self.tokenizer.pad_token_id,
+                      length=length, token_types=self.tokenizer.return_token_type_ids)
+        return {k: v.to(self.device) for k, v in tensors.items()}

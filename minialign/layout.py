@@ -1,0 +1,88 @@
+"""How a batch's tokens lie in memory during one forward: padded (B, L) or packed into one row.
+
+Built once per forward from the attention mask, then read by the embeddings, every layer and the
+outputs (pattern: flash-attention `bert_padding.py`, `unpad_input` / `pad_input` computed once,
+`cu_seqlens` handed down). A packed layout keeps `cu_seqlens` and the token indices on the
+batch's device; the per-sequence lengths as Python ints (one host sync) are read only by backends
+that run sequences one at a time, and at most once per forward.
+
+Shapes: B batch, L padded length, T real tokens of the batch, C hidden size.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import Tensor
+
+FINAL_TOKENS = ("all", "first")  # which tokens' final states a forward computes (Encoder.forward)
+
+
+class Layout:
+    """A padded batch (B, L), or its real tokens packed end to end into one row (1, T)."""
+
+    def __init__(self, batch: int, length: int, *, lengths: Tensor | None = None):
+        self.batch, self.length = batch, length
+        self.lengths = lengths  # (B,) real tokens per sequence; None: padded layout
+        if lengths is not None:
+            self.cu_seqlens = torch.nn.functional.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))  # (B + 1,)
+            self.max_seqlen = length  # an upper bound, known without a sync
+
+    @property
+    def packed(self) -> bool:
+        return self.lengths is not None
+
+    @functools.cached_property
+    def keep(self) -> Tensor:
+        """(B, L) bool: True at real tokens (packed layouts only)."""
+        positions = torch.arange(self.length, device=self.lengths.device)
+        return positions[None, :] < self.lengths[:, None]
+
+    @functools.cached_property
+    def host_lengths(self) -> list[int]:
+        """Sequence lengths as Python ints, for backends that split a packed row (one sync)."""
+        return self.lengths.tolist()
+
+    @functools.cached_property
+    def document(self) -> Tensor:
+        """(T,) the sequence each packed token belongs to."""
+        return torch.repeat_interleave(torch.arange(self.batch, device=self.lengths.device), self.lengths)
+
+    def pack(self, t: Tensor) -> Tensor:
+        """(B, L, ...) -> (1, T, ...) for a packed layout; unchanged for a padded one."""
+        return t[self.keep][None] if self.packed else t
+
+    def unpack(self, t: Tensor) -> Tensor:
+        """(1, T, C) -> (B, L, C) with zeros at the padding; unchanged for a padded layout."""
+        if not self.packed:
+            return t
+        return t.new_zeros(self.batch, self.length, t.size(-1)).index_put_((self.keep,), t[0])
+
+    def first_tokens(self, t: Tensor) -> Tensor:
+        """Each sequence's first token: (B, L, ...) -> (B, 1, ...); packed (1, T, ...) -> (1, B, ...)."""
+        return t[:, self.cu_seqlens[:-1]] if self.packed else t[:, :1]
+
+    def batch_first(self, t: Tensor) -> Tensor:
+        """The output of `first_tokens` as (B, 1, ...), whatever the layout."""
+        return t.transpose(0, 1) if self.packed else t
+
+
+def padded(batch: int, length: int) -> Layout:
+    return Layout(batch, length)
+
+
+def packed(attention_mask: Tensor) -> Layout:
+    """The packed layout of a right-padded (B, L) mask (each row 1s then 0s, at least one 1)."""
+    lengths = right_padded_lengths(attention_mask) if attention_mask.dim() == 2 else None
+    if lengths is None:
+        raise ValueError("unpad=True needs a 2-D right-padded attention_mask (each row 1s then 0s)")
+    return Layout(*attention_mask.shape, lengths=lengths)
+
+
+def right_padded_lengths(mask: Tensor) -> Tensor | None:
+    """Per-row lengths of a (B, L) mask whose rows are 1s then 0s; None for any other pattern."""
+    keep = mask.bool()
+    lengths = keep.sum(1)
+    prefix = torch.arange(mask.size(1), device=mask.device)[None, :] < lengths[:, None]
+    return lengths if bool((keep == prefix).all()) and bool((lengths > 0).all()) else None
