@@ -1,4 +1,5 @@
-"""`minialign score | convert | parity | bench` (also `python -m minialign ...`)."""
+"""`minialign score | convert | parity` (also `python -m minialign ...`). The benchmark is a
+script beside the package: `python scripts/bench.py`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+from .config import DTYPES
 
 
 def _convert(args: argparse.Namespace) -> int:
@@ -58,13 +59,6 @@ def _score(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bench(args: argparse.Namespace) -> int:
-    from .bench import run
-
-    run(quick=args.quick, out=args.out, device=args.device, models=tuple(args.models))
-    return 0
-
-
 def _parity(args: argparse.Namespace) -> int:
     from .parity import run_parity
 
@@ -111,14 +105,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backbone")
     p.add_argument("--tolerance", type=float, default=1e-4)
     p.set_defaults(run=_parity)
-
-    p = sub.add_parser("bench", help="benchmark against transformers and the original AlignScore pipeline")
-    p.add_argument("--quick", action="store_true", help="fp32 only, fewer repetitions")
-    p.add_argument("--out", help="write the report (markdown) to this file, e.g. BENCHMARKS.md")
-    p.add_argument("--device", default="cpu", help="cpu, or cuda (bf16, 64x512 and mixed batches)")
-    p.add_argument("--models", nargs="+", default=["roberta-base"], help="presets to time the encoder at, "
-                   "e.g. roberta-base roberta-large")
-    p.set_defaults(run=_bench)
 
     args = parser.parse_args(argv)
     from .convert import CheckpointError

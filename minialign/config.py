@@ -6,11 +6,14 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import torch
+
 from . import convert
 
 from .scores import SCORE_FUNCTIONS
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # names on the command line
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,34 @@ def _inputs(ckpt) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask}
 
 
+def compare(reference, ours, real: torch.Tensor) -> dict[str, float]:
+    """Max abs difference of each output two encoders share, on real tokens (`real`: (B, L) bool):
+    last_hidden_state, pooler_output, hidden_{i} (0 = embeddings) and attention_{i} (real query
+    rows) when both have them. The one comparison `minialign parity` prints and the tests assert.
+    Raises ValueError when a shape or the number of layers differs."""
+    diffs: dict[str, float] = {}
+
+    def diff(name: str, a: torch.Tensor, b: torch.Tensor, rows=None) -> None:
+        if a.shape != b.shape:
+            raise ValueError(f"{name}: shapes differ, reference {tuple(a.shape)} vs minialign {tuple(b.shape)}")
+        d = (a.float() - b.float()) if rows is None else (a.float() - b.float())[rows]
+        diffs[name] = d.abs().max().item() if d.numel() else 0.0
+
+    diff("last_hidden_state", reference.last_hidden_state, ours.last_hidden_state, real)
+    diff("pooler_output", reference.pooler_output, ours.pooler_output)
+    for field, name in (("hidden_states", "hidden"), ("attentions", "attention")):
+        theirs, mine = getattr(reference, field, None), getattr(ours, field, None)
+        if theirs is None or mine is None:
+            continue
+        if len(theirs) != len(mine):
+            raise ValueError(f"{field}: reference has {len(theirs)}, minialign {len(mine)}")
+        for i, (a, b) in enumerate(zip(theirs, mine)):
+            if field == "attentions":  # (B, H, L, L) -> (B, L, H, L): index real query rows
+                a, b = a.transpose(1, 2), b.transpose(1, 2)
+            diff(f"{name}_{i}", a, b, real)
+    return diffs
+
+
 def run_parity(src: str, *, backbone: str | None = None, tolerance: float = 1e-4, echo=print) -> float:
     """Print per-layer differences; return the largest one."""
     ckpt = read_checkpoint(src, backbone=backbone)
@@ -90,25 +118,16 @@ def run_parity(src: str, *, backbone: str | None = None, tolerance: float = 1e-4
     with tempfile.TemporaryDirectory() as tmp:
         theirs, linears = _reference(src, ckpt, Path(tmp))
     batch = _inputs(ckpt)
-    real = batch["attention_mask"].bool()
     with torch.no_grad():
         a = theirs(**batch, output_hidden_states=True, output_attentions=True)
         b = ours(**batch, output_hidden_states=True, output_attentions=True)
-    diffs: dict[str, float] = {}
+    diffs = compare(a, b, batch["attention_mask"].bool())
     echo(f"source: {src}  arch: {ckpt.config.arch}  layers: {ckpt.config.num_layers}  "
          f"inputs: {tuple(batch['input_ids'].shape)}")
     echo(f"{'layer':>8}  {'hidden':>10}  {'attention':>10}")
-    for i, (x, y) in enumerate(zip(a.hidden_states, b.hidden_states)):
-        hidden = (x - y)[real].abs().max().item()
-        attn = "-"
-        diffs[f"hidden_{i}"] = hidden
-        if i > 0:
-            p, q = a.attentions[i - 1], b.attentions[i - 1]
-            att = (p - q).permute(0, 2, 1, 3)[real].abs().max().item()  # real query rows
-            diffs[f"attention_{i - 1}"] = att
-            attn = f"{att:.3e}"
-        echo(f"{'emb' if i == 0 else i - 1:>8}  {hidden:>10.3e}  {attn:>10}")
-    diffs["pooler_output"] = (a.pooler_output - b.pooler_output).abs().max().item()
+    for i in range(ckpt.config.num_layers + 1):
+        attn = f"{diffs[f'attention_{i - 1}']:.3e}" if i > 0 else "-"
+        echo(f"{'emb' if i == 0 else i - 1:>8}  {diffs[f'hidden_{i}']:>10.3e}  {attn:>10}")
     echo(f"{'pooled':>8}  {diffs['pooler_output']:>10.3e}")
     if has_heads and linears:
         pooled = a.pooler_output

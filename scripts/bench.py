@@ -1,13 +1,408 @@
-"""Benchmark minialign against transformers and the original AlignScore pipeline, in one process.
+"""Benchmarks: minialign against transformers and the original AlignScore pipeline, in one process.
 
-    python scripts/bench.py [--quick] [--out BENCHMARKS.md]
+    python scripts/bench.py [--quick] [--out BENCHMARKS.md] [--device cuda --models roberta-base roberta-large]
 
-Same as `minialign bench`. Needs the `test` extra (transformers).
+A tool beside the package, not part of it: run it from a checkout with the `test` extra installed
+(transformers). Random weights at real shapes (roberta-base); speed does not depend on the values.
+Prints markdown tables; --out writes them with the machine description.
 """
 
-import sys
+from __future__ import annotations
 
-from minialign.cli import main
+import dataclasses
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # original_alignscore.py, beside this file
+
+from minialign import convert  # noqa: E402
+from minialign.config import DTYPES, Config  # noqa: E402
+from minialign.model import Encoder  # noqa: E402
+
+ROBERTA_BASE = Config.from_name("roberta-base")
+
+
+# -- the machine and its practical ceiling ---------------------------------------------------------
+
+def machine() -> dict[str, str]:
+    cpu = platform.processor() or "unknown"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        flags = next((line for line in open("/proc/cpuinfo") if line.startswith("flags")), "")
+        isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f" {f}" in flags]
+    except OSError:
+        isa = []
+    info = {"cpu": cpu, "cores": str(os.cpu_count()), "torch threads": str(torch.get_num_threads()),
+            "cpu features": " ".join(isa) or "unknown", "torch": torch.__version__, "python": platform.python_version()}
+    try:
+        import transformers
+
+        info["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    info["gpu"] = torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
+    return info
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def interleaved(calls: dict, *, rounds: int) -> dict[str, float]:
+    """Best seconds of each call over `rounds` rounds, every call once per round after one warm-up
+    each, the order reversed every other round: the machine's drift hits all implementations alike
+    (a shared VM varies by 10-20%)."""
+    for call in calls.values():
+        call()
+    best = {label: float("inf") for label in calls}
+    for r in range(rounds):
+        for label, call in list(calls.items())[::1 if r % 2 == 0 else -1]:  # alternate the order: no seat is favoured
+            _sync()
+            start = time.perf_counter()
+            call()
+            _sync()
+            best[label] = min(best[label], time.perf_counter() - start)
+    return best
+
+
+# (tokens, in, out) of the ceiling matmul. CPU: roberta-base's feed-forward up-projection at 2048
+# tokens (a larger square matmul runs slower than that on a small-cache CPU, understating the
+# ceiling). GPU: a large square matmul, the usual peak reference.
+CEILING_SHAPE = {"cpu": (2048, 768, 3072), "cuda": (8192, 8192, 8192)}
+
+
+def ceiling_matmul(dtype: torch.dtype, device: str = "cpu"):
+    """(call, FLOPs) of one F.linear at CEILING_SHAPE. The encoder benchmark times it in the same
+    rounds as the models, so the ceiling sees the same machine state; its best rate is the ceiling."""
+    m, k, n = CEILING_SHAPE[torch.device(device).type]
+    x = torch.randn(m, k, dtype=dtype, device=device)
+    w = torch.randn(n, k, dtype=dtype, device=device)
+    return (lambda: F.linear(x, w)), 2 * m * k * n
+
+
+def encoder_flops(config: Config, lengths: list[int]) -> float:
+    """Forward FLOPs on real tokens: projections and feed-forward 2*(4C^2 + 2CI) per token, attention
+    4*L*C per token, per layer (multiply-add = 2 FLOPs)."""
+    c, i = config.hidden_size, config.intermediate_size
+    per_token = 2 * (4 * c * c + 2 * c * i)
+    return config.num_layers * sum(n * per_token + 4 * n * n * c for n in lengths)
+
+
+# -- encoder forward --------------------------------------------------------------------------------
+
+def encoder_batches(device: str, seed: int = 0) -> dict[str, list[int]]:
+    """Sequence lengths per batch: padded batches and a mixed-length one (24-512 tokens)."""
+    rng = random.Random(seed)
+    mixed = lambda n: sorted((rng.randint(24, 512) for _ in range(n)), reverse=True)  # noqa: E731
+    if torch.device(device).type == "cuda":
+        return {"64x512": [512] * 64, "mixed 64": mixed(64)}
+    return {"4x128": [128] * 4, "4x512": [512] * 4, "mixed 8": mixed(8)}
+
+
+def _inputs(config: Config, lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(config.pad_token_id + 1, config.vocab_size, (len(lengths), max(lengths)), generator=g)
+    mask = torch.zeros_like(ids)
+    for row, n in enumerate(lengths):
+        mask[row, :n] = 1
+    return ids.masked_fill(mask == 0, config.pad_token_id), mask
+
+
+def _hf_encoder(config: Config, implementation: str, dtype: torch.dtype, state_dict: dict, device: str = "cpu"):
+    from transformers import AutoConfig, AutoModel
+
+    hf = AutoModel.from_config(AutoConfig.for_model(**config.to_hf()), attn_implementation=implementation)
+    hf.load_state_dict(state_dict, strict=False)
+    return hf.to(device=device, dtype=dtype).eval()
+
+
+def bench_encoder(*, reps: int, dtypes: list[str], config: Config = ROBERTA_BASE, model_name: str = "roberta-base",
+                  device: str = "cpu", batches: dict[str, list[int]] | None = None,
+                  echo=print) -> tuple[list[dict], dict[str, float]]:
+    """Rows of the encoder table and the matmul ceiling (GFLOP/s) of each dtype."""
+    torch.manual_seed(0)
+    ours = Encoder(config).eval()
+    hf_weights = convert.minialign_to_hf({f"encoder.{k}": v for k, v in ours.state_dict().items()}, config.arch)
+    rows, ceilings = [], {}
+    for dtype_name in dtypes:
+        dtype = DTYPES[dtype_name]
+        runners = {
+            "transformers eager": _hf_encoder(config, "eager", dtype, hf_weights, device),
+            "transformers sdpa": _hf_encoder(config, "sdpa", dtype, hf_weights, device),
+        }
+        for backend in ("eager", "sdpa", "flex", "sdpa compiled"):
+            model = Encoder(config, attn_backend=backend.split()[0])
+            model.load_state_dict(ours.state_dict())
+            runners[f"minialign {backend}"] = model.to(device=device, dtype=dtype).eval()
+        runners["minialign sdpa compiled"].compile()
+        ceiling_call, ceiling_flops = ceiling_matmul(dtype, device)
+        timed = []
+        for name, lengths in (batches or encoder_batches(device)).items():
+            ids, mask = (t.to(device) for t in _inputs(config, lengths))
+            calls = {label: (lambda m=m: m(ids, attention_mask=mask)) for label, m in runners.items()}
+            for label, model in (("unpadded", runners["minialign sdpa"]), ("unpadded flex", runners["minialign flex"])):
+                calls[f"minialign {label}"] = lambda m=model: m(ids, attention_mask=mask, unpad=True)
+            calls["matmul ceiling"] = ceiling_call
+            with torch.inference_mode():
+                results = interleaved(calls, rounds=reps if dtype_name == "fp32" or device != "cpu" else 1)
+            timed.append((name, lengths, results))
+        ceiling = max(ceiling_flops / results.pop("matmul ceiling") for _, _, results in timed) / 1e9
+        ceilings[dtype_name] = ceiling
+        echo(f"{model_name} {dtype_name} matmul ceiling {ceiling:.1f} GFLOP/s")
+        for name, lengths, results in timed:
+            tokens, flops, base = sum(lengths), encoder_flops(config, lengths), results["transformers sdpa"]
+            for label, seconds in results.items():
+                row = {"model": model_name, "dtype": dtype_name, "batch": name, "impl": label,
+                       "tokens/s": tokens / seconds, "vs hf sdpa": base / seconds, "GFLOP/s": flops / seconds / 1e9,
+                       "of ceiling": flops / seconds / 1e9 / ceiling}
+                rows.append(row)
+                echo(f"{model_name} {dtype_name} {name:8} {label:26} {row['tokens/s']:9.0f} tok/s  "
+                     f"x{row['vs hf sdpa']:.2f}  {row['GFLOP/s']:6.1f} GFLOP/s ({row['of ceiling']:.0%})")
+    return rows, ceilings
+
+
+# -- AlignScore scoring -----------------------------------------------------------------------------
+
+_WORDS = ("the a of to in and for on with said at by from his her its their was were has have had will would "
+          "could government minister company police court president city officials report year people market "
+          "shares percent million billion new first last two three after before over under during while since "
+          "election vote party leader team season game players club coach match win loss record fans stadium "
+          "study researchers found data results university hospital patients health drug treatment disease "
+          "weather storm rain flood river bridge road traffic train airport flight passengers border troops "
+          "war peace talks deal trade tax budget economy growth prices oil gas energy climate carbon emissions "
+          "school students teachers children parents family home house street town village county state nation "
+          "world country europe america china india africa london paris monday tuesday wednesday thursday friday").split()
+
+
+def _sentence(rng: random.Random, most: int = 22) -> str:
+    words = [rng.choice(_WORDS) for _ in range(min(rng.randint(8, 22), most))]
+    return " ".join(words).capitalize() + "."
+
+
+def _text(rng: random.Random, lo: int, hi: int) -> str:
+    """Sentences of 8-22 words (the last one shortened to fit) totalling a random lo..hi words."""
+    left, sentences = rng.randint(lo, hi), []
+    while left > 0:
+        sentences.append(_sentence(rng, most=left))
+        left -= len(sentences[-1].split())
+    return " ".join(sentences)
+
+
+def scoring_corpus(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
+    """A third short contexts (< 60 words), a third 120-420, a third 500-1400; claims of 1-4 sentences."""
+    rng = random.Random(seed)
+    ranges = [(20, 59), (120, 420), (500, 1400)]
+    contexts = [_text(rng, *ranges[i % 3]) for i in range(n)]
+    claims = [" ".join(_sentence(rng) for _ in range(rng.randint(1, 4))) for _ in range(n)]
+    return contexts, claims
+
+
+def _alignscore_fixture(directory: Path, corpus: list[str]):
+    """A random AlignScore checkpoint at roberta-base shape, its backbone dir and a BPE tokenizer."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import RobertaConfig, RobertaForMaskedLM, RobertaModel
+
+    tok = ByteLevelBPETokenizer()
+    tok.train_from_iterator(corpus, vocab_size=4000, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    backbone = directory / "backbone"
+    backbone.mkdir()
+    tok.save_model(str(backbone))
+    torch.manual_seed(0)
+    config = RobertaConfig(**ROBERTA_BASE.to_hf())
+    base, mlm = RobertaModel(config).eval(), RobertaForMaskedLM(config).lm_head.eval()
+    heads = {"bin_layer": torch.nn.Linear(768, 2), "tri_layer": torch.nn.Linear(768, 3),
+             "reg_layer": torch.nn.Linear(768, 1)}
+    base.config.save_pretrained(backbone)
+    state = {f"base_model.{k}": v for k, v in base.state_dict().items()}
+    state.update({f"mlm_head.{k}": v for k, v in mlm.state_dict().items()})
+    for name, layer in heads.items():
+        state.update({f"{name}.{k}": v for k, v in layer.state_dict().items()})
+    torch.save({"state_dict": state, "hyper_parameters": {"model": "roberta-base"}}, directory / "AlignScore.ckpt")
+    return directory / "AlignScore.ckpt", backbone, {"backbone": base, "mlm_head": mlm, **heads}
+
+
+def bench_scoring(*, examples: int, dtypes: list[str], device: str = "cpu", echo=print) -> list[dict]:
+    from original_alignscore import OriginalAlignScore
+    from transformers import AutoTokenizer
+
+    from minialign.scorer import AlignScorer
+    from minialign.sentences import split_sentences
+
+    contexts, claims = scoring_corpus(examples)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        ckpt, backbone, parts = _alignscore_fixture(Path(tmp), contexts + claims)
+        hf_tok = AutoTokenizer.from_pretrained(backbone, tokenizer_type="roberta")
+        original = OriginalAlignScore({name: part.to(device) for name, part in parts.items()}, hf_tok, "nli_sp",
+                                      split_sentences)
+        n_pairs = None
+        original.score(contexts[:3], claims[:3])  # warm-up
+        _sync()
+        start = time.perf_counter()
+        reference = original.score(contexts, claims)
+        original_seconds = time.perf_counter() - start
+        for dtype_name in dtypes:
+            for unpad in (False, True):
+                scorer = AlignScorer.from_pretrained(ckpt, backbone=str(backbone), dtype=DTYPES[dtype_name],
+                                                     unpad=unpad, device=device)
+                examples_, pairs = scorer._plan(contexts, claims)
+                n_pairs = sum(len(e.pair_ids) for e in examples_)
+                scorer.score(contexts[:3], claims[:3])  # warm-up
+                _sync()
+                start = time.perf_counter()
+                scores = scorer.score(contexts, claims)
+                seconds = time.perf_counter() - start
+                del scorer
+                rows.append({"impl": f"minialign {dtype_name}{' unpadded' if unpad else ''}",
+                             "pairs/s": n_pairs / seconds, "speed-up": original_seconds / seconds,
+                             "max abs diff": max(abs(a - b) for a, b in zip(scores, reference))})
+        rows.insert(0, {"impl": "original (transformers fp32, pad 512, MLM head)", "speed-up": 1.0,
+                        "pairs/s": n_pairs / original_seconds, "max abs diff": 0.0})
+    for row in rows:
+        echo(f"{row['impl']:48} {row['pairs/s']:7.2f} pairs/s  x{row['speed-up']:.2f}  "
+             f"max|diff| {row['max abs diff']:.1e}")
+    return rows
+
+
+# -- loading memory ---------------------------------------------------------------------------------
+
+# VmHWM (peak RSS of this process image), not ru_maxrss, which execve inherits from the parent.
+# A first load of a tiny checkpoint imports everything loading needs, so the figure is the weights' cost.
+_LOAD_PROBE = """
+import json, re, sys, torch
+import minialign as ma
+def peak_kb():
+    return int(re.search(r"VmHWM:\\s+(\\d+)", open("/proc/self/status").read()).group(1))
+ma.Encoder.from_pretrained(sys.argv[2], dtype=getattr(torch, sys.argv[3]))
+before = peak_kb()
+model = ma.Encoder.from_pretrained(sys.argv[1], dtype=getattr(torch, sys.argv[3]))
+with torch.no_grad():
+    sum(float(p.sum()) for p in model.parameters())  # touch every weight: mapped pages count now
+print(json.dumps({"before_kb": before, "after_kb": peak_kb()}))
+"""
+
+
+def bench_loading(echo=print) -> list[dict]:
+    """Peak resident memory added by loading roberta-base-shaped fp32 weights (and touching every
+    one of them), against the size of the weights file."""
+    from minialign.loading import Checkpoint, save_native
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        full, tiny = Path(tmp) / "roberta-base", Path(tmp) / "tiny"
+        small = dataclasses.replace(ROBERTA_BASE, vocab_size=100, hidden_size=32, num_layers=1, num_heads=2,
+                                    intermediate_size=64)
+        for directory, config in ((full, ROBERTA_BASE), (tiny, small)):
+            with torch.device("meta"):
+                shapes = {f"encoder.{k}": v.shape for k, v in Encoder(config).state_dict().items()}
+            save_native(Checkpoint(config, {k: torch.randn(shape) * 0.02 for k, shape in shapes.items()}, "bench"),
+                        directory)
+        size = (full / "model.safetensors").stat().st_size
+        for dtype in ("float32", "bfloat16"):
+            out = subprocess.run([sys.executable, "-c", _LOAD_PROBE, str(full), str(tiny), dtype], capture_output=True,
+                                 text=True, check=True)
+            probe = json.loads(out.stdout.strip().splitlines()[-1])
+            added = (probe["after_kb"] - probe["before_kb"]) * 1024
+            rows.append({"load as": dtype, "weights MB": size / 2**20, "peak added MB": added / 2**20,
+                         "ratio": added / size})
+            echo(f"loading as {dtype}: fp32 weights {size / 2**20:.0f} MB, peak RSS added {added / 2**20:.0f} MB "
+                 f"({added / size:.2f}x)")
+    return rows
+
+
+# -- report -----------------------------------------------------------------------------------------
+
+def _table(rows: list[dict], columns: list[str], formats: dict[str, str]) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        lines.append("| " + " | ".join(format(row[c], formats.get(c, "")) for c in columns) + " |")
+    return "\n".join(lines)
+
+
+def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", models: tuple[str, ...] = ("roberta-base",),
+        echo=print) -> str:
+    """The whole benchmark. On CPU: fp32 and bf16 (fp32 only with quick). On a GPU: bf16 only,
+    64x512 and mixed batches, each of `models` (e.g. roberta-base roberta-large)."""
+    info = machine()
+    echo("machine: " + ", ".join(f"{k} {v}" for k, v in info.items()))
+    gpu = torch.device(device).type == "cuda"
+    dtypes = ["bf16"] if gpu else ["fp32"] if quick else ["fp32", "bf16"]
+    encoder_rows, ceilings = [], {}
+    for name in models:
+        rows, model_ceilings = bench_encoder(reps=1 if quick else 4, dtypes=dtypes, config=Config.from_name(name),
+                                             model_name=name, device=device, echo=echo)
+        encoder_rows += rows
+        for dtype_name, rate in model_ceilings.items():
+            ceilings[dtype_name] = max(rate, ceilings.get(dtype_name, 0.0))
+    scoring_rows = bench_scoring(examples=6 if quick else 12, dtypes=["fp32", *dtypes] if gpu else dtypes,
+                                 device=device, echo=echo)
+    loading = bench_loading(echo=echo)
+    m, k, n = CEILING_SHAPE[torch.device(device).type]
+    report = "\n\n".join([
+        "## Machine\n\n" + "\n".join(f"- {k}: {v}" for k, v in info.items())
+        + f"\n- device benchmarked: {device}"
+        + f"\n- matmul ceiling (F.linear {m}x{k} @ {k}x{n}, timed in the encoder rounds, best of all): "
+        + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in ceilings.items()),
+        f"## Encoder forward ({', '.join(models)} shape, random weights, inference_mode)\n\n"
+        "Each implementation is timed once per round, rounds interleaved, best of 4 rounds (1 for bf16 on "
+        "CPU, after a warm-up). `sdpa compiled` is `model.compile()` (its compile time is not counted). "
+        "tokens/s counts real tokens; `vs hf sdpa` is the speed ratio against transformers' sdpa in the same "
+        "run; GFLOP/s is useful work (real tokens only) and `of ceiling` its fraction of the same dtype's "
+        "matmul ceiling, an F.linear timed in the same rounds as the models.\n\n"
+        + _table(encoder_rows, ["model", "dtype", "batch", "impl", "tokens/s", "vs hf sdpa", "GFLOP/s", "of ceiling"],
+                 {"tokens/s": ".0f", "vs hf sdpa": ".2f", "GFLOP/s": ".1f", "of ceiling": ".0%"}),
+        f"## AlignScore scoring (nli_sp, roberta-base shape, {6 if quick else 12} examples of the seeded "
+        "length mix)\n\n"
+        "The original pipeline pads every pair to 512 tokens, batches per example and runs the MLM head; "
+        "`max abs diff` is against its scores. Both after a warm-up on three examples.\n\n"
+        + _table(scoring_rows, ["impl", "pairs/s", "speed-up", "max abs diff"],
+                 {"pairs/s": ".2f", "speed-up": ".2f", "max abs diff": ".1e"}),
+        "## Loading memory (roberta-base-shaped safetensors, Encoder.from_pretrained, CPU)\n\n"
+        "Peak RSS (VmHWM) added by `Encoder.from_pretrained` and a pass touching every weight, in a "
+        "fresh process that has already loaded a tiny checkpoint (so imports are not counted), against the "
+        "fp32 weights file. Weights of the file's dtype stay views of its memory map (file-backed pages); "
+        "copied ones (bf16 casts, the fused QKV) give their mapped pages back.\n\n"
+        + _table(loading, ["load as", "weights MB", "peak added MB", "ratio"],
+                 {"weights MB": ".0f", "peak added MB": ".0f", "ratio": ".2f"}),
+    ])
+    if out:
+        Path(out).write_text("# Benchmarks\n\nWritten by `python scripts/bench.py --out BENCHMARKS.md` "
+                             "(one run, one process).\n\n" + report + "\n", encoding="utf-8")
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="scripts/bench.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fp32 only, fewer repetitions")
+    parser.add_argument("--out", help="write the report (markdown) to this file, e.g. BENCHMARKS.md")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (bf16, 64x512 and mixed batches)")
+    parser.add_argument("--models", nargs="+", default=["roberta-base"],
+                        help="presets to time the encoder at, e.g. roberta-base roberta-large")
+    args = parser.parse_args(argv)
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        parser.error("needs transformers: pip install -e '.[test]'")
+    run(quick=args.quick, out=args.out, device=args.device, models=tuple(args.models))
+    return 0
+
 
 if __name__ == "__main__":
-    sys.exit(main(["bench", *sys.argv[1:]]))
+    sys.exit(main())

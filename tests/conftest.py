@@ -12,6 +12,10 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+# scripts/ holds the benchmark and the reference re-implementation of the original AlignScore
+# pipeline, shared by the tests and the benchmark; they are tools, not part of the installed package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+
 WORDS = ("the a claim context tower paris built eiffel summary sentence model score align news report said "
          "minister government year people city new first two after over will would could company market "
          "police court president million percent police officials reported on monday tuesday").split()

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from minialign import bench
+import bench  # scripts/bench.py (conftest puts scripts/ on the path)
 from minialign.config import Config
 
 

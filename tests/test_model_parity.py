@@ -5,6 +5,7 @@ import torch
 from conftest import hf_model, pad_batch
 
 import minialign as ma
+from minialign.parity import compare
 
 TOL = dict(atol=1e-5, rtol=0)
 
@@ -29,15 +30,14 @@ def _batch(config, lengths=(19, 11, 4)):
 
 
 def _assert_equal_on_real(hf_out, out, real):
-    torch.testing.assert_close(out.last_hidden_state[real], hf_out.last_hidden_state[real], **TOL)
-    torch.testing.assert_close(out.pooler_output, hf_out.pooler_output, **TOL)
+    """Every shared output field (shapes equal, every layer) within 1e-5 on real tokens."""
     assert len(out.hidden_states) == len(hf_out.hidden_states)
-    for ours, theirs in zip(out.hidden_states, hf_out.hidden_states):
-        torch.testing.assert_close(ours[real], theirs[real], **TOL)
     assert len(out.attentions) == len(hf_out.attentions)
-    for ours, theirs in zip(out.attentions, hf_out.attentions):
-        assert ours.shape == theirs.shape
-        torch.testing.assert_close(ours.transpose(1, 2)[real], theirs.transpose(1, 2)[real], **TOL)
+    diffs = compare(hf_out, out, real)
+    assert {f"hidden_{i}" for i in range(len(out.hidden_states))} <= set(diffs)
+    assert {f"attention_{i}" for i in range(len(out.attentions))} <= set(diffs)
+    worst = {name: d for name, d in diffs.items() if d > TOL["atol"]}
+    assert not worst, worst
 
 
 @pytest.mark.parametrize("backend", ["eager", "sdpa", pytest.param("flex", marks=pytest.mark.slow)])
@@ -166,3 +166,27 @@ def test_bad_inputs(tmp_path):
 def test_roberta_window_excludes_pad_offset():
     config = ma.Config.from_name("roberta-base")
     assert config.max_seq_len == 512
+
+
+def test_compare_reports_each_field_and_refuses_shape_mismatches():
+    """The one comparison: a perturbation shows up in its own field, only on real tokens."""
+    from minialign.model import EncoderOutput
+
+    B, L, C, H = 2, 5, 4, 2
+    real = torch.tensor([[True] * 5, [True, True, False, False, False]])
+    base = EncoderOutput(torch.randn(B, L, C), torch.randn(B, C), tuple(torch.randn(B, L, C) for _ in range(3)),
+                         tuple(torch.softmax(torch.randn(B, H, L, L), -1) for _ in range(2)))
+    assert set(compare(base, base, real).values()) == {0.0}
+    hidden = list(base.hidden_states)
+    hidden[1] = hidden[1].clone()
+    hidden[1][1, 4] += 9.0  # a pad token: ignored
+    hidden[1][0, 2] += 0.5
+    attentions = list(base.attentions)
+    attentions[1] = attentions[1].clone()
+    attentions[1][1, 0, 1, 3] += 0.25  # a real query row
+    other = EncoderOutput(base.last_hidden_state, base.pooler_output, tuple(hidden), tuple(attentions))
+    diffs = compare(base, other, real)
+    assert diffs["hidden_1"] == pytest.approx(0.5) and diffs["attention_1"] == pytest.approx(0.25)
+    assert diffs["hidden_0"] == diffs["attention_0"] == diffs["last_hidden_state"] == 0.0
+    with pytest.raises(ValueError, match="pooler_output: shapes differ"):
+        compare(base, EncoderOutput(base.last_hidden_state, base.pooler_output[:1]), real)

@@ -1,5 +1,6 @@
-"""AlignScorer against a reference implementation of the original Inferencer algorithm, written
-here on transformers: per-example mini-batches, every pair padded to max_length, MLM head run."""
+"""AlignScorer against the reference implementation of the original Inferencer algorithm on
+transformers (scripts/original_alignscore.py): per-example mini-batches, every pair padded to
+max_length, MLM head run."""
 
 import json
 import math
@@ -9,10 +10,10 @@ import torch
 import transformers
 from conftest import WORDS, write_alignscore_ckpt
 
+from original_alignscore import MAX_LENGTH, OriginalAlignScore
+
 import minialign as ma
 from minialign.scorer import chunk_context
-
-MAX_LENGTH = 512
 
 
 @pytest.fixture(scope="module")
@@ -30,54 +31,6 @@ def tiny_alignscore(bpe_dir, tmp_path_factory):
     for name in ("vocab.json", "merges.txt"):
         (backbone / name).write_bytes((bpe_dir / name).read_bytes())
     return path, backbone, ref
-
-
-class ReferenceInferencer:
-    """The original algorithm (AlignScore inference.py), on transformers modules."""
-
-    def __init__(self, ref, tokenizer, mode, batch_size=32, splitter=ma.split_sentences):
-        self.ref, self.tokenizer, self.mode, self.batch_size, self.splitter = ref, tokenizer, mode, batch_size, splitter
-
-    def _tokenize(self, premises, hypos):
-        rows = []
-        for p, h in zip(premises, hypos):
-            try:
-                rows.append(self.tokenizer(p, h, truncation="only_first", max_length=MAX_LENGTH))
-            except Exception:  # the hypothesis alone is too long
-                rows.append(self.tokenizer(p, h, truncation="longest_first", max_length=MAX_LENGTH))
-        return self.tokenizer.pad({"input_ids": [r["input_ids"] for r in rows]}, padding="max_length",
-                                  max_length=MAX_LENGTH, return_tensors="pt")
-
-    def inference(self, premises, hypos):
-        reg, bin_, tri = [], [], []
-        for i in range(0, len(premises), self.batch_size):
-            batch = self._tokenize(premises[i:i + self.batch_size], hypos[i:i + self.batch_size])
-            with torch.no_grad():
-                base = self.ref["backbone"](**batch)
-                self.ref["mlm_head"](base.last_hidden_state)  # the original runs it on every forward
-                pooled = base.pooler_output
-                reg.append(self.ref["reg_layer"](pooled)[:, 0])
-                bin_.append(torch.softmax(self.ref["bin_layer"](pooled), -1)[:, 1])
-                tri.append(torch.softmax(self.ref["tri_layer"](pooled), -1))
-        return torch.cat(reg), torch.cat(bin_), torch.cat(tri)
-
-    def per_example(self, premise, hypo):
-        sentences = self.splitter(premise) or [""]
-        n_chunk = len(premise.strip().split()) // 350 + 1
-        n_chunk = max(len(sentences) // n_chunk, 1)
-        chunks = [" ".join(sentences[i:i + n_chunk]) for i in range(0, len(sentences), n_chunk)]
-        hypo_sents = self.splitter(hypo)
-        pre = [c for c in chunks for _ in hypo_sents]
-        hyp = [h for _ in chunks for h in hypo_sents]
-        reg, bin_, tri = self.inference(pre, hyp)
-        score = {"nli_sp": tri[:, 0], "bin_sp": bin_, "reg_sp": reg}[self.mode]
-        return score.view(len(chunks), len(hypo_sents)).max(dim=0).values.mean().item()
-
-    def score(self, contexts, claims):
-        if self.mode.endswith("_sp"):
-            return [self.per_example(c, h) for c, h in zip(contexts, claims)]
-        reg, bin_, tri = self.inference(list(contexts), list(claims))
-        return {"nli": tri[:, 0], "bin": bin_, "reg": reg}[self.mode].tolist()
 
 
 def _sentence(i, n=12):
@@ -107,7 +60,7 @@ def test_scores_equal_original_algorithm(tiny_alignscore, hf_tokenizer, mode):
     path, backbone, ref = tiny_alignscore
     scorer = ma.AlignScorer.from_pretrained(path, backbone=str(backbone), mode=mode, batch_size=4)
     contexts, claims = zip(*CORPUS)
-    expected = ReferenceInferencer(ref, hf_tokenizer, mode).score(contexts, claims)
+    expected = OriginalAlignScore(ref, hf_tokenizer, mode, ma.split_sentences).score(contexts, claims)
     got = scorer.score(list(contexts), list(claims))
     assert len(got) == len(CORPUS)
     assert max(abs(a - b) for a, b in zip(got, expected)) <= 1e-5, (got, expected)
