@@ -1,6 +1,7 @@
 """The BERT/RoBERTa encoder and AlignScore's alignment model, in reading order.
 
-Shapes: B batch, L sequence length, C hidden size, H heads, D head dim (C = H * D), V vocab.
+Shapes: B batch, L sequence length, T real tokens of a packed batch, C hidden size, H heads,
+D head dim (C = H * D), V vocab. Layouts (padded or packed) are described in layout.py.
 Mask convention: True / 1 = attend (see attention.attention_bias).
 
 Reference implementations each module matches:

