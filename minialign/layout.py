@@ -40,6 +40,12 @@ class Layout:
         return positions[None, :] < self.lengths[:, None]
 
     @functools.cached_property
+    def indices(self) -> Tensor:
+        """(T,) positions of the real tokens in the flattened (B * L) batch: gathers and scatters
+        with it need no host sync."""
+        return torch.nonzero(self.keep.flatten(), as_tuple=True)[0]
+
+    @functools.cached_property
     def host_lengths(self) -> list[int]:
         """Sequence lengths as Python ints, for backends that split a packed row (one sync)."""
         return self.lengths.tolist()
@@ -51,13 +57,14 @@ class Layout:
 
     def pack(self, t: Tensor) -> Tensor:
         """(B, L, ...) -> (1, T, ...) for a packed layout; unchanged for a padded one."""
-        return t[self.keep][None] if self.packed else t
+        return t.flatten(0, 1)[self.indices][None] if self.packed else t
 
     def unpack(self, t: Tensor) -> Tensor:
         """(1, T, C) -> (B, L, C) with zeros at the padding; unchanged for a padded layout."""
         if not self.packed:
             return t
-        return t.new_zeros(self.batch, self.length, t.size(-1)).index_put_((self.keep,), t[0])
+        out = t.new_zeros(self.batch * self.length, t.size(-1))
+        return out.index_copy_(0, self.indices, t[0]).view(self.batch, self.length, -1)
 
     def first_tokens(self, t: Tensor) -> Tensor:
         """Each sequence's first token: (B, L, ...) -> (B, 1, ...); packed (1, T, ...) -> (1, B, ...)."""

@@ -244,8 +244,7 @@ class Encoder(nn.Module):
         self._check_input(input_ids)
         if final_tokens not in FINAL_TOKENS:
             raise ValueError(f"final_tokens must be one of {FINAL_TOKENS}, got {final_tokens!r}")
-        full_record = output_hidden_states or output_attentions or capturing()
-        first_only = final_tokens == "first" and not full_record
+        first_only = final_tokens == "first" and not (output_hidden_states or output_attentions or capturing())
         B, L = input_ids.shape
         if (attention_mask is not None and tuple(attention_mask.shape) == (B, L)
                 and not torch.compiler.is_compiling() and bool(attention_mask.all())):
@@ -261,17 +260,19 @@ class Encoder(nn.Module):
         x = self.embeddings(layout.pack(input_ids), layout.pack(token_type_ids), layout.pack(position_ids))
         every = self._mask(attention_mask, layout, "all", x.dtype, output_attentions)
         last = self._mask(attention_mask, layout, "first", x.dtype, False) if first_only else every
-        hidden_states, attentions = [x], []
+        hidden_states = [layout.unpack(x)] if output_hidden_states else None  # embeddings, then each layer
+        attentions = []
         for i, layer in enumerate(self.layers):
             final = i == len(self.layers) - 1
             x, probs = layer(x, last if final else every, layout.first_tokens if final and first_only else None)
-            hidden_states.append(x)
+            if output_hidden_states:
+                hidden_states.append(layout.unpack(x))
             attentions.append(probs)
         x = layout.batch_first(x) if first_only else layout.unpack(x)
         return EncoderOutput(
             last_hidden_state=x,
             pooler_output=self.pooler(x),
-            hidden_states=tuple(layout.unpack(h) for h in hidden_states) if output_hidden_states else None,
+            hidden_states=tuple(hidden_states) if hidden_states is not None else None,
             attentions=tuple(attentions) if output_attentions else None,
         )
 

@@ -21,7 +21,8 @@ the default path pays nothing and compiles without graph breaks. Names are the m
 
 Attention scores and probabilities are recorded from the eager formulas; when the model runs
 another backend, they are computed beside it for the record, so results do not change.
-Capture runs the padded layout (unpad is ignored while capturing).
+Capture runs the padded layout for every token (unpad and final_tokens="first" are ignored while
+capturing), so every layer records full (B, H, L, L) scores.
 """
 
 from __future__ import annotations

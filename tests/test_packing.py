@@ -1,0 +1,85 @@
+"""The packing value (layout.py) and the batching engine (batching.py), on their own."""
+
+import pytest
+import torch
+from conftest import WORDS
+
+from minialign import layout as layouts
+from minialign.batching import BatchEngine, pad
+
+
+def test_packed_layout_round_trip_and_first_tokens():
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]])
+    layout = layouts.packed(mask)
+    assert layout.packed and layout.cu_seqlens.tolist() == [0, 4, 6, 7]
+    assert layout.host_lengths == [4, 2, 1] and layout.document.tolist() == [0, 0, 0, 0, 1, 1, 2]
+    x = torch.arange(12, dtype=torch.float32).view(3, 4, 1) + 1
+    packed = layout.pack(x)
+    assert packed.shape == (1, 7, 1) and packed.flatten().tolist() == [1, 2, 3, 4, 5, 6, 9]
+    back = layout.unpack(packed)
+    assert torch.equal(back, x * mask[..., None])  # padding comes back as zeros
+    first = layout.first_tokens(packed)
+    assert first.flatten().tolist() == [1, 5, 9] and layout.batch_first(first).shape == (3, 1, 1)
+    padded = layouts.padded(3, 4)
+    assert not padded.packed and padded.pack(x) is x and padded.unpack(x) is x
+    assert torch.equal(padded.first_tokens(x), x[:, :1])
+
+
+@pytest.mark.parametrize("bad", [torch.tensor([[0, 1, 1]]), torch.tensor([[1, 0, 1]]), torch.tensor([[0, 0, 0]]),
+                                 torch.ones(1, 3, 3)])
+def test_packed_layout_needs_right_padding(bad):
+    with pytest.raises(ValueError, match="right-padded"):
+        layouts.packed(bad)
+
+
+def test_pad_is_right_padding_with_types():
+    out = pad([[5, 6, 7], [8]], [[0, 0, 1], [0]], pad_id=1)
+    assert out["input_ids"].tolist() == [[5, 6, 7], [8, 1, 1]]
+    assert out["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert out["token_type_ids"].tolist() == [[0, 0, 1], [0, 0, 0]]
+    assert "token_type_ids" not in pad([[5]], [[0]], pad_id=0, token_types=False)
+    assert pad([[5]], [[0]], pad_id=0, length=4)["input_ids"].shape == (1, 4)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(bpe_dir):
+    from minialign.tokenizer import Tokenizer
+
+    return Tokenizer.from_pretrained(bpe_dir)
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_engine_dedups_bounds_batches_and_keeps_input_order(tokenizer, packed):
+    texts = [" ".join(WORDS[: 3 + (i * 7) % 40]) for i in range(30)]
+    inputs = texts + texts[:10] + [(texts[0], texts[1]), (texts[0], texts[1])]  # duplicates, and pairs
+    engine = BatchEngine(tokenizer, batch_size=4, max_tokens=60, packed=packed)
+    seen = []
+
+    def forward(batch):  # one result per row: its real length and first ids, so order can be checked
+        ids, mask = batch["input_ids"], batch["attention_mask"]
+        seen.append((tuple(ids.shape), int(mask.sum())))
+        return torch.stack([mask.sum(1).float(), ids[:, 1].float()], dim=1)
+
+    results = engine.run(inputs, forward)
+    expected = [tokenizer.encode([t])[0].ids if isinstance(t, str) else tokenizer.encode([t[0]], [t[1]])[0].ids
+                for t in inputs]
+    assert results[:, 0].tolist() == [len(e) for e in expected]
+    assert results[:, 1].tolist() == [e[1] for e in expected]
+    assert sum(rows for (rows, _), _ in seen) == len(set(inputs))  # each distinct input ran once
+    for (rows, length), real in seen:
+        assert rows <= 4 and ((real if packed else rows * length) <= 60 or rows == 1)
+    assert engine.run([], forward).numel() == 0
+
+
+def test_engine_rounds_lengths_to_the_bucket(tokenizer):
+    engine = BatchEngine(tokenizer, batch_size=2, bucket=16, max_length=40)
+    lengths = []
+    engine.run([" ".join(WORDS[:n]) for n in (3, 9, 30, 60)],
+               lambda b: lengths.append(b["input_ids"].shape[1]) or torch.zeros(b["input_ids"].shape[0], 1))
+    assert lengths and all(n % 16 == 0 or n == 40 for n in lengths)
+
+
+def test_engine_arguments_are_checked(tokenizer):
+    for bad in ({"batch_size": 0}, {"max_tokens": 0}, {"batch_size": True}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            BatchEngine(tokenizer, **bad)
