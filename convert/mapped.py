@@ -85,6 +85,9 @@ class MappedSafetensors:
     def _check(self, header: dict, data_size: int) -> dict[str, tuple[torch.dtype, list[int], int, int]]:
         entries = {}
         for name, info in header.items():
+            if isinstance(info, dict) and isinstance(info.get("dtype"), str) and info["dtype"] not in DTYPES:
+                raise CheckpointError(f"{self.path}: unsupported dtype {info['dtype']} for tensor {name!r} "
+                                      f"(minialign reads {', '.join(DTYPES)})")
             try:
                 dtype, shape, (begin, end) = DTYPES[info["dtype"]], info["shape"], info["data_offsets"]
                 if not all(isinstance(n, int) and n >= 0 for n in (*shape, begin, end)):

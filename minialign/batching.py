@@ -3,17 +3,19 @@
     engine = BatchEngine(tokenizer, batch_size=32, max_tokens=2048, packed=True)
     results = engine.run(inputs, forward)   # inputs: texts, or (text, pair) tuples
 
-What it does, once for any model: identical inputs are run once; inputs are tokenized in blocks,
-sorted by length (longest first) and cut into batches of at most `batch_size` sequences and at
+What it does, once for any model: identical inputs are run once; each distinct text is tokenized
+once (Tokenizer.encode_ids: a long context shared by many pairs is read once); inputs are sorted by length (longest first) and cut into batches of at most `batch_size` sequences and at
 most `max_tokens` tokens as run (packed: real tokens; padded: rows x longest); each batch is padded
 to its own longest sequence (rounded up to a multiple of `bucket`, for compiled models); `forward`
 gets the padded tensors on the device and returns one row of results per sequence; the rows come
-back in input order. A sequence longer than the budget runs in a batch of its own.
+back in input order, with the number of tokens each input lost to the window. A sequence longer
+than the budget runs in a batch of its own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -22,7 +24,12 @@ from torch import Tensor
 if TYPE_CHECKING:
     from .tokenizer import Tokenizer
 
-TOKENIZE_BLOCK = 1024  # inputs tokenized per call: bounds the memory of the encodings in flight
+
+
+@dataclass
+class Results:
+    values: Tensor  # (N, ...) what forward returned for each input, in input order (float32, CPU)
+    truncated: Tensor  # (N,) int64: tokens each input lost to the window
 
 
 def pad(ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]], *, pad_id: int, length: int | None = None,
@@ -59,12 +66,13 @@ class BatchEngine:
         self.device = torch.device(device)
 
     def run(self, inputs: Sequence[Hashable], forward: Callable[[dict[str, Tensor]], Tensor], *,
-            progress: bool | str = False) -> Tensor:
-        """forward(batch) -> (b, ...) results for the b sequences of the batch. Returns (N, ...) on
-        the CPU, row i for inputs[i]. progress: a tqdm bar over batches (a string is its label)."""
+            progress: bool | str = False) -> Results:
+        """forward(batch) -> (b, ...) results for the b sequences of the batch. Returns every input's
+        row, in input order, on the CPU. progress: a tqdm bar over batches (a string is its label)."""
         unique: dict[Hashable, int] = {}
         where = torch.tensor([unique.setdefault(x, len(unique)) for x in inputs], dtype=torch.long)
-        ids, types = self.tokenize(list(unique))
+        encoded = self.tokenize(list(unique))
+        ids, types = encoded.ids, encoded.type_ids
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
         batches = self.batches(order, [len(t) for t in ids])
         if progress:
@@ -78,21 +86,19 @@ class BatchEngine:
             if results is None:
                 results = out.new_empty((len(ids), *out.shape[1:]))
             results[batch] = out
-        return results[where] if results is not None else torch.empty(0)
+        if results is None:
+            return Results(torch.empty(0), torch.empty(0, dtype=torch.long))
+        return Results(results[where], torch.tensor(encoded.truncated, dtype=torch.long)[where])
 
-    def tokenize(self, inputs: list) -> tuple[list[list[int]], list[list[int]]]:
-        """Token ids and type ids of texts or (text, pair) tuples, under the tokenizer's truncation rule."""
-        ids, types = [], []
-        for start in range(0, len(inputs), TOKENIZE_BLOCK):
-            part = inputs[start:start + TOKENIZE_BLOCK]
-            if part and isinstance(part[0], tuple):
-                encodings = self.tokenizer.encode([a for a, _ in part], [b for _, b in part], max_length=self.max_length)
-            else:
-                encodings = self.tokenizer.encode(part, max_length=self.max_length)
-            for e in encodings:
-                ids.append(e.ids)
-                types.append(e.type_ids)
-        return ids, types
+    def tokenize(self, inputs: list):
+        """Encoded ids of texts or (text, pair) tuples, under the tokenizer's truncation rule."""
+        pairs = sum(isinstance(x, tuple) for x in inputs)
+        if 0 < pairs < len(inputs):
+            raise ValueError(f"inputs mix {pairs} (text, pair) tuples with {len(inputs) - pairs} single texts; "
+                             f"run them separately")
+        if pairs:
+            return self.tokenizer.encode_ids([a for a, _ in inputs], [b for _, b in inputs], max_length=self.max_length)
+        return self.tokenizer.encode_ids(inputs, max_length=self.max_length)
 
     def batches(self, order: list[int], lengths: list[int]) -> list[list[int]]:
         """Consecutive runs of `order` (longest first) within the count and the token budget."""

@@ -1,8 +1,19 @@
-"""Fetching files from the Hugging Face hub (or its local cache) through huggingface_hub."""
+"""Fetching files from the Hugging Face hub (or its local cache) through huggingface_hub.
+
+The hub is asked only when it can be reached: one TCP connection attempt per process (a few
+seconds at most) decides, so a machine without network fails fast from the cache instead of
+spending its time in huggingface_hub's retries. HF_HUB_OFFLINE=1 skips the attempt.
+"""
 
 from __future__ import annotations
 
+import functools
+import socket
 from pathlib import Path
+from urllib.parse import urlparse
+
+CONNECT_TIMEOUT = 3.0  # seconds for the one reachability check
+MODEL_SUFFIXES = (".ckpt", ".safetensors", ".bin", ".pt", ".pth", ".json")
 
 
 class HubUnavailableError(FileNotFoundError):
@@ -10,7 +21,24 @@ class HubUnavailableError(FileNotFoundError):
 
 
 def looks_like_path(src: str) -> bool:
-    return src.startswith(("/", ".", "~")) or src.endswith((".ckpt", ".safetensors", ".bin", ".json"))
+    """Whether `src` can only be a path: a hub id is `name` or `org/name`, so an absolute, relative or
+    home path, a backslash, more than one `/`, or a file extension means a path."""
+    return (src.startswith(("/", ".", "~")) or "\\" in src or src.count("/") > 1
+            or src.lower().endswith(MODEL_SUFFIXES))
+
+
+@functools.cache
+def hub_reachable() -> bool:
+    """One TCP connection attempt to the hub's endpoint, remembered for the process."""
+    from huggingface_hub import constants
+
+    url = urlparse(constants.ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname, port), timeout=CONNECT_TIMEOUT).close()
+        return True
+    except OSError:
+        return False
 
 
 def hub_file(repo_id: str, filename: str, *, revision: str | None = None, cache_dir: str | Path | None = None,
@@ -29,14 +57,22 @@ def hub_file(repo_id: str, filename: str, *, revision: str | None = None, cache_
         RevisionNotFoundError,
     )
 
+    from huggingface_hub import constants
+
+    offline = bool(constants.HF_HUB_OFFLINE)
+    unreachable = not offline and not hub_reachable()
     try:
-        return Path(hf_hub_download(repo_id, filename, revision=revision, cache_dir=cache_dir))
-    except LocalEntryNotFoundError as e:  # offline, or the hub unreachable, and nothing cached
+        return Path(hf_hub_download(repo_id, filename, revision=revision, cache_dir=cache_dir,
+                                    local_files_only=offline or unreachable))
+    except LocalEntryNotFoundError:  # offline, or the hub unreachable, and nothing cached
         if optional and _cached_repo_exists(repo_id, cache_dir):
             return None
+        why = ("HF_HUB_OFFLINE is set" if offline else
+               f"the hub ({constants.ENDPOINT}) cannot be reached from this machine; set HF_HUB_OFFLINE=1 "
+               f"to skip the hub when working offline")
         raise HubUnavailableError(
-            f"{repo_id!r}: {filename} is not in the local Hugging Face cache and the hub cannot be reached "
-            f"({type(e).__name__}). Pass a local path instead: a directory holding config.json and "
+            f"{repo_id!r} is not a local directory, and {filename} is not in the local Hugging Face cache "
+            f"({why}). Pass a local path instead: a directory holding config.json and "
             f"model.safetensors (or pytorch_model.bin), a minialign directory, or an AlignScore .ckpt file."
         ) from None
     except EntryNotFoundError:

@@ -163,15 +163,25 @@ def check_tensors(model: nn.Module, tensors: dict[str, Tensor], origin: str, *, 
     mismatched = [f"{shown_prefix}{k}: checkpoint {tuple(t.shape)} vs model {tuple(expected[k].shape)}"
                   for k, t in tensors.items() if k in expected and t.shape != expected[k].shape]
     if mismatched:
-        raise CheckpointError(f"{origin}: tensor shapes disagree with the config: " + "; ".join(mismatched))
+        raise CheckpointError(f"{origin}: {len(mismatched)} tensor shape(s) disagree with the config: "
+                              f"{_first(mismatched)}. Likely cause: the configuration describes a model of "
+                              f"another size (for a .ckpt, a --backbone / backbone= other than the one it "
+                              f"was trained from; for a directory, a config.json of another model)")
     unexpected = sorted(set(tensors) - set(expected))
     if unexpected:
-        raise CheckpointError(f"{origin}: unexpected weights {[shown_prefix + k for k in unexpected]}")
+        raise CheckpointError(f"{origin}: {len(unexpected)} unexpected weight(s): "
+                              f"{_first([shown_prefix + k for k in unexpected])}")
     missing = sorted(set(expected) - set(tensors))
     fatal = [shown_prefix + k for k in missing if not k.startswith(initialisable_prefixes(model))]
     if fatal:
-        raise CheckpointError(f"{origin}: missing weights {fatal}")
+        raise CheckpointError(f"{origin}: {len(fatal)} missing weight(s): {_first(fatal)}")
     return missing
+
+
+def _first(items: list[str], shown: int = 5) -> str:
+    """The first few items of a long list, and how many more there are."""
+    text = "; ".join(items[:shown])
+    return text + (f"; ... and {len(items) - shown} more" if len(items) > shown else "")
 
 
 def load(cls: type[nn.Module], src: str | Path, *, backbone: str | None = None, device: str | torch.device | None = None,
@@ -193,7 +203,7 @@ def build(cls: type[nn.Module], ckpt: Checkpoint, *, device: str | torch.device 
           dtype: torch.dtype | None = None, attn_backend: str = "sdpa") -> nn.Module:
     """Check, materialise, initialise: the model's declared weights from the checkpoint, on `device`
     in `dtype` (default float32), the declared-initialisable ones it lacks initialised (one warning)."""
-    device, dtype = torch.device(device or "cpu"), dtype or torch.float32
+    device, dtype = resolve_device(device), dtype or torch.float32
     _warn_if_emulated(device, dtype)
     tensors = own_tensors(cls, ckpt)
     with torch.device("meta"):
@@ -234,6 +244,29 @@ def materialise(model: nn.Module, tensors: dict[str, Tensor], device: torch.devi
             convert.release(tensor)
 
 
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """The torch.device named, checked to exist on this machine (default: cpu)."""
+    try:
+        resolved = torch.device(device or "cpu")
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"unknown device {device!r} ({e}); use cpu, cuda, cuda:N or mps") from None
+    if resolved.type == "cpu":
+        return resolved
+    if resolved.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            why = "this torch was built without CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
+            raise ValueError(f"device {str(device)!r} is not available on this machine ({why}); use cpu")
+        if resolved.index is not None and resolved.index >= count:
+            raise ValueError(f"device {str(device)!r} does not exist: this machine has {count} CUDA device(s)")
+        return resolved
+    if resolved.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError(f"device {str(device)!r} is not available on this machine (no Apple MPS); use cpu")
+        return resolved
+    raise ValueError(f"device {str(device)!r} is not supported; use cpu, cuda, cuda:N or mps")
+
+
 def _warn_if_emulated(device: torch.device, dtype: torch.dtype) -> None:
     if device.type == "cpu" and dtype in (torch.bfloat16, torch.float16) and not cpu_has_native(dtype):
         warnings.warn(f"this CPU has no native {dtype} matmul (no AVX512-BF16/FP16 or AMX), so {dtype} is "
@@ -266,8 +299,7 @@ def initialise(model: nn.Module, missing: list[str], config: Config, device: tor
 
 def save_native(ckpt: Checkpoint, directory: str | Path, *, dtype: torch.dtype | None = None) -> Path:
     """Write config.json + model.safetensors (minialign names) and any tokenizer files."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = output_directory(directory)
     tensors = {k: _cast(v, torch.device("cpu"), dtype) if dtype else v for k, v in ckpt.tensors.items()}
     convert.write_safetensors(directory / "model.safetensors", tensors, metadata={"format": "pt"})
     convert.write_json(directory / "config.json", {"minialign_format": NATIVE_FORMAT, "config": ckpt.config.to_dict()})
@@ -279,8 +311,7 @@ def export_hf(ckpt: Checkpoint, directory: str | Path, *, dtype: torch.dtype | N
     """Write a transformers layout: config.json + model.safetensors (BertModel/RobertaModel names,
     loadable by AutoModel) and, when the checkpoint has them, the MLM head and AlignScore heads in
     alignscore_heads.safetensors under AlignScore's own names (mlm_head.*, bin_layer.*, ...)."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = output_directory(directory)
     tensors = {k: _cast(v, torch.device("cpu"), dtype) if dtype else v for k, v in ckpt.tensors.items()}
     hf = convert.minialign_to_hf(tensors, ckpt.config.arch)
     backbone, heads = convert.split_hf_backbone(hf, ckpt.config.arch)
@@ -289,6 +320,15 @@ def export_hf(ckpt: Checkpoint, directory: str | Path, *, dtype: torch.dtype | N
         convert.write_safetensors(directory / HEADS_FILE, heads, metadata={"format": "pt"})
     convert.write_json(directory / "config.json", ckpt.config.to_hf())
     copy_tokenizer_files(ckpt.tokenizer_dir, directory)
+    return directory
+
+
+def output_directory(directory: str | Path) -> Path:
+    """Create the directory a converted checkpoint goes to; refuse a path that is an existing file."""
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(f"{directory} exists and is not a directory; a converted checkpoint is a directory")
+    directory.mkdir(parents=True, exist_ok=True)
     return directory
 
 

@@ -112,6 +112,11 @@ def compare(reference, ours, real: torch.Tensor) -> dict[str, float]:
 
 def run_parity(src: str, *, backbone: str | None = None, tolerance: float = 1e-4, echo=print) -> float:
     """Print per-layer differences; return the largest one."""
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        raise ValueError("minialign parity compares against transformers, which is not installed: "
+                         "pip install 'minialign[test]' (or pip install transformers)") from None
     ckpt = read_checkpoint(src, backbone=backbone)
     has_heads = all(f"{h}.weight" in ckpt.tensors for h in HEADS)
     ours = build(AlignModel if has_heads else Encoder, ckpt, attn_backend="eager")

@@ -20,18 +20,19 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from .batching import BatchEngine
+from .batching import BatchEngine, Results
 from .hub import HubUnavailableError, hub_file
 from .loading import build, read_checkpoint, save_native
 from .model import AlignModel
 from .sentences import split_sentences
-from .tokenizer import TOKENIZER_FILES, Tokenizer
+from .tokenizer import TOKENIZER_FILES, Tokenizer, text_problem
 
 MODES = ("nli_sp", "bin_sp", "reg_sp", "nli", "bin", "reg")
 HUB_REPO = "yzha/AlignScore"
@@ -109,21 +110,28 @@ class AlignScorer:
                    max_tokens=max_tokens)
 
     def score(self, contexts: Sequence[str], claims: Sequence[str], *, return_details: bool = False,
-              progress: bool = False) -> list[float] | list[dict]:
+              progress: bool = False, warn_truncation: bool = True) -> list[float] | list[dict]:
         """One score per (context, claim). With return_details, one dict per example: the score,
-        the chunks and sentences, and chunk x sentence matrices of every probability (COLUMNS)."""
+        the chunks and sentences, chunk x sentence matrices of every probability (COLUMNS), and
+        `truncated`: the tokens of each pair cut by the window (the chunk's tail, as the original
+        does; both texts when the sentence alone does not fit). Text cut anywhere in the call gives
+        one TruncationWarning with the counts, unless warn_truncation=False."""
         examples, pairs = self._plan(contexts, claims)
-        results = self.score_pairs(pairs, progress=progress)  # (N, 5)
+        results = self.score_pairs(pairs, progress=progress)
+        if warn_truncation:
+            warn_if_truncated(results.truncated, self.max_length)
         column = _MODE_COLUMN[self.mode.removesuffix("_sp")]
         out = []
         for ex in examples:
-            table = results[ex.pair_ids].view(len(ex.chunks), len(ex.sentences), len(COLUMNS))
+            shape = (len(ex.chunks), len(ex.sentences))
+            table = results.values[ex.pair_ids].view(*shape, len(COLUMNS))
             score = table[..., column].max(dim=0).values.mean().item()
             if not return_details:
                 out.append(score)
                 continue
             details = {"score": score, "chunks": ex.chunks, "sentences": ex.sentences}
             details.update({name: table[..., i].tolist() for i, name in enumerate(COLUMNS)})
+            details["truncated"] = results.truncated[ex.pair_ids].view(shape).tolist()
             out.append(details)
         return out
 
@@ -142,10 +150,11 @@ class AlignScorer:
         return examples, pairs
 
     @torch.inference_mode()
-    def score_pairs(self, pairs: list[tuple[str, str]], *, progress: bool = False) -> torch.Tensor:
-        """(N, 5) float32: COLUMNS for each (chunk, sentence) pair; identical pairs run once."""
+    def score_pairs(self, pairs: list[tuple[str, str]], *, progress: bool = False) -> Results:
+        """For each (chunk, sentence) pair: values (N, 5) float32, the COLUMNS, and truncated (N,),
+        the tokens the window cut; identical pairs run once."""
         if not pairs:
-            return torch.empty(0, len(COLUMNS))
+            return Results(torch.empty(0, len(COLUMNS)), torch.empty(0, dtype=torch.long))
         return self.engine.run(pairs, self._columns, progress="scoring" if progress else False)
 
     def _columns(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -153,6 +162,20 @@ class AlignScorer:
         tri = torch.softmax(out.tri_label_logits.float(), dim=-1)
         bin_ = torch.softmax(out.seq_relationship_logits.float(), dim=-1)[:, 1:]
         return torch.cat([tri, bin_, out.reg_label_logits.float()], dim=-1)
+
+
+class TruncationWarning(UserWarning):
+    """Text was cut by the model's window (AlignScore cuts it the same way)."""
+
+
+def warn_if_truncated(truncated: torch.Tensor, window: int) -> None:
+    """One warning with the counts when any pair lost tokens to the window."""
+    cut = truncated[truncated > 0]
+    if cut.numel():
+        warnings.warn(f"{cut.numel()} of {truncated.numel()} (chunk, sentence) pair(s) were cut by the {window}-token "
+                      f"window ({int(cut.sum())} tokens in all, mostly context text after the first {window} tokens "
+                      f"of a chunk), as the original AlignScore does; return_details=True gives each pair's "
+                      f"count under 'truncated'", TruncationWarning, stacklevel=3)
 
 
 def validate_inputs(contexts: Sequence[str], claims: Sequence[str],
@@ -165,21 +188,34 @@ def validate_inputs(contexts: Sequence[str], claims: Sequence[str],
     if len(contexts) != len(claims):
         raise ValueError(f"contexts and claims must have equal length, got {len(contexts)} and {len(claims)}")
     problems, split = [], []
-    for i, context in enumerate(contexts):
-        if not isinstance(context, str):
-            problems.append(f"contexts[{i}] is {type(context).__name__}, not a string")
-    for i, claim in enumerate(claims):
-        if not isinstance(claim, str):
-            problems.append(f"claims[{i}] is {type(claim).__name__}, not a string")
-            split.append([])
-            continue
-        sentences = list(splitter(claim))
-        if not sentences:
-            problems.append(f"claims[{i}] has no sentence")
+    for i, (context, claim) in enumerate(zip(contexts, claims)):
+        found, sentences = check_example(context, claim, splitter)
+        problems += [f"{which}s[{i}] {what}" for which, what in found]
         split.append(sentences)
     if problems:
         raise ValueError("invalid input: " + "; ".join(problems))
     return split
+
+
+def check_example(context, claim, splitter: Callable[[str], list[str]], *,
+                  null: str = "None") -> tuple[list[tuple[str, str]], list[str]]:
+    """What is wrong with one (context, claim), as ("context" | "claim", problem) pairs, and the
+    claim's sentences. Catches every text the tokenizer would refuse (tokenizer.text_problem).
+    `null` is how a missing value is named (None in Python, null in JSON)."""
+    problems = []
+    for which, value in (("context", context), ("claim", claim)):
+        if value is None:
+            problems.append((which, f"is {null}"))
+        elif not isinstance(value, str):
+            problems.append((which, f"is {type(value).__name__}, not a string"))
+        elif problem := text_problem(value):
+            problems.append((which, problem))
+    sentences = []
+    if not any(which == "claim" for which, _ in problems):
+        sentences = list(splitter(claim))
+        if not sentences:
+            problems.append(("claim", "has no sentence"))
+    return problems, sentences
 
 
 def _find_tokenizer(tokenizer, ckpt, backbone, cache_dir) -> Tokenizer:

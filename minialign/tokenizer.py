@@ -8,8 +8,10 @@ with token types 0/1). Ids equal transformers' fast tokenizers on the same files
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -17,6 +19,29 @@ from tokenizers import AddedToken, Tokenizer as HFTokenizer, decoders, models, n
 
 from .batching import pad
 from .hub import hub_file, looks_like_path
+
+ENCODE_BLOCK = 1024  # distinct texts tokenized per call: bounds the memory of the encodings in flight
+
+
+def text_problem(text: str) -> str | None:
+    """Why `tokenizers` cannot take this string, or None. Python strings may hold lone surrogates
+    (from JSON escapes such as "\\ud83d"), which are not encodable text; everything else is taken
+    (NUL and control characters are dropped or mapped to the unknown token by the normalizer)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"holds a lone surrogate (U+{ord(text[e.start]):04X} at character {e.start}), which is not encodable text"
+    return None
+
+
+@dataclass
+class Encoded:
+    """Token ids of a batch of texts or pairs, unpadded, and the tokens each lost to the window."""
+
+    ids: list[list[int]]
+    type_ids: list[list[int]]
+    truncated: list[int]  # tokens cut from each input (pairs: from the first text, or both on fallback)
+
 
 # Every file a tokenizer may be read from (copied beside converted checkpoints, fetched from the hub).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "vocab.txt",
@@ -92,13 +117,15 @@ class Tokenizer:
         """tokenizers Encodings (no padding) under the truncation rule of __call__."""
         max_length = max_length or self.model_max_length
         tok = self.backend
-        if pairs is None:
-            tok.enable_truncation(max_length, strategy="longest_first")
-            return tok.encode_batch(texts)
-        tok.enable_truncation(max_length, strategy="only_first")
         try:
+            if pairs is None:
+                tok.enable_truncation(max_length, strategy="longest_first")
+                return tok.encode_batch(texts)
+            tok.enable_truncation(max_length, strategy="only_first")
             return tok.encode_batch(list(zip(texts, pairs)))
         except Exception:  # some second text is too long on its own: redo pair by pair
+            if pairs is None:
+                raise
             out = []
             for a, b in zip(texts, pairs):
                 tok.enable_truncation(max_length, strategy="only_first")
@@ -110,6 +137,63 @@ class Tokenizer:
             return out
         finally:
             tok.no_truncation()
+
+    def encode_ids(self, texts: list[str], pairs: list[str] | None = None, *,
+                   max_length: int | None = None) -> Encoded:
+        """Token ids under the truncation rule of __call__ (equal to `encode`'s), with each distinct
+        text tokenized once: a context shared by many pairs, however long, is read once and only its
+        first max_length tokens are kept. Returns how many tokens each input lost to the window."""
+        max_length = max_length or self.model_max_length
+        specials = self.backend.num_special_tokens_to_add(pairs is not None)
+        firsts = self._prefixes(texts, max_length)
+        seconds = self._prefixes(pairs, max_length) if pairs is not None else None
+        template = self._template(pairs is not None)
+        out = Encoded([], [], [])
+        for i, text in enumerate(texts):
+            a, n_a = firsts[text]
+            if seconds is None:  # one text: its end is cut
+                keep = max_length - specials
+                ids, types = _fill(template, a[:keep], [])
+                cut = max(n_a - keep, 0)
+            else:
+                b, n_b = seconds[pairs[i]]
+                overflow = n_a + n_b + specials - max_length
+                if overflow <= 0:
+                    ids, types = _fill(template, a, b)
+                elif n_a > overflow:  # only_first: the first text absorbs the overflow
+                    ids, types = _fill(template, a[:n_a - overflow], b)
+                else:  # the second text alone does not fit: longest-first, as `encode` does
+                    e = self.encode([text], [pairs[i]], max_length=max_length)[0]
+                    ids, types = e.ids, e.type_ids
+                cut = n_a + n_b + specials - len(ids)
+            out.ids.append(ids)
+            out.type_ids.append(types)
+            out.truncated.append(cut)
+        return out
+
+    def _prefixes(self, texts: list[str], max_length: int) -> dict[str, tuple[list[int], int]]:
+        """text -> (its first max_length token ids without special tokens, its full token count)."""
+        unique = list(dict.fromkeys(texts))
+        prefixes = {}
+        self.backend.no_truncation()  # whole texts: their full length is the count of what the window cuts
+        for start in range(0, len(unique), ENCODE_BLOCK):
+            part = unique[start:start + ENCODE_BLOCK]
+            for text, e in zip(part, self.backend.encode_batch(part, add_special_tokens=False)):
+                prefixes[text] = (e.ids[:max_length], len(e.ids))
+        return prefixes
+
+    @functools.cache
+    def _template(self, pair: bool) -> tuple[tuple, ...]:
+        """The post-processor's layout, read off one encoding: ("special", id, type) items and
+        ("a", type) / ("b", type) slots where the texts go (BERT: [CLS] a [SEP] b [SEP])."""
+        processed = self.backend.encode(*(("a", "b") if pair else ("a",)))  # any text that yields a token
+        items: list[tuple] = []
+        for token, kind, sequence in zip(processed.ids, processed.type_ids, processed.sequence_ids):
+            if sequence is None:
+                items.append(("special", token, kind))
+            elif not items or items[-1][:1] != ("ab"[sequence],):
+                items.append(("ab"[sequence], kind))
+        return tuple(items)
 
     def pad(self, encodings) -> dict[str, torch.Tensor]:
         """Pad Encodings to the longest: input_ids, attention_mask (and token_type_ids for BERT)."""
@@ -125,6 +209,15 @@ class Tokenizer:
         self.backend.save(str(directory / "tokenizer.json"))
 
 
+def _fill(template: tuple[tuple, ...], a: list[int], b: list[int]) -> tuple[list[int], list[int]]:
+    ids, types = [], []
+    for item in template:
+        part = [item[1]] if item[0] == "special" else a if item[0] == "a" else b
+        ids += part
+        types += [item[-1]] * len(part)
+    return ids, types
+
+
 def _as_list(value, name: str) -> list[str]:
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, Sequence):
@@ -132,6 +225,9 @@ def _as_list(value, name: str) -> list[str]:
     bad = [i for i, t in enumerate(items) if not isinstance(t, str)]
     if bad:
         raise TypeError(f"{name} items must be strings; not strings at index {bad}")
+    unencodable = [f"{name}[{i}] {problem}" for i, t in enumerate(items) if (problem := text_problem(t))]
+    if unencodable:
+        raise ValueError("; ".join(unencodable))
     return list(items)
 
 

@@ -51,24 +51,43 @@ def tokenizer(bpe_dir):
 @pytest.mark.parametrize("packed", [True, False])
 def test_engine_dedups_bounds_batches_and_keeps_input_order(tokenizer, packed):
     texts = [" ".join(WORDS[: 3 + (i * 7) % 40]) for i in range(30)]
-    inputs = texts + texts[:10] + [(texts[0], texts[1]), (texts[0], texts[1])]  # duplicates, and pairs
     engine = BatchEngine(tokenizer, batch_size=4, max_tokens=60, packed=packed)
     seen = []
 
-    def forward(batch):  # one result per row: its real length and first ids, so order can be checked
+    def forward(batch):  # one result per row: its real length and second id, so order can be checked
         ids, mask = batch["input_ids"], batch["attention_mask"]
         seen.append((tuple(ids.shape), int(mask.sum())))
         return torch.stack([mask.sum(1).float(), ids[:, 1].float()], dim=1)
 
-    results = engine.run(inputs, forward)
-    expected = [tokenizer.encode([t])[0].ids if isinstance(t, str) else tokenizer.encode([t[0]], [t[1]])[0].ids
-                for t in inputs]
-    assert results[:, 0].tolist() == [len(e) for e in expected]
-    assert results[:, 1].tolist() == [e[1] for e in expected]
-    assert sum(rows for (rows, _), _ in seen) == len(set(inputs))  # each distinct input ran once
-    for (rows, length), real in seen:
-        assert rows <= 4 and ((real if packed else rows * length) <= 60 or rows == 1)
-    assert engine.run([], forward).numel() == 0
+    singles = texts + texts[:10]  # with duplicates
+    pairs = [(texts[i], texts[-i]) for i in range(12)] + [(texts[0], texts[1])] * 3
+    for inputs, expected in ((singles, [e.ids for e in tokenizer.encode(singles)]),
+                             (pairs, [e.ids for e in tokenizer.encode(*map(list, zip(*pairs)))])):
+        seen.clear()
+        results = engine.run(inputs, forward)
+        assert results.values[:, 0].tolist() == [len(e) for e in expected]
+        assert results.values[:, 1].tolist() == [e[1] for e in expected]
+        assert results.truncated.tolist() == [0] * len(inputs)
+        assert sum(rows for (rows, _), _ in seen) == len(set(inputs))  # each distinct input ran once
+        for (rows, length), real in seen:
+            assert rows <= 4 and ((real if packed else rows * length) <= 60 or rows == 1)
+    assert engine.run([], forward).values.numel() == 0
+    with pytest.raises(ValueError, match="mix"):
+        engine.run([texts[0], (texts[0], texts[1])], forward)
+
+
+def test_engine_reports_tokens_cut_by_the_window(tokenizer):
+    engine = BatchEngine(tokenizer, max_length=16)
+    long, short = " ".join(WORDS[:40]), "the claim"
+    full = len(tokenizer.encode([long], max_length=10_000)[0].ids)
+    lengths = lambda b: b["attention_mask"].sum(1, keepdim=True)  # noqa: E731
+    singles = engine.run([long, short], lengths)
+    assert singles.values[:, 0].tolist() == [16, len(tokenizer.encode([short])[0].ids)]
+    assert singles.truncated.tolist() == [full - 16, 0]
+    pair = engine.run([(long, short)], lengths)
+    n_short = len(tokenizer.encode([short], max_length=100)[0].ids) - 2  # without <s> </s>
+    assert pair.values[:, 0].tolist() == [16]
+    assert pair.truncated.tolist() == [(full - 2) + n_short + 4 - 16]  # <s> A </s></s> B </s>
 
 
 def test_engine_rounds_lengths_to_the_bucket(tokenizer):

@@ -100,7 +100,7 @@ def test_missing_backbone_weight_is_an_error(save_hf):
     sd = convert.read_safetensors(directory / "model.safetensors")
     del sd["encoder.layer.1.output.dense.weight"]
     save_file(dict(sd), directory / "model.safetensors")
-    with pytest.raises(ma.CheckpointError, match=r"missing weights \['encoder.layers.1.ffn.down.weight'\]"):
+    with pytest.raises(ma.CheckpointError, match=r"1 missing weight\(s\): encoder\.layers\.1\.ffn\.down\.weight$"):
         ma.Encoder.from_pretrained(directory)
 
 
@@ -111,7 +111,7 @@ def test_extra_layer_is_unexpected(save_hf):
     sd = dict(convert.read_safetensors(directory / "model.safetensors"))
     sd["encoder.layer.7.output.dense.bias"] = torch.zeros(36)
     save_file(sd, directory / "model.safetensors")
-    with pytest.raises(ma.CheckpointError, match=r"unexpected weights \['encoder.layers.7.ffn.down.bias'\]"):
+    with pytest.raises(ma.CheckpointError, match=r"1 unexpected weight\(s\): encoder\.layers\.7\.ffn\.down\.bias$"):
         ma.Encoder.from_pretrained(directory)
 
 

@@ -103,3 +103,29 @@ def test_long_text_truncated_to_window(minilm_dir):
     enc = ma.Encoder.from_pretrained(minilm_dir)
     with torch.no_grad():
         assert enc(**batch).last_hidden_state.shape == (1, 512, 384)
+
+
+@pytest.mark.parametrize("which", ["minilm", "bpe", "bpe_json"])
+def test_encode_ids_equals_encode_and_counts_the_cut(which, request):
+    """encode_ids (each distinct text tokenized once, ids assembled by the post-processor's layout)
+    gives encode's ids and type ids exactly, at every overflow including the boundary where the
+    first text would be cut to nothing (then longest-first), and says how many tokens were cut."""
+    directory = request.getfixturevalue({"minilm": "minilm_dir", "bpe": "bpe_dir", "bpe_json": "bpe_json_dir"}[which])
+    tok = ma.Tokenizer.from_pretrained(directory)
+    words = "the claim tower paris café 東京 said minister".split()
+    firsts = [" ".join(words[(i + j) % len(words)] for j in range(n)) for i, n in enumerate(range(0, 14))]
+    seconds = [" ".join(words[(2 * i + j) % len(words)] for j in range(n)) for i, n in enumerate(range(13, -1, -1))]
+    for max_length in (8, 11, 16, 40):
+        for texts, pairs in ((firsts, seconds), (firsts, None)):
+            reference = tok.encode(texts, pairs, max_length=max_length)
+            got = tok.encode_ids(texts, pairs, max_length=max_length)
+            assert got.ids == [e.ids for e in reference] and got.type_ids == [e.type_ids for e in reference]
+            full = tok.encode(texts, pairs, max_length=10_000)
+            assert got.truncated == [len(f.ids) - len(r.ids) for f, r in zip(full, reference)]
+
+
+def test_unencodable_text_is_named(minilm_dir):
+    tok = ma.Tokenizer.from_pretrained(minilm_dir)
+    with pytest.raises(ValueError, match=r"text\[1\] holds a lone surrogate \(U\+D83D at character 2\)"):
+        tok(["fine", "ok\ud83d"])
+    assert tok(["NUL \x00 and bell \x07 are dropped"])["input_ids"].shape[0] == 1  # encodable: taken
