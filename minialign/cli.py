@@ -52,9 +52,11 @@ def _score(args: argparse.Namespace) -> int:
     if single:
         print(scorer.score([args.context], [args.claim])[0])
         return 0
+    model = " ".join(f"{flag} {value}" for flag, value in (("--model", args.model), ("--backbone", args.backbone),
+                                                            ("--tokenizer", args.tokenizer)) if value)
     n = score_file(scorer, Path(args.input), Path(args.output), context_field=args.context_field,
                    claim_field=args.claim_field, id_field=args.id_field, resume=args.resume,
-                   skip_invalid=args.skip_invalid)
+                   skip_invalid=args.skip_invalid, model=model)
     print(f"scored {n} row(s) into {args.output}", file=sys.stderr)
     return 0
 
@@ -111,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.run(args)
-    except (CheckpointError, FileNotFoundError, ValueError) as e:
+    except (CheckpointError, OSError, ValueError) as e:
         print(f"minialign {args.command}: error: {e}", file=sys.stderr)
         return 2
 

@@ -79,6 +79,7 @@ class AlignScorer:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.model = model.eval()
         self.tokenizer = tokenizer
+        self.source: str | None = None  # what from_pretrained loaded (recorded with batch-scoring outputs)
         self.mode = mode
         self.splitter = splitter or split_sentences
         self.max_length = min(tokenizer.model_max_length, model.config.max_seq_len)
@@ -106,8 +107,10 @@ class AlignScorer:
         model = build(AlignModel, ckpt, device=device, dtype=dtype)
         if not isinstance(tokenizer, Tokenizer):
             tokenizer = _find_tokenizer(tokenizer, ckpt, backbone, cache_dir)
-        return cls(model, tokenizer, mode=mode, batch_size=batch_size, splitter=splitter, unpad=unpad, compile=compile,
-                   max_tokens=max_tokens)
+        scorer = cls(model, tokenizer, mode=mode, batch_size=batch_size, splitter=splitter, unpad=unpad,
+                     compile=compile, max_tokens=max_tokens)
+        scorer.source = str(src)
+        return scorer
 
     def score(self, contexts: Sequence[str], claims: Sequence[str], *, return_details: bool = False,
               progress: bool = False, warn_truncation: bool = True) -> list[float] | list[dict]:
@@ -119,7 +122,8 @@ class AlignScorer:
         examples, pairs = self._plan(contexts, claims)
         results = self.score_pairs(pairs, progress=progress)
         if warn_truncation:
-            warn_if_truncated(results.truncated, self.max_length)
+            cut = results.truncated
+            report_truncation(int((cut > 0).sum()), cut.numel(), int(cut.sum()), self.max_length)
         column = _MODE_COLUMN[self.mode.removesuffix("_sp")]
         out = []
         for ex in examples:
@@ -168,14 +172,13 @@ class TruncationWarning(UserWarning):
     """Text was cut by the model's window (AlignScore cuts it the same way)."""
 
 
-def warn_if_truncated(truncated: torch.Tensor, window: int) -> None:
+def report_truncation(cut_pairs: int, pairs: int, cut_tokens: int, window: int) -> None:
     """One warning with the counts when any pair lost tokens to the window."""
-    cut = truncated[truncated > 0]
-    if cut.numel():
-        warnings.warn(f"{cut.numel()} of {truncated.numel()} (chunk, sentence) pair(s) were cut by the {window}-token "
-                      f"window ({int(cut.sum())} tokens in all, mostly context text after the first {window} tokens "
-                      f"of a chunk), as the original AlignScore does; return_details=True gives each pair's "
-                      f"count under 'truncated'", TruncationWarning, stacklevel=3)
+    if cut_pairs:
+        warnings.warn(f"{cut_pairs} of {pairs} (chunk, sentence) pair(s) were cut by the {window}-token window "
+                      f"({cut_tokens} tokens in all, mostly context text after the first {window} tokens of a "
+                      f"chunk), as the original AlignScore does; return_details=True gives each pair's count "
+                      f"under 'truncated'", TruncationWarning, stacklevel=3)
 
 
 def validate_inputs(contexts: Sequence[str], claims: Sequence[str],

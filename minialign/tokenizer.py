@@ -8,7 +8,6 @@ with token types 0/1). Ids equal transformers' fast tokenizers on the same files
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -60,6 +59,7 @@ class Tokenizer:
         self.pad_token, self.pad_token_id = pad_token, pad_id
         self.model_max_length = model_max_length
         self.return_token_type_ids = return_token_type_ids
+        self._templates: dict[bool, tuple[tuple, ...]] = {}  # _template's, per pair / single
 
     @classmethod
     def from_pretrained(cls, src: str | Path, *, revision: str | None = None,
@@ -182,10 +182,12 @@ class Tokenizer:
                 prefixes[text] = (e.ids[:max_length], len(e.ids))
         return prefixes
 
-    @functools.cache
     def _template(self, pair: bool) -> tuple[tuple, ...]:
         """The post-processor's layout, read off one encoding: ("special", id, type) items and
         ("a", type) / ("b", type) slots where the texts go (BERT: [CLS] a [SEP] b [SEP])."""
+        if pair in self._templates:
+            return self._templates[pair]
+        self.backend.no_truncation()
         processed = self.backend.encode(*(("a", "b") if pair else ("a",)))  # any text that yields a token
         items: list[tuple] = []
         for token, kind, sequence in zip(processed.ids, processed.type_ids, processed.sequence_ids):
@@ -193,7 +195,8 @@ class Tokenizer:
                 items.append(("special", token, kind))
             elif not items or items[-1][:1] != ("ab"[sequence],):
                 items.append(("ab"[sequence], kind))
-        return tuple(items)
+        self._templates[pair] = tuple(items)
+        return self._templates[pair]
 
     def pad(self, encodings) -> dict[str, torch.Tensor]:
         """Pad Encodings to the longest: input_ids, attention_mask (and token_type_ids for BERT)."""

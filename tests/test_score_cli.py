@@ -60,10 +60,11 @@ def test_resume_after_interruption(tmp_path, model_args, expected, monkeypatch):
     rows = [{"id": i, "context": c, "claim": h} for i, (c, h) in enumerate(CORPUS)]
     _write_jsonl(tmp_path / "in.jsonl", rows)
     out = tmp_path / "out.jsonl"
-    # an interrupted run: three complete rows and half of a fourth
+    args = ["score", "--input", str(tmp_path / "in.jsonl"), "--output", str(out), *model_args]
+    assert cli(args) == 0
+    # an interrupted run: three complete rows and half of a fourth (the settings record beside them)
     complete = "".join(json.dumps({"id": i, "score": expected[i]}) + "\n" for i in range(3))
     out.write_text(complete + '{"id": 3, "sco')
-    args = ["score", "--input", str(tmp_path / "in.jsonl"), "--output", str(out), *model_args]
     assert cli(args) == 2  # refuses to touch an existing output without --resume
     assert out.read_text().endswith('"sco')
     scored = []
@@ -76,11 +77,14 @@ def test_resume_after_interruption(tmp_path, model_args, expected, monkeypatch):
     assert max(abs(r["score"] - e) for r, e in zip(result, expected)) < 1e-6
 
 
-def test_resume_refuses_a_different_input(tmp_path, model_args):
+def test_resume_refuses_a_different_input(tmp_path, model_args, capsys):
+    _write_jsonl(tmp_path / "other.jsonl", [{"id": "zzz", "context": "x.", "claim": "y."}])
     _write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "context": "x.", "claim": "y."}])
-    (tmp_path / "out.jsonl").write_text('{"id": "zzz", "score": 0.5}\n')
+    assert cli(["score", "--input", str(tmp_path / "other.jsonl"), "--output", str(tmp_path / "out.jsonl"),
+                *model_args]) == 0
     assert cli(["score", "--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out.jsonl"),
                 "--resume", *model_args]) == 2
+    assert "does not hold the first 1 rows" in capsys.readouterr().err
 
 
 def test_bad_rows_reported_with_line_numbers(tmp_path, model_args, capsys, monkeypatch):

@@ -13,7 +13,7 @@ from conftest import WORDS, write_alignscore_ckpt
 from original_alignscore import MAX_LENGTH, OriginalAlignScore
 
 import minialign as ma
-from minialign.scorer import chunk_context
+from minialign.scorer import TruncationWarning, chunk_context
 
 
 @pytest.fixture(scope="module")
@@ -190,3 +190,52 @@ def test_compiled_scoring_buckets_lengths(tiny_alignscore, monkeypatch):
     got = compiled.score(contexts, claims)
     assert lengths and all(n % 64 == 0 or n == compiled.max_length for n in lengths)
     assert max(abs(a - b) for a, b in zip(got, plain)) <= 1e-5
+
+
+def test_long_unpunctuated_context_is_tokenized_once(tiny_alignscore, hf_tokenizer, monkeypatch):
+    """No sentence boundary: the whole context is one chunk, paired with every claim sentence. It is
+    tokenized once (not once per sentence), the scores stay the original's, and the cut is reported."""
+    path, backbone, ref = tiny_alignscore
+    scorer = ma.AlignScorer.from_pretrained(path, backbone=str(backbone))
+    context = " ".join(WORDS[i % len(WORDS)] for i in range(3000))
+    claim = " ".join(_sentence(i) for i in range(12))
+    backend, chars = scorer.tokenizer.backend, []
+
+    class Spy:  # counts the characters handed to the tokenizer
+        def __getattr__(self, name):
+            return getattr(backend, name)
+
+        def encode_batch(self, inputs, *args, **kwargs):
+            chars.append(sum(len(x) if isinstance(x, str) else sum(map(len, x)) for x in inputs))
+            return backend.encode_batch(inputs, *args, **kwargs)
+
+    monkeypatch.setattr(scorer.tokenizer, "backend", Spy())
+    with pytest.warns(TruncationWarning, match=r"12 of 12 \(chunk, sentence\) pair\(s\) were cut by the 512-token"):
+        (details,) = scorer.score([context], [claim], return_details=True)
+    assert sum(chars) <= len(context) + len(claim)  # the context read once
+    expected = OriginalAlignScore(ref, hf_tokenizer, "nli_sp", ma.split_sentences).score([context], [claim])
+    assert abs(details["score"] - expected[0]) <= 1e-5
+    n_context = len(hf_tokenizer(context, add_special_tokens=False)["input_ids"])
+    assert len(details["truncated"][0]) == 12
+    assert all(n_context - 512 < cut < n_context for cut in details["truncated"][0])
+
+
+def test_no_truncation_no_warning(tiny_alignscore):
+    import warnings
+
+    path, backbone, _ = tiny_alignscore
+    scorer = ma.AlignScorer.from_pretrained(path, backbone=str(backbone))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TruncationWarning)
+        (details,) = scorer.score(["A short context."], ["A claim."], return_details=True)
+    assert details["truncated"] == [[0]]
+
+
+def test_unencodable_text_is_named_before_model_work(tiny_alignscore, monkeypatch):
+    path, backbone, _ = tiny_alignscore
+    scorer = ma.AlignScorer.from_pretrained(path, backbone=str(backbone))
+    monkeypatch.setattr(scorer, "score_pairs", lambda *a, **k: pytest.fail("model ran"))
+    with pytest.raises(ValueError, match=r"claims\[1\] holds a lone surrogate \(U\+D83D"):
+        scorer.score(["fine.", "fine."], ["ok.", "bad \ud83d."])
+    monkeypatch.undo()
+    assert 0.0 <= scorer.score(["NUL \x00 inside."], ["A claim."])[0] <= 1.0  # encodable: scored
