@@ -32,6 +32,7 @@ _DEFAULTS = {
 }
 _REQUIRED = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 _ARCHITECTURES = {"bert": "BertModel", "roberta": "RobertaModel"}
+_CLASSIFIERS = {"bert": "BertForSequenceClassification", "roberta": "RobertaForSequenceClassification"}
 
 
 def config_from_hf(hf: dict[str, Any], *, source: str = "config.json") -> dict[str, Any]:
@@ -50,14 +51,42 @@ def config_from_hf(hf: dict[str, Any], *, source: str = "config.json") -> dict[s
     merged = {**_DEFAULTS[arch], **{k: v for k, v in hf.items() if v is not None}}
     out = {dst: merged[src] for src, dst in _FIELDS.items() if src in merged}
     out["arch"] = arch
+    out["labels"] = labels_from_hf(hf, source=source)
+    for field in ("problem_type", "classifier_dropout"):
+        if hf.get(field) is not None:
+            out[field] = hf[field]
     return out
 
 
-def config_to_hf(fields: dict[str, Any]) -> dict[str, Any]:
-    """Map minialign config fields back to an HF config dict that transformers' AutoConfig reads."""
+def labels_from_hf(hf: dict[str, Any], *, source: str = "config.json") -> list[str]:
+    """Label names by index from `id2label` (JSON keys are strings) or `num_labels` (LABEL_i, as
+    transformers names them); none when the config has neither."""
+    id2label = hf.get("id2label")
+    if id2label:
+        try:
+            by_index = {int(k): str(v) for k, v in id2label.items()}
+        except (AttributeError, TypeError, ValueError):
+            raise ValueError(f"{source}: id2label must map label indices to names, got {id2label!r}") from None
+        if sorted(by_index) != list(range(len(by_index))):
+            raise ValueError(f"{source}: id2label indices must be 0..{len(by_index) - 1}, got {sorted(by_index)}")
+        return [by_index[i] for i in range(len(by_index))]
+    n = hf.get("num_labels")
+    return [f"LABEL_{i}" for i in range(n)] if isinstance(n, int) and n > 0 else []
+
+
+def config_to_hf(fields: dict[str, Any], *, classifier: bool = False) -> dict[str, Any]:
+    """Map minialign config fields back to an HF config dict that transformers' AutoConfig reads;
+    `classifier`: the weights are a *ForSequenceClassification's."""
     hf = {src: fields[dst] for src, dst in _FIELDS.items() if dst in fields}
     arch = fields["arch"]
-    hf.update(model_type=arch, architectures=[_ARCHITECTURES[arch]], position_embedding_type="absolute")
+    if fields.get("labels"):
+        hf["id2label"] = {str(i): label for i, label in enumerate(fields["labels"])}
+        hf["label2id"] = {label: i for i, label in enumerate(fields["labels"])}
+    for field in ("problem_type", "classifier_dropout"):
+        if fields.get(field) is not None:
+            hf[field] = fields[field]
+    hf.update(model_type=arch, architectures=[(_CLASSIFIERS if classifier else _ARCHITECTURES)[arch]],
+              position_embedding_type="absolute")
     if arch == "roberta":  # RoBERTa's special ids (roberta-base config.json)
         hf.update(bos_token_id=0, eos_token_id=2)
     return hf

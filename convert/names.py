@@ -12,6 +12,7 @@ minialign's names (the AlignModel namespace; an Encoder holds the `encoder.` par
     encoder.pooler.dense.*
     mlm_head.{dense,norm}.*, mlm_head.bias, mlm_head.decoder.weight (only when untied)
     bin_layer.*, tri_layer.*, reg_layer.*
+    classifier.out_proj.*, classifier.dense.* (RoBERTa only): *ForSequenceClassification's head
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ BERT: dict[str, str | None] = {
     "cls.seq_relationship.weight": None,  # BERT's next-sentence head: no minialign model has it
     "cls.seq_relationship.bias": None,
     **_ALIGN_HEADS,
+    # BertForSequenceClassification: dropout -> classifier (one Linear) on the pooled output.
+    "classifier.weight": "classifier.out_proj.weight",
+    "classifier.bias": "classifier.out_proj.bias",
 }
 
 # RobertaForMaskedLM: lm_head (RobertaLMHead).
@@ -82,6 +86,11 @@ ROBERTA: dict[str, str | None] = {
     "lm_head.bias": "mlm_head.bias",
     "lm_head.decoder.bias": None,  # the same tensor as lm_head.bias
     **_ALIGN_HEADS,
+    # RobertaForSequenceClassification: RobertaClassificationHead on the first token (no pooler).
+    "classifier.dense.weight": "classifier.dense.weight",
+    "classifier.dense.bias": "classifier.dense.bias",
+    "classifier.out_proj.weight": "classifier.out_proj.weight",
+    "classifier.out_proj.bias": "classifier.out_proj.bias",
 }
 
 TABLES = {"bert": BERT, "roberta": ROBERTA}
@@ -89,6 +98,7 @@ TABLES = {"bert": BERT, "roberta": ROBERTA}
 MODEL_PREFIX = {"bert": "bert.", "roberta": "roberta."}
 # Where each family's MLM head lives in HF names; AlignScore stores it as `mlm_head.` + the same suffix.
 MLM_PREFIX = {"bert": "cls.predictions.", "roberta": "lm_head."}
+CLASSIFIER_PREFIX = "classifier."
 ALIGNSCORE_BACKBONE_PREFIX = "base_model."
 ALIGNSCORE_MLM_PREFIX = "mlm_head."
 
@@ -164,18 +174,23 @@ def minialign_to_hf(state_dict: dict[str, torch.Tensor], arch: str) -> dict[str,
 
 
 def split_hf_backbone(hf_state_dict: dict[str, torch.Tensor], arch: str) -> tuple[dict, dict]:
-    """Split bare HF names into (backbone for AutoModel, the rest: MLM head and AlignScore heads).
+    """Split bare HF names into (the transformers model: backbone, and the classification head when
+    there is one, in *ForSequenceClassification's names; the rest: MLM head and AlignScore heads).
 
-    The rest is named as AlignScore names it (`mlm_head.*`, `bin_layer.*`, ...), so the pair
-    is a lossless view of an AlignScore checkpoint.
+    With a classification head the backbone takes its family prefix (`bert.` / `roberta.`), as
+    *ForSequenceClassification saves it (AutoModel reads that too). The rest is named as AlignScore
+    names it (`mlm_head.*`, `bin_layer.*`, ...), so the pair is a lossless view of an AlignScore checkpoint.
     """
-    backbone, heads = {}, {}
+    model, heads = {}, {}
     mlm = MLM_PREFIX[arch]
+    classifier = any(name.startswith(CLASSIFIER_PREFIX) for name in hf_state_dict)
     for name, tensor in hf_state_dict.items():
         if name.startswith(mlm):
             heads[ALIGNSCORE_MLM_PREFIX + name[len(mlm):]] = tensor
         elif name in _ALIGN_HEADS:
             heads[name] = tensor
+        elif classifier and not name.startswith(CLASSIFIER_PREFIX):
+            model[MODEL_PREFIX[arch] + name] = tensor
         else:
-            backbone[name] = tensor
-    return backbone, heads
+            model[name] = tensor
+    return model, heads

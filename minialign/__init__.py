@@ -6,8 +6,9 @@ from . import masks
 from .attention import attention, attention_bias
 from .tracing import Capture, capture
 from .config import PRESETS, Config
-from .losses import AlignLosses, alignscore_losses
-from .model import AlignModel, AlignOutput, Encoder, EncoderOutput
+from .classifier import Classifier
+from .losses import AlignLosses, alignscore_losses, classification_loss
+from .model import AlignModel, AlignOutput, ClassifierModel, ClassifierOutput, Encoder, EncoderOutput
 from .scorer import AlignScorer
 from .scores import SCORE_FUNCTIONS
 from .sentences import split_sentences
@@ -24,11 +25,15 @@ __all__ = [
     "AlignOutput",
     "AlignScorer",
     "CheckpointError",
+    "Classifier",
+    "ClassifierModel",
+    "ClassifierOutput",
     "Config",
     "Encoder",
     "EncoderOutput",
     "Tokenizer",
     "alignscore_losses",
+    "classification_loss",
     "attention",
     "attention_bias",
     "capture",

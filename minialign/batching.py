@@ -53,9 +53,11 @@ def pad(ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]], *, pad_
 
 class BatchEngine:
     def __init__(self, tokenizer: Tokenizer, *, batch_size: int = 32, max_tokens: int = 65536, packed: bool = True,
-                 bucket: int = 1, max_length: int | None = None, device: str | torch.device = "cpu"):
+                 bucket: int = 1, max_length: int | None = None, device: str | torch.device = "cpu",
+                 truncation: str = "only_first"):
         """packed: the forward runs real tokens only (unpad=True), so the budget counts real tokens.
-        bucket: round each batch's length up to a multiple of it (compiled models see few shapes)."""
+        bucket: round each batch's length up to a multiple of it (compiled models see few shapes).
+        truncation: how pairs are cut to max_length (Tokenizer.encode)."""
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
@@ -64,6 +66,7 @@ class BatchEngine:
         self.batch_size, self.max_tokens, self.packed, self.bucket = batch_size, max_tokens, packed, bucket
         self.max_length = max_length or tokenizer.model_max_length
         self.device = torch.device(device)
+        self.truncation = truncation
 
     def run(self, inputs: Sequence[Hashable], forward: Callable[[dict[str, Tensor]], Tensor], *,
             progress: bool | str = False) -> Results:
@@ -97,7 +100,8 @@ class BatchEngine:
             raise ValueError(f"inputs mix {pairs} (text, pair) tuples with {len(inputs) - pairs} single texts; "
                              f"run them separately")
         if pairs:
-            return self.tokenizer.encode_ids([a for a, _ in inputs], [b for _, b in inputs], max_length=self.max_length)
+            return self.tokenizer.encode_ids([a for a, _ in inputs], [b for _, b in inputs], max_length=self.max_length,
+                                            truncation=self.truncation)
         return self.tokenizer.encode_ids(inputs, max_length=self.max_length)
 
     def batches(self, order: list[int], lengths: list[int]) -> list[list[int]]:

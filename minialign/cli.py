@@ -27,12 +27,13 @@ def _convert(args: argparse.Namespace) -> int:
 
 def _validate(ckpt) -> None:
     """Every tensor must fit the config (names and shapes), before anything is written."""
-    from .loading import check_tensors
-    from .model import AlignModel
+    from .loading import check_tensors, own_tensors
+    from .model import AlignModel, ClassifierModel
 
+    cls = ClassifierModel if "classifier.out_proj.weight" in ckpt.tensors else AlignModel
     with torch.device("meta"):
-        model = AlignModel(ckpt.config)
-    check_tensors(model, ckpt.tensors, ckpt.origin)
+        model = cls(ckpt.config)
+    check_tensors(model, own_tensors(cls, ckpt), ckpt.origin)
 
 
 def _score(args: argparse.Namespace) -> int:

@@ -13,6 +13,8 @@ from . import convert
 from .scores import SCORE_FUNCTIONS
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
+# transformers PretrainedConfig.problem_type
+PROBLEM_TYPES = (None, "regression", "single_label_classification", "multi_label_classification")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # names on the command line
 
 
@@ -35,6 +37,11 @@ class Config:
     tie_word_embeddings: bool = True  # MLM decoder shares the word-embedding matrix
     score_fn: str = "scaled_dot"  # alignment-score function (scores.py); pretrained weights use scaled_dot
     max_relative_distance: int = 32  # R of the location-based score: offsets clipped to [-R, R]
+    # Sequence classification (transformers *ForSequenceClassification): labels by index (id2label),
+    # the problem type, the head's dropout (None: hidden_dropout). Ignored by the other models.
+    labels: tuple[str, ...] = ()
+    problem_type: str | None = None
+    classifier_dropout: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
@@ -63,6 +70,14 @@ class Config:
             raise ValueError(f"Config.max_relative_distance must be a positive int, got {self.max_relative_distance!r}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"Config.activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+        if not isinstance(self.labels, (tuple, list)) or not all(isinstance(x, str) for x in self.labels):
+            raise ValueError(f"Config.labels must be a sequence of label names, got {self.labels!r}")
+        object.__setattr__(self, "labels", tuple(self.labels))  # from JSON: a list
+        if self.problem_type not in PROBLEM_TYPES:
+            raise ValueError(f"Config.problem_type must be one of {PROBLEM_TYPES}, got {self.problem_type!r}")
+        if self.classifier_dropout is not None and not (isinstance(self.classifier_dropout, (int, float))
+                                                        and 0.0 <= self.classifier_dropout < 1.0):
+            raise ValueError(f"Config.classifier_dropout must be None or in [0, 1), got {self.classifier_dropout!r}")
 
     @property
     def head_dim(self) -> int:
@@ -88,11 +103,12 @@ class Config:
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in fields.items() if k in known})
 
-    def to_hf(self) -> dict[str, Any]:
-        """A transformers config.json dict (BertConfig / RobertaConfig)."""
+    def to_hf(self, *, classifier: bool = False) -> dict[str, Any]:
+        """A transformers config.json dict (BertConfig / RobertaConfig); `classifier`: its
+        architecture is *ForSequenceClassification."""
         if self.score_fn != "scaled_dot":
             raise ValueError(f"Config.score_fn {self.score_fn!r} has no transformers equivalent (only 'scaled_dot')")
-        return convert.config_to_hf(dataclasses.asdict(self))
+        return convert.config_to_hf(dataclasses.asdict(self), classifier=classifier)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -221,10 +221,12 @@ def own_tensors(cls: type[nn.Module], ckpt: Checkpoint) -> dict[str, Tensor]:
     prefix = getattr(cls, "checkpoint_prefix", None)
     if prefix is None:
         raise TypeError(f"cannot load into {cls.__name__}: it declares no checkpoint_prefix")
-    unused = sorted(k for k in ckpt.tensors if not k.startswith(prefix))
+    skipped = cls.skipped_weights(ckpt.config)
+    read = {k: v for k, v in ckpt.tensors.items() if k.startswith(prefix) and not (skipped and k.startswith(skipped))}
+    unused = sorted(set(ckpt.tensors) - set(read))
     if unused:
         log.info("%s: weights not used by %s: %s", ckpt.origin, cls.__name__, unused)
-    return {k[len(prefix):]: v for k, v in ckpt.tensors.items() if k.startswith(prefix)}
+    return {k[len(prefix):]: v for k, v in read.items()}
 
 
 def materialise(model: nn.Module, tensors: dict[str, Tensor], device: torch.device, dtype: torch.dtype) -> None:
@@ -318,7 +320,7 @@ def export_hf(ckpt: Checkpoint, directory: str | Path, *, dtype: torch.dtype | N
     convert.write_safetensors(directory / "model.safetensors", backbone, metadata={"format": "pt"})
     if heads:
         convert.write_safetensors(directory / HEADS_FILE, heads, metadata={"format": "pt"})
-    convert.write_json(directory / "config.json", ckpt.config.to_hf())
+    convert.write_json(directory / "config.json", ckpt.config.to_hf(classifier="classifier.out_proj.weight" in tensors))
     copy_tokenizer_files(ckpt.tokenizer_dir, directory)
     return directory
 

@@ -69,3 +69,27 @@ def alignscore_losses(output: AlignOutput, *, mlm_labels: Tensor | None = None, 
     means = {name: _mean(sums[name], counts[name]) if name in sums else zero for name in ("mlm", "bin", "tri", "reg")}
     total = MLM_WEIGHT * means["mlm"] + means["bin"] + means["tri"] + means["reg"]
     return AlignLosses(total=total, **means, counts={k: int(v) for k, v in counts.items()}, sums=sums)
+
+
+def classification_loss(logits: Tensor, labels: Tensor, problem_type: str | None = None) -> Tensor:
+    """The loss transformers' *ForSequenceClassification computes (modeling_bert.py
+    BertForSequenceClassification.forward): MSE for regression, cross entropy for single-label,
+    BCE with logits for multi-label. problem_type None infers it as transformers does: one label
+    -> regression; integer labels -> single-label; otherwise multi-label."""
+    num_labels = logits.size(-1)
+    if problem_type is None:
+        if num_labels == 1:
+            problem_type = "regression"
+        elif not labels.is_floating_point():
+            problem_type = "single_label_classification"
+        else:
+            problem_type = "multi_label_classification"
+    logits = logits.float()
+    if problem_type == "regression":
+        return F.mse_loss(logits.squeeze(-1), labels.float().squeeze(-1)) if num_labels == 1 else \
+            F.mse_loss(logits, labels.float())
+    if problem_type == "single_label_classification":
+        return F.cross_entropy(logits.view(-1, num_labels), labels.view(-1))
+    if problem_type == "multi_label_classification":
+        return F.binary_cross_entropy_with_logits(logits, labels.float())
+    raise ValueError(f"unknown problem_type {problem_type!r}")

@@ -11,6 +11,7 @@ Reference implementations each module matches:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -192,7 +193,7 @@ class Pooler(nn.Module):
 @dataclass
 class EncoderOutput:
     last_hidden_state: Tensor  # (B, L, C); (B, 1, C) when only the first tokens were computed
-    pooler_output: Tensor  # (B, C)
+    pooler_output: Tensor | None  # (B, C); None for an encoder built without a pooler
     hidden_states: tuple[Tensor, ...] | None = None  # embeddings, then each layer: num_layers + 1 of (B, L, C)
     attentions: tuple[Tensor, ...] | None = None  # one (B, H, L, L) per layer
 
@@ -205,8 +206,14 @@ class Encoder(nn.Module):
     checkpoint_prefix = "encoder."
     initialisable = ("pooler",)
 
-    def __init__(self, config: Config, *, attn_backend: str = "sdpa", seed: int | None = None):
-        """A randomly initialised encoder (BERT's initialisation; `seed` makes it reproducible)."""
+    @staticmethod
+    def skipped_weights(config: Config) -> tuple[str, ...]:
+        """Checkpoint names under checkpoint_prefix this model does not read (none)."""
+        return ()
+
+    def __init__(self, config: Config, *, attn_backend: str = "sdpa", seed: int | None = None, pooler: bool = True):
+        """A randomly initialised encoder (BERT's initialisation; `seed` makes it reproducible).
+        pooler=False builds none (RobertaForSequenceClassification has none); pooler_output is then None."""
         super().__init__()
         if attn_backend not in BACKENDS:
             raise ValueError(f"unknown attention backend {attn_backend!r}; choose from {tuple(BACKENDS)}")
@@ -214,7 +221,7 @@ class Encoder(nn.Module):
         with torch.random.fork_rng(devices=[], enabled=seed is not None):  # a seed leaves the global RNG alone
             self.embeddings = Embeddings(config)
             self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_layers))
-            self.pooler = Pooler(config)
+            self.pooler = Pooler(config) if pooler else None
             init_weights(self, config, seed)
 
     @classmethod
@@ -271,7 +278,7 @@ class Encoder(nn.Module):
         x = layout.batch_first(x) if first_only else layout.unpack(x)
         return EncoderOutput(
             last_hidden_state=x,
-            pooler_output=self.pooler(x),
+            pooler_output=self.pooler(x) if self.pooler is not None else None,
             hidden_states=tuple(hidden_states) if hidden_states is not None else None,
             attentions=tuple(attentions) if output_attentions else None,
         )
@@ -335,6 +342,11 @@ class AlignModel(nn.Module):
     checkpoint_prefix = ""  # see Encoder: a checkpoint's tensors are under AlignModel's names
     initialisable = ("mlm_head", "bin_layer", "tri_layer", "reg_layer")
 
+    @staticmethod
+    def skipped_weights(config: Config) -> tuple[str, ...]:
+        """Checkpoint names this model does not read (logged, not an error)."""
+        return ("classifier.",)
+
     def __init__(self, config: Config, *, attn_backend: str = "sdpa", seed: int | None = None):
         """A randomly initialised model (BERT's initialisation; `seed` makes it reproducible)."""
         super().__init__()
@@ -378,6 +390,80 @@ class AlignModel(nn.Module):
             hidden_states=out.hidden_states,
             attentions=out.attentions,
         )
+
+
+class ClassificationHead(nn.Module):
+    """transformers' sequence-classification heads, one formula per family:
+    BERT (BertForSequenceClassification): logits = out_proj(dropout(pooled));
+    RoBERTa (RobertaClassificationHead): logits = out_proj(dropout(tanh(dense(dropout(h_0))))), no pooler.
+    Dropout is classifier_dropout, else hidden_dropout."""
+
+    def __init__(self, config: Config):
+        super().__init__()
+        if not config.labels:
+            raise ValueError("a classification head needs labels (Config.labels, from id2label / num_labels)")
+        self.dropout = nn.Dropout(config.hidden_dropout if config.classifier_dropout is None else config.classifier_dropout)
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size) if config.arch == "roberta" else None
+        self.out_proj = nn.Linear(config.hidden_size, len(config.labels))
+
+    def forward(self, encoded: EncoderOutput) -> Tensor:
+        if self.dense is None:
+            return self.out_proj(self.dropout(encoded.pooler_output))  # (B, num_labels)
+        x = torch.tanh(self.dense(self.dropout(encoded.last_hidden_state[:, 0])))
+        return self.out_proj(self.dropout(x))
+
+
+@dataclass
+class ClassifierOutput:
+    logits: Tensor  # (B, num_labels)
+    last_hidden_state: Tensor | None = None  # (B, 1, C): the first tokens, unless states are asked for
+    pooler_output: Tensor | None = None  # BERT only
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+
+
+class ClassifierModel(nn.Module):
+    """BertForSequenceClassification / RobertaForSequenceClassification: an Encoder (with a pooler
+    for BERT only) and the ClassificationHead on its first token."""
+
+    checkpoint_prefix = ""
+    initialisable = ("classifier",)
+
+    @staticmethod
+    def skipped_weights(config: Config) -> tuple[str, ...]:
+        """Checkpoint names this model does not read (logged, not an error): other heads, and the
+        pooler of a RoBERTa backbone (its classifier reads the first token)."""
+        return ("mlm_head.", "bin_layer.", "tri_layer.", "reg_layer.") + (
+            ("encoder.pooler.",) if config.arch == "roberta" else ())
+
+    def __init__(self, config: Config, *, attn_backend: str = "sdpa", seed: int | None = None):
+        super().__init__()
+        if not config.labels:  # transformers' default: num_labels = 2
+            config = dataclasses.replace(config, labels=("LABEL_0", "LABEL_1"))
+        self.config = config
+        self.encoder = Encoder(config, attn_backend=attn_backend, seed=seed, pooler=config.arch == "bert")
+        with torch.random.fork_rng(devices=[], enabled=seed is not None):
+            self.classifier = ClassificationHead(config)
+            init_weights(self.classifier, config, None if seed is None else seed + 1)
+
+    @classmethod
+    def from_pretrained(cls, src: str, **kwargs) -> ClassifierModel:
+        """Load a *ForSequenceClassification checkpoint (HF dir, hub id, minialign dir; see loading.load)."""
+        from .loading import load
+
+        return load(cls, src, **kwargs)
+
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None, *, output_hidden_states: bool = False, output_attentions: bool = False,
+        unpad: bool = False,
+    ) -> ClassifierOutput:
+        """Logits on the first token; the last layer runs for it alone (Encoder final_tokens="first")."""
+        out = self.encoder(input_ids, attention_mask, token_type_ids, position_ids,
+                           output_hidden_states=output_hidden_states, output_attentions=output_attentions,
+                           unpad=unpad, final_tokens="first")
+        return ClassifierOutput(self.classifier(out), out.last_hidden_state, out.pooler_output,
+                                out.hidden_states, out.attentions)
 
 
 @torch.no_grad()

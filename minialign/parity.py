@@ -17,7 +17,7 @@ import torch
 from . import convert
 
 from .loading import HEADS_FILE, build, export_hf, read_checkpoint
-from .model import AlignModel, Encoder
+from .model import AlignModel, ClassifierModel, Encoder
 from .tokenizer import Tokenizer
 
 SAMPLE_PAIRS = [
@@ -28,9 +28,13 @@ SAMPLE_PAIRS = [
 HEADS = ("bin_layer", "tri_layer", "reg_layer")
 
 
-def _reference(src: str, ckpt, tmp: Path):
-    """(transformers backbone in eager mode, {head: nn.Linear} from the source's own weights)."""
-    from transformers import AutoConfig, AutoModel
+def _reference(src: str, ckpt, tmp: Path, *, classifier: bool = False):
+    """(transformers model in eager mode: the backbone, or *ForSequenceClassification for a
+    classifier; {head: nn.Linear} from the source's own weights)."""
+    from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
+
+    if classifier:
+        AutoModel = AutoModelForSequenceClassification  # noqa: N806  (the same loading, another class)
 
     path = Path(src).expanduser()
     heads: dict[str, torch.Tensor] = {}
@@ -95,8 +99,10 @@ def compare(reference, ours, real: torch.Tensor) -> dict[str, float]:
         d = (a.float() - b.float()) if rows is None else (a.float() - b.float())[rows]
         diffs[name] = d.abs().max().item() if d.numel() else 0.0
 
-    diff("last_hidden_state", reference.last_hidden_state, ours.last_hidden_state, real)
-    diff("pooler_output", reference.pooler_output, ours.pooler_output)
+    for field, rows in (("last_hidden_state", real), ("pooler_output", None), ("logits", None)):
+        theirs, mine = getattr(reference, field, None), getattr(ours, field, None)
+        if theirs is not None and mine is not None:
+            diff(field, theirs, mine, rows)
     for field, name in (("hidden_states", "hidden"), ("attentions", "attention")):
         theirs, mine = getattr(reference, field, None), getattr(ours, field, None)
         if theirs is None or mine is None:
@@ -119,21 +125,25 @@ def run_parity(src: str, *, backbone: str | None = None, tolerance: float = 1e-4
                          "pip install 'minialign[test]' (or pip install transformers)") from None
     ckpt = read_checkpoint(src, backbone=backbone)
     has_heads = all(f"{h}.weight" in ckpt.tensors for h in HEADS)
-    ours = build(AlignModel if has_heads else Encoder, ckpt, attn_backend="eager")
+    classifier = "classifier.out_proj.weight" in ckpt.tensors
+    ours = build(ClassifierModel if classifier else AlignModel if has_heads else Encoder, ckpt, attn_backend="eager")
     with tempfile.TemporaryDirectory() as tmp:
-        theirs, linears = _reference(src, ckpt, Path(tmp))
+        theirs, linears = _reference(src, ckpt, Path(tmp), classifier=classifier)
     batch = _inputs(ckpt)
     with torch.no_grad():
         a = theirs(**batch, output_hidden_states=True, output_attentions=True)
         b = ours(**batch, output_hidden_states=True, output_attentions=True)
     diffs = compare(a, b, batch["attention_mask"].bool())
+    if classifier:
+        echo(f"{'logits':>8}  {diffs['logits']:>10.3e}")
     echo(f"source: {src}  arch: {ckpt.config.arch}  layers: {ckpt.config.num_layers}  "
          f"inputs: {tuple(batch['input_ids'].shape)}")
     echo(f"{'layer':>8}  {'hidden':>10}  {'attention':>10}")
     for i in range(ckpt.config.num_layers + 1):
         attn = f"{diffs[f'attention_{i - 1}']:.3e}" if i > 0 else "-"
         echo(f"{'emb' if i == 0 else i - 1:>8}  {diffs[f'hidden_{i}']:>10.3e}  {attn:>10}")
-    echo(f"{'pooled':>8}  {diffs['pooler_output']:>10.3e}")
+    if "pooler_output" in diffs:
+        echo(f"{'pooled':>8}  {diffs['pooler_output']:>10.3e}")
     if has_heads and linears:
         pooled = a.pooler_output
         for name, field in (("tri_layer", "tri_label_logits"), ("bin_layer", "seq_relationship_logits"),

@@ -19,6 +19,7 @@ from tokenizers import AddedToken, Tokenizer as HFTokenizer, decoders, models, n
 from .batching import pad
 from .hub import hub_file, looks_like_path
 
+TRUNCATIONS = ("only_first", "longest_first")  # for pairs; a single text always loses its end
 ENCODE_BLOCK = 1024  # distinct texts tokenized per call: bounds the memory of the encodings in flight
 
 
@@ -113,18 +114,22 @@ class Tokenizer:
             raise ValueError(f"max_length {max_length} leaves no room for text")
         return self.pad(self.encode(texts, pairs, max_length=max_length))
 
-    def encode(self, texts: list[str], pairs: list[str] | None = None, *, max_length: int | None = None):
-        """tokenizers Encodings (no padding) under the truncation rule of __call__."""
+    def encode(self, texts: list[str], pairs: list[str] | None = None, *, max_length: int | None = None,
+               truncation: str = "only_first"):
+        """tokenizers Encodings (no padding) under the truncation rule of __call__; for pairs,
+        truncation="longest_first" shortens the longer text first (transformers' truncation=True)."""
+        if truncation not in TRUNCATIONS:
+            raise ValueError(f"truncation must be one of {TRUNCATIONS}, got {truncation!r}")
         max_length = max_length or self.model_max_length
         tok = self.backend
         try:
-            if pairs is None:
+            if pairs is None or truncation == "longest_first":
                 tok.enable_truncation(max_length, strategy="longest_first")
-                return tok.encode_batch(texts)
+                return tok.encode_batch(texts if pairs is None else list(zip(texts, pairs)))
             tok.enable_truncation(max_length, strategy="only_first")
             return tok.encode_batch(list(zip(texts, pairs)))
         except Exception:  # some second text is too long on its own: redo pair by pair
-            if pairs is None:
+            if pairs is None or truncation == "longest_first":
                 raise
             out = []
             for a, b in zip(texts, pairs):
@@ -139,10 +144,12 @@ class Tokenizer:
             tok.no_truncation()
 
     def encode_ids(self, texts: list[str], pairs: list[str] | None = None, *,
-                   max_length: int | None = None) -> Encoded:
-        """Token ids under the truncation rule of __call__ (equal to `encode`'s), with each distinct
-        text tokenized once: a context shared by many pairs, however long, is read once and only its
-        first max_length tokens are kept. Returns how many tokens each input lost to the window."""
+                   max_length: int | None = None, truncation: str = "only_first") -> Encoded:
+        """Token ids equal to `encode`'s, with each distinct text tokenized once: a context shared by
+        many pairs, however long, is read once and only its first max_length tokens are kept.
+        Returns how many tokens each input lost to the window."""
+        if truncation not in TRUNCATIONS:
+            raise ValueError(f"truncation must be one of {TRUNCATIONS}, got {truncation!r}")
         max_length = max_length or self.model_max_length
         specials = self.backend.num_special_tokens_to_add(pairs is not None)
         firsts = self._prefixes(texts, max_length)
@@ -160,10 +167,10 @@ class Tokenizer:
                 overflow = n_a + n_b + specials - max_length
                 if overflow <= 0:
                     ids, types = _fill(template, a, b)
-                elif n_a > overflow:  # only_first: the first text absorbs the overflow
+                elif n_a > overflow and truncation == "only_first":  # the first text absorbs the overflow
                     ids, types = _fill(template, a[:n_a - overflow], b)
-                else:  # the second text alone does not fit: longest-first, as `encode` does
-                    e = self.encode([text], [pairs[i]], max_length=max_length)[0]
+                else:  # longest-first (asked for, or the second text alone does not fit), as `encode` does
+                    e = self.encode([text], [pairs[i]], max_length=max_length, truncation="longest_first")[0]
                     ids, types = e.ids, e.type_ids
                 cut = n_a + n_b + specials - len(ids)
             out.ids.append(ids)

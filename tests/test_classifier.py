@@ -1,0 +1,207 @@
+"""Classifier and ClassifierModel against transformers *ForSequenceClassification and
+sentence-transformers' CrossEncoder, on tiny random models saved here with real tokenizers."""
+
+import json
+import shutil
+
+import pytest
+import torch
+import transformers
+from conftest import hf_config
+
+import minialign as ma
+from minialign.cli import main as cli
+
+TOL = dict(atol=1e-5, rtol=0)
+PAIRS = [("The tower was built in Paris.", "It is in France."), ("A short one.", "Tiny."),
+         ("Unicode: café naïve 東京 😀 — “quotes”", "Numbers 3.14 and $5,000."), ("", "An empty first text."),
+         ("the minister said " * 200, "a very long first text, cut by the window"),
+         ("short", "a very long second text " * 120)]
+
+
+def save_classifier(directory, arch, num_labels, tokenizer_dir, *, problem_type=None, seed=0):
+    """A random *ForSequenceClassification with non-zero biases, and the tokenizer files beside it."""
+    tokenizer_files = [p for p in tokenizer_dir.iterdir() if p.is_file() and p.suffix in (".json", ".txt")
+                       and p.name not in ("config.json", "modules.json", "config_sentence_transformers.json",
+                                          "sentence_bert_config.json", "data_config.json")]
+    vocab = (len(json.loads((tokenizer_dir / "vocab.json").read_text())) if arch == "roberta" else 30522)
+    config = hf_config(arch, num_labels=num_labels, vocab_size=vocab, problem_type=problem_type,
+                       max_position_embeddings=512 + (2 if arch == "roberta" else 0))
+    cls = transformers.BertForSequenceClassification if arch == "bert" else transformers.RobertaForSequenceClassification
+    torch.manual_seed(seed)
+    model = cls(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "LayerNorm" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+    model.save_pretrained(directory)
+    for f in tokenizer_files:
+        shutil.copyfile(f, directory / f.name)
+    if not (directory / "tokenizer_config.json").is_file():  # as roberta-base's: a window of 512
+        (directory / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 512}))
+    return model
+
+
+@pytest.fixture(params=["bert", "roberta"])
+def arch(request):
+    return request.param
+
+
+@pytest.fixture
+def tokenizer_dir(arch, minilm_dir, bpe_dir):
+    return minilm_dir if arch == "bert" else bpe_dir
+
+
+def _hf_logits(model, directory, pairs):
+    tok = transformers.AutoTokenizer.from_pretrained(directory)
+    a, b = zip(*pairs)
+    batch = tok(list(a), list(b), truncation=True, max_length=512, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        return model(**batch).logits
+
+
+@pytest.mark.parametrize("num_labels,problem_type", [(1, None), (1, "regression"), (2, None),
+                                                     (3, "single_label_classification"),
+                                                     (3, "multi_label_classification")])
+def test_logits_equal_transformers(tmp_path, arch, tokenizer_dir, num_labels, problem_type):
+    hf = save_classifier(tmp_path / "m", arch, num_labels, tokenizer_dir, problem_type=problem_type)
+    expected = _hf_logits(hf, tmp_path / "m", PAIRS)
+    clf = ma.Classifier.from_pretrained(tmp_path / "m")
+    assert clf.labels == [hf.config.id2label[i] for i in range(num_labels)]
+    logits = clf.predict(*map(list, zip(*PAIRS)), activation="none")
+    assert logits.shape == ((len(PAIRS),) if num_labels == 1 else (len(PAIRS), num_labels))
+    torch.testing.assert_close(logits.view(len(PAIRS), -1), expected, **TOL)
+    singles = [a for a, _ in PAIRS]
+    tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "m")
+    with torch.no_grad():
+        ref = hf(**tok(singles, truncation=True, max_length=512, padding=True, return_tensors="pt")).logits
+    torch.testing.assert_close(clf.predict(singles, activation="none").view(len(PAIRS), -1), ref, **TOL)
+    expected_auto = {None: torch.sigmoid if num_labels == 1 else lambda t: torch.softmax(t, -1),
+                     "regression": lambda t: t, "single_label_classification": lambda t: torch.softmax(t, -1),
+                     "multi_label_classification": torch.sigmoid}[problem_type](expected)
+    torch.testing.assert_close(clf.predict(*map(list, zip(*PAIRS))).view(len(PAIRS), -1), expected_auto, **TOL)
+
+
+def test_model_padded_packed_and_backends(tmp_path, arch, tokenizer_dir):
+    hf = save_classifier(tmp_path / "m", arch, 3, tokenizer_dir)
+    ids = torch.randint(5, 200, (3, 11))
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0
+    mask[2, 2:] = 0
+    with torch.no_grad():
+        expected = hf(ids, attention_mask=mask).logits
+        for backend in ("eager", "sdpa"):
+            model = ma.ClassifierModel.from_pretrained(tmp_path / "m", attn_backend=backend)
+            for unpad in (False, True):
+                torch.testing.assert_close(model(ids, attention_mask=mask, unpad=unpad).logits, expected, **TOL)
+    assert (model.encoder.pooler is None) == (arch == "roberta")  # RobertaForSequenceClassification has none
+
+
+@pytest.mark.parametrize("num_labels,saved", [(1, None), (3, None), (1, torch.nn.Identity), (3, torch.nn.Sigmoid)])
+def test_predict_equals_crossencoder(tmp_path, arch, tokenizer_dir, num_labels, saved):
+    """CrossEncoder.predict on the same directory: with an activation saved by sentence-transformers,
+    auto applies it; without one, auto is transformers' pipeline rule, which for several labels is
+    softmax where CrossEncoder returns logits."""
+    from sentence_transformers import CrossEncoder
+
+    save_classifier(tmp_path / "m", arch, num_labels, tokenizer_dir)
+    source = tmp_path / "m"
+    if saved is not None:
+        CrossEncoder(str(source), activation_fn=saved()).save(str(tmp_path / "ce"))
+        source = tmp_path / "ce"
+    expected = torch.as_tensor(CrossEncoder(str(source)).predict(PAIRS, batch_size=2)).view(len(PAIRS), -1)
+    got = ma.Classifier.from_pretrained(source).predict(*map(list, zip(*PAIRS))).view(len(PAIRS), -1)
+    if saved is None and num_labels > 1:
+        expected = torch.softmax(expected, -1)
+    torch.testing.assert_close(got, expected, **TOL)
+
+
+def test_legacy_crossencoder_activation_in_config_json(tmp_path, minilm_dir):
+    save_classifier(tmp_path / "m", "bert", 2, minilm_dir)
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    config["sbert_ce_default_activation_function"] = "torch.nn.modules.activation.Tanh"
+    (tmp_path / "m" / "config.json").write_text(json.dumps(config))
+    clf = ma.Classifier.from_pretrained(tmp_path / "m")
+    assert clf.activation() == "tanh"
+    config["sentence_transformers"] = {"activation_fn": "torch.nn.modules.linear.Identity"}
+    (tmp_path / "m" / "config.json").write_text(json.dumps(config))
+    assert ma.Classifier.from_pretrained(tmp_path / "m").activation() == "none"
+    config["sentence_transformers"] = {"activation_fn": "torch.nn.modules.activation.GELU"}
+    (tmp_path / "m" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="activation 'torch.nn.modules.activation.GELU' is not supported"):
+        ma.Classifier.from_pretrained(tmp_path / "m")
+
+
+def test_rerank_orders_by_crossencoder_scores(tmp_path, minilm_dir):
+    from sentence_transformers import CrossEncoder
+
+    save_classifier(tmp_path / "m", "bert", 1, minilm_dir)
+    docs = [b for _, b in PAIRS]
+    expected = CrossEncoder(str(tmp_path / "m")).predict([("which tower?", d) for d in docs])
+    clf = ma.Classifier.from_pretrained(tmp_path / "m")
+    ranked = clf.rerank("which tower?", docs)
+    assert [i for i, _ in ranked] == sorted(range(len(docs)), key=lambda i: -expected[i])
+    assert [s for _, s in ranked] == pytest.approx(sorted(expected.tolist(), reverse=True), abs=1e-5)
+    assert clf.rerank("which tower?", docs, top_k=2) == ranked[:2]
+    save_classifier(tmp_path / "nli", "bert", 3, minilm_dir)
+    with pytest.raises(ValueError, match="one-label model"):
+        ma.Classifier.from_pretrained(tmp_path / "nli").rerank("q", docs)
+
+
+def test_export_to_hf_loads_without_missing_keys(tmp_path, arch, tokenizer_dir):
+    hf = save_classifier(tmp_path / "m", arch, 3, tokenizer_dir)
+    assert cli(["convert", str(tmp_path / "m"), str(tmp_path / "native")]) == 0
+    assert cli(["convert", str(tmp_path / "native"), str(tmp_path / "hf"), "--to", "hf"]) == 0
+    back, info = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "hf",
+                                                                                 output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    assert back.config.id2label == hf.config.id2label and type(back) is type(hf)
+    ids = torch.randint(5, 200, (2, 7))
+    with torch.no_grad():
+        torch.testing.assert_close(back.eval()(ids).logits, hf(ids).logits, **TOL)
+    native = ma.Classifier.from_pretrained(tmp_path / "native")
+    assert native.labels == [hf.config.id2label[i] for i in range(3)]
+
+
+def test_parity_command_covers_classifier_logits(tmp_path, capsys, minilm_dir):
+    save_classifier(tmp_path / "m", "bert", 3, minilm_dir)
+    assert cli(["parity", str(tmp_path / "m")]) == 0
+    out = capsys.readouterr().out
+    assert "logits" in out and "OK" in out
+
+
+def test_bad_input(tmp_path, minilm_dir, monkeypatch):
+    save_classifier(tmp_path / "m", "bert", 3, minilm_dir)
+    clf = ma.Classifier.from_pretrained(tmp_path / "m")
+    assert clf.predict([]).shape == (0, 3) and clf.predict([], []).shape == (0, 3)
+    monkeypatch.setattr(clf.model, "forward", lambda *a, **k: pytest.fail("model ran"))
+    with pytest.raises(ValueError, match=r"texts\[1\] is int.*texts\[2\] holds a lone surrogate"):
+        clf.predict(["ok", 5, "bad \ud83d"])
+    with pytest.raises(ValueError, match="equal length"):
+        clf.predict(["a", "b"], ["c"])
+    with pytest.raises(ValueError, match="activation must be one of"):
+        clf.predict(["a"], activation="relu")
+
+
+def test_unknown_head_keys_are_named(tmp_path, minilm_dir):
+    from safetensors.torch import load_file, save_file
+
+    save_classifier(tmp_path / "m", "bert", 3, minilm_dir)
+    weights = load_file(tmp_path / "m" / "model.safetensors")
+    weights["classifier.extra.weight"] = torch.zeros(3)
+    save_file(weights, tmp_path / "m" / "model.safetensors")
+    with pytest.raises(ma.CheckpointError, match="classifier.extra.weight"):
+        ma.Classifier.from_pretrained(tmp_path / "m")
+
+
+@pytest.mark.parametrize("num_labels,problem_type,labels", [
+    (1, None, torch.tensor([0.5, -1.0])), (3, None, torch.tensor([2, 0])),
+    (3, "multi_label_classification", torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 1.0]]))])
+def test_classification_loss_equals_transformers(tmp_path, minilm_dir, num_labels, problem_type, labels):
+    hf = save_classifier(tmp_path / "m", "bert", num_labels, minilm_dir, problem_type=problem_type)
+    ids = torch.randint(5, 200, (2, 6))
+    with torch.no_grad():
+        out = hf(ids, labels=labels)
+    model = ma.ClassifierModel.from_pretrained(tmp_path / "m")
+    loss = ma.classification_loss(model(ids).logits, labels, model.config.problem_type)
+    torch.testing.assert_close(loss, out.loss, **TOL)
