@@ -7,6 +7,7 @@ from .attention import attention, attention_bias
 from .tracing import Capture, capture
 from .config import PRESETS, Config
 from .classifier import Classifier
+from .embedding import SentenceEncoder
 from .losses import AlignLosses, alignscore_losses, classification_loss
 from .model import AlignModel, AlignOutput, ClassifierModel, ClassifierOutput, Encoder, EncoderOutput
 from .scorer import AlignScorer
@@ -30,6 +31,7 @@ __all__ = [
     "ClassifierOutput",
     "Config",
     "Encoder",
+    "SentenceEncoder",
     "EncoderOutput",
     "Tokenizer",
     "alignscore_losses",

@@ -22,7 +22,7 @@ from . import convert
 from .batching import BatchEngine
 from .loading import build, read_checkpoint
 from .model import ClassifierModel
-from .tokenizer import Tokenizer, text_problem
+from .tokenizer import Tokenizer, check_texts, text_problem
 
 ACTIVATIONS = ("auto", "none", "softmax", "sigmoid", "tanh")
 # sentence-transformers CrossEncoder activations (the class path it saves) -> ours.
@@ -64,18 +64,6 @@ def crossencoder_activation(path: str | None) -> str | None:
         raise ValueError(f"CrossEncoder activation {path!r} is not supported; supported: "
                          f"{', '.join(_CROSSENCODER_ACTIVATIONS)}")
     return _CROSSENCODER_ACTIVATIONS[path]
-
-
-def check_texts(name: str, texts) -> list[str]:
-    """The texts as a list, or a ValueError naming every item that is not encodable text."""
-    if isinstance(texts, str) or not isinstance(texts, Sequence):
-        raise ValueError(f"{name} must be a sequence of strings (a list), got {type(texts).__name__}")
-    problems = [f"{name}[{i}] is {type(t).__name__}, not a string" if not isinstance(t, str)
-                else f"{name}[{i}] {text_problem(t)}" for i, t in enumerate(texts)
-                if not isinstance(t, str) or text_problem(t)]
-    if problems:
-        raise ValueError("invalid input: " + "; ".join(problems))
-    return list(texts)
 
 
 class Classifier:

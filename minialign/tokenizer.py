@@ -34,6 +34,18 @@ def text_problem(text: str) -> str | None:
     return None
 
 
+def check_texts(name: str, texts) -> list[str]:
+    """The texts as a list, or a ValueError naming every item that is not encodable text."""
+    if isinstance(texts, str) or not isinstance(texts, Sequence):
+        raise ValueError(f"{name} must be a sequence of strings (a list), got {type(texts).__name__}")
+    problems = [f"{name}[{i}] is {type(t).__name__}, not a string" if not isinstance(t, str)
+                else f"{name}[{i}] {text_problem(t)}" for i, t in enumerate(texts)
+                if not isinstance(t, str) or text_problem(t)]
+    if problems:
+        raise ValueError("invalid input: " + "; ".join(problems))
+    return list(texts)
+
+
 @dataclass
 class Encoded:
     """Token ids of a batch of texts or pairs, unpadded, and the tokens each lost to the window."""
