@@ -8,6 +8,7 @@ from .tracing import Capture, capture
 from .config import PRESETS, Config
 from .classifier import Classifier
 from .embedding import SentenceEncoder
+from .minicheck import MiniCheckScorer
 from .losses import AlignLosses, alignscore_losses, classification_loss
 from .model import AlignModel, AlignOutput, ClassifierModel, ClassifierOutput, Encoder, EncoderOutput
 from .scorer import AlignScorer
@@ -31,6 +32,7 @@ __all__ = [
     "ClassifierOutput",
     "Config",
     "Encoder",
+    "MiniCheckScorer",
     "SentenceEncoder",
     "EncoderOutput",
     "Tokenizer",

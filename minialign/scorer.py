@@ -172,12 +172,12 @@ class TruncationWarning(UserWarning):
     """Text was cut by the model's window (AlignScore cuts it the same way)."""
 
 
-def report_truncation(cut_pairs: int, pairs: int, cut_tokens: int, window: int) -> None:
-    """One warning with the counts when any pair lost tokens to the window."""
+def report_truncation(cut_pairs: int, pairs: int, cut_tokens: int, window: int, *,
+                      what: str = "(chunk, sentence) pair(s)", original: str = "AlignScore") -> None:
+    """One warning with the counts when any input lost tokens to the window."""
     if cut_pairs:
-        warnings.warn(f"{cut_pairs} of {pairs} (chunk, sentence) pair(s) were cut by the {window}-token window "
-                      f"({cut_tokens} tokens in all, mostly context text after the first {window} tokens of a "
-                      f"chunk), as the original AlignScore does; return_details=True gives each pair's count "
+        warnings.warn(f"{cut_pairs} of {pairs} {what} were cut by the {window}-token window ({cut_tokens} tokens "
+                      f"in all), as the original {original} does; return_details=True gives each one's count "
                       f"under 'truncated'", TruncationWarning, stacklevel=3)
 
 

@@ -190,6 +190,11 @@ class Tokenizer:
             out.truncated.append(cut)
         return out
 
+    def token_counts(self, texts: list[str]) -> list[int]:
+        """How many tokens each text has, without special tokens (each distinct text tokenized once)."""
+        counts = self._prefixes(texts, 0)
+        return [counts[t][1] for t in texts]
+
     def _prefixes(self, texts: list[str], max_length: int) -> dict[str, tuple[list[int], int]]:
         """text -> (its first max_length token ids without special tokens, its full token count)."""
         unique = list(dict.fromkeys(texts))

@@ -1,0 +1,124 @@
+"""MiniCheckScorer: MiniCheck's grounding check with its RoBERTa (or BERT) classifier.
+
+The algorithm is the original's (Liyan06/MiniCheck minicheck/inference.py, Inferencer, RoBERTa
+variant):
+  1. the document is split into sentences block by block (blocks are its newline-separated lines),
+     with a "\\n" marker between blocks; no sentence gives one empty sentence;
+  2. sentences are packed greedily into chunks of at most `chunk_size` tokens (each sentence counted
+     without special tokens, at most max_length), joined by a space; " \\n " becomes "\\n", chunks
+     are stripped and empty ones dropped;
+  3. each chunk is scored with the claim as ONE text, `chunk + eos + claim` (eos: "</s>"), cut to
+     max_length at its end; P(supported) = softmax(logits)[:, 1]; the score is the max over chunks.
+The claim is not split. A document with no text at all is scored as one empty chunk (where the
+original fails on an empty batch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+from .classifier import Classifier
+from .sentences import split_sentences
+from .tokenizer import Tokenizer, check_texts
+
+CHUNK_SIZE = 400  # MiniCheck.score's default for roberta-large and deberta-v3-large
+MAX_LENGTH = 512
+SUPPORTED = 1  # label index of "supported"
+NEWLINE = "\n"  # the block marker
+
+
+class MiniCheckScorer:
+    mode = "minicheck"  # what batch-scoring outputs record as the method
+
+    def __init__(self, classifier: Classifier, *, chunk_size: int = CHUNK_SIZE,
+                 splitter: Callable[[str], list[str]] | None = None, eos_token: str | None = None):
+        if len(classifier.labels) != 2:
+            raise ValueError(f"MiniCheck needs a two-label classifier (unsupported, supported), this one has "
+                             f"{len(classifier.labels)}")
+        if not isinstance(chunk_size, int) or chunk_size < 1:
+            raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+        self.classifier, self.chunk_size = classifier, chunk_size
+        self.splitter = splitter or split_sentences
+        self.eos_token = eos_token or ("</s>" if classifier.model.config.arch == "roberta" else "[SEP]")
+        self.source: str | None = None
+
+    @classmethod
+    def from_pretrained(cls, src: str | Path, *, tokenizer: str | Path | Tokenizer | None = None,
+                        device: str | torch.device | None = None, dtype: torch.dtype | None = None,
+                        chunk_size: int = CHUNK_SIZE, batch_size: int = 32, max_tokens: int | None = None,
+                        splitter: Callable[[str], list[str]] | None = None,
+                        cache_dir: str | Path | None = None) -> MiniCheckScorer:
+        """A MiniCheck classifier directory or hub id (e.g. lytang/MiniCheck-RoBERTa-Large)."""
+        classifier = Classifier.from_pretrained(src, tokenizer=tokenizer, device=device, dtype=dtype,
+                                                batch_size=batch_size, max_tokens=max_tokens,
+                                                max_length=MAX_LENGTH, cache_dir=cache_dir)
+        scorer = cls(classifier, chunk_size=chunk_size, splitter=splitter)
+        scorer.source = str(src)
+        return scorer
+
+    # what batch scoring (scorefile.py) reads
+    @property
+    def model(self):
+        return self.classifier.model
+
+    @property
+    def engine(self):
+        return self.classifier.engine
+
+    @property
+    def max_length(self) -> int:
+        return self.classifier.max_length
+
+    def chunks(self, document: str) -> list[str]:
+        """The document's chunks (steps 1 and 2)."""
+        sentences = []
+        for block in document.split(NEWLINE):
+            sentences += list(self.splitter(block)) + [NEWLINE]
+        sentences = sentences[:-1] or [""]
+        counts = [min(n, self.max_length) for n in self.classifier.tokenizer.token_counts(sentences)]
+        chunks, current, tokens = [], [], 0
+        for sentence, n in zip(sentences, counts):
+            if tokens + n > self.chunk_size:
+                chunks.append(" ".join(current))
+                current, tokens = [sentence], n
+            else:
+                current.append(sentence)
+                tokens += n
+        if current:
+            chunks.append(" ".join(current))
+        chunks = [c.replace(" \n ", NEWLINE).strip() for c in chunks]
+        return [c for c in chunks if c] or [""]
+
+    def score(self, documents: Sequence[str], claims: Sequence[str], *, return_details: bool = False,
+              progress: bool = False, warn_truncation: bool = True) -> list[float] | list[dict]:
+        """P(supported) per (document, claim): the max over the document's chunks. With
+        return_details, per example: the score, the chunks, `supported` (each chunk's probability)
+        and `truncated` (tokens each chunk + claim text lost to the window), as chunk x 1 lists."""
+        documents, claims = check_texts("documents", documents), check_texts("claims", claims)
+        if len(documents) != len(claims):
+            raise ValueError(f"documents and claims must have equal length, got {len(documents)} and {len(claims)}")
+        chunked = [self.chunks(d) for d in documents]
+        texts = [chunk + self.eos_token + claim for chunks, claim in zip(chunked, claims) for chunk in chunks]
+        if not texts:
+            return []
+        results = self.classifier.engine.run(texts, self.classifier._logits,
+                                             progress="checking" if progress else False)
+        supported = torch.softmax(results.values, dim=-1)[:, SUPPORTED]
+        if warn_truncation:
+            from .scorer import report_truncation
+
+            cut = results.truncated
+            report_truncation(int((cut > 0).sum()), cut.numel(), int(cut.sum()), self.max_length,
+                              what="chunk + claim text(s)", original="MiniCheck")
+        out, start = [], 0
+        for chunks in chunked:
+            probs, cut = supported[start:start + len(chunks)], results.truncated[start:start + len(chunks)]
+            start += len(chunks)
+            score = probs.max().item()
+            out.append(score if not return_details else
+                       {"score": score, "chunks": chunks, "supported": [[p] for p in probs.tolist()],
+                        "truncated": [[n] for n in cut.tolist()]})
+        return out
