@@ -1,9 +1,10 @@
-"""`minialign score | convert | parity` (also `python -m minialign ...`). The benchmark is a
+"""`minialign score | embed | classify | convert | parity` (also `python -m minialign ...`). The benchmark is a
 script beside the package: `python scripts/bench.py`."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -36,30 +37,109 @@ def _validate(ckpt) -> None:
     check_tensors(model, own_tensors(cls, ckpt), ckpt.origin)
 
 
-def _score(args: argparse.Namespace) -> int:
-    from .scorefile import score_file
-    from .scorer import AlignScorer
+MINICHECK_DEFAULT = "lytang/MiniCheck-RoBERTa-Large"
 
-    single = args.context is not None or args.claim is not None
-    if single == (args.input is not None):
+
+def _loading(args: argparse.Namespace) -> dict:
+    return {"device": args.device, "dtype": DTYPES[args.dtype] if args.dtype else None,
+            "batch_size": args.batch_size, "max_tokens": args.max_tokens}
+
+
+def _named(args: argparse.Namespace, *flags: str) -> str:
+    """The model as the command named it, recorded with file outputs (for --resume)."""
+    return " ".join(f"--{flag} {getattr(args, flag)}" for flag in flags if getattr(args, flag, None))
+
+
+def _files(args: argparse.Namespace) -> bool:
+    """Whether the command runs on files (--input/--output) rather than on text arguments."""
+    if (args.input is None) != (args.output is None):
+        raise ValueError("--input and --output go together")
+    return args.input is not None
+
+
+def _run_file(job, args: argparse.Namespace, verb: str) -> int:
+    from .batchfile import run_file
+
+    n = run_file(job, Path(args.input), Path(args.output), id_field=args.id_field, resume=args.resume,
+                 skip_invalid=args.skip_invalid)
+    print(f"{verb} {n} row(s) into {args.output}", file=sys.stderr)
+    return 0
+
+
+def _score(args: argparse.Namespace) -> int:
+    from .jobs import score_job
+
+    files = _files(args)
+    if files == (args.context is not None or args.claim is not None):
         raise ValueError("give either --context and --claim, or --input and --output")
-    if single and (args.context is None or args.claim is None):
+    if not files and (args.context is None or args.claim is None):
         raise ValueError("--context and --claim go together")
-    if args.input is not None and args.output is None:
-        raise ValueError("--input needs --output")
-    scorer = AlignScorer.from_pretrained(args.model, backbone=args.backbone, tokenizer=args.tokenizer, mode=args.mode,
-                                         batch_size=args.batch_size, max_tokens=args.max_tokens, device=args.device,
-                                         dtype=DTYPES[args.dtype] if args.dtype else None)
-    if single:
+    if args.method == "minicheck":
+        from .minicheck import MiniCheckScorer
+
+        args.model = args.model or MINICHECK_DEFAULT
+        scorer = MiniCheckScorer.from_pretrained(args.model, tokenizer=args.tokenizer, chunk_size=args.chunk_size,
+                                                 **_loading(args))
+    else:
+        from .scorer import AlignScorer
+
+        args.model = args.model or "AlignScore-base"
+        scorer = AlignScorer.from_pretrained(args.model, backbone=args.backbone, tokenizer=args.tokenizer,
+                                             mode=args.mode, **_loading(args))
+    if not files:
         print(scorer.score([args.context], [args.claim])[0])
         return 0
-    model = " ".join(f"{flag} {value}" for flag, value in (("--model", args.model), ("--backbone", args.backbone),
-                                                            ("--tokenizer", args.tokenizer)) if value)
-    n = score_file(scorer, Path(args.input), Path(args.output), context_field=args.context_field,
-                   claim_field=args.claim_field, id_field=args.id_field, resume=args.resume,
-                   skip_invalid=args.skip_invalid, model=model)
-    print(f"scored {n} row(s) into {args.output}", file=sys.stderr)
-    return 0
+    job = score_job(scorer, context_field=args.context_field, claim_field=args.claim_field,
+                    model=_named(args, "method", "model", "backbone", "tokenizer"))
+    return _run_file(job, args, "scored")
+
+
+def _embed(args: argparse.Namespace) -> int:
+    from .embedding import SentenceEncoder
+    from .jobs import embed_job
+
+    files = _files(args)
+    if files == (args.text is not None):
+        raise ValueError("give either --text, or --input and --output")
+    encoder = SentenceEncoder.from_pretrained(args.model, **_loading(args))
+    if not files:
+        print(json.dumps(encoder.encode([args.text], normalize_embeddings=args.normalize)[0].tolist()))
+        return 0
+    job = embed_job(encoder, text_field=args.text_field, normalize=args.normalize, model=_named(args, "model"))
+    return _run_file(job, args, "embedded")
+
+
+def _classify(args: argparse.Namespace) -> int:
+    from .classifier import Classifier
+    from .jobs import classify_job
+
+    files = _files(args)
+    if files == (args.text is not None):
+        raise ValueError("give either --text (and --pair), or --input and --output")
+    classifier = Classifier.from_pretrained(args.model, tokenizer=args.tokenizer, **_loading(args))
+    job = classify_job(classifier, text_field=args.text_field, pair_field=args.pair_field,
+                       activation=args.activation, model=_named(args, "model", "tokenizer"))
+    if not files:
+        from .batchfile import Row
+
+        (record,) = job.run([Row(None, 0, {"text": args.text, "pair": args.pair})])
+        print(json.dumps(record, ensure_ascii=False))
+        return 0
+    return _run_file(job, args, "classified")
+
+
+def _common(p: argparse.ArgumentParser, *, batch: str) -> None:
+    """Options every model command shares: files, resume, device, precision, batching."""
+    p.add_argument("--input", help="a .jsonl or .csv file of rows")
+    p.add_argument("--output", help="where the results go (one row per input row, with its id)")
+    p.add_argument("--id-field", default="id", help="row id field (default: id; else the line number)")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted run after its last row")
+    p.add_argument("--skip-invalid", action="store_true", help="skip malformed rows instead of stopping")
+    p.add_argument("--batch-size", type=int, default=32, help=f"most {batch} in one forward pass")
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="most tokens in one forward pass (default: 2048 on CPU, 65536 on GPU)")
+    p.add_argument("--device", default=None, help="cpu (default), cuda, cuda:N or mps")
+    p.add_argument("--dtype", choices=tuple(DTYPES))
 
 
 def _parity(args: argparse.Namespace) -> int:
@@ -73,27 +153,42 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="minialign", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("score", help="AlignScore a claim against a context, or a JSONL/CSV file of pairs")
-    p.add_argument("--context", help="the context (premise) text")
+    p = sub.add_parser("score", help="AlignScore (or MiniCheck) a claim against a context, or a JSONL/CSV file")
+    p.add_argument("--context", help="the context (premise, document) text")
     p.add_argument("--claim", help="the claim (hypothesis) text")
-    p.add_argument("--input", help="pairs.jsonl or pairs.csv")
-    p.add_argument("--output", help="scores.jsonl or scores.csv (rows: id, score)")
     p.add_argument("--context-field", default="context")
     p.add_argument("--claim-field", default="claim")
-    p.add_argument("--id-field", default="id", help="row id field (default: id; else the line number)")
-    p.add_argument("--resume", action="store_true", help="continue an interrupted run after its last row")
-    p.add_argument("--skip-invalid", action="store_true", help="skip malformed rows instead of stopping")
-    p.add_argument("--model", default="AlignScore-base",
-                   help="AlignScore-base / AlignScore-large, a .ckpt, or a minialign / HF directory")
+    p.add_argument("--method", default="alignscore", choices=("alignscore", "minicheck"),
+                   help="alignscore (default) or minicheck (a MiniCheck RoBERTa/BERT classifier as --model)")
+    p.add_argument("--model", default=None,
+                   help="alignscore: AlignScore-base (default) / AlignScore-large, a .ckpt, or a minialign / HF "
+                        f"directory; minicheck: a classifier directory or hub id (default {MINICHECK_DEFAULT})")
     p.add_argument("--backbone", help="for a .ckpt: backbone dir (config.json + tokenizer) or hub id")
     p.add_argument("--tokenizer", help="tokenizer dir or hub id (default: beside the model or backbone)")
-    p.add_argument("--mode", default="nli_sp", choices=("nli_sp", "bin_sp", "reg_sp", "nli", "bin", "reg"))
-    p.add_argument("--batch-size", type=int, default=32, help="most pairs in one forward pass")
-    p.add_argument("--max-tokens", type=int, default=None,
-                   help="most tokens in one forward pass (default: 2048 on CPU, 65536 on GPU)")
-    p.add_argument("--device", default=None)
-    p.add_argument("--dtype", choices=tuple(DTYPES))
+    p.add_argument("--mode", default="nli_sp", choices=("nli_sp", "bin_sp", "reg_sp", "nli", "bin", "reg"),
+                   help="alignscore only")
+    p.add_argument("--chunk-size", type=int, default=400, help="minicheck only: tokens per document chunk")
+    _common(p, batch="pairs")
     p.set_defaults(run=_score)
+
+    p = sub.add_parser("embed", help="sentence embeddings of a text, or of a JSONL/CSV file (.jsonl or .safetensors out)")
+    p.add_argument("--text", help="one text: prints its embedding as a JSON list")
+    p.add_argument("--text-field", default="text")
+    p.add_argument("--model", required=True, help="a sentence-transformers or HF directory, or a hub id")
+    p.add_argument("--normalize", action="store_true", help="unit-length embeddings")
+    _common(p, batch="texts")
+    p.set_defaults(run=_embed)
+
+    p = sub.add_parser("classify", help="classify a text or pair, or a JSONL/CSV file (labels and scores)")
+    p.add_argument("--text", help="one text: prints its label and scores as JSON")
+    p.add_argument("--pair", help="with --text: the second text of a pair")
+    p.add_argument("--text-field", default="text")
+    p.add_argument("--pair-field", default="pair", help="rows without it are classified as single texts")
+    p.add_argument("--model", required=True, help="a *ForSequenceClassification directory or hub id")
+    p.add_argument("--tokenizer", help="tokenizer dir or hub id (default: beside the model)")
+    p.add_argument("--activation", default="auto", choices=("auto", "none", "softmax", "sigmoid", "tanh"))
+    _common(p, batch="texts")
+    p.set_defaults(run=_classify)
 
     p = sub.add_parser("convert", help="convert a checkpoint to minialign's format or to transformers layout")
     p.add_argument("src", help="HF dir, hub id, minialign dir, or AlignScore .ckpt")

@@ -32,6 +32,7 @@ NEWLINE = "\n"  # the block marker
 
 class MiniCheckScorer:
     mode = "minicheck"  # what batch-scoring outputs record as the method
+    truncation_unit, reference_name = "chunk + claim text(s)", "MiniCheck"  # for the truncation warning
 
     def __init__(self, classifier: Classifier, *, chunk_size: int = CHUNK_SIZE,
                  splitter: Callable[[str], list[str]] | None = None, eos_token: str | None = None):
@@ -59,7 +60,7 @@ class MiniCheckScorer:
         scorer.source = str(src)
         return scorer
 
-    # what batch scoring (scorefile.py) reads
+    # what batch scoring (jobs.score_job) reads, as on AlignScorer
     @property
     def model(self):
         return self.classifier.model
@@ -112,7 +113,7 @@ class MiniCheckScorer:
 
             cut = results.truncated
             report_truncation(int((cut > 0).sum()), cut.numel(), int(cut.sum()), self.max_length,
-                              what="chunk + claim text(s)", original="MiniCheck")
+                              what=self.truncation_unit, original=self.reference_name)
         out, start = [], 0
         for chunks in chunked:
             probs, cut = supported[start:start + len(chunks)], results.truncated[start:start + len(chunks)]

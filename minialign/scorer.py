@@ -66,6 +66,7 @@ class Example:
 
 
 class AlignScorer:
+    truncation_unit, reference_name = "(chunk, sentence) pair(s)", "AlignScore"  # for the truncation warning
     def __init__(self, model: AlignModel, tokenizer: Tokenizer, *, mode: str = "nli_sp", batch_size: int = 32,
                  splitter: Callable[[str], list[str]] | None = None, unpad: bool = True, compile: bool = False,
                  bucket: int = 64, max_tokens: int | None = None):
@@ -123,7 +124,8 @@ class AlignScorer:
         results = self.score_pairs(pairs, progress=progress)
         if warn_truncation:
             cut = results.truncated
-            report_truncation(int((cut > 0).sum()), cut.numel(), int(cut.sum()), self.max_length)
+            report_truncation(int((cut > 0).sum()), cut.numel(), int(cut.sum()), self.max_length,
+                              what=self.truncation_unit, original=self.reference_name)
         column = _MODE_COLUMN[self.mode.removesuffix("_sp")]
         out = []
         for ex in examples:

@@ -120,7 +120,7 @@ def test_foreign_output_rows_are_named(tmp_path, model_args, capsys):
     assert _score(tmp_path, model_args) == 0
     (tmp_path / "out.jsonl").write_text('{"name": "not ours"}\n')
     assert _score(tmp_path, model_args, "--resume") == 2
-    assert "out.jsonl: line 1 is not a score row minialign wrote" in capsys.readouterr().err
+    assert "out.jsonl: line 1 is not a row minialign wrote" in capsys.readouterr().err
 
 
 def test_wrong_field_names_said_once_with_the_fields_found(tmp_path, model_args, capsys):
@@ -147,7 +147,7 @@ def test_non_utf8_null_and_empty_inputs(tmp_path, model_args, capsys):
     assert "in.csv: line 3: field 'context' is not UTF-8 text" in capsys.readouterr().err
     for name, expected in (("empty.jsonl", ""), ("empty.csv", "id,score\n")):
         (tmp_path / name).write_text("")
-        with pytest.warns(UserWarning, match="no rows to score"):
+        with pytest.warns(UserWarning, match="no rows; the output holds none"):
             assert _score(tmp_path, model_args, input_name=name, output_name=f"out-{name}") == 0
         assert (tmp_path / f"out-{name}").read_text() == expected
 

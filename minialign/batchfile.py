@@ -1,10 +1,14 @@
-"""Batch scoring of JSONL / CSV files for `minialign score --input ... --output ...`.
+"""Files in, files out: `minialign score | embed | classify --input ... --output ...`.
 
-Every input row is validated before any scoring (fields present, strings, encodable text, a claim
-with a sentence), each problem named by its line. Results are written block by block (a block is
-8 x batch_size rows), each row whole and flushed, so an interrupted run leaves only complete rows.
-`resume` continues after the last complete row, after checking that the output holds the first
-rows of this input, made with the same settings (recorded beside the output when it is created).
+One engine for every command (a Job says which fields it reads, how a block of rows becomes output
+records, and what makes two runs comparable). Every input row is validated before any model work
+(fields present, strings, encodable text, and the job's own rule, e.g. a claim with a sentence),
+each problem named by its line. Results are written block by block (a block is 8 x batch_size
+rows), each row whole and flushed, so an interrupted run leaves only complete rows. `resume`
+continues after the last complete row, after checking that the output holds the first rows of
+this input, made with the same settings (recorded beside the output when it is created).
+Outputs: .jsonl (any job), .csv (jobs with flat columns), .safetensors (embeddings: written whole
+at the end, under a temporary name, so never half).
 """
 
 from __future__ import annotations
@@ -15,11 +19,14 @@ import json
 import os
 import sys
 import warnings
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .scorer import AlignScorer, check_example, report_truncation
+import torch
+
+from .tokenizer import text_problem
 
 SETTINGS_SUFFIX = ".settings.json"  # beside the output: what produced it
 SHOWN_PROBLEMS = 20  # malformed rows listed in an error; the rest are counted
@@ -36,17 +43,44 @@ class InputError(ValueError):
 class Row:
     id: Any
     line: int
-    context: str
-    claim: str
+    values: dict[str, str | None]  # role -> text (None: an optional field the row does not have)
 
 
-def _format(path: Path) -> str:
-    suffix = path.suffix.lower()
-    if suffix in (".jsonl", ".json", ".ndjson"):
-        return "jsonl"
-    if suffix == ".csv":
-        return "csv"
-    raise InputError(f"{path}: unknown format {suffix!r}; use .jsonl or .csv")
+@dataclass
+class Job:
+    """What one command reads and writes.
+
+    fields:   role -> the input field holding it, e.g. {"context": "context", "claim": "claim"}
+    flags:    role -> the command-line flag that names the field (for messages)
+    optional: roles a row may leave out
+    check:    extra problems of a row's values, as (role, problem)
+    run:      a block of rows -> one output record (a dict, without the id) per row
+    columns:  the record's keys in CSV order; None: no CSV output
+    settings: what must match for --resume (model, mode, dtype, ...)
+    finish:   called once after the last block (e.g. a warning with totals)
+    """
+
+    fields: dict[str, str]
+    flags: dict[str, str]
+    run: Callable[[list[Row]], list[dict[str, Any]]]
+    settings: dict[str, Any]
+    optional: tuple[str, ...] = ()
+    check: Callable[[dict[str, str | None]], list[tuple[str, str]]] = lambda values: []
+    columns: list[str] | None = None
+    tensor: str | None = None  # for .safetensors output: the record key holding a vector
+    finish: Callable[[], None] = lambda: None
+    batch_size: int = 32
+
+
+FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".safetensors": "safetensors"}
+
+
+def _format(path: Path, allowed: tuple[str, ...] = ("jsonl", "csv")) -> str:
+    fmt = FORMATS.get(path.suffix.lower())
+    if fmt not in allowed:
+        raise InputError(f"{path}: unknown format {path.suffix.lower()!r}; use "
+                         + " or ".join(s for s, f in FORMATS.items() if f in allowed and s != ".json"))
+    return fmt
 
 
 def _not_utf8(data: bytes, error: UnicodeDecodeError, offset: int = 0) -> str:
@@ -102,26 +136,38 @@ def _escaped(value: str) -> bool:
     return any("\udc80" <= ch <= "\udcff" for ch in value)
 
 
-def read_rows(path: Path, *, context_field: str, claim_field: str, id_field: str,
-              splitter) -> tuple[list[Row], list[str]]:
-    """(valid rows, problems) where each problem names its line number. A field that no row has
-    is one error listing the fields found."""
+def read_rows(path: Path, job: Job, *, id_field: str) -> tuple[list[Row], list[str]]:
+    """(valid rows, problems) where each problem names its line number. A required field that no
+    row has is one error listing the fields found."""
     records, problems, fields = read_records(path)
-    for flag, name in (("--context-field", context_field), ("--claim-field", claim_field)):
-        if records and name not in fields:
+    for role, name in job.fields.items():
+        if records and role not in job.optional and name not in fields:
             raise InputError(f"{path}: no row has the field {name!r}; fields found: "
-                             f"{', '.join(map(repr, fields[:20])) or 'none'}. Name yours with {flag}")
-    rows, names = [], {"context": context_field, "claim": claim_field}
+                             f"{', '.join(map(repr, fields[:20])) or 'none'}. Name yours with {job.flags[role]}")
+    rows = []
     for line_no, record in records:
-        values = {which: record.get(name, _MISSING) for which, name in names.items()}
-        found, _ = check_example(*(None if values[w] is _MISSING else values[w] for w in names), splitter, null="null")
-        bad = [f"field {names[which]!r} " + ("is missing" if values[which] is _MISSING else what)
-               for which, what in found]
+        values, bad = {}, []
+        for role, name in job.fields.items():
+            value = record.get(name, _MISSING)
+            if value is _MISSING and role in job.optional:
+                values[role] = None
+            elif value is _MISSING:
+                bad.append(f"field {name!r} is missing")
+            elif value is None:
+                bad.append(f"field {name!r} is null")
+            elif not isinstance(value, str):
+                bad.append(f"field {name!r} is {type(value).__name__}, not a string")
+            elif problem := text_problem(value):
+                bad.append(f"field {name!r} {problem}")
+            else:
+                values[role] = value
+        if not bad:
+            bad = [f"field {job.fields[role]!r} {problem}" for role, problem in job.check(values)]
         if bad:
             problems.append(f"line {line_no}: " + "; ".join(bad))
             continue
         row_id = record.get(id_field)
-        rows.append(Row(line_no if row_id is None else row_id, line_no, values["context"], values["claim"]))
+        rows.append(Row(line_no if row_id is None else row_id, line_no, values))
     return rows, problems
 
 
@@ -132,10 +178,11 @@ def _listing(path: Path, problems: list[str]) -> str:
 
 
 class ResultWriter:
-    """Appends (id, score) rows; each row is written whole and flushed."""
+    """Appends (id, record) rows; each row is written whole and flushed."""
 
-    def __init__(self, path: Path, *, resume: bool, settings: dict[str, Any]):
-        self.path, self.fmt = path, _format(path)
+    def __init__(self, path: Path, *, resume: bool, settings: dict[str, Any], columns: list[str] | None):
+        self.path, self.columns = path, columns
+        self.fmt = _format(path, ("jsonl", "csv") if columns is not None else ("jsonl",))
         if path.is_dir():
             raise InputError(f"{path} is a directory; --output names a .jsonl or .csv file")
         self.done: list[str] = []
@@ -148,7 +195,7 @@ class ResultWriter:
             _write_settings(path, settings)
         self.file = open(path, "a", encoding="utf-8", newline="")
         if self.fmt == "csv" and path.stat().st_size == 0:
-            self._write_line("id,score\n")
+            self._write_csv(["id", *columns])
 
     def _read_done(self) -> list[str]:
         """Ids of the complete rows; a trailing partial record (an interrupted write) is cut off."""
@@ -163,9 +210,10 @@ class ResultWriter:
             raise InputError(f"{self.path}: {_not_utf8(complete, e)}; not a file minialign wrote, not resuming") from None
         if self.fmt == "csv":
             rows = list(csv.reader(io.StringIO(text, newline="")))
-            if not rows or rows[0] != ["id", "score"] or any(len(r) != 2 for r in rows[1:]):
-                raise InputError(f"{self.path}: not a score file minialign wrote (expected the columns id,score); "
-                                 f"not resuming")
+            header = ["id", *self.columns]
+            if not rows or rows[0] != header or any(len(r) != len(header) for r in rows[1:]):
+                raise InputError(f"{self.path}: not a file minialign wrote for this command (expected the "
+                                 f"columns {','.join(header)}); not resuming")
             return [r[0] for r in rows[1:]]
         ids = []
         for line_no, line in enumerate(text.split("\n"), start=1):
@@ -174,9 +222,8 @@ class ResultWriter:
             try:
                 row = json.loads(line)
                 ids.append(str(row["id"]))
-                float(row["score"])
             except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                raise InputError(f"{self.path}: line {line_no} is not a score row minialign wrote ({line[:80]!r}); "
+                raise InputError(f"{self.path}: line {line_no} is not a row minialign wrote ({line[:80]!r}); "
                                  f"not resuming") from None
         return ids
 
@@ -184,13 +231,17 @@ class ResultWriter:
         self.file.write(text)
         self.file.flush()
 
-    def write(self, row: Row, score: float) -> None:
+    def _write_csv(self, values: list) -> None:
+        buffer = io.StringIO()
+        csv.writer(buffer, lineterminator="\n").writerow(values)
+        self._write_line(buffer.getvalue())
+
+    def write(self, row: Row, record: dict[str, Any]) -> None:
         if self.fmt == "csv":
-            buffer = io.StringIO()
-            csv.writer(buffer, lineterminator="\n").writerow([row.id, repr(score)])
-            self._write_line(buffer.getvalue())
+            self._write_csv([row.id, *(repr(v) if isinstance(v, float) else v for v in
+                                       (record[c] for c in self.columns))])
         else:
-            self._write_line(json.dumps({"id": row.id, "score": score}, ensure_ascii=False) + "\n")
+            self._write_line(json.dumps({"id": row.id, **record}, ensure_ascii=False) + "\n")
 
     def close(self) -> None:
         self.file.close()
@@ -239,37 +290,32 @@ def _check_settings(output: Path, settings: dict[str, Any]) -> None:
                          f"the same settings, or write to another --output")
 
 
-def run_settings(scorer: AlignScorer, **named) -> dict[str, Any]:
-    """What makes two runs' scores comparable: the model's identity (as named), mode, dtype, fields."""
-    dtype = next(scorer.model.parameters()).dtype
-    return {**named, "mode": scorer.mode, "dtype": str(dtype).removeprefix("torch.")}
-
-
-def score_file(scorer: AlignScorer, input_path: Path, output_path: Path, *, context_field: str = "context",
-               claim_field: str = "claim", id_field: str = "id", resume: bool = False, skip_invalid: bool = False,
-               block_rows: int | None = None, progress: bool = True, model: str | None = None) -> int:
-    """Score every valid row of input_path into output_path; returns the number of rows scored now.
-    `model` names the model in the settings record (default: the checkpoint the scorer came from)."""
+def run_file(job: Job, input_path: Path, output_path: Path, *, id_field: str = "id", resume: bool = False,
+             skip_invalid: bool = False, block_rows: int | None = None, progress: bool = True) -> int:
+    """Run the job on every valid row of input_path into output_path; returns the rows done now."""
     input_path, output_path = Path(input_path), Path(output_path)
     if output_path.exists() and input_path.exists() and os.path.samefile(input_path, output_path):
-        raise InputError(f"--output {output_path} is the input file; write the scores to another file")
-    _format(output_path)
-    rows, problems = read_rows(input_path, context_field=context_field, claim_field=claim_field,
-                               id_field=id_field, splitter=scorer.splitter)
+        raise InputError(f"--output {output_path} is the input file; write to another file")
+    fmt = _format(output_path, ("jsonl", "safetensors") if job.tensor else ("jsonl", "csv") if job.columns
+                  else ("jsonl",))
+    if fmt == "safetensors" and resume:
+        raise InputError(f"{output_path}: a .safetensors output is written whole at the end and cannot be "
+                         f"resumed; use .jsonl to resume")
+    rows, problems = read_rows(input_path, job, id_field=id_field)
     if problems:
         if not skip_invalid:
-            raise InputError(f"{len(problems)} malformed row(s), nothing scored (--skip-invalid skips them):\n"
+            raise InputError(f"{len(problems)} malformed row(s), nothing done (--skip-invalid skips them):\n"
                              + _listing(input_path, problems))
         if not rows:
-            raise InputError(f"every row of {input_path} is malformed ({len(problems)}), nothing to score:\n"
+            raise InputError(f"every row of {input_path} is malformed ({len(problems)}), nothing to do:\n"
                              + _listing(input_path, problems))
         print(f"skipping {len(problems)} malformed row(s):\n{_listing(input_path, problems)}", file=sys.stderr)
     if not rows and not problems:
-        warnings.warn(f"{input_path}: no rows to score; the output holds none", stacklevel=2)
-    settings = run_settings(scorer, model=model or scorer.source, context_field=context_field,
-                            claim_field=claim_field, id_field=id_field)
-    writer = ResultWriter(output_path, resume=resume, settings=settings)
-    cut_pairs = pairs = cut_tokens = 0
+        warnings.warn(f"{input_path}: no rows; the output holds none", stacklevel=2)
+    settings = {**job.settings, "fields": job.fields, "id_field": id_field}
+    if fmt == "safetensors":
+        return _run_to_tensors(job, rows, output_path, settings, block_rows, progress)
+    writer = ResultWriter(output_path, resume=resume, settings=settings, columns=job.columns)
     try:
         done = writer.done
         if done:
@@ -277,25 +323,42 @@ def score_file(scorer: AlignScorer, input_path: Path, output_path: Path, *, cont
                 raise InputError(f"{output_path} does not hold the first {len(done)} rows of {input_path}; "
                                  f"cannot resume")
             rows = rows[len(done):]
-        block_rows = block_rows or scorer.engine.batch_size * 8
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=len(rows), desc="scoring", unit="row", file=sys.stderr)
-        for start in range(0, len(rows), block_rows):
-            block = rows[start:start + block_rows]
-            details = scorer.score([r.context for r in block], [r.claim for r in block], return_details=True,
-                                   warn_truncation=False)
-            for row, result in zip(block, details):
-                writer.write(row, result["score"])
-                cuts = [n for per_chunk in result["truncated"] for n in per_chunk]
-                cut_pairs, pairs, cut_tokens = cut_pairs + sum(n > 0 for n in cuts), pairs + len(cuts), cut_tokens + sum(cuts)
-            if bar is not None:
-                bar.update(len(block))
-        if bar is not None:
-            bar.close()
+        for block, records in _blocks(job, rows, block_rows, progress):
+            for row, record in zip(block, records):
+                writer.write(row, record)
     finally:
         writer.close()
-    report_truncation(cut_pairs, pairs, cut_tokens, scorer.max_length)  # once per run
+    job.finish()
+    return len(rows)
+
+
+def _blocks(job: Job, rows: list[Row], block_rows: int | None, progress: bool):
+    """(block, its records) for consecutive blocks of rows, with a progress bar over rows."""
+    block_rows = block_rows or job.batch_size * 8
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(rows), unit="row", file=sys.stderr)
+    for start in range(0, len(rows), block_rows):
+        block = rows[start:start + block_rows]
+        yield block, job.run(block)
+        if bar is not None:
+            bar.update(len(block))
+    if bar is not None:
+        bar.close()
+
+
+def _run_to_tensors(job: Job, rows: list[Row], output_path: Path, settings: dict[str, Any],
+                    block_rows: int | None, progress: bool) -> int:
+    """All vectors as one (N, D) tensor `job.tensor` in a .safetensors file, the ids in its metadata."""
+    from . import convert
+
+    vectors = [torch.as_tensor(record[job.tensor], dtype=torch.float32)
+               for _, records in _blocks(job, rows, block_rows, progress) for record in records]
+    tensor = torch.stack(vectors) if vectors else torch.empty(0, 0)
+    metadata = {"ids": json.dumps([r.id for r in rows], ensure_ascii=False),
+                "settings": json.dumps(settings, ensure_ascii=False)}
+    convert.write_safetensors(output_path, {job.tensor: tensor}, metadata=metadata)
+    job.finish()
     return len(rows)

@@ -1,0 +1,92 @@
+"""`minialign embed` and `minialign classify` on files, and `score --method minicheck`: the same
+validation, resume and error rules as `minialign score`."""
+
+import json
+
+import pytest
+import torch
+from test_classifier import save_classifier
+from test_minicheck import CLAIMS, DOCS, minicheck_dir  # noqa: F401  (fixture)
+
+import minialign as ma
+from minialign import convert
+from minialign.cli import main as cli
+
+TEXTS = ["The Eiffel Tower is in Paris.", "", "Unicode: café 東京 😀", "word " * 400, "Short."]
+
+
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def _rows(path):
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_embed_jsonl_and_safetensors(tmp_path, minilm_dir, capsys):
+    _jsonl(tmp_path / "in.jsonl", [{"id": f"t{i}", "text": t} for i, t in enumerate(TEXTS)])
+    expected = ma.SentenceEncoder.from_pretrained(minilm_dir).encode(TEXTS)
+    args = ["embed", "--model", str(minilm_dir), "--input", str(tmp_path / "in.jsonl")]
+    assert cli([*args, "--output", str(tmp_path / "out.jsonl")]) == 0
+    rows = _rows(tmp_path / "out.jsonl")
+    assert [r["id"] for r in rows] == [f"t{i}" for i in range(len(TEXTS))]
+    torch.testing.assert_close(torch.tensor([r["embedding"] for r in rows]), expected, atol=1e-6, rtol=0)
+    assert cli([*args, "--output", str(tmp_path / "out.safetensors")]) == 0
+    tensors = convert.read_safetensors(tmp_path / "out.safetensors")
+    torch.testing.assert_close(tensors["embedding"], expected, atol=1e-6, rtol=0)
+    metadata = convert.mapped.MappedSafetensors(tmp_path / "out.safetensors").metadata
+    assert json.loads(metadata["ids"]) == [f"t{i}" for i in range(len(TEXTS))]
+    assert cli([*args, "--output", str(tmp_path / "out.safetensors"), "--resume"]) == 2
+    assert "cannot be resumed" in capsys.readouterr().err
+    assert cli(["embed", "--model", str(minilm_dir), "--text", "hello"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 384
+
+
+def test_embed_resume_and_bad_rows(tmp_path, minilm_dir, capsys):
+    _jsonl(tmp_path / "in.jsonl", [{"text": t} for t in TEXTS] + [{"text": None}, {"body": "x"}])
+    out = tmp_path / "out.jsonl"
+    args = ["embed", "--model", str(minilm_dir), "--input", str(tmp_path / "in.jsonl"), "--output", str(out)]
+    assert cli(args) == 2
+    err = capsys.readouterr().err
+    assert "line 6: field 'text' is null" in err and "line 7: field 'text' is missing" in err
+    assert cli([*args, "--skip-invalid"]) == 0
+    whole = out.read_text()
+    out.write_text("".join(whole.splitlines(keepends=True)[:2]))
+    assert cli([*args, "--skip-invalid", "--resume"]) == 0
+    assert out.read_text() == whole
+    assert cli([*args, "--skip-invalid", "--resume", "--normalize"]) == 2  # other settings
+    assert "normalize" in capsys.readouterr().err
+
+
+def test_classify_file_labels_and_scores(tmp_path, minilm_dir):
+    save_classifier(tmp_path / "nli", "bert", 3, minilm_dir)
+    rows = [{"id": 1, "text": "A man eats.", "pair": "Someone eats."}, {"id": 2, "text": "Only one text."},
+            {"id": 3, "text": "It rains.", "pair": "It is dry."}]
+    _jsonl(tmp_path / "in.jsonl", rows)
+    for out in (tmp_path / "out.jsonl", tmp_path / "out.csv"):
+        assert cli(["classify", "--model", str(tmp_path / "nli"), "--input", str(tmp_path / "in.jsonl"),
+                    "--output", str(out)]) == 0
+    clf = ma.Classifier.from_pretrained(tmp_path / "nli")
+    pairs = clf.predict(["A man eats.", "It rains."], ["Someone eats.", "It is dry."])
+    single = clf.predict(["Only one text."])
+    got = _rows(tmp_path / "out.jsonl")
+    assert [r["id"] for r in got] == [1, 2, 3]
+    for record, expected in zip(got, [pairs[0], single[0], pairs[1]]):
+        scores = torch.tensor([record[f"score_{label}"] for label in clf.labels])
+        torch.testing.assert_close(scores, expected, atol=1e-6, rtol=0)
+        assert record["label"] == clf.labels[int(expected.argmax())]
+    header = (tmp_path / "out.csv").read_text().splitlines()[0]
+    assert header == "id,label," + ",".join(f"score_{label}" for label in clf.labels)
+
+
+def test_score_method_minicheck(tmp_path, minicheck_dir):  # noqa: F811
+    _jsonl(tmp_path / "in.jsonl", [{"id": i, "context": d, "claim": c} for i, (d, c) in enumerate(zip(DOCS, CLAIMS))])
+    expected = ma.MiniCheckScorer.from_pretrained(minicheck_dir).score(DOCS, CLAIMS, warn_truncation=False)
+    with pytest.warns(ma.scorer.TruncationWarning, match="MiniCheck"):
+        assert cli(["score", "--method", "minicheck", "--model", str(minicheck_dir), "--input",
+                    str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out.jsonl")]) == 0
+    got = [r["score"] for r in _rows(tmp_path / "out.jsonl")]
+    assert max(abs(a - b) for a, b in zip(got, expected)) <= 1e-6
+    settings = json.loads((tmp_path / "out.jsonl.settings.json").read_text())["settings"]
+    assert settings["mode"] == "minicheck"
