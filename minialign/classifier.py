@@ -20,6 +20,7 @@ from torch import Tensor
 
 from . import convert
 from .batching import BatchEngine
+from .hub import hub_file
 from .loading import build, read_checkpoint
 from .model import ClassifierModel
 from .tokenizer import Tokenizer, check_texts, text_problem
@@ -91,6 +92,9 @@ class Classifier:
         """A transformers *ForSequenceClassification directory or hub id (a CrossEncoder dir too),
         or a minialign directory of one."""
         ckpt = read_checkpoint(src, revision=revision, cache_dir=cache_dir)
+        if not Path(src).expanduser().exists():  # a hub id: CrossEncoder's saved activation, if any
+            hub_file(str(src), "config_sentence_transformers.json", revision=revision, cache_dir=cache_dir,
+                     optional=True)
         model = build(ClassifierModel, ckpt, device=device, dtype=dtype, attn_backend=attn_backend)
         if not isinstance(tokenizer, Tokenizer):
             tokenizer = Tokenizer.from_pretrained(tokenizer or ckpt.tokenizer_dir or src, revision=revision,

@@ -23,6 +23,7 @@ from tokenizers import normalizers
 
 from . import convert
 from .batching import BatchEngine
+from .hub import hub_file, looks_like_path
 from .loading import build, read_checkpoint, resolve_device
 from .model import Encoder
 from .tokenizer import Tokenizer, check_texts
@@ -100,6 +101,8 @@ class SentenceEncoder:
                         cache_dir: str | Path | None = None) -> SentenceEncoder:
         """A sentence-transformers directory (modules.json) or a plain transformers one (mean pooling)."""
         path = Path(src).expanduser()
+        if not path.is_dir() and not looks_like_path(str(src)):  # a hub id: its sentence-transformers files first
+            path = fetch_sentence_files(str(src), revision=revision, cache_dir=cache_dir) or path
         modules = convert.read_modules(path) if path.is_dir() else None
         pooling, dense, normalize, root = ["mean"], [], False, path
         if modules is not None:
@@ -117,7 +120,8 @@ class SentenceEncoder:
                     raise ValueError(f"{path}/modules.json: a second Transformer module is not supported")
             if not pooling:
                 raise ValueError(f"{path}/modules.json: no Pooling module; minialign embeds pooled sentences")
-        ckpt = read_checkpoint(root if modules is not None else src, revision=revision, cache_dir=cache_dir)
+        ckpt = read_checkpoint(root if modules is not None and root.is_dir() and (root / "config.json").is_file()
+                               else src, revision=revision, cache_dir=cache_dir)
         encoder = build(Encoder, ckpt, device=device, dtype=dtype, attn_backend=attn_backend)
         tokenizer = Tokenizer.from_pretrained(ckpt.tokenizer_dir or src, revision=revision, cache_dir=cache_dir)
         settings = convert.read_sentence_config(root) if modules is not None else {}
@@ -159,6 +163,27 @@ class SentenceEncoder:
         if self.normalize:
             x = F.normalize(x, p=2, dim=1)
         return x.float()
+
+
+def fetch_sentence_files(repo_id: str, *, revision: str | None = None, cache_dir: str | Path | None = None) -> Path | None:
+    """A hub repo's sentence-transformers files (modules.json, each module's config and weights,
+    sentence_bert_config.json) and its transformers files, into the local cache; the snapshot
+    directory holding them, or None when the repo has no modules.json."""
+    import json
+
+    modules = hub_file(repo_id, "modules.json", revision=revision, cache_dir=cache_dir, optional=True)
+    if modules is None:
+        return None
+    try:
+        entries = json.loads(modules.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise convert.CheckpointError(f"{repo_id}/modules.json: unreadable JSON ({e})") from None
+    folders = [str(e.get("path", "")) for e in entries if isinstance(e, dict) and e.get("path")]
+    for name in ["sentence_bert_config.json"] + [f"{folder}/{file}" for folder in folders
+                                                 for file in ("config.json", "model.safetensors", "pytorch_model.bin")]:
+        hub_file(repo_id, name, revision=revision, cache_dir=cache_dir, optional=True)
+    read_checkpoint(repo_id, revision=revision, cache_dir=cache_dir)  # config, weights, tokenizer beside them
+    return modules.parent
 
 
 def lowercase(tokenizer: Tokenizer) -> None:

@@ -205,3 +205,20 @@ def test_classification_loss_equals_transformers(tmp_path, minilm_dir, num_label
     model = ma.ClassifierModel.from_pretrained(tmp_path / "m")
     loss = ma.classification_loss(model(ids).logits, labels, model.config.problem_type)
     torch.testing.assert_close(loss, out.loss, **TOL)
+
+
+def test_hub_id_crossencoder_keeps_its_activation(tmp_path, minilm_dir, monkeypatch):
+    from huggingface_hub import constants
+    from sentence_transformers import CrossEncoder
+
+    save_classifier(tmp_path / "m", "bert", 3, minilm_dir)
+    CrossEncoder(str(tmp_path / "m"), activation_fn=torch.nn.Sigmoid()).save(str(tmp_path / "ce"))
+    snapshot = tmp_path / "cache" / "models--org--tiny-ce" / "snapshots" / ("0" * 40)
+    shutil.copytree(tmp_path / "ce", snapshot)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("0" * 40)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    clf = ma.Classifier.from_pretrained("org/tiny-ce", cache_dir=tmp_path / "cache")
+    assert clf.activation() == "sigmoid"
+    expected = torch.as_tensor(CrossEncoder(str(tmp_path / "ce")).predict(PAIRS))
+    torch.testing.assert_close(clf.predict(*map(list, zip(*PAIRS))), expected, **TOL)

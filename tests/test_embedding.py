@@ -115,3 +115,19 @@ def test_bad_input(minilm_dir, monkeypatch):
         emb.encode(["fine", None, "\udc80"])
     with pytest.raises(ValueError, match="sequence of strings"):
         emb.encode("a single string")
+
+
+def test_hub_id_with_sentence_transformers_files(tmp_path, minilm_dir, monkeypatch):
+    """A sentence-transformers repo from the hub cache (offline): its modules come with it."""
+    from huggingface_hub import constants
+
+    directory, _ = tiny_st_dir(tmp_path, "bert", minilm_dir, ("cls", "mean"), dense=True, normalize=True)
+    snapshot = tmp_path / "cache" / "models--org--tiny-st" / "snapshots" / ("0" * 40)
+    shutil.copytree(directory, snapshot)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("0" * 40)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    from_hub = ma.SentenceEncoder.from_pretrained("org/tiny-st", cache_dir=tmp_path / "cache")
+    local = ma.SentenceEncoder.from_pretrained(directory)
+    assert from_hub.pooling == ["cls", "mean"] and len(from_hub.dense) == 1 and from_hub.normalize
+    torch.testing.assert_close(from_hub.encode(TEXTS), local.encode(TEXTS), atol=0, rtol=0)
