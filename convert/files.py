@@ -58,14 +58,15 @@ def read_alignscore_ckpt(path: str | Path) -> tuple[dict[str, torch.Tensor], dic
     return _check_flat(obj["state_dict"], path), hparams
 
 
-def read_json(path: str | Path) -> dict[str, Any]:
+def read_json(path: str | Path, *, expect: type = dict) -> Any:
+    """A JSON file's object (or, with expect=list, array); a CheckpointError naming the file otherwise."""
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CheckpointError(f"{path}: unreadable JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: expected a JSON object")
+    if not isinstance(data, expect):
+        raise CheckpointError(f"{path}: expected a JSON {'object' if expect is dict else 'array'}")
     return data
 
 

@@ -17,7 +17,6 @@ Files (sentence-transformers v2 to v6 write them; both the old and the new names
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -45,12 +44,7 @@ def read_modules(directory: str | Path) -> list[tuple[str, Path]] | None:
     path = directory / "modules.json"
     if not path.is_file():
         return None
-    try:
-        entries = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{path}: unreadable JSON ({e})") from None
-    if not isinstance(entries, list):
-        raise CheckpointError(f"{path}: expected a list of modules")
+    entries = read_json(path, expect=list)
     modules = []
     for i, entry in enumerate(entries):
         kind = str(entry.get("type", "")).rsplit(".", 1)[-1] if isinstance(entry, dict) else ""

@@ -169,15 +169,10 @@ def fetch_sentence_files(repo_id: str, *, revision: str | None = None, cache_dir
     """A hub repo's sentence-transformers files (modules.json, each module's config and weights,
     sentence_bert_config.json) and its transformers files, into the local cache; the snapshot
     directory holding them, or None when the repo has no modules.json."""
-    import json
-
     modules = hub_file(repo_id, "modules.json", revision=revision, cache_dir=cache_dir, optional=True)
     if modules is None:
         return None
-    try:
-        entries = json.loads(modules.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise convert.CheckpointError(f"{repo_id}/modules.json: unreadable JSON ({e})") from None
+    entries = convert.read_json(modules, expect=list)
     folders = [str(e.get("path", "")) for e in entries if isinstance(e, dict) and e.get("path")]
     for name in ["sentence_bert_config.json"] + [f"{folder}/{file}" for folder in folders
                                                  for file in ("config.json", "model.safetensors", "pytorch_model.bin")]:
