@@ -491,7 +491,7 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
         "copied ones (bf16 casts, the fused QKV) give their mapped pages back.\n\n"
         + _table(loading, ["load as", "weights MB", "peak added MB", "ratio"],
                  {"weights MB": ".0f", "peak added MB": ".0f", "ratio": ".2f"}),
-        "## Sentence embeddings and cross-encoders (all-MiniLM-L6-v2 shape, fp32)\n\n"
+        "## Sentence embeddings and cross-encoders (all-MiniLM-L6-v2 shape)\n\n"
         "Against sentence-transformers in the same process and rounds (best of "
         f"{1 if quick else 3}, after a warm-up), batch size 32 on both sides, for one call of 32 inputs (a "
         "request) and of 256 (a bulk job, where sentence-transformers' own length sorting pays). Embeddings: "
