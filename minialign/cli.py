@@ -1,4 +1,4 @@
-"""`minialign score | embed | classify | convert | parity` (also `python -m minialign ...`). The benchmark is a
+"""`minialign score | embed | classify | serve | convert | parity` (also `python -m minialign ...`). The benchmark is a
 script beside the package: `python scripts/bench.py`."""
 
 from __future__ import annotations
@@ -128,6 +128,43 @@ def _classify(args: argparse.Namespace) -> int:
     return _run_file(job, args, "classified")
 
 
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        raise ValueError("minialign serve needs the serve extra: pip install 'minialign[serve]'") from None
+    from .serve import ALIGNSCORE_ROUTES, Limits, Models, Service, serve
+
+    loading = {"device": args.device, "dtype": DTYPES[args.dtype] if args.dtype else None}
+    models = Models()
+    from .scorer import AlignScorer
+
+    for spec in args.alignscore or []:
+        name, _, src = spec.rpartition("=")
+        name = name or ("large" if src == "AlignScore-large" else "base")
+        if name not in ALIGNSCORE_ROUTES:
+            raise ValueError(f"--alignscore {spec}: the route name must be one of {ALIGNSCORE_ROUTES} (NAME=SRC)")
+        if name in models.alignscore:
+            raise ValueError(f"--alignscore: two models for /alignscore_{name}")
+        models.alignscore[name] = AlignScorer.from_pretrained(src, backbone=args.backbone, **loading)
+        models.names["alignscore"] = src
+    if args.embed:
+        from .embedding import SentenceEncoder
+
+        models.embedder, models.names["embed"] = SentenceEncoder.from_pretrained(args.embed, **loading), args.embed
+    if args.classify:
+        from .classifier import Classifier
+
+        models.classifier = Classifier.from_pretrained(args.classify, **loading)
+        models.names["classify"] = args.classify
+    limits = Limits(max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
+                    max_body_bytes=args.max_body_bytes, max_client_batch_size=args.max_client_batch_size,
+                    api_key=args.api_key)
+    serve(Service(models, limits), host=args.host, port=args.port)
+    return 0
+
+
 def _common(p: argparse.ArgumentParser, *, batch: str) -> None:
     """Options every model command shares: files, resume, device, precision, batching."""
     p.add_argument("--input", help="a .jsonl or .csv file of rows")
@@ -189,6 +226,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--activation", default="auto", choices=("auto", "none", "softmax", "sigmoid", "tanh"))
     _common(p, batch="texts")
     p.set_defaults(run=_classify)
+
+    p = sub.add_parser("serve", help="an HTTP service: NeMo Guardrails' AlignScore API, TEI's API, /score "
+                                     "(needs the serve extra)")
+    p.add_argument("--alignscore", action="append", metavar="[NAME=]SRC",
+                   help="an AlignScore model for /alignscore_NAME (base or large; AlignScore-large -> large); "
+                        "repeat for both")
+    p.add_argument("--backbone", help="for an AlignScore .ckpt: backbone dir or hub id")
+    p.add_argument("--embed", metavar="SRC", help="an embedding model for TEI's /embed (and POST /)")
+    p.add_argument("--classify", metavar="SRC", help="a classifier or reranker for TEI's /predict and /rerank")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (0: any free port, printed at start)")
+    p.add_argument("--max-batch-tokens", type=int, default=None, help="token budget of one model call")
+    p.add_argument("--max-wait-ms", type=float, default=5.0, help="how long a call waits to merge requests")
+    p.add_argument("--max-queue", type=int, default=512, help="requests in flight per model before 429")
+    p.add_argument("--max-body-bytes", type=int, default=2 * 2**20, help="larger request bodies get 413")
+    p.add_argument("--max-client-batch-size", type=int, default=1024, help="inputs in one request")
+    p.add_argument("--api-key", help="require Authorization: Bearer KEY on every route but /health")
+    p.add_argument("--device", default=None)
+    p.add_argument("--dtype", choices=tuple(DTYPES))
+    p.set_defaults(run=_serve)
 
     p = sub.add_parser("convert", help="convert a checkpoint to minialign's format or to transformers layout")
     p.add_argument("src", help="HF dir, hub id, minialign dir, or AlignScore .ckpt")

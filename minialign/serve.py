@@ -1,0 +1,444 @@
+"""`minialign serve`: an HTTP service that existing clients use unchanged.
+
+Routes (needs the `serve` extra: Starlette and uvicorn):
+  NeMo Guardrails' AlignScore API   POST /alignscore_base, /alignscore_large   {"evidence", "claim"} -> {"alignscore"}
+                                    GET /   a short text
+  text-embeddings-inference (TEI)   POST /embed, /rerank, /predict, and POST / routed by the model's kind;
+                                    GET /health, GET /info; errors as {"error", "error_type"}
+  minialign's own                   POST /score   {"pairs": [{"context", "claim"}], "mode", "details"}
+
+Requests that arrive together are merged into model calls (batcher.DynamicBatcher), which run on
+a worker thread per model, off the event loop; the batching engine inside each call sorts, packs
+and bounds by tokens. The service binds 127.0.0.1 unless told otherwise, reads no file and loads
+no model because of a request, and stops on SIGTERM after answering what it has taken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .batcher import Closed, DynamicBatcher, Overloaded
+from .classifier import Classifier, apply_activation
+from .embedding import SentenceEncoder
+from .scorer import COLUMNS, MODES, AlignScorer
+from .tokenizer import text_problem
+
+# TEI's error bodies are {"error", "error_type"}, with these statuses (router/src/http/server.rs,
+# From<&ErrorType> for StatusCode): Unhealthy 503, Backend 424, Overloaded 429, Validation 413,
+# Tokenizer 422, Empty 400. Two departures, by design: a malformed body (bad JSON, a wrong type) is a
+# JSON 422 naming the field (TEI: axum's plain-text 400/422), and a model call that fails is a 500.
+POOLING_NAMES = {"cls": "cls", "mean": "mean", "lasttoken": "last_token"}  # TEI's names in /info
+ALIGNSCORE_ROUTES = ("base", "large")  # NeMo Guardrails posts to /alignscore_base or /alignscore_large
+VERSION = "minialign"
+
+
+class ServiceError(Exception):
+    def __init__(self, status: int, error_type: str, message: str):
+        super().__init__(message)
+        self.status, self.error_type, self.message = status, error_type, message
+
+
+def bad_request(message: str) -> ServiceError:
+    """A malformed body: 422, naming the field."""
+    return ServiceError(422, "Validation", message)
+
+
+@dataclass
+class Limits:
+    max_batch_tokens: int | None = None  # each model call's token budget (default: the engine's)
+    max_wait_ms: float = 5.0  # how long the first request of a call waits for others
+    max_queue: int = 512  # requests in flight per model before 429
+    max_body_bytes: int = 2 * 2**20  # larger bodies get 413
+    max_client_batch_size: int = 1024  # inputs in one request
+    api_key: str | None = None
+
+
+@dataclass
+class Models:
+    """What the service runs; each is optional."""
+
+    alignscore: dict[str, AlignScorer] = field(default_factory=dict)  # route name ("base" / "large") -> scorer
+    embedder: SentenceEncoder | None = None
+    classifier: Classifier | None = None
+    names: dict[str, str] = field(default_factory=dict)  # kind -> what was loaded (for /info)
+
+
+# -- the model calls each batcher makes ---------------------------------------------------------------
+
+def _alignscore_run(scorer: AlignScorer) -> Callable[[list], list]:
+    """Items (mode, context, claim) -> per-item details (every probability), one scorer per mode."""
+    by_mode = {mode: AlignScorer(scorer.model, scorer.tokenizer, mode=mode, batch_size=scorer.engine.batch_size,
+                                 max_tokens=scorer.engine.max_tokens, splitter=scorer.splitter)
+               for mode in MODES}
+
+    def run(items: list[tuple[str, str, str]]) -> list[dict]:
+        out: list[dict | None] = [None] * len(items)
+        for mode, chosen in by_mode.items():
+            indices = [i for i, item in enumerate(items) if item[0] == mode]
+            if indices:
+                details = chosen.score([items[i][1] for i in indices], [items[i][2] for i in indices],
+                                       return_details=True, warn_truncation=False)
+                for i, d in zip(indices, details):
+                    out[i] = d
+        return out
+
+    return run
+
+
+def _embed_run(embedder: SentenceEncoder) -> Callable[[list], list]:
+    return lambda texts: list(embedder.encode(texts))
+
+
+def _classify_run(classifier: Classifier) -> Callable[[list], list]:
+    """Items (text, pair or None) -> raw logits per item."""
+
+    def run(items: list[tuple[str, str | None]]) -> list[torch.Tensor]:
+        out: list[torch.Tensor | None] = [None] * len(items)
+        for with_pair in (False, True):
+            indices = [i for i, (_, pair) in enumerate(items) if (pair is not None) == with_pair]
+            if indices:
+                logits = classifier.predict([items[i][0] for i in indices],
+                                            [items[i][1] for i in indices] if with_pair else None, activation="none")
+                for i, row in zip(indices, logits.view(len(indices), -1)):
+                    out[i] = row
+        return out
+
+    return run
+
+
+# -- request bodies -----------------------------------------------------------------------------------
+
+def _text(value: Any, name: str) -> str:
+    if not isinstance(value, str):
+        raise bad_request(f"`{name}` must be a string, got {type(value).__name__}")
+    if problem := text_problem(value):
+        raise bad_request(f"`{name}` {problem}")
+    return value
+
+
+def _flag(body: dict, name: str, default: bool) -> bool:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise bad_request(f"`{name}` must be a boolean, got {type(value).__name__}")
+    return value
+
+
+def _texts(value: Any, name: str) -> list[str]:
+    if isinstance(value, str):
+        return [_text(value, name)]
+    if not isinstance(value, list):
+        raise bad_request(f"`{name}` must be a string or a list of strings, got {type(value).__name__}")
+    return [_text(v, f"{name}[{i}]") for i, v in enumerate(value)]
+
+
+def _predict_inputs(value: Any) -> tuple[list[tuple[str, str | None]], bool]:
+    """TEI's PredictInput: a text, a pair [a, b], or a batch of either ([[a], [b, c]]); (items, batched)."""
+    def sequence(v: Any, name: str) -> tuple[str, str | None]:
+        if isinstance(v, str):
+            return _text(v, name), None
+        if isinstance(v, list) and len(v) == 1:
+            return _text(v[0], f"{name}[0]"), None
+        if isinstance(v, list) and len(v) == 2:
+            return _text(v[0], f"{name}[0]"), _text(v[1], f"{name}[1]")
+        raise bad_request(f"`{name}` must be a text, a pair [text, text], or a list of those")
+
+    if isinstance(value, list) and value and all(isinstance(v, list) for v in value):
+        return [sequence(v, f"inputs[{i}]") for i, v in enumerate(value)], True
+    return [sequence(value, "inputs")], False
+
+
+# -- the service ---------------------------------------------------------------------------------------
+
+class Service:
+    def __init__(self, models: Models, limits: Limits | None = None):
+        self.models, self.limits = models, limits or Limits()
+        if not (models.alignscore or models.embedder or models.classifier):
+            raise ValueError("nothing to serve: load at least one of --alignscore, --embed, --classify")
+        wait = self.limits.max_wait_ms / 1000
+        make = lambda run, name: DynamicBatcher(run, max_wait=wait, max_requests=self.limits.max_queue,  # noqa: E731
+                                                name=name)
+        if self.limits.max_batch_tokens:
+            for runner in (*models.alignscore.values(), models.embedder, models.classifier):
+                if runner is not None:
+                    runner.engine.max_tokens = self.limits.max_batch_tokens
+        self.batchers: dict[str, DynamicBatcher] = {f"alignscore_{name}": make(_alignscore_run(s), f"alignscore-{name}")
+                                                    for name, s in models.alignscore.items()}
+        if models.embedder is not None:
+            self.batchers["embed"] = make(_embed_run(models.embedder), "embed")
+        if models.classifier is not None:
+            self.batchers["classify"] = make(_classify_run(models.classifier), "classify")
+
+    def close(self) -> None:
+        for batcher in self.batchers.values():
+            batcher.close()
+
+    async def _run(self, batcher: str, items: list) -> list:
+        try:
+            future = self.batchers[batcher].submit(items)
+        except Overloaded:
+            raise ServiceError(429, "Overloaded", "Model is overloaded") from None
+        except Closed:
+            raise ServiceError(503, "Unhealthy", "the service is shutting down") from None
+        try:
+            return await asyncio.wrap_future(future)
+        except Exception as e:  # noqa: BLE001  (the model failed on this call: a 500, the service goes on)
+            raise ServiceError(500, "Backend", f"Backend error: {type(e).__name__}: {e}") from None
+
+    def _check_batch(self, n: int, name: str = "inputs") -> None:
+        if n == 0:
+            raise ServiceError(400, "Empty", f"Input validation error: `{name}` cannot be empty")
+        if n > self.limits.max_client_batch_size:
+            raise ServiceError(413, "Validation", f"Input validation error: batch size {n} > maximum allowed batch "
+                                                  f"size {self.limits.max_client_batch_size}")
+
+    def _check_length(self, tokenizer, texts: list[str], pairs: list[str | None] | None, window: int,
+                      truncate: bool) -> None:
+        """With truncate false, an input longer than the window is refused, as TEI does."""
+        if truncate:
+            return
+        specials = {False: tokenizer.backend.num_special_tokens_to_add(False),
+                    True: tokenizer.backend.num_special_tokens_to_add(True)}
+        counts = tokenizer.token_counts(texts)
+        extra = tokenizer.token_counts([p for p in pairs if p is not None]) if pairs else []
+        extra_iter = iter(extra)
+        for i, n in enumerate(counts):
+            paired = pairs is not None and pairs[i] is not None
+            total = n + (next(extra_iter) if paired else 0) + specials[paired]
+            if total > window:
+                raise ServiceError(413, "Validation", f"Input validation error: `inputs` must have less than {window} "
+                                                      f"tokens. Given: {total}")
+
+    # -- handlers (body: the parsed JSON; they return JSON-able values) --
+
+    async def alignscore(self, name: str, body: dict) -> dict:
+        evidence, claim = body.get("evidence"), body.get("claim")
+        if isinstance(evidence, list):
+            evidence = " ".join(_text(e, f"evidence[{i}]") for i, e in enumerate(evidence))
+        (details,) = await self._run(f"alignscore_{name}", [("nli_sp", _text(evidence, "evidence"), _text(claim, "claim"))])
+        return {"alignscore": details["score"]}
+
+    async def score(self, body: dict) -> dict:
+        pairs, mode = body.get("pairs"), body.get("mode", "nli_sp")
+        name = body.get("model") or next(iter(self.models.alignscore))
+        if f"alignscore_{name}" not in self.batchers:
+            raise bad_request(f"`model` {name!r} is not loaded; loaded: {sorted(self.models.alignscore)}")
+        if mode not in MODES:
+            raise bad_request(f"`mode` must be one of {MODES}, got {mode!r}")
+        if not isinstance(pairs, list):
+            raise bad_request("`pairs` must be a list of {\"context\", \"claim\"} objects")
+        self._check_batch(len(pairs))
+        items = []
+        for i, pair in enumerate(pairs):
+            if not isinstance(pair, dict):
+                raise bad_request(f"`pairs[{i}]` must be an object with `context` and `claim`")
+            claim = _text(pair.get("claim"), f"pairs[{i}].claim")
+            if not list(self.models.alignscore[name].splitter(claim)):
+                raise bad_request(f"`pairs[{i}].claim` has no sentence")
+            items.append((mode, _text(pair.get("context"), f"pairs[{i}].context"), claim))
+        details = await self._run(f"alignscore_{name}", items)
+        out: dict[str, Any] = {"scores": [d["score"] for d in details]}
+        if _flag(body, "details", False):
+            out["details"] = [{k: d[k] for k in ("score", "chunks", "sentences", *COLUMNS, "truncated")} for d in details]
+        return out
+
+    async def embed(self, body: dict) -> list:
+        embedder = self._require("embed")
+        texts = _texts(body.get("inputs"), "inputs")
+        self._check_batch(len(texts))
+        self._check_length(embedder.tokenizer, texts, None, embedder.max_seq_length, _flag(body, "truncate", False))
+        vectors = await self._run("embed", texts)
+        if _flag(body, "normalize", True):
+            vectors = [torch.nn.functional.normalize(v, dim=0) for v in vectors]
+        return [v.tolist() for v in vectors]
+
+    async def predict(self, body: dict) -> list:
+        classifier = self._require("classify")
+        items, batched = _predict_inputs(body.get("inputs"))
+        self._check_batch(len(items))
+        self._check_length(classifier.tokenizer, [t for t, _ in items], [p for _, p in items],
+                           classifier.max_length, _flag(body, "truncate", False))
+        logits = await self._run("classify", items)
+        raw = _flag(body, "raw_scores", False)
+        labels = classifier.labels
+        answers = []
+        for row in logits:
+            scores = row if raw else apply_activation(row, "sigmoid" if len(labels) == 1 else "softmax")
+            ranked = sorted(zip(labels, scores.tolist()), key=lambda x: x[1], reverse=True)
+            answers.append([{"label": label, "score": score} for label, score in ranked])
+        return answers if batched else answers[0]
+
+    async def rerank(self, body: dict) -> list:
+        query, texts = _text(body.get("query"), "query"), body.get("texts")
+        if not isinstance(texts, list):
+            raise bad_request("`texts` must be a list of strings")
+        texts = _texts(texts, "texts")
+        if not texts:
+            raise ServiceError(400, "Empty", "Input validation error: `texts` cannot be empty")
+        classifier = self._require("classify")
+        if len(classifier.labels) != 1:
+            raise ServiceError(424, "Backend", "Backend error: model is not a re-ranker model")
+        self._check_batch(len(texts), "texts")
+        self._check_length(classifier.tokenizer, [query] * len(texts), texts, classifier.max_length,
+                           _flag(body, "truncate", False))
+        logits = await self._run("classify", [(query, t) for t in texts])
+        raw = _flag(body, "raw_scores", False)
+        scores = [float(x[0]) if raw else float(torch.sigmoid(x[0])) for x in logits]
+        ranked = sorted(range(len(texts)), key=lambda i: scores[i], reverse=True)
+        with_text = _flag(body, "return_text", False)
+        return [{"index": i, "score": scores[i], **({"text": texts[i]} if with_text else {})} for i in ranked]
+
+    async def root(self, body: dict) -> Any:
+        """POST /: routed by the model's kind, as TEI does: an embedding model embeds, a reranker (one
+        label) reranks, a classifier predicts. With both loaded, the embedding model answers."""
+        if self.models.embedder is not None:
+            return await self.embed(body)
+        if self.models.classifier is not None:
+            return await (self.rerank(body) if len(self.models.classifier.labels) == 1 else self.predict(body))
+        raise ServiceError(424, "Backend", "Backend error: no TEI model is loaded (start with --embed or --classify; "
+                                           "the AlignScore routes are /alignscore_base, /alignscore_large, /score)")
+
+    def _require(self, batcher: str):
+        runner = {"embed": self.models.embedder, "classify": self.models.classifier}[batcher]
+        if runner is None:  # TEI's messages for a route that does not fit the model
+            message = {"embed": "Model is not an embedding model", "classify": "Model is not a classifier model"}
+            raise ServiceError(424, "Backend", f"Backend error: {message[batcher]}")
+        return runner
+
+    def info(self) -> dict:
+        m = self.models
+        info: dict[str, Any] = {"model_id": m.names.get("embed") or m.names.get("classify") or m.names.get("alignscore"),
+                                "version": VERSION, "max_concurrent_requests": self.limits.max_queue,
+                                "max_client_batch_size": self.limits.max_client_batch_size,
+                                "max_batch_tokens": self.limits.max_batch_tokens, "max_batch_requests": None,
+                                "model_sha": None, "auto_truncate": False, "tokenization_workers": 1,
+                                "alignscore": sorted(m.alignscore)}
+        if m.embedder is not None:
+            info.update(model_dtype=str(next(m.embedder.encoder.parameters()).dtype).removeprefix("torch."),
+                        model_type={"embedding": {"pooling": "+".join(POOLING_NAMES.get(p, p)
+                                                                      for p in m.embedder.pooling)}},
+                        max_input_length=m.embedder.max_seq_length)
+        elif m.classifier is not None:
+            labels = m.classifier.labels
+            kind = "reranker" if len(labels) == 1 else "classifier"
+            info.update(model_dtype=str(next(m.classifier.model.parameters()).dtype).removeprefix("torch."),
+                        model_type={kind: {"id2label": {str(i): l for i, l in enumerate(labels)},
+                                           "label2id": {l: i for i, l in enumerate(labels)}}},
+                        max_input_length=m.classifier.max_length)
+        return info
+
+    # -- the ASGI app --
+
+    def app(self):
+        from starlette.applications import Starlette
+        from starlette.requests import Request
+        from starlette.responses import JSONResponse, PlainTextResponse, Response
+        from starlette.routing import Route
+
+        limits = self.limits
+
+        def error(status: int, error_type: str, message: str) -> JSONResponse:
+            return JSONResponse({"error": message, "error_type": error_type}, status_code=status)
+
+        async def body_of(request: Request) -> dict:
+            declared = request.headers.get("content-length")
+            if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
+                raise ServiceError(413, "Validation", f"request body of {declared} bytes is over the limit of "
+                                                      f"{limits.max_body_bytes}")
+            raw = bytearray()
+            async for chunk in request.stream():
+                raw += chunk
+                if len(raw) > limits.max_body_bytes:
+                    raise ServiceError(413, "Validation", f"request body over the limit of {limits.max_body_bytes} bytes")
+            try:
+                body = json.loads(bytes(raw).decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as e:
+                raise bad_request(f"the body is not JSON: {e}") from None
+            if not isinstance(body, dict):
+                raise bad_request(f"the body must be a JSON object, got {type(body).__name__}")
+            return body
+
+        def endpoint(handler: Callable[[dict], Any]):
+            async def handle(request: Request) -> Response:
+                if limits.api_key is not None:
+                    given = request.headers.get("authorization", "")
+                    if not hmac.compare_digest(given.encode(), f"Bearer {limits.api_key}".encode()):
+                        return error(401, "Unauthorized", "missing or wrong API key (Authorization: Bearer KEY)")
+                try:
+                    if request.method == "GET":
+                        result = handler({})
+                    else:
+                        result = await handler(await body_of(request))
+                except ServiceError as e:
+                    return error(e.status, e.error_type, e.message)
+                except Exception as e:  # noqa: BLE001  (a bug on one request is its 500, not the service's end)
+                    return error(500, "Backend", f"{type(e).__name__}: {e}")
+                if isinstance(result, str):
+                    return PlainTextResponse(result)
+                return JSONResponse(_finite(result))
+            return handle
+
+        async def health(request: Request) -> Response:
+            return Response(status_code=200)
+
+        async def home(request: Request) -> Response:
+            if request.method == "GET":
+                return await endpoint(lambda _: "minialign service: AlignScore (/alignscore_base, "
+                                      "/alignscore_large, /score) and TEI routes (/embed, /rerank, /predict, /info)")(request)
+            return await endpoint(self.root)(request)
+
+        routes = [Route("/", home, methods=["GET", "POST"]), Route("/health", health, methods=["GET"]),
+                  Route("/info", endpoint(lambda _: self.info()), methods=["GET"]),
+                  Route("/embed", endpoint(self.embed), methods=["POST"]),
+                  Route("/predict", endpoint(self.predict), methods=["POST"]),
+                  Route("/rerank", endpoint(self.rerank), methods=["POST"]),
+                  Route("/score", endpoint(self.score), methods=["POST"])]
+        for name in self.models.alignscore:
+            routes.append(Route(f"/alignscore_{name}", endpoint(lambda body, n=name: self.alignscore(n, body)),
+                                methods=["POST"]))
+        @contextlib.asynccontextmanager
+        async def lifespan(app):
+            yield
+            await asyncio.to_thread(self.close)  # after the server stopped taking requests: finish the taken ones
+
+        return Starlette(routes=routes, lifespan=lifespan)
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN / infinity: a non-finite float becomes null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    return value
+
+
+def serve(service: Service, *, host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Run the service with uvicorn until SIGTERM / SIGINT; says where it listens on stderr (port 0:
+    an ephemeral port, the one chosen is printed)."""
+    import socket
+    import sys
+
+    import uvicorn
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)  # connections from now on wait in the backlog until uvicorn accepts them
+    bound = sock.getsockname()[1]
+    config = uvicorn.Config(service.app(), log_level="warning", timeout_graceful_shutdown=60)
+    print(f"minialign serve: listening on http://{host}:{bound}", file=sys.stderr, flush=True)
+    uvicorn.Server(config).run(sockets=[sock])

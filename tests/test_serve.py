@@ -1,0 +1,312 @@
+"""`minialign serve` as a real process on 127.0.0.1 (an ephemeral port), driven by real HTTP clients:
+answers equal to direct Python calls, TEI's and NeMo Guardrails' shapes, bad requests, a bounded
+load test, SIGTERM under load. Nothing is sent anywhere but to that port."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+from test_classifier import save_classifier
+from test_scorer import CORPUS, tiny_alignscore  # noqa: F401  (fixture)
+
+import minialign as ma
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+
+
+def start(args, env_extra=None):
+    """The server as a subprocess; (process, base url) once it listens."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env_extra or {})}
+    proc = subprocess.Popen([sys.executable, "-m", "minialign", "serve", "--port", "0", *args],
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+    deadline = time.monotonic() + 120
+    lines = []
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line and proc.poll() is not None:
+            raise RuntimeError("server exited: " + "".join(lines))
+        lines.append(line)
+        match = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
+        if match:
+            threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe drained
+            return proc, match.group(1)
+    proc.kill()
+    raise RuntimeError("server did not start: " + "".join(lines))
+
+
+def call(url, path, body=None, *, headers=None, raw=None, timeout=60):
+    """(status, parsed JSON or text) of one request on a fresh connection."""
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    request = urllib.request.Request(url + path, data=data, method="POST" if data is not None else "GET",
+                                     headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            status, payload = response.status, response.read()
+    except urllib.error.HTTPError as e:
+        status, payload = e.code, e.read()
+    try:
+        return status, json.loads(payload)
+    except ValueError:
+        return status, payload.decode()
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, tiny_alignscore, minilm_dir):  # noqa: F811
+    directory = tmp_path_factory.mktemp("serve")
+    save_classifier(directory / "reranker", "bert", 1, minilm_dir)
+    save_classifier(directory / "nli", "bert", 3, minilm_dir)
+    path, backbone, _ = tiny_alignscore
+    return {"alignscore": (path, backbone), "embed": minilm_dir, "reranker": directory / "reranker",
+            "nli": directory / "nli"}
+
+
+@pytest.fixture(scope="module")
+def server(models):
+    path, backbone = models["alignscore"]
+    proc, url = start(["--alignscore", f"large={path}", "--backbone", str(backbone), "--embed", str(models["embed"]),
+                       "--classify", str(models["reranker"]), "--max-body-bytes", "200000"])
+    yield url
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+
+
+def test_nemo_guardrails_alignscore(server, models):
+    path, backbone = models["alignscore"]
+    scorer = ma.AlignScorer.from_pretrained(path, backbone=str(backbone))
+    context, claim = CORPUS[0]
+    status, body = call(server, "/alignscore_large", {"evidence": context, "claim": claim})
+    assert status == 200 and abs(body["alignscore"] - scorer.score([context], [claim])[0]) <= 1e-6
+    status, body = call(server, "/alignscore_large", {"evidence": [context, "More evidence."], "claim": claim})
+    assert abs(body["alignscore"] - scorer.score([context + " More evidence."], [claim])[0]) <= 1e-6
+    assert call(server, "/alignscore_base", {"evidence": "a", "claim": "b"})[0] == 404  # not loaded
+    status, text = call(server, "/")
+    assert status == 200 and "minialign" in text
+
+
+def test_score_route_with_details(server, models):
+    path, backbone = models["alignscore"]
+    scorer = ma.AlignScorer.from_pretrained(path, backbone=str(backbone), mode="bin_sp")
+    pairs = [{"context": c, "claim": h} for c, h in CORPUS[:3]]
+    status, body = call(server, "/score", {"pairs": pairs, "mode": "bin_sp", "details": True})
+    expected = scorer.score([p["context"] for p in pairs], [p["claim"] for p in pairs], return_details=True)
+    assert status == 200
+    assert max(abs(a - b["score"]) for a, b in zip(body["scores"], expected)) <= 1e-6
+    torch.testing.assert_close(torch.tensor(body["details"][2]["aligned"]), torch.tensor(expected[2]["aligned"]),
+                               atol=1e-6, rtol=0)
+
+
+def test_tei_embed_rerank_info_health(server, models):
+    emb = ma.SentenceEncoder.from_pretrained(models["embed"])
+    texts = ["The Eiffel Tower is in Paris.", "Unicode: café 東京 😀"]
+    status, body = call(server, "/embed", {"inputs": texts})
+    assert status == 200 and len(body) == 2
+    expected = torch.nn.functional.normalize(emb.encode(texts), dim=1)
+    torch.testing.assert_close(torch.tensor(body), expected, atol=1e-6, rtol=0)
+    status, single = call(server, "/embed", {"inputs": texts[0], "normalize": False})
+    assert status == 200 and len(single) == 1  # a list of lists, even for one input
+    status, root = call(server, "/", {"inputs": texts[0]})  # POST /: the embedding model
+    assert status == 200 and torch.allclose(torch.tensor(root), expected[:1], atol=1e-6)
+    clf = ma.Classifier.from_pretrained(models["reranker"])
+    docs = ["A tower in Paris.", "Bananas are yellow.", "The Eiffel Tower opened in 1889."]
+    status, ranked = call(server, "/rerank", {"query": "Eiffel Tower", "texts": docs, "return_text": True})
+    expected = clf.predict(["Eiffel Tower"] * 3, docs, activation="sigmoid").tolist()
+    assert status == 200 and [r["index"] for r in ranked] == sorted(range(3), key=lambda i: -expected[i])
+    assert all(abs(r["score"] - expected[r["index"]]) <= 1e-6 and r["text"] == docs[r["index"]] for r in ranked)
+    status, raw = call(server, "/rerank", {"query": "Eiffel Tower", "texts": docs, "raw_scores": True})
+    logits = clf.predict(["Eiffel Tower"] * 3, docs, activation="none").tolist()
+    assert all(abs(r["score"] - logits[r["index"]]) <= 1e-6 and "text" not in r for r in raw)
+    status, predicted = call(server, "/predict", {"inputs": ["Eiffel Tower", docs[0]]})  # one pair
+    assert status == 200 and predicted[0]["label"] == "LABEL_0"
+    assert abs(predicted[0]["score"] - expected[0]) <= 1e-6
+    status, info = call(server, "/info")
+    assert status == 200 and info["model_type"] == {"embedding": {"pooling": "mean"}}
+    assert info["max_input_length"] == 256
+    assert call(server, "/health")[0] == 200
+
+
+def test_huggingface_hub_inference_client(server, models, monkeypatch):
+    from huggingface_hub import InferenceClient, constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # the client refuses any URL offline; this one is loopback
+    client = InferenceClient(model=server)
+    vector = client.feature_extraction("The Eiffel Tower is in Paris.")
+    expected = torch.nn.functional.normalize(ma.SentenceEncoder.from_pretrained(models["embed"]).encode(
+        ["The Eiffel Tower is in Paris."]), dim=1)
+    torch.testing.assert_close(torch.as_tensor(vector).view(1, -1).float(), expected, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("path,body,status,error_type,text", [
+    ("/embed", {"inputs": 5}, 422, "Validation", "`inputs`"),
+    ("/embed", {"input": "typo"}, 422, "Validation", "`inputs`"),
+    ("/embed", {"inputs": ["ok", ["nested"]]}, 422, "Validation", "`inputs[1]`"),
+    ("/embed", {"inputs": "\ud83d"}, 422, "Validation", "lone surrogate"),
+    ("/embed", {"inputs": []}, 400, "Empty", "cannot be empty"),
+    ("/embed", {"inputs": "word " * 400, "truncate": False}, 413, "Validation", "must have less than 256 tokens"),
+    ("/embed", {"inputs": "ok", "normalize": "yes"}, 422, "Validation", "`normalize`"),
+    ("/rerank", {"query": "q", "texts": []}, 400, "Empty", "`texts` cannot be empty"),
+    ("/rerank", {"query": 3, "texts": ["a"]}, 422, "Validation", "`query`"),
+    ("/predict", {"inputs": ["a", "b", "c"]}, 422, "Validation", "`inputs`"),
+    ("/score", {"pairs": [{"context": "c"}]}, 422, "Validation", "`pairs[0].claim`"),
+    ("/score", {"pairs": [{"context": "c", "claim": "x."}], "mode": "best"}, 422, "Validation", "`mode`"),
+    ("/alignscore_large", {"evidence": 1, "claim": "x"}, 422, "Validation", "`evidence`"),
+])
+def test_bad_requests(server, path, body, status, error_type, text):
+    got, answer = call(server, path, body)
+    assert got == status and answer["error_type"] == error_type and text in answer["error"], answer
+
+
+def test_truncate_true_and_malformed_and_oversized_bodies(server):
+    status, body = call(server, "/embed", {"inputs": "word " * 400, "truncate": True})
+    assert status == 200 and len(body[0]) == 384
+    status, body = call(server, "/embed", raw=b'{"inputs": "unterminated')
+    assert status == 422 and body["error_type"] == "Validation" and "not JSON" in body["error"]
+    status, body = call(server, "/embed", raw=json.dumps({"inputs": "x" * 300_000}).encode())
+    assert status == 413 and "over the limit" in body["error"]
+    assert call(server, "/health")[0] == 200  # still serving
+
+
+def test_wrong_route_for_the_model_is_424(models, tmp_path):
+    proc, url = start(["--classify", str(models["nli"])])
+    try:
+        status, body = call(url, "/embed", {"inputs": "x"})
+        assert status == 424 and body["error"] == "Backend error: Model is not an embedding model"
+        status, body = call(url, "/rerank", {"query": "q", "texts": ["a"]})
+        assert status == 424 and "not a re-ranker" in body["error"]
+        status, body = call(url, "/", {"inputs": [["A man eats.", "Someone eats."], ["Alone."]]})  # a classifier predicts
+        clf = ma.Classifier.from_pretrained(models["nli"])
+        expected = clf.predict(["A man eats."], ["Someone eats."], activation="softmax")[0]
+        assert status == 200 and len(body) == 2
+        assert {d["label"]: d["score"] for d in body[0]} == pytest.approx(dict(zip(clf.labels, expected.tolist())), abs=1e-6)
+        assert [d["score"] for d in body[0]] == sorted((d["score"] for d in body[0]), reverse=True)
+        status, info = call(url, "/info")
+        assert info["model_type"]["classifier"]["id2label"] == {"0": "LABEL_0", "1": "LABEL_1", "2": "LABEL_2"}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+def test_api_key(models):
+    proc, url = start(["--embed", str(models["embed"]), "--api-key", "s3cret"])
+    try:
+        assert call(url, "/embed", {"inputs": "x"})[0] == 401
+        assert call(url, "/embed", {"inputs": "x"}, headers={"Authorization": "Bearer wrong"})[0] == 401
+        assert call(url, "/embed", {"inputs": "x"}, headers={"Authorization": "Bearer s3cret"})[0] == 200
+        assert call(url, "/health")[0] == 200  # open, for load balancers
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+@pytest.mark.slow
+def test_load_then_sigterm_nothing_lost(models):
+    """32 clients x 20 requests, each answer checked against its own request; then SIGTERM under load:
+    every request the server took is answered, the rest are refused at connect, and it exits."""
+    emb = ma.SentenceEncoder.from_pretrained(models["embed"])
+    texts = [f"sentence number {i} about the tower" for i in range(64)]
+    expected = torch.nn.functional.normalize(emb.encode(texts), dim=1)
+    proc, url = start(["--embed", str(models["embed"]), "--max-wait-ms", "10"])
+
+    def client(c):
+        for r in range(20):
+            i = (c * 20 + r) % len(texts)
+            status, body = call(url, "/embed", {"inputs": texts[i]})
+            assert status == 200 and torch.allclose(torch.tensor(body[0]), expected[i], atol=1e-5), (c, r)
+        return 20
+
+    try:
+        with ThreadPoolExecutor(32) as pool:
+            assert sum(pool.map(client, range(32))) == 640
+        outcomes = []
+
+        def hammer(c):
+            for r in range(200):
+                i = (c + r) % len(texts)
+                try:
+                    status, body = call(url, "/embed", {"inputs": texts[i]}, timeout=60)
+                except urllib.error.URLError as e:
+                    outcomes.append(("refused" if isinstance(e.reason, ConnectionRefusedError) else "lost", repr(e)))
+                    return
+                except (ConnectionResetError, ConnectionRefusedError, TimeoutError) as e:
+                    outcomes.append(("refused" if isinstance(e, ConnectionRefusedError) else "lost", repr(e)))
+                    return
+                ok = status == 200 and torch.allclose(torch.tensor(body[0]), expected[i], atol=1e-5)
+                outcomes.append(("answered" if ok else ("unhealthy" if status == 503 else "wrong"), status))
+
+        with ThreadPoolExecutor(8) as pool:
+            futures = [pool.submit(hammer, c) for c in range(8)]
+            time.sleep(1.0)
+            proc.send_signal(signal.SIGTERM)
+            for f in futures:
+                f.result()
+        assert proc.wait(timeout=60) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal after its graceful stop
+        kinds = {k for k, _ in outcomes}
+        assert "answered" in kinds and kinds <= {"answered", "refused", "unhealthy"}, outcomes[-10:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_in_process_failures_overload_and_merging(models, monkeypatch):
+    """The Service in this process on 127.0.0.1: a request the model fails on is a 500 and the next
+    one is served; a full queue answers 429; concurrent requests share model calls."""
+    import socket
+
+    import uvicorn
+
+    from minialign.serve import Limits, Models, Service
+
+    embedder = ma.SentenceEncoder.from_pretrained(models["embed"])
+    original = embedder.encode
+    gate = threading.Event()
+    gate.set()
+
+    def encode(texts, **kwargs):
+        gate.wait(10)
+        if "boom" in texts:
+            raise RuntimeError("the model failed")
+        return original(texts, **kwargs)
+
+    monkeypatch.setattr(embedder, "encode", encode)
+    service = Service(Models(embedder=embedder), Limits(max_queue=4, max_wait_ms=20))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server = uvicorn.Server(uvicorn.Config(service.app(), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        status, body = call(url, "/embed", {"inputs": "boom"})
+        assert status == 500 and body["error_type"] == "Backend" and "the model failed" in body["error"]
+        assert call(url, "/embed", {"inputs": "fine"})[0] == 200
+        calls_before = service.batchers["embed"].calls
+        with ThreadPoolExecutor(16) as pool:
+            statuses = list(pool.map(lambda i: call(url, "/embed", {"inputs": f"text {i}"})[0], range(4)))
+        assert statuses == [200] * 4
+        gate.clear()  # the model blocks: four requests fill the queue, the fifth is refused
+        with ThreadPoolExecutor(8) as pool:
+            waiting = [pool.submit(call, url, "/embed", {"inputs": f"wait {i}"}) for i in range(4)]
+            time.sleep(0.5)
+            status, body = call(url, "/embed", {"inputs": "one too many"})
+            assert status == 429 and body == {"error": "Model is overloaded", "error_type": "Overloaded"}
+            gate.set()
+            assert [f.result()[0] for f in waiting] == [200] * 4
+        assert service.batchers["embed"].calls - calls_before < 8  # 8 requests, fewer model calls
+    finally:
+        gate.set()
+        server.should_exit = True
+        thread.join(30)
