@@ -207,14 +207,19 @@ class Service:
         """With truncate false, an input longer than the window is refused, as TEI does."""
         if truncate:
             return
+        pairs = pairs or [None] * len(texts)
         specials = {False: tokenizer.backend.num_special_tokens_to_add(False),
                     True: tokenizer.backend.num_special_tokens_to_add(True)}
-        counts = tokenizer.token_counts(texts)
-        extra = tokenizer.token_counts([p for p in pairs if p is not None]) if pairs else []
-        extra_iter = iter(extra)
-        for i, n in enumerate(counts):
-            paired = pairs is not None and pairs[i] is not None
-            total = n + (next(extra_iter) if paired else 0) + specials[paired]
+        # A token covers at least one byte of UTF-8, so inputs with few enough bytes cannot be too long:
+        # only the others are tokenized here.
+        long = [i for i, (t, p) in enumerate(zip(texts, pairs))
+                if len(t.encode()) + (len(p.encode()) if p is not None else 0) + specials[p is not None] > window]
+        if not long:
+            return
+        counts = tokenizer.token_counts([texts[i] for i in long])
+        extra = tokenizer.token_counts([pairs[i] or "" for i in long])
+        for i, n, m in zip(long, counts, extra):
+            total = n + m + specials[pairs[i] is not None]
             if total > window:
                 raise ServiceError(413, "Validation", f"Input validation error: `inputs` must have less than {window} "
                                                       f"tokens. Given: {total}")

