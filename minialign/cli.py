@@ -40,9 +40,21 @@ def _validate(ckpt) -> None:
 MINICHECK_DEFAULT = "lytang/MiniCheck-RoBERTa-Large"
 
 
+def _dtype(args: argparse.Namespace):
+    """--dtype as from_pretrained takes it; "auto" also says on stderr what it will pick."""
+    if args.dtype != "auto":
+        return DTYPES[args.dtype] if args.dtype else None
+    from .loading import auto_compute_dtype, resolve_device
+
+    compute = auto_compute_dtype(resolve_device(args.device))
+    print("dtype auto: " + ("bf16 matmuls with fp32 weights, LayerNorm, softmax and heads (bf16 is native here)"
+                            if compute is not None else "fp32 (no native bf16 here)"), file=sys.stderr)
+    return "auto"
+
+
 def _loading(args: argparse.Namespace) -> dict:
-    return {"device": args.device, "dtype": DTYPES[args.dtype] if args.dtype else None,
-            "batch_size": args.batch_size, "max_tokens": args.max_tokens}
+    return {"device": args.device, "dtype": _dtype(args), "batch_size": args.batch_size,
+            "max_tokens": args.max_tokens}
 
 
 def _named(args: argparse.Namespace, *flags: str) -> str:
@@ -136,7 +148,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise ValueError("minialign serve needs the serve extra: pip install 'minialign[serve]'") from None
     from .serve import ALIGNSCORE_ROUTES, Limits, Models, Service, serve
 
-    loading = {"device": args.device, "dtype": DTYPES[args.dtype] if args.dtype else None}
+    loading = {"device": args.device, "dtype": _dtype(args)}
     models = Models()
     from .scorer import AlignScorer
 
@@ -176,7 +188,8 @@ def _common(p: argparse.ArgumentParser, *, batch: str) -> None:
     p.add_argument("--max-tokens", type=int, default=None,
                    help="most tokens in one forward pass (default: 2048 on CPU, 65536 on GPU)")
     p.add_argument("--device", default=None, help="cpu (default), cuda, cuda:N or mps")
-    p.add_argument("--dtype", choices=tuple(DTYPES))
+    p.add_argument("--dtype", choices=(*DTYPES, "auto"),
+                   help="weights' dtype (default fp32); auto: bf16 matmuls with fp32 weights where bf16 is native")
 
 
 def _parity(args: argparse.Namespace) -> int:
@@ -244,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-client-batch-size", type=int, default=1024, help="inputs in one request")
     p.add_argument("--api-key", help="require Authorization: Bearer KEY on every route but /health")
     p.add_argument("--device", default=None)
-    p.add_argument("--dtype", choices=tuple(DTYPES))
+    p.add_argument("--dtype", choices=(*DTYPES, "auto"))
     p.set_defaults(run=_serve)
 
     p = sub.add_parser("convert", help="convert a checkpoint to minialign's format or to transformers layout")

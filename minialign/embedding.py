@@ -128,7 +128,7 @@ class SentenceEncoder:
         if settings.get("do_lower_case"):
             lowercase(tokenizer)
         device = resolve_device(device)
-        dense = [d.to(device=device, dtype=dtype or torch.float32) for d in dense]
+        dense = [d.to(device=device, dtype=next(encoder.parameters()).dtype) for d in dense]
         return cls(encoder, tokenizer, pooling=pooling, dense=dense, normalize=normalize,
                    max_seq_length=settings.get("max_seq_length"), batch_size=batch_size, max_tokens=max_tokens)
 

@@ -23,7 +23,7 @@ from .convert import CheckpointError
 
 from .config import PRESETS, Config
 from .hub import hub_file, looks_like_path
-from .model import init_parameter
+from .model import Encoder, init_parameter
 from .tokenizer import TOKENIZER_FILES
 
 log = logging.getLogger(__name__)
@@ -203,13 +203,20 @@ def build(cls: type[nn.Module], ckpt: Checkpoint, *, device: str | torch.device 
           dtype: torch.dtype | None = None, attn_backend: str = "sdpa") -> nn.Module:
     """Check, materialise, initialise: the model's declared weights from the checkpoint, on `device`
     in `dtype` (default float32), the declared-initialisable ones it lacks initialised (one warning)."""
-    device, dtype = resolve_device(device), dtype or torch.float32
+    device = resolve_device(device)
+    compute_dtype = None
+    if dtype == "auto":  # fp32 weights; bf16 matmuls where bf16 is native (see auto_dtype)
+        dtype, compute_dtype = torch.float32, auto_compute_dtype(device)
+    dtype = dtype or torch.float32
     _warn_if_emulated(device, dtype)
     tensors = own_tensors(cls, ckpt)
     with torch.device("meta"):
         model = cls(ckpt.config, attn_backend=attn_backend)
     missing = check_tensors(model, tensors, ckpt.origin, shown_prefix=cls.checkpoint_prefix)
     materialise(model, tensors, device, dtype)
+    for module in model.modules():
+        if isinstance(module, Encoder):
+            module.compute_dtype = compute_dtype
     if missing:
         initialise(model, missing, ckpt.config, device, dtype)
         warnings.warn(f"{ckpt.origin}: initialised weights the checkpoint lacks: {missing}", stacklevel=3)
@@ -246,6 +253,17 @@ def materialise(model: nn.Module, tensors: dict[str, Tensor], device: torch.devi
             convert.release(tensor)
 
 
+def auto_compute_dtype(device: torch.device) -> torch.dtype | None:
+    """dtype="auto": bf16 matmuls where the hardware runs them natively (a CPU with AVX512-BF16 / AMX,
+    a GPU that supports bf16), else None (fp32 throughout). BENCHMARKS.md ("Precision") has the
+    score deviations of this recipe against fp32."""
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else None
+    if device.type == "cpu":
+        return torch.bfloat16 if cpu_has_native(torch.bfloat16, unknown=False) else None
+    return None
+
+
 def resolve_device(device: str | torch.device | None) -> torch.device:
     """The torch.device named, checked to exist on this machine (default: cpu)."""
     try:
@@ -276,13 +294,14 @@ def _warn_if_emulated(device: torch.device, dtype: torch.dtype) -> None:
                       f"float32 is the faster choice on this machine", stacklevel=4)
 
 
-def cpu_has_native(dtype: torch.dtype) -> bool:
-    """Whether oneDNN reports hardware matmul support for bf16 / fp16 on this CPU."""
+def cpu_has_native(dtype: torch.dtype, *, unknown: bool = True) -> bool:
+    """Whether oneDNN reports hardware matmul support for bf16 / fp16 on this CPU; `unknown` for a
+    torch build that cannot tell (True: do not warn; dtype="auto" asks False: do not pick it)."""
     probe = {torch.bfloat16: "_is_mkldnn_bf16_supported", torch.float16: "_is_mkldnn_fp16_supported"}[dtype]
     try:
         return bool(getattr(torch.ops.mkldnn, probe)())
-    except (AttributeError, RuntimeError):  # a build without oneDNN: say nothing
-        return True
+    except (AttributeError, RuntimeError):
+        return unknown
 
 
 def _cast(t: Tensor, device: torch.device, dtype: torch.dtype) -> Tensor:

