@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 import os
 import platform
 import random
@@ -308,9 +309,17 @@ def bench_precision(*, examples: int, device: str = "cpu", echo=print) -> list[d
     with tempfile.TemporaryDirectory() as tmp:
         ckpt, backbone, _ = _alignscore_fixture(Path(tmp), contexts + claims)
         recipes = {"fp32": torch.float32, "bf16 weights": torch.bfloat16, "auto (bf16 matmuls, fp32 weights)": "auto"}
+        if torch.device(device).type == "cpu":
+            recipes["int8 dynamic (Linear layers)"] = "int8"
         details = {}
         for name, dtype in recipes.items():
-            scorer = AlignScorer.from_pretrained(ckpt, backbone=str(backbone), dtype=dtype, device=device)
+            scorer = AlignScorer.from_pretrained(ckpt, backbone=str(backbone), dtype=None if dtype == "int8" else dtype,
+                                                 device=device)
+            if dtype == "int8":  # torch.ao dynamic quantization: int8 weights, activations quantized per call
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # torch 2.13 says torch.ao quantization is deprecated
+                    scorer.model = torch.ao.quantization.quantize_dynamic(scorer.model, {torch.nn.Linear},
+                                                                          dtype=torch.qint8)
             whole = AlignScorer(scorer.model, scorer.tokenizer, mode="nli")
             scorer.score(contexts[:2], claims[:2], warn_truncation=False)  # warm-up
             _sync()
