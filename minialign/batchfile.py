@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from .tokenizer import text_problem
+from .tokenizer import value_problem
 
 SETTINGS_SUFFIX = ".settings.json"  # beside the output: what produced it
 SHOWN_PROBLEMS = 20  # malformed rows listed in an error; the rest are counted
@@ -153,11 +153,7 @@ def read_rows(path: Path, job: Job, *, id_field: str) -> tuple[list[Row], list[s
                 values[role] = None
             elif value is _MISSING:
                 bad.append(f"field {name!r} is missing")
-            elif value is None:
-                bad.append(f"field {name!r} is null")
-            elif not isinstance(value, str):
-                bad.append(f"field {name!r} is {type(value).__name__}, not a string")
-            elif problem := text_problem(value):
+            elif problem := value_problem(value, null="null"):
                 bad.append(f"field {name!r} {problem}")
             else:
                 values[role] = value

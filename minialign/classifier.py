@@ -23,7 +23,7 @@ from .batching import BatchEngine
 from .hub import hub_file
 from .loading import build, read_checkpoint
 from .model import ClassifierModel
-from .tokenizer import Tokenizer, check_texts, text_problem
+from .tokenizer import Tokenizer, check_texts, value_problem
 
 ACTIVATIONS = ("auto", "none", "softmax", "sigmoid", "tanh")
 # sentence-transformers CrossEncoder activations (the class path it saves) -> ours.
@@ -131,11 +131,12 @@ class Classifier:
         n = len(self.labels)
         if not inputs:
             return torch.empty(0) if n == 1 else torch.empty(0, n)
-        logits = self.engine.run(inputs, self._logits, progress="classifying" if progress else False).values
+        logits = self.engine.run(inputs, self.logits, progress="classifying" if progress else False).values
         scores = apply_activation(logits, function)
         return scores[:, 0] if n == 1 else scores
 
-    def _logits(self, batch: dict[str, Tensor]) -> Tensor:
+    def logits(self, batch: dict[str, Tensor]) -> Tensor:
+        """float32 logits of one padded batch (what the batching engine calls)."""
         return self.model(**batch, unpad=self.unpad).logits.float()
 
     def rerank(self, query: str, documents: Sequence[str], *, top_k: int | None = None,
@@ -144,9 +145,8 @@ class Classifier:
         if len(self.labels) != 1:
             raise ValueError(f"rerank needs a one-label model (a cross-encoder reranker); this one has "
                              f"{len(self.labels)} labels: use predict")
-        if not isinstance(query, str) or text_problem(query):
-            raise ValueError(f"query must be encodable text, got {type(query).__name__}"
-                             + (f" that {text_problem(query)}" if isinstance(query, str) else ""))
+        if problem := value_problem(query):
+            raise ValueError(f"invalid input: query {problem}")
         documents = check_texts("documents", documents)
         scores = self.predict([query] * len(documents), documents, activation=activation).tolist()
         ranked = sorted(enumerate(scores), key=lambda item: item[1], reverse=True)

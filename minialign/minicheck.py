@@ -105,7 +105,7 @@ class MiniCheckScorer:
         texts = [chunk + self.eos_token + claim for chunks, claim in zip(chunked, claims) for chunk in chunks]
         if not texts:
             return []
-        results = self.classifier.engine.run(texts, self.classifier._logits,
+        results = self.classifier.engine.run(texts, self.classifier.logits,
                                              progress="checking" if progress else False)
         supported = torch.softmax(results.values, dim=-1)[:, SUPPORTED]
         if warn_truncation:

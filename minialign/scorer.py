@@ -32,7 +32,7 @@ from .hub import HubUnavailableError, hub_file
 from .loading import build, read_checkpoint, save_native
 from .model import AlignModel
 from .sentences import split_sentences
-from .tokenizer import TOKENIZER_FILES, Tokenizer, text_problem
+from .tokenizer import TOKENIZER_FILES, Tokenizer, value_problem
 
 MODES = ("nli_sp", "bin_sp", "reg_sp", "nli", "bin", "reg")
 HUB_REPO = "yzha/AlignScore"
@@ -205,15 +205,11 @@ def validate_inputs(contexts: Sequence[str], claims: Sequence[str],
 def check_example(context, claim, splitter: Callable[[str], list[str]], *,
                   null: str = "None") -> tuple[list[tuple[str, str]], list[str]]:
     """What is wrong with one (context, claim), as ("context" | "claim", problem) pairs, and the
-    claim's sentences. Catches every text the tokenizer would refuse (tokenizer.text_problem).
+    claim's sentences. Catches every text the tokenizer would refuse (tokenizer.value_problem).
     `null` is how a missing value is named (None in Python, null in JSON)."""
     problems = []
     for which, value in (("context", context), ("claim", claim)):
-        if value is None:
-            problems.append((which, f"is {null}"))
-        elif not isinstance(value, str):
-            problems.append((which, f"is {type(value).__name__}, not a string"))
-        elif problem := text_problem(value):
+        if problem := value_problem(value, null=null):
             problems.append((which, problem))
     sentences = []
     if not any(which == "claim" for which, _ in problems):

@@ -34,13 +34,21 @@ def text_problem(text: str) -> str | None:
     return None
 
 
+def value_problem(value, *, null: str = "None") -> str | None:
+    """Why a value is not text the tokenizer takes (null, not a string, not encodable), or None.
+    `null` names a missing value (None in Python, null in JSON)."""
+    if value is None:
+        return f"is {null}"
+    if not isinstance(value, str):
+        return f"is {type(value).__name__}, not a string"
+    return text_problem(value)
+
+
 def check_texts(name: str, texts) -> list[str]:
     """The texts as a list, or a ValueError naming every item that is not encodable text."""
     if isinstance(texts, str) or not isinstance(texts, Sequence):
         raise ValueError(f"{name} must be a sequence of strings (a list), got {type(texts).__name__}")
-    problems = [f"{name}[{i}] is {type(t).__name__}, not a string" if not isinstance(t, str)
-                else f"{name}[{i}] {text_problem(t)}" for i, t in enumerate(texts)
-                if not isinstance(t, str) or text_problem(t)]
+    problems = [f"{name}[{i}] {problem}" for i, t in enumerate(texts) if (problem := value_problem(t))]
     if problems:
         raise ValueError("invalid input: " + "; ".join(problems))
     return list(texts)
