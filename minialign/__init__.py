@@ -6,6 +6,7 @@ from . import masks
 from .attention import attention, attention_bias
 from .tracing import Capture, capture
 from .config import PRESETS, Config
+from .batching import BatchEngine
 from .classifier import Classifier
 from .embedding import SentenceEncoder
 from .minicheck import MiniCheckScorer
@@ -26,6 +27,7 @@ __all__ = [
     "AlignModel",
     "AlignOutput",
     "AlignScorer",
+    "BatchEngine",
     "CheckpointError",
     "Classifier",
     "ClassifierModel",

@@ -9,7 +9,8 @@ most `max_tokens` tokens as run (packed: real tokens; padded: rows x longest); e
 to its own longest sequence (rounded up to a multiple of `bucket`, for compiled models); `forward`
 gets the padded tensors on the device and returns one row of results per sequence; the rows come
 back in input order, with the number of tokens each input lost to the window. A sequence longer
-than the budget runs in a batch of its own.
+than the budget runs in a batch of its own. With workers > 1 the batches run in that many model
+processes (workers.py) and are merged the same way.
 """
 
 from __future__ import annotations
@@ -21,15 +22,24 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from .workers import WorkerPool
+
 if TYPE_CHECKING:
     from .tokenizer import Tokenizer
 
+CPU_BATCH_TOKENS = 2048  # default token budget on CPU, where smaller matmuls stay in cache (BENCHMARKS.md)
 
 
 @dataclass
 class Results:
     values: Tensor  # (N, ...) what forward returned for each input, in input order (float32, CPU)
     truncated: Tensor  # (N,) int64: tokens each input lost to the window
+
+
+def positive_int(name: str, value) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
 
 
 def pad(ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]], *, pad_id: int, length: int | None = None,
@@ -54,44 +64,81 @@ def pad(ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]], *, pad_
 class BatchEngine:
     def __init__(self, tokenizer: Tokenizer, *, batch_size: int = 32, max_tokens: int = 65536, packed: bool = True,
                  bucket: int = 1, max_length: int | None = None, device: str | torch.device = "cpu",
-                 truncation: str = "only_first"):
+                 truncation: str = "only_first", workers: int = 1):
         """packed: the forward runs real tokens only (unpad=True), so the budget counts real tokens.
         bucket: round each batch's length up to a multiple of it (compiled models see few shapes).
-        truncation: how pairs are cut to max_length (Tokenizer.encode)."""
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-            raise ValueError(f"max_tokens must be a positive int or None, got {max_tokens!r}")
+        truncation: how pairs are cut to max_length (Tokenizer.encode).
+        workers: model processes on the CPU (workers.py), each with this process's threads / workers."""
+        for name, value in (("batch_size", batch_size), ("max_tokens", max_tokens), ("workers", workers)):
+            positive_int(name, value)
         self.tokenizer = tokenizer
         self.batch_size, self.max_tokens, self.packed, self.bucket = batch_size, max_tokens, packed, bucket
         self.max_length = max_length or tokenizer.model_max_length
         self.device = torch.device(device)
         self.truncation = truncation
+        self.workers = workers
+        if workers > 1 and self.device.type != "cpu":
+            raise ValueError(f"workers > 1 runs CPU processes; the model is on {self.device}")
+        self._pool: WorkerPool | None = None
+
+    @classmethod
+    def for_model(cls, tokenizer: Tokenizer, model: torch.nn.Module, *, max_tokens: int | None = None,
+                  **options) -> BatchEngine:
+        """An engine on the model's device, with the default token budget of that device."""
+        device = next(model.parameters()).device
+        if max_tokens is None:
+            max_tokens = CPU_BATCH_TOKENS if device.type == "cpu" else 65536
+        return cls(tokenizer, max_tokens=max_tokens, device=device, **options)
+
+    def __getstate__(self) -> dict:  # what a worker process receives with its runner: no pool of its own
+        return {**self.__dict__, "_pool": None, "workers": 1}
+
+    def close(self) -> None:
+        """Stop the worker processes, if any (a later run starts new ones)."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     def run(self, inputs: Sequence[Hashable], forward: Callable[[dict[str, Tensor]], Tensor], *,
-            progress: bool | str = False) -> Results:
+            progress: bool | str = False, batch_size: int | None = None) -> Results:
         """forward(batch) -> (b, ...) results for the b sequences of the batch. Returns every input's
-        row, in input order, on the CPU. progress: a tqdm bar over batches (a string is its label)."""
+        row, in input order, on the CPU. progress: a tqdm bar over batches (a string is its label).
+        batch_size: this run's most sequences per batch (default: the engine's)."""
         unique: dict[Hashable, int] = {}
         where = torch.tensor([unique.setdefault(x, len(unique)) for x in inputs], dtype=torch.long)
         encoded = self.tokenize(list(unique))
         ids, types = encoded.ids, encoded.type_ids
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
-        batches = self.batches(order, [len(t) for t in ids])
+        batches = self.batches(order, [len(t) for t in ids],
+                               self.batch_size if batch_size is None else positive_int("batch_size", batch_size))
+        bar = None
         if progress:
             from tqdm.auto import tqdm
 
-            batches = tqdm(batches, desc=progress if isinstance(progress, str) else "batches", unit="batch",
-                           leave=False)
+            bar = tqdm(total=len(batches), desc=progress if isinstance(progress, str) else "batches", unit="batch",
+                       leave=False)
         results = None
-        for batch in batches:
-            out = forward(self.collate(batch, ids, types)).float().cpu()
+        for index, out in self.execute(forward, ((i, self.collate(b, ids, types)) for i, b in enumerate(batches))):
+            out = out.float().cpu()
             if results is None:
                 results = out.new_empty((len(ids), *out.shape[1:]))
-            results[batch] = out
+            results[batches[index]] = out
+            if bar is not None:
+                bar.update()
+        if bar is not None:
+            bar.close()
         if results is None:
             return Results(torch.empty(0), torch.empty(0, dtype=torch.long))
         return Results(results[where], torch.tensor(encoded.truncated, dtype=torch.long)[where])
+
+    def execute(self, forward, batches):
+        """(index, forward(batch)) for each (index, batch): here, or in the worker processes."""
+        if self.workers == 1:
+            return ((index, forward(batch)) for index, batch in batches)
+        if self._pool is None or self._pool.forward != forward:
+            self.close()
+            self._pool = WorkerPool(forward, self.workers)
+        return self._pool.map(batches)
 
     def tokenize(self, inputs: list):
         """Encoded ids of texts or (text, pair) tuples, under the tokenizer's truncation rule."""
@@ -104,13 +151,13 @@ class BatchEngine:
                                             truncation=self.truncation)
         return self.tokenizer.encode_ids(inputs, max_length=self.max_length)
 
-    def batches(self, order: list[int], lengths: list[int]) -> list[list[int]]:
+    def batches(self, order: list[int], lengths: list[int], batch_size: int) -> list[list[int]]:
         """Consecutive runs of `order` (longest first) within the count and the token budget."""
         batches, current, tokens = [], [], 0
         for i in order:
             n = lengths[i]
             grown = tokens + n if self.packed else max(lengths[current[0]] if current else 0, n) * (len(current) + 1)
-            if current and (len(current) == self.batch_size or grown > self.max_tokens):
+            if current and (len(current) == batch_size or grown > self.max_tokens):
                 batches.append(current)
                 current, grown = [], n
             current.append(i)

@@ -33,7 +33,6 @@ _CROSSENCODER_ACTIVATIONS = {
     "torch.nn.modules.activation.Softmax": "softmax",
     "torch.nn.modules.activation.Tanh": "tanh",
 }
-CPU_BATCH_TOKENS = 2048  # as the AlignScorer: smaller matmuls stay in cache on CPU
 
 
 def apply_activation(logits: Tensor, activation: str) -> Tensor:
@@ -70,24 +69,22 @@ def crossencoder_activation(path: str | None) -> str | None:
 class Classifier:
     def __init__(self, model: ClassifierModel, tokenizer: Tokenizer, *, batch_size: int = 32,
                  max_tokens: int | None = None, max_length: int | None = None, unpad: bool = True,
-                 saved_activation: str | None = None):
+                 saved_activation: str | None = None, workers: int = 1):
         """saved_activation: the activation a sentence-transformers CrossEncoder saved with the model
-        (its class path), used by activation="auto"."""
+        (its class path), used by activation="auto". workers: model processes on the CPU (workers.py)."""
         self.model, self.tokenizer = model.eval(), tokenizer
         self.max_length = min(max_length or tokenizer.model_max_length, model.config.max_seq_len)
         self.unpad = unpad
         self.saved_activation = crossencoder_activation(saved_activation)
-        device = next(model.parameters()).device
-        self.engine = BatchEngine(tokenizer, batch_size=batch_size, packed=unpad, max_length=self.max_length,
-                                  max_tokens=max_tokens if max_tokens is not None else
-                                  CPU_BATCH_TOKENS if device.type == "cpu" else 65536,
-                                  device=device, truncation="longest_first")
+        self.engine = BatchEngine.for_model(tokenizer, model, batch_size=batch_size, packed=unpad,
+                                            max_length=self.max_length, max_tokens=max_tokens,
+                                            truncation="longest_first", workers=workers)
 
     @classmethod
     def from_pretrained(cls, src: str | Path, *, tokenizer: str | Path | Tokenizer | None = None,
                         device: str | torch.device | None = None, dtype: torch.dtype | None = None,
                         batch_size: int = 32, max_tokens: int | None = None, max_length: int | None = None,
-                        attn_backend: str = "sdpa", revision: str | None = None,
+                        attn_backend: str = "sdpa", revision: str | None = None, workers: int = 1,
                         cache_dir: str | Path | None = None) -> Classifier:
         """A transformers *ForSequenceClassification directory or hub id (a CrossEncoder dir too),
         or a minialign directory of one."""
@@ -101,7 +98,7 @@ class Classifier:
                                                   cache_dir=cache_dir)
         saved = convert.crossencoder_activation(ckpt.tokenizer_dir) if ckpt.tokenizer_dir else None
         return cls(model, tokenizer, batch_size=batch_size, max_tokens=max_tokens, max_length=max_length,
-                   saved_activation=saved)
+                   saved_activation=saved, workers=workers)
 
     @property
     def labels(self) -> list[str]:

@@ -54,7 +54,7 @@ def _dtype(args: argparse.Namespace):
 
 def _loading(args: argparse.Namespace) -> dict:
     return {"device": args.device, "dtype": _dtype(args), "batch_size": args.batch_size,
-            "max_tokens": args.max_tokens}
+            "max_tokens": args.max_tokens, "workers": args.workers}
 
 
 def _named(args: argparse.Namespace, *flags: str) -> str:
@@ -190,6 +190,8 @@ def _common(p: argparse.ArgumentParser, *, batch: str) -> None:
     p.add_argument("--device", default=None, help="cpu (default), cuda, cuda:N or mps")
     p.add_argument("--dtype", choices=(*DTYPES, "auto"),
                    help="weights' dtype (default fp32); auto: bf16 matmuls with fp32 weights where bf16 is native")
+    p.add_argument("--workers", type=int, default=1,
+                   help="model processes on the CPU, each with cores/N threads (default 1; see BENCHMARKS.md)")
 
 
 def _parity(args: argparse.Namespace) -> int:

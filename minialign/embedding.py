@@ -28,7 +28,6 @@ from .loading import build, read_checkpoint, resolve_device
 from .model import Encoder
 from .tokenizer import Tokenizer, check_texts
 
-CPU_BATCH_TOKENS = 2048
 
 
 # -- pooling: sentence_transformers Pooling, one formula per mode --------------------------------------
@@ -80,7 +79,8 @@ class Dense(nn.Module):
 class SentenceEncoder:
     def __init__(self, encoder: Encoder, tokenizer: Tokenizer, *, pooling: Sequence[str] = ("mean",),
                  dense: Sequence[Dense] = (), normalize: bool = False, max_seq_length: int | None = None,
-                 batch_size: int = 32, max_tokens: int | None = None, unpad: bool = True):
+                 batch_size: int = 32, max_tokens: int | None = None, unpad: bool = True, workers: int = 1):
+        """workers: model processes on the CPU, each with cores / workers threads (workers.py)."""
         for mode in pooling:
             if mode not in convert.sbert.POOLING_MODES:
                 raise ValueError(f"unknown pooling mode {mode!r}; choose from {convert.sbert.POOLING_MODES}")
@@ -88,16 +88,14 @@ class SentenceEncoder:
         self.pooling, self.dense, self.normalize = list(pooling), list(dense), normalize
         self.max_seq_length = min(max_seq_length or tokenizer.model_max_length, encoder.config.max_seq_len)
         self.unpad = unpad
-        device = next(encoder.parameters()).device
         self.batch_size = batch_size
-        self.engine = BatchEngine(tokenizer, batch_size=batch_size, packed=unpad, max_length=self.max_seq_length,
-                                  max_tokens=max_tokens if max_tokens is not None else
-                                  CPU_BATCH_TOKENS if device.type == "cpu" else 65536, device=device)
+        self.engine = BatchEngine.for_model(tokenizer, encoder, batch_size=batch_size, packed=unpad,
+                                            max_length=self.max_seq_length, max_tokens=max_tokens, workers=workers)
 
     @classmethod
     def from_pretrained(cls, src: str | Path, *, device: str | torch.device | None = None,
                         dtype: torch.dtype | None = None, batch_size: int = 32, max_tokens: int | None = None,
-                        attn_backend: str = "sdpa", revision: str | None = None,
+                        attn_backend: str = "sdpa", revision: str | None = None, workers: int = 1,
                         cache_dir: str | Path | None = None) -> SentenceEncoder:
         """A sentence-transformers directory (modules.json) or a plain transformers one (mean pooling)."""
         path = Path(src).expanduser()
@@ -130,7 +128,8 @@ class SentenceEncoder:
         device = resolve_device(device)
         dense = [d.to(device=device, dtype=next(encoder.parameters()).dtype) for d in dense]
         return cls(encoder, tokenizer, pooling=pooling, dense=dense, normalize=normalize,
-                   max_seq_length=settings.get("max_seq_length"), batch_size=batch_size, max_tokens=max_tokens)
+                   max_seq_length=settings.get("max_seq_length"), batch_size=batch_size, max_tokens=max_tokens,
+                   workers=workers)
 
     @property
     def dimension(self) -> int:
@@ -146,11 +145,8 @@ class SentenceEncoder:
         texts = check_texts("texts", texts)
         if not texts:
             return torch.empty(0, self.dimension)
-        engine = self.engine
-        if batch_size is not None and batch_size != engine.batch_size:
-            engine = BatchEngine(self.tokenizer, batch_size=batch_size, packed=engine.packed,
-                                 max_length=engine.max_length, max_tokens=engine.max_tokens, device=engine.device)
-        embeddings = engine.run(texts, self._embed, progress="embedding" if show_progress_bar else False).values
+        embeddings = self.engine.run(texts, self._embed, progress="embedding" if show_progress_bar else False,
+                                     batch_size=batch_size).values
         return F.normalize(embeddings, p=2, dim=1) if normalize_embeddings else embeddings
 
     def _embed(self, batch: dict[str, Tensor]) -> Tensor:

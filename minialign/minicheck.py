@@ -50,12 +50,12 @@ class MiniCheckScorer:
     def from_pretrained(cls, src: str | Path, *, tokenizer: str | Path | Tokenizer | None = None,
                         device: str | torch.device | None = None, dtype: torch.dtype | None = None,
                         chunk_size: int = CHUNK_SIZE, batch_size: int = 32, max_tokens: int | None = None,
-                        splitter: Callable[[str], list[str]] | None = None,
+                        splitter: Callable[[str], list[str]] | None = None, workers: int = 1,
                         cache_dir: str | Path | None = None) -> MiniCheckScorer:
         """A MiniCheck classifier directory or hub id (e.g. lytang/MiniCheck-RoBERTa-Large)."""
         classifier = Classifier.from_pretrained(src, tokenizer=tokenizer, device=device, dtype=dtype,
                                                 batch_size=batch_size, max_tokens=max_tokens,
-                                                max_length=MAX_LENGTH, cache_dir=cache_dir)
+                                                max_length=MAX_LENGTH, workers=workers, cache_dir=cache_dir)
         scorer = cls(classifier, chunk_size=chunk_size, splitter=splitter)
         scorer.source = str(src)
         return scorer

@@ -42,7 +42,6 @@ PUBLISHED = {
     "AlignScore-large": ("AlignScore-large.ckpt", "roberta-large"),
 }
 WORDS_PER_CHUNK = 350
-CPU_BATCH_TOKENS = 2048  # default token budget of a batch on CPU (see AlignScorer.__init__)
 # Columns of the per-pair result: the three tri_layer probabilities, bin P(aligned), reg output.
 COLUMNS = ("aligned", "neutral", "contradiction", "bin", "reg")
 _MODE_COLUMN = {"nli": 0, "bin": 3, "reg": 4}
@@ -69,13 +68,14 @@ class AlignScorer:
     truncation_unit, reference_name = "(chunk, sentence) pair(s)", "AlignScore"  # for the truncation warning
     def __init__(self, model: AlignModel, tokenizer: Tokenizer, *, mode: str = "nli_sp", batch_size: int = 32,
                  splitter: Callable[[str], list[str]] | None = None, unpad: bool = True, compile: bool = False,
-                 bucket: int = 64, max_tokens: int | None = None):
+                 bucket: int = 64, max_tokens: int | None = None, workers: int = 1):
         """A batch holds at most batch_size pairs and at most max_tokens tokens (default: 2048 on CPU,
         where smaller matmuls stay in cache and their buffers are reused, 65536 elsewhere;
         BENCHMARKS.md has the measurements).
         unpad (default): run each batch packed, on real tokens only (see Encoder.forward).
         compile: torch.compile the model; batch lengths are then rounded up to a multiple of
-        `bucket` so a run compiles a handful of shapes, not one per batch."""
+        `bucket` so a run compiles a handful of shapes, not one per batch.
+        workers: model processes on the CPU, each with cores / workers threads (workers.py)."""
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.model = model.eval()
@@ -85,20 +85,23 @@ class AlignScorer:
         self.splitter = splitter or split_sentences
         self.max_length = min(tokenizer.model_max_length, model.config.max_seq_len)
         self.unpad = unpad and not compile
-        device = next(model.parameters()).device
-        self.engine = BatchEngine(tokenizer, batch_size=batch_size, packed=self.unpad, bucket=bucket if compile else 1,
-                                  max_tokens=max_tokens if max_tokens is not None else
-                                  CPU_BATCH_TOKENS if device.type == "cpu" else 65536,
-                                  max_length=self.max_length, device=device)
+        if compile and workers > 1:
+            raise ValueError("compile and workers > 1 do not mix: each worker would compile its own model")
+        self.engine = BatchEngine.for_model(tokenizer, model, batch_size=batch_size, packed=self.unpad,
+                                            bucket=bucket if compile else 1, max_tokens=max_tokens,
+                                            max_length=self.max_length, workers=workers)
         if compile:
             self.model.compile()
+
+    def __getstate__(self) -> dict:  # what a worker process gets (workers.py): it runs batches, never splits text
+        return {**self.__dict__, "splitter": None}
 
     @classmethod
     def from_pretrained(cls, src: str | Path = "AlignScore-base", *, backbone: str | None = None,
                         tokenizer: str | Path | Tokenizer | None = None, mode: str = "nli_sp", batch_size: int = 32,
                         device: str | torch.device | None = None, dtype: torch.dtype | None = None,
                         splitter: Callable[[str], list[str]] | None = None, unpad: bool = True,
-                        compile: bool = False, max_tokens: int | None = None,
+                        compile: bool = False, max_tokens: int | None = None, workers: int = 1,
                         cache_dir: str | Path | None = None) -> AlignScorer:
         """`src`: anything AlignModel.from_pretrained takes, or `AlignScore-base` / `AlignScore-large`
         (downloaded from the hub once, converted to minialign's format in the cache, then reused)."""
@@ -109,7 +112,7 @@ class AlignScorer:
         if not isinstance(tokenizer, Tokenizer):
             tokenizer = _find_tokenizer(tokenizer, ckpt, backbone, cache_dir)
         scorer = cls(model, tokenizer, mode=mode, batch_size=batch_size, splitter=splitter, unpad=unpad,
-                     compile=compile, max_tokens=max_tokens)
+                     compile=compile, max_tokens=max_tokens, workers=workers)
         scorer.source = str(src)
         return scorer
 

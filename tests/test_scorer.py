@@ -75,6 +75,22 @@ def test_batch_size_independence(tiny_alignscore):
         assert max(abs(a - b) for a, b in zip(results[0], other)) <= 1e-5
 
 
+def test_workers_give_the_scores_of_one_process(tiny_alignscore):
+    path, backbone, _ = tiny_alignscore
+    contexts, claims = map(list, zip(*CORPUS))
+    one = ma.AlignScorer.from_pretrained(path, backbone=str(backbone), batch_size=4).score(contexts, claims,
+                                                                                          return_details=True)
+    scorer = ma.AlignScorer.from_pretrained(path, backbone=str(backbone), batch_size=4, workers=2,
+                                            splitter=lambda text: ma.split_sentences(text))  # stays in this process
+    try:
+        two = scorer.score(contexts, claims, return_details=True)
+    finally:
+        scorer.engine.close()
+    assert [d["chunks"] for d in two] == [d["chunks"] for d in one]
+    assert [d["truncated"] for d in two] == [d["truncated"] for d in one]
+    assert max(abs(a["score"] - b["score"]) for a, b in zip(one, two)) <= 1e-6
+
+
 @pytest.mark.parametrize("unpad", [True, False])
 def test_token_budget_bounds_every_batch(tiny_alignscore, monkeypatch, unpad):
     path, backbone, _ = tiny_alignscore
