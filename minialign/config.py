@@ -10,9 +10,10 @@ import torch
 
 from . import convert
 
+from .linear import ACTIVATIONS as LINEAR_ACTIVATIONS
 from .scores import SCORE_FUNCTIONS
 
-ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
+ACTIVATIONS = tuple(LINEAR_ACTIVATIONS)  # linear.py: each name's function
 # transformers PretrainedConfig.problem_type
 PROBLEM_TYPES = (None, "regression", "single_label_classification", "multi_label_classification")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # names on the command line

@@ -24,21 +24,9 @@ from . import layout as layouts
 from .attention import BACKENDS, PreparedMask, attention, choose_backend, prepare_mask
 from .config import Config
 from .layout import FINAL_TOKENS, Layout
+from .linear import Linear
 from .scores import Bilinear, General, make_score_function
 from .tracing import capturing, record
-
-
-def activation_fn(name: str):
-    # transformers activations.py: "gelu" is exact erf GELU; "gelu_new" / "gelu_pytorch_tanh" the tanh form.
-    if name == "gelu":
-        return F.gelu
-    if name in ("gelu_new", "gelu_pytorch_tanh"):
-        return lambda x: F.gelu(x, approximate="tanh")
-    if name == "relu":
-        return F.relu
-    if name == "silu":
-        return F.silu
-    raise ValueError(f"unknown activation {name!r}")
 
 
 def roberta_position_ids(input_ids: Tensor, pad_token_id: int) -> Tensor:
@@ -88,10 +76,10 @@ class SelfAttention(nn.Module):
     def __init__(self, config: Config):
         super().__init__()
         self.num_heads, self.dropout_p = config.num_heads, config.attention_dropout
-        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
+        self.qkv = Linear(config.hidden_size, 3 * config.hidden_size)
         self.score = make_score_function(config.score_fn, config.num_heads, config.head_dim,
                                          config.max_relative_distance)
-        self.output = nn.Linear(config.hidden_size, config.hidden_size)
+        self.output = Linear(config.hidden_size, config.hidden_size)
         self._register_state_dict_hook(_split_qkv)
         self._register_load_state_dict_pre_hook(_fuse_qkv)
 
@@ -135,12 +123,11 @@ def _fuse_qkv(state_dict, prefix, local_metadata, strict, missing_keys, unexpect
 class FeedForward(nn.Module):
     def __init__(self, config: Config):
         super().__init__()
-        self.up = nn.Linear(config.hidden_size, config.intermediate_size)
-        self.down = nn.Linear(config.intermediate_size, config.hidden_size)
-        self.act = activation_fn(config.activation)
+        self.up = Linear(config.hidden_size, config.intermediate_size, activation=config.activation)
+        self.down = Linear(config.intermediate_size, config.hidden_size)
 
     def forward(self, x: Tensor) -> Tensor:
-        h = self.act(self.up(x))  # (B, L, I)
+        h = self.up(x)  # activation(x W^T + b): (B, L, I)
         record("intermediate", h)
         return self.down(h)
 
@@ -182,7 +169,7 @@ class Pooler(nn.Module):
 
     def __init__(self, config: Config):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = Linear(config.hidden_size, config.hidden_size)
 
     def forward(self, x: Tensor) -> Tensor:
         pooled = torch.tanh(self.dense(x[:, 0]))
@@ -324,15 +311,15 @@ class MLMHead(nn.Module):
 
     def __init__(self, config: Config):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.act = activation_fn(config.activation if config.arch == "bert" else "gelu")
+        self.dense = Linear(config.hidden_size, config.hidden_size,
+                            activation=config.activation if config.arch == "bert" else "gelu")
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.decoder = None if config.tie_word_embeddings else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.decoder = None if config.tie_word_embeddings else Linear(config.hidden_size, config.vocab_size, bias=False)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
     def forward(self, x: Tensor, word_embeddings: Tensor) -> Tensor:
         weight = word_embeddings if self.decoder is None else self.decoder.weight
-        return F.linear(self.norm(self.act(self.dense(x))), weight, self.bias)  # (B, L, V)
+        return F.linear(self.norm(self.dense(x)), weight, self.bias)  # (B, L, V)
 
 
 @dataclass
@@ -366,9 +353,9 @@ class AlignModel(nn.Module):
         with torch.random.fork_rng(devices=[], enabled=seed is not None):
             self.mlm_head = MLMHead(config)
             self.dropout = nn.Dropout(0.1)  # AlignScore model.py: nn.Dropout(p=0.1), before bin and tri only
-            self.bin_layer = nn.Linear(config.hidden_size, 2)
-            self.tri_layer = nn.Linear(config.hidden_size, 3)
-            self.reg_layer = nn.Linear(config.hidden_size, 1)
+            self.bin_layer = Linear(config.hidden_size, 2)
+            self.tri_layer = Linear(config.hidden_size, 3)
+            self.reg_layer = Linear(config.hidden_size, 1)
             heads = nn.ModuleList([self.mlm_head, self.bin_layer, self.tri_layer, self.reg_layer])
             init_weights(heads, config, None if seed is None else seed + 1)
 
@@ -414,8 +401,8 @@ class ClassificationHead(nn.Module):
         if not config.labels:
             raise ValueError("a classification head needs labels (Config.labels, from id2label / num_labels)")
         self.dropout = nn.Dropout(config.hidden_dropout if config.classifier_dropout is None else config.classifier_dropout)
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size) if config.arch == "roberta" else None
-        self.out_proj = nn.Linear(config.hidden_size, len(config.labels))
+        self.dense = Linear(config.hidden_size, config.hidden_size) if config.arch == "roberta" else None
+        self.out_proj = Linear(config.hidden_size, len(config.labels))
 
     def forward(self, encoded: EncoderOutput) -> Tensor:
         if self.dense is None:
