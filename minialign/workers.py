@@ -76,6 +76,7 @@ class _Worker:
     process: mp.Process
     conn: object  # the parent's end of the pipe
     tasks: list[int] = field(default_factory=list)  # task ids sent and not yet answered, oldest first
+    answered: int = 0
 
 
 @dataclass
@@ -141,6 +142,7 @@ class WorkerPool:
                         continue
                     task = tasks.pop(reply["task"])
                     worker.tasks.remove(reply["task"])
+                    worker.answered += 1
                     if "error" in reply:
                         raise WorkerError(f"forward failed in worker pid {worker.process.pid}:\n{reply['error']}")
                     yield task.key, reply["out"]
@@ -159,6 +161,10 @@ class WorkerPool:
         """Report a dead worker, start another in its place and give it the dead one's batches."""
         dead.process.join(timeout=5)
         dead.conn.close()
+        if dead.answered == 0 and dead.process.exitcode == 1:  # Python failed before serving: a restart fails alike
+            raise WorkerError("a worker process failed to start (its traceback is on stderr above); workers "
+                              "are spawned, so the main script must be importable and guarded by "
+                              "`if __name__ == \"__main__\":`")
         held = [tasks[t] for t in dead.tasks]
         for task in held:
             task.deaths += 1

