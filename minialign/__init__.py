@@ -8,6 +8,7 @@ from .tracing import Capture, capture
 from .config import PRESETS, Config
 from .batching import BatchEngine
 from .classifier import Classifier
+from .explore import Exploration, explore
 from .embedding import SentenceEncoder
 from .minicheck import MiniCheckScorer
 from .losses import AlignLosses, alignscore_losses, classification_loss
@@ -30,6 +31,7 @@ __all__ = [
     "BatchEngine",
     "CheckpointError",
     "Classifier",
+    "Exploration",
     "ClassifierModel",
     "ClassifierOutput",
     "Config",
@@ -44,5 +46,6 @@ __all__ = [
     "attention_bias",
     "capture",
     "masks",
+    "explore",
     "split_sentences",
 ]

@@ -146,25 +146,31 @@ def read_rows(path: Path, job: Job, *, id_field: str) -> tuple[list[Row], list[s
                              f"{', '.join(map(repr, fields[:20])) or 'none'}. Name yours with {job.flags[role]}")
     rows = []
     for line_no, record in records:
-        values, bad = {}, []
-        for role, name in job.fields.items():
-            value = record.get(name, _MISSING)
-            if value is _MISSING and role in job.optional:
-                values[role] = None
-            elif value is _MISSING:
-                bad.append(f"field {name!r} is missing")
-            elif problem := value_problem(value, null="null"):
-                bad.append(f"field {name!r} {problem}")
-            else:
-                values[role] = value
-        if not bad:
-            bad = [f"field {job.fields[role]!r} {problem}" for role, problem in job.check(values)]
+        values, bad = record_values(record, job)
         if bad:
             problems.append(f"line {line_no}: " + "; ".join(bad))
             continue
         row_id = record.get(id_field)
         rows.append(Row(line_no if row_id is None else row_id, line_no, values))
     return rows, problems
+
+
+def record_values(record: dict, job: Job) -> tuple[dict[str, str | None], list[str]]:
+    """The job's values of one input record (role -> text), and its problems (each naming the field)."""
+    values, bad = {}, []
+    for role, name in job.fields.items():
+        value = record.get(name, _MISSING)
+        if value is _MISSING and role in job.optional:
+            values[role] = None
+        elif value is _MISSING:
+            bad.append(f"field {name!r} is missing")
+        elif problem := value_problem(value, null="null"):
+            bad.append(f"field {name!r} {problem}")
+        else:
+            values[role] = value
+    if not bad:
+        bad = [f"field {job.fields[role]!r} {problem}" for role, problem in job.check(values)]
+    return values, bad
 
 
 def _listing(path: Path, problems: list[str]) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from .config import DTYPES
+from .scores import SCORE_FUNCTIONS
 
 
 def _convert(args: argparse.Namespace) -> int:
@@ -78,9 +79,37 @@ def _run_file(job, args: argparse.Namespace, verb: str) -> int:
     return 0
 
 
+def _run_ray(mapper: str, options: dict, args: argparse.Namespace, verb: str) -> int:
+    """--ray: the file job on Ray Data, sharded (raydata.run_sharded)."""
+    if args.input is None or args.output is None:
+        raise ValueError("--ray needs --input (a file or directory) and --output (a directory of shards)")
+    try:
+        import ray
+    except ImportError:
+        raise ValueError("--ray needs the ray extra: pip install 'minialign[ray]'") from None
+    from . import raydata
+
+    options = {**options, **_loading(args), "id_field": args.id_field}
+    if not ray.is_initialized():
+        ray.init(address=None if args.ray == "local" else args.ray)
+    counts = raydata.run_sharded(getattr(raydata, mapper), options, input=Path(args.input), output=Path(args.output),
+                                 id_field=args.id_field, shards=args.shards, output_format=args.output_format,
+                                 actors=args.actors, batch_rows=args.batch_rows, cpus_per_actor=args.cpus_per_actor,
+                                 gpus_per_actor=args.gpus_per_actor, echo=lambda line: print(line, file=sys.stderr))
+    print(f"{verb} {counts['written']} shard(s) into {args.output} ({counts['skipped']} already there, skipped)",
+          file=sys.stderr)
+    return 0
+
+
 def _score(args: argparse.Namespace) -> int:
     from .jobs import score_job
 
+    if args.ray is not None:
+        minicheck = args.method == "minicheck"
+        options = {"model": args.model or (MINICHECK_DEFAULT if minicheck else "AlignScore-base"),
+                   "tokenizer": args.tokenizer, "context_field": args.context_field, "claim_field": args.claim_field}
+        options.update({"chunk_size": args.chunk_size} if minicheck else {"backbone": args.backbone, "mode": args.mode})
+        return _run_ray("MiniCheckBatches" if minicheck else "AlignScoreBatches", options, args, "scored")
     files = _files(args)
     if files == (args.context is not None or args.claim is not None):
         raise ValueError("give either --context and --claim, or --input and --output")
@@ -110,6 +139,9 @@ def _embed(args: argparse.Namespace) -> int:
     from .embedding import SentenceEncoder
     from .jobs import embed_job
 
+    if args.ray is not None:
+        return _run_ray("EmbedBatches", {"model": args.model, "text_field": args.text_field,
+                                         "normalize": args.normalize}, args, "embedded")
     files = _files(args)
     if files == (args.text is not None):
         raise ValueError("give either --text, or --input and --output")
@@ -125,6 +157,10 @@ def _classify(args: argparse.Namespace) -> int:
     from .classifier import Classifier
     from .jobs import classify_job
 
+    if args.ray is not None:
+        return _run_ray("ClassifyBatches", {"model": args.model, "tokenizer": args.tokenizer,
+                                            "text_field": args.text_field, "pair_field": args.pair_field,
+                                            "activation": args.activation}, args, "classified")
     files = _files(args)
     if files == (args.text is not None):
         raise ValueError("give either --text (and --pair), or --input and --output")
@@ -192,6 +228,49 @@ def _common(p: argparse.ArgumentParser, *, batch: str) -> None:
                    help="weights' dtype (default fp32); auto: bf16 matmuls with fp32 weights where bf16 is native")
     p.add_argument("--workers", type=int, default=1,
                    help="model processes on the CPU, each with cores/N threads (default 1; see BENCHMARKS.md)")
+    ray = p.add_argument_group("Ray Data (the ray extra; README: Ray Data)")
+    ray.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                     help="run on Ray Data: a cluster's address (auto, ray://host:10001), or none for a local Ray; "
+                          "--input is then a .jsonl/.csv/.parquet file or directory, --output a directory of "
+                          "shards, and a rerun skips the shards already written")
+    ray.add_argument("--shards", type=int, default=16, help="shards of the dataset, by a hash of the row id (16)")
+    ray.add_argument("--actors", type=int, default=1, help="model actors (each loads the model once)")
+    ray.add_argument("--batch-rows", type=int, default=256, help="rows in one Ray batch (256)")
+    ray.add_argument("--output-format", choices=("parquet", "jsonl"), default="parquet")
+    ray.add_argument("--cpus-per-actor", type=float, default=None)
+    ray.add_argument("--gpus-per-actor", type=float, default=None, help="e.g. 1 with --device cuda")
+
+
+MASKS = ("left-only", "segment")  # explore --mask: the second run's mask (masks.py)
+
+
+def _explore(args: argparse.Namespace) -> int:
+    from . import masks
+    from .explore import explore, with_score_function
+    from .loading import build, read_checkpoint
+    from .model import AlignModel, Encoder
+    from .tokenizer import Tokenizer
+
+    ckpt = read_checkpoint(args.model, backbone=args.backbone)
+    cls = AlignModel if any(name.startswith("tri_layer.") for name in ckpt.tensors) else Encoder
+    model = build(cls, ckpt)
+    tokenizer = Tokenizer.from_pretrained(args.tokenizer or ckpt.tokenizer_dir or args.model)
+    compare_model = with_score_function(model, args.score_fn) if args.score_fn else None
+    compare_mask, labels = None, None
+    if args.mask:
+        batch = tokenizer([args.text], None if args.pair is None else [args.pair],
+                          max_length=min(args.max_length or tokenizer.model_max_length, model.config.max_seq_len))
+        padding = batch["attention_mask"].bool()
+        compare_mask = (masks.left_only_mask(padding) if args.mask == "left-only"
+                        else masks.segment_mask(batch["token_type_ids"], padding))[0]
+    if args.mask or args.score_fn:
+        labels = (f"bidirectional, {model.config.score_fn}",
+                  f"{args.mask or 'bidirectional'}, {args.score_fn or model.config.score_fn}")
+    page = explore(model, tokenizer, args.text, pair=args.pair, compare_model=compare_model, compare_mask=compare_mask,
+                   labels=labels, max_length=args.max_length)
+    path = page.save(args.output)
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB); open it in a browser", file=sys.stderr)
+    return 0
 
 
 def _parity(args: argparse.Namespace) -> int:
@@ -241,6 +320,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--activation", default="auto", choices=("auto", "none", "softmax", "sigmoid", "tanh"))
     _common(p, batch="texts")
     p.set_defaults(run=_classify)
+
+    p = sub.add_parser("explore", help="one self-contained HTML page of a model's attention and residual stream")
+    p.add_argument("--model", required=True, help="HF dir, hub id, minialign dir, or AlignScore .ckpt")
+    p.add_argument("--backbone", help="for a .ckpt: backbone dir (config.json + tokenizer) or hub id")
+    p.add_argument("--tokenizer", help="tokenizer dir or hub id (default: beside the model)")
+    p.add_argument("--text", required=True)
+    p.add_argument("--pair", help="a second text (a claim, a hypothesis)")
+    p.add_argument("--mask", choices=MASKS, help="also run with this mask and show both runs and their difference")
+    p.add_argument("--score-fn", choices=[s for s in SCORE_FUNCTIONS if s != "scaled_dot"],
+                   help="also run with this alignment-score function (its parameters initialised: general and "
+                        "bilinear start equal to the scaled dot product)")
+    p.add_argument("--max-length", type=int, default=None, help="token window (default: the model's)")
+    p.add_argument("--output", default="explore.html")
+    p.set_defaults(run=_explore)
 
     p = sub.add_parser("serve", help="an HTTP service: NeMo Guardrails' AlignScore API, TEI's API, /score "
                                      "(needs the serve extra)")

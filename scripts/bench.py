@@ -357,11 +357,8 @@ def bench_precision(*, examples: int, device: str = "cpu", echo=print) -> list[d
         for name, dtype in recipes.items():
             scorer = AlignScorer.from_pretrained(ckpt, backbone=str(backbone), dtype=None if dtype == "int8" else dtype,
                                                  device=device)
-            if dtype == "int8":  # torch.ao dynamic quantization: int8 weights, activations quantized per call
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # torch 2.13 says torch.ao quantization is deprecated
-                    scorer.model = torch.ao.quantization.quantize_dynamic(scorer.model, {torch.nn.Linear},
-                                                                          dtype=torch.qint8)
+            if dtype == "int8":
+                int8_dynamic(scorer.model)
             whole = AlignScorer(scorer.model, scorer.tokenizer, mode="nli")
             scorer.score(contexts[:2], claims[:2], warn_truncation=False)  # warm-up
             _sync()
@@ -432,6 +429,36 @@ def bench_loading(echo=print) -> list[dict]:
             echo(f"loading as {label}: fp32 weights {size / 2**20:.0f} MB, peak RSS added {added / 2**20:.0f} MB "
                  f"({added / size:.2f}x)")
     return rows
+
+
+class _Int8Linear(torch.nn.Module):
+    """torch.ao's dynamically quantized Linear, then the minialign Linear's fused activation."""
+
+    def __init__(self, quantized, activation):
+        super().__init__()
+        self.quantized, self.activation = quantized, activation
+
+    def forward(self, x):
+        from minialign.linear import ACTIVATIONS
+
+        y = self.quantized(x)
+        return ACTIVATIONS[self.activation][0](y) if self.activation else y
+
+
+def int8_dynamic(model: torch.nn.Module) -> None:
+    """Every minialign Linear of `model`, in place, as torch.ao dynamic int8 quantization (int8 weights,
+    activations quantized per call); quantize_dynamic itself matches nn.Linear by exact type only."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch 2.13 says torch.ao quantization is deprecated
+        for module in list(model.modules()):
+            for name, child in list(module.named_children()):
+                if isinstance(child, Linear):
+                    plain = torch.nn.Linear(child.in_features, child.out_features, bias=child.bias is not None)
+                    plain.load_state_dict(child.state_dict())
+                    plain.qconfig = torch.ao.quantization.default_dynamic_qconfig
+                    setattr(module, name, _Int8Linear(DynamicLinear.from_float(plain), child.activation))
 
 
 # -- many cores: worker processes ---------------------------------------------------------------------

@@ -1,0 +1,228 @@
+"""Ray Data: score, embed and classify datasets beyond one machine (the `ray` extra).
+
+    import ray
+    from minialign.raydata import AlignScoreBatches
+
+    ds = ray.data.read_json("pairs/")                       # rows with "id", "context", "claim"
+    scored = ds.map_batches(AlignScoreBatches, fn_constructor_kwargs={"model": "AlignScore-base"},
+                            concurrency=4, batch_size=256, num_gpus=1)
+
+Each class loads its model once per actor (Ray constructs it once per actor) and maps a batch of rows
+(Ray's default dict of columns, or a pandas DataFrame) to the same columns plus the results: the
+records the file commands write (jobs.py), computed through the batching engine inside the batch.
+Rows are validated as the file commands validate them; a batch with a malformed row raises an
+InputError naming the row's id and field (Ray reports it and stops the dataset).
+
+`run_sharded` is `minialign score|embed|classify --ray`: the dataset is cut into shards by a stable
+hash of each row's id, each shard is mapped and written on its own (to a temporary directory, renamed
+when complete), so a rerun skips the shards already written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import zlib
+from pathlib import Path
+from typing import Any
+
+from .batchfile import InputError, Job, Row, record_values
+
+SETTINGS_FILE = "_minialign.json"  # in the output directory: what produced the shards
+READERS = {".jsonl": "json", ".json": "json", ".ndjson": "json", ".csv": "csv", ".parquet": "parquet"}
+WRITERS = {"parquet": "write_parquet", "jsonl": "write_json"}
+ACTOR_RETRIES = 3  # restarts of a dead model actor, and reruns of the batch it held
+
+
+def _null(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _plain(value):
+    """A column value as Python: numpy scalars to Python scalars (strings stay strings)."""
+    return value.item() if hasattr(value, "item") and not isinstance(value, str) else value
+
+
+class JobBatches:
+    """Maps batches through a Job (jobs.py). Subclasses build the runner and its job once per actor."""
+
+    def __init__(self, job: Job, *, id_field: str = "id"):
+        self.job, self.id_field = job, id_field
+
+    def __call__(self, batch):
+        import numpy as np
+
+        frame = None if isinstance(batch, dict) else batch  # a pandas DataFrame
+        columns = {name: list(batch[name]) for name in (batch if frame is None else batch.columns)}
+        size = len(next(iter(columns.values()))) if columns else 0
+        optional = {self.job.fields[role] for role in self.job.optional}
+        rows, problems = [], []
+        for i in range(size):
+            record = {name: _plain(values[i]) for name, values in columns.items()
+                      if not (name in optional and _null(_plain(values[i])))}
+            values, bad = record_values(record, self.job)
+            row_id = record.get(self.id_field, i)
+            if bad:
+                problems.append(f"row {self.id_field}={row_id!r}: " + "; ".join(bad))
+            rows.append(Row(row_id, i, values))
+        if problems:
+            more = f" (and {len(problems) - 20} more)" if len(problems) > 20 else ""
+            raise InputError("malformed rows in a batch: " + " | ".join(problems[:20]) + more)
+        records = self.job.run(rows) if rows else []
+        results = {key: [r.get(key) for r in records] for key in (records[0] if records else [])}
+        if frame is not None:
+            return frame.assign(**results)
+        out = dict(batch)
+        for key, values in results.items():
+            out[key] = np.asarray(values, dtype=np.float32) if key == self.job.tensor else np.asarray(values)
+        return out
+
+
+def _loading(options: dict) -> dict:
+    """Model options common to every class (from_pretrained keywords), minus Nones."""
+    return {k: v for k, v in options.items() if v is not None}
+
+
+class AlignScoreBatches(JobBatches):
+    """Adds "score" to rows with a context and a claim (AlignScorer)."""
+
+    def __init__(self, model: str = "AlignScore-base", *, context_field: str = "context", claim_field: str = "claim",
+                 id_field: str = "id", **options: Any):
+        from .jobs import score_job
+        from .scorer import AlignScorer
+
+        scorer = AlignScorer.from_pretrained(model, **_loading(options))
+        super().__init__(score_job(scorer, context_field=context_field, claim_field=claim_field, model=str(model)),
+                         id_field=id_field)
+
+
+class MiniCheckBatches(JobBatches):
+    """Adds "score", P(supported), to rows with a context (document) and a claim (MiniCheckScorer)."""
+
+    def __init__(self, model: str = "lytang/MiniCheck-RoBERTa-Large", *, context_field: str = "context",
+                 claim_field: str = "claim", id_field: str = "id", **options: Any):
+        from .jobs import score_job
+        from .minicheck import MiniCheckScorer
+
+        scorer = MiniCheckScorer.from_pretrained(model, **_loading(options))
+        super().__init__(score_job(scorer, context_field=context_field, claim_field=claim_field, model=str(model)),
+                         id_field=id_field)
+
+
+class EmbedBatches(JobBatches):
+    """Adds "embedding" (float32, the model's dimension) to rows with a text (SentenceEncoder)."""
+
+    def __init__(self, model: str, *, text_field: str = "text", normalize: bool = False, id_field: str = "id",
+                 **options: Any):
+        from .embedding import SentenceEncoder
+        from .jobs import embed_job
+
+        encoder = SentenceEncoder.from_pretrained(model, **_loading(options))
+        super().__init__(embed_job(encoder, text_field=text_field, normalize=normalize, model=str(model)),
+                         id_field=id_field)
+
+
+class ClassifyBatches(JobBatches):
+    """Adds "label" and "score_<label>" per label (one-label models: "score") to rows with a text and,
+    optionally, a pair text (Classifier)."""
+
+    def __init__(self, model: str, *, text_field: str = "text", pair_field: str = "pair", activation: str = "auto",
+                 id_field: str = "id", **options: Any):
+        from .classifier import Classifier
+        from .jobs import classify_job
+
+        classifier = Classifier.from_pretrained(model, **_loading(options))
+        super().__init__(classify_job(classifier, text_field=text_field, pair_field=pair_field, activation=activation,
+                                      model=str(model)), id_field=id_field)
+
+
+def shard_of(row_id, shards: int) -> int:
+    """A row's shard: a stable hash of its id (the same in every process and run, unlike hash())."""
+    return zlib.crc32(str(_plain(row_id)).encode("utf-8")) % shards
+
+
+def read_dataset(path: Path):
+    """A Ray dataset of a .jsonl / .csv / .parquet file, or a directory of them (the first file's
+    suffix decides). CSV columns are read as text, as the file commands read them."""
+    import ray
+
+    files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith((".", "_"))) \
+        if path.is_dir() else [path]
+    if not files:
+        raise InputError(f"{path}: no input files")
+    kind = READERS.get(files[0].suffix.lower())
+    if kind is None:
+        raise InputError(f"{files[0]}: unknown format {files[0].suffix!r}; use {', '.join(READERS)}")
+    if kind == "csv":
+        import csv
+
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
+
+        with open(files[0], encoding="utf-8-sig", newline="") as f:
+            header = next(csv.reader(f), [])
+        types = {name: pa.string() for name in header}
+        return ray.data.read_csv([str(f) for f in files],
+                                 convert_options=pacsv.ConvertOptions(column_types=types, strings_can_be_null=False))
+    return getattr(ray.data, f"read_{kind}")([str(f) for f in files])
+
+
+def run_sharded(mapper: type, options: dict[str, Any], *, input: Path, output: Path, id_field: str = "id",
+                shards: int = 16, output_format: str = "parquet", actors: int = 1, batch_rows: int = 256,
+                cpus_per_actor: float | None = None, gpus_per_actor: float | None = None,
+                settings: dict[str, Any] | None = None, echo=print) -> dict[str, int]:
+    """Map `input` through `mapper(**options)` in `shards` shards written under `output`
+    (shard-00000-of-00016/ ...: Ray's files of that shard); shards already there are skipped.
+    Returns {"written": ..., "skipped": ...}. Ray must be initialised (ray.init) by the caller."""
+    if output_format not in WRITERS:
+        raise ValueError(f"output format must be one of {tuple(WRITERS)}, got {output_format!r}")
+    if not isinstance(shards, int) or shards < 1:
+        raise ValueError(f"shards must be a positive int, got {shards!r}")
+    record = {"mapper": mapper.__name__, "options": options, "id_field": id_field, "shards": shards,
+              "format": output_format, **(settings or {})}
+    output.mkdir(parents=True, exist_ok=True)
+    _check_settings(output, json.loads(json.dumps(record, default=str)))
+    dataset = read_dataset(input)
+    names = dataset.schema().names
+    if id_field not in names:
+        raise InputError(f"{input}: no column {id_field!r} (--id-field); a sharded run needs an id per row to "
+                         f"name its results and its shard. Columns: {', '.join(map(repr, names[:20]))}")
+    counts = {"written": 0, "skipped": 0}
+    for shard in range(shards):
+        final = output / f"shard-{shard:05d}-of-{shards:05d}"
+        if final.is_dir():
+            counts["skipped"] += 1
+            continue
+        partial = output / f".partial-{final.name}"
+        shutil.rmtree(partial, ignore_errors=True)
+        part = dataset.filter(lambda row, s=shard: shard_of(row[id_field], shards) == s)
+        remote = {k: v for k, v in (("num_cpus", cpus_per_actor), ("num_gpus", gpus_per_actor)) if v is not None}
+        remote.update(max_restarts=ACTOR_RETRIES, max_task_retries=ACTOR_RETRIES)  # a dead actor: restart, rerun
+        mapped = part.map_batches(mapper, fn_constructor_kwargs=options, concurrency=actors, batch_size=batch_rows,
+                                  **remote)
+        getattr(mapped, WRITERS[output_format])(str(partial))
+        partial.mkdir(exist_ok=True)  # an empty shard is complete too
+        os.replace(partial, final)
+        counts["written"] += 1
+        echo(f"shard {shard + 1}/{shards} written")
+    return counts
+
+
+def _check_settings(output: Path, record: dict) -> None:
+    path = output / SETTINGS_FILE
+    if not path.exists():
+        if any(output.glob("shard-*")):
+            raise InputError(f"{output} holds shards but no {SETTINGS_FILE}; not a directory minialign wrote")
+        path.write_text(json.dumps(record, indent=1, sort_keys=True), encoding="utf-8")
+        return
+    try:
+        before = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: unreadable ({e}); not resuming") from None
+    differ = sorted(k for k in set(before) | set(record) if before.get(k) != record.get(k))
+    if differ:
+        raise InputError(f"{output} was written with other settings ({', '.join(differ)}: "
+                         + "; ".join(f"{k} {before.get(k)!r} then, {record.get(k)!r} now" for k in differ)
+                         + "); use another --output directory")

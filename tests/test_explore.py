@@ -1,0 +1,222 @@
+"""ma.explore: the numbers embedded in the page are the captured tensors; long inputs stay under the
+stated size; the page works in a real browser (headless Chromium), offline."""
+
+from __future__ import annotations
+
+import array
+import base64
+import json
+import os
+import re
+import shutil
+import struct
+import zlib
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import minialign as ma
+from minialign.cli import main
+from minialign.explore import PAGE_LIMIT, QUANT, with_score_function
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def page_data(html: str) -> dict:
+    match = re.search(r'<script type="application/json" id="data">(.*?)</script>', html, re.S)
+    return json.loads(match.group(1).replace("<\\/", "</"))
+
+
+def u16(b64: str) -> torch.Tensor:
+    values = array.array("H")
+    values.frombytes(base64.b64decode(b64))
+    return torch.tensor(values.tolist(), dtype=torch.float32)
+
+
+@pytest.fixture(scope="module")
+def minilm(minilm_dir):
+    return ma.Encoder.from_pretrained(minilm_dir), ma.Tokenizer.from_pretrained(minilm_dir)
+
+
+def _capture(model, tokenizer, text, pair=None, mask=None):
+    batch = tokenizer([text], None if pair is None else [pair])
+    if mask is not None:
+        batch["attention_mask"] = mask
+    with torch.inference_mode(), ma.capture(model) as cap:
+        out = model(**{k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")})
+    return cap, out
+
+
+def test_embedded_numbers_are_the_captured_tensors(minilm):
+    model, tokenizer = minilm
+    text, pair = "The bank raised rates.", "Rates went up at the bank."
+    data = page_data(ma.explore(model, tokenizer, text, pair=pair).html())
+    cap, _ = _capture(model, tokenizer, text, pair)
+    T, L, H = len(data["tokens"]), model.config.num_layers, model.config.num_heads
+    assert data["tokens"][0] == "[CLS]" and T == cap["layers.0.attention.probs"].shape[-1]
+    attention = data["runs"][0]["attention"]
+    assert attention["storage"] == "full"
+    weights = u16(attention["weights"]).view(L, H, T, T) / QUANT
+    probs = torch.cat([cap[f"layers.{i}.attention.probs"] for i in range(L)])
+    assert (weights - probs).abs().max() <= 0.5 / QUANT + 1e-7
+    assert (weights.sum(-1) - 1).abs().max() <= T * 0.5 / QUANT  # rows sum to 1 on the real tokens
+    norms = torch.tensor(data["runs"][0]["norms"])
+    expected = torch.stack([cap["embeddings.norm"][0].norm(dim=-1)] + [cap[f"layers.{i}.output"][0].norm(dim=-1)
+                                                                        for i in range(L)])
+    torch.testing.assert_close(norms, expected, atol=1e-4, rtol=1e-5)
+    word = torch.tensor(data["runs"][0]["parts"]["word"])
+    torch.testing.assert_close(word, cap["embeddings.word"][0].norm(dim=-1), atol=1e-4, rtol=1e-5)
+    cosines = torch.tensor(data["runs"][0]["part_cosines"]["position"])
+    torch.testing.assert_close(cosines[3], F.cosine_similarity(cap["layers.2.output"][0],
+                                                               cap["embeddings.position"][0], dim=-1), atol=1e-4, rtol=0)
+
+
+def test_two_runs_left_only_against_bidirectional(minilm):
+    model, tokenizer = minilm
+    text = "The bank raised rates again."
+    T = len(tokenizer([text])["input_ids"][0])
+    left = ma.masks.left_only_mask(torch.ones(1, T, dtype=torch.bool))
+    data = page_data(ma.explore(model, tokenizer, text, compare_mask=left, labels=("bidirectional", "left-only")).html())
+    a, _ = _capture(model, tokenizer, text)
+    b, _ = _capture(model, tokenizer, text, mask=left)
+    L = model.config.num_layers
+    cos = torch.tensor(data["cosine"])
+    expected = torch.stack([F.cosine_similarity(a[f"layers.{i}.output"][0], b[f"layers.{i}.output"][0], dim=-1)
+                            for i in range(L)])
+    torch.testing.assert_close(cos[1:], expected, atol=1e-4, rtol=0)
+    assert cos[0].min() > 0.9999  # the embeddings do not see the mask
+    weights = u16(data["runs"][1]["attention"]["weights"]).view(L, -1, T, T)
+    assert weights.triu(1).max() == 0  # left-only: no query attends a later key
+    with pytest.raises(ValueError, match=f"compare_mask must be \\({T}, {T}\\)"):
+        ma.explore(model, tokenizer, text, compare_mask=torch.ones(T + 1, T + 1, dtype=torch.bool))
+    with pytest.raises(ValueError, match="text must be a non-empty string"):
+        ma.explore(model, tokenizer, "  ")
+
+
+def test_alignscore_heads(minilm_dir):
+    config = ma.Config(vocab_size=30522, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=40)
+    torch.manual_seed(0)
+    model = ma.AlignModel(config).eval()
+    tokenizer = ma.Tokenizer.from_pretrained(minilm_dir)
+    data = page_data(ma.explore(model, tokenizer, "A claim.", pair="A context.").html())
+    _, out = _capture(model, tokenizer, "A claim.", "A context.")
+    heads = data["runs"][0]["heads"]
+    tri = torch.softmax(out.tri_label_logits, -1)[0]
+    assert data["model"]["class"] == "AlignModel" and len(data["runs"]) == 1 and "cosine" not in data
+    assert heads["tri: aligned"] == pytest.approx(float(tri[0]), abs=1e-6)
+    assert heads["tri: contradiction"] == pytest.approx(float(tri[2]), abs=1e-6)
+    assert heads["reg"] == pytest.approx(float(out.reg_label_logits[0, 0]), abs=1e-6)
+
+
+def test_score_function_swap(minilm):
+    model, tokenizer = minilm
+    text = "The bank raised its rates."
+    location = with_score_function(model, "location")  # its offsets' weights start small: near-uniform attention
+    data = page_data(ma.explore(model, tokenizer, text, compare_model=location).html())
+    assert data["model"]["score_fn"] == "scaled_dot" and len(data["runs"]) == 2
+    assert torch.tensor(data["cosine"])[1:].min() < 0.99  # another score function: other states
+    general = with_score_function(model, "general")  # starts as the scaled dot product (model.init_parameter)
+    same = page_data(ma.explore(model, tokenizer, text, compare_model=general).html())
+    assert torch.tensor(same["cosine"]).min() > 0.9999
+
+
+def test_a_512_token_input_on_12x12_heads_stays_under_the_page_limit(minilm_dir):
+    config = ma.Config(vocab_size=30522, hidden_size=96, num_layers=12, num_heads=12, intermediate_size=96)
+    model = ma.Encoder(config).eval()
+    tokenizer = ma.Tokenizer.from_pretrained(minilm_dir)
+    text = " ".join(f"word{i % 50} and more" for i in range(400))
+    page = ma.explore(model, tokenizer, text, max_length=512).html()
+    data = page_data(page)
+    T = len(data["tokens"])
+    assert T == 512 and data["truncated"] > 0
+    assert len(page.encode()) < PAGE_LIMIT
+    attention = data["runs"][0]["attention"]
+    assert attention["storage"] == "topk" and attention["k"] >= 4
+    cap, _ = _capture(model, tokenizer, text)
+    probs = cap["layers.5.attention.probs"][0, 7]  # layer 5, head 7
+    k = attention["k"]
+    kept = (u16(attention["weights"]).view(12, 12, T, k) / QUANT)[5, 7]
+    index = u16(attention["index"]).view(12, 12, T, k)[5, 7].long()
+    assert (kept - probs.gather(-1, index)).abs().max() <= 0.5 / QUANT + 1e-7  # the captured weights
+    assert (kept[:, 0] - probs.max(-1).values).abs().max() <= 0.5 / QUANT + 1e-7  # the strongest first
+
+
+def _png_pixels(png: bytes) -> list[bytes]:
+    """Rows of RGB(A) pixels of an 8-bit non-interlaced PNG (what Chromium's screenshots are)."""
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, header = 8, b"", None
+    while pos < len(png):
+        length, kind = struct.unpack(">I4s", png[pos:pos + 8])
+        body = png[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    width, height, depth, colour, _, _, interlace = header
+    assert depth == 8 and interlace == 0 and colour in (2, 6)
+    bpp = 3 if colour == 2 else 4
+    raw, stride, rows, prev = zlib.decompress(idat), width * bpp, [], bytearray(width * bpp)
+    for y in range(height):
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b, c = prev[i], prev[i - bpp] if i >= bpp else 0
+            if kind == 1:
+                line[i] = (line[i] + a) & 255
+            elif kind == 2:
+                line[i] = (line[i] + b) & 255
+            elif kind == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append(bytes(line))
+        prev = line
+    return rows
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install chromium; CI installs it)")
+def test_the_page_in_headless_chromium(tmp_path, minilm_dir, minilm):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (the test extra) is not installed")
+    out = tmp_path / "explore.html"
+    assert main(["explore", "--model", str(minilm_dir), "--text", "The bank raised rates.", "--pair",
+                 "Rates at the bank went up.", "--mask", "left-only", "--output", str(out)]) == 0
+    url = out.resolve().as_uri()
+    requests, errors = [], []
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 1400})
+            page.on("request", lambda r: requests.append(r.url))
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(url)
+            page.wait_for_selector("body[data-ready='1']", timeout=20000)
+            drawn = lambda: page.eval_on_selector("#head-canvas", "c => [c.dataset.drawn, c.toDataURL()]")  # noqa: E731
+            before = drawn()
+            page.select_option("#layer", "3")
+            after = drawn()
+            assert before[0] != after[0] and before[1] != after[1]  # another layer, other lines
+            page.check("#heads input[data-head='2']")  # a second head, in its own colour
+            assert drawn()[1] != after[1]
+            page.click("#grid canvas[title='layer 2, head 5']")
+            assert page.text_content("#zoom-title").endswith("layer 2, head 5 (rows: queries, columns: keys)")
+            assert page.is_visible("#diff-section")
+            shot = tmp_path / "explore.png"
+            page.screenshot(path=str(shot), full_page=False)
+        finally:
+            browser.close()
+    assert errors == []
+    assert requests == [url]  # the page itself, nothing else
+    rows = _png_pixels(shot.read_bytes())
+    colours = {row[i:i + 3] for row in rows[::7] for i in range(0, len(row), 4 * 7)}
+    assert len(colours) > 20  # drawn content, not a blank page
+    if os.environ.get("MINIALIGN_SCREENSHOT"):  # how README's picture is made
+        shutil.copyfile(shot, os.environ["MINIALIGN_SCREENSHOT"])

@@ -1,0 +1,134 @@
+"""Ray Data on a local Ray runtime (2 CPUs, this machine only): the map_batches classes and the
+sharded `--ray` commands give what the single-process paths give, row for row; a rerun skips written
+shards; an actor killed mid-run loses no row and duplicates none."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ray = pytest.importorskip("ray")
+pa_parquet = pytest.importorskip("pyarrow.parquet")
+
+import minialign as ma  # noqa: E402
+from minialign.batchfile import InputError  # noqa: E402
+from minialign.cli import main  # noqa: E402
+from minialign.raydata import ClassifyBatches, EmbedBatches, run_sharded, shard_of  # noqa: E402
+from test_classifier import save_classifier  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+TEXTS = [("word " * (1 + (i * 7) % 30)) + f"number {i}" for i in range(40)]
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
+             configure_logging=False)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the test's own mapper goes by value
+    yield
+    ray.shutdown()
+
+
+def _rows(directory: Path) -> list[dict]:
+    return [row for f in sorted(directory.rglob("*.parquet")) for row in pa_parquet.read_table(f).to_pylist()]
+
+
+def _write_texts(path: Path) -> Path:
+    path.write_text("".join(json.dumps({"id": f"t{i}", "text": t}) + "\n" for i, t in enumerate(TEXTS)))
+    return path
+
+
+def test_cli_embed_on_ray_equals_one_process_and_resumes_by_shard(tmp_path, minilm_dir, local_ray, capsys):
+    rows, out = _write_texts(tmp_path / "texts.jsonl"), tmp_path / "embedded"
+    command = ["embed", "--ray", "--model", str(minilm_dir), "--input", str(rows), "--output", str(out),
+               "--shards", "3", "--batch-rows", "8"]
+    assert main(command) == 0
+    expected = ma.SentenceEncoder.from_pretrained(minilm_dir).encode(TEXTS)
+    got = {row["id"]: row for row in _rows(out)}
+    assert sorted(got) == sorted(f"t{i}" for i in range(len(TEXTS)))  # every id once
+    assert len(_rows(out)) == len(TEXTS)
+    for i, text in enumerate(TEXTS):
+        assert got[f"t{i}"]["text"] == text
+        torch.testing.assert_close(torch.tensor(got[f"t{i}"]["embedding"]), expected[i], atol=1e-5, rtol=0)
+    shards = sorted(p.name for p in out.iterdir() if p.name.startswith("shard-"))
+    assert shards == [f"shard-{k:05d}-of-00003" for k in range(3)]
+    for k in range(3):  # each shard holds exactly its ids
+        assert all(shard_of(r["id"], 3) == k for r in _rows(out / shards[k]))
+
+    capsys.readouterr()
+    assert main(command) == 0  # a rerun: nothing left to do
+    err = capsys.readouterr().err
+    assert "embedded 0 shard(s)" in err and "3 already there" in err
+    shutil.rmtree(out / shards[1])  # as if the run had stopped before the last shard
+    assert main(command) == 0
+    assert sorted(r["id"] for r in _rows(out)) == sorted(got)
+
+    with pytest.raises(InputError, match="other settings.*shards 3 then, 4 now"):
+        main(command[:-4] + ["--shards", "4", "--batch-rows", "8"])
+
+
+def test_map_batches_classify_pandas_and_numpy_batches(tmp_path, minilm_dir, local_ray):
+    model_dir = tmp_path / "clf"
+    save_classifier(model_dir, "bert", 3, minilm_dir)
+    texts = TEXTS[:12]
+    pairs = [None if i % 3 == 0 else f"pair text {i}" for i in range(12)]
+    records = [{"id": i, "text": t, **({} if p is None else {"pair": p})} for i, (t, p) in enumerate(zip(texts, pairs))]
+    clf = ma.Classifier.from_pretrained(model_dir)
+    for batch_format in ("pandas", "numpy"):
+        ds = ray.data.from_items(records).map_batches(ClassifyBatches, fn_constructor_kwargs={"model": str(model_dir)},
+                                                      concurrency=1, batch_size=5, batch_format=batch_format)
+        out = sorted(ds.take_all(), key=lambda r: r["id"])
+        assert [r["id"] for r in out] == list(range(12))
+        for r, text, pair in zip(out, texts, pairs):
+            scores = clf.predict([text], None if pair is None else [pair])[0]
+            assert r["label"] == clf.labels[int(scores.argmax())]
+            got = torch.tensor([r[f"score_{label}"] for label in clf.labels], dtype=torch.float32)
+            torch.testing.assert_close(got, scores, atol=1e-5, rtol=0)
+
+
+def test_malformed_rows_are_named_by_id(minilm_dir, local_ray):
+    ds = ray.data.from_items([{"id": "a", "text": "fine"}, {"id": "b", "text": ""}, {"id": "c", "text": 5}])
+    with pytest.raises(Exception, match=r"row id='c': field 'text' is not a string"):
+        ds.map_batches(EmbedBatches, fn_constructor_kwargs={"model": str(minilm_dir)}, concurrency=1).take_all()
+
+
+class DyingEmbed(EmbedBatches):
+    """Exits its actor's process the first time it sees row t7 (a marker file records that it did)."""
+
+    def __init__(self, marker: str, **options):
+        super().__init__(**options)
+        self.marker = Path(marker)
+
+    def __call__(self, batch):
+        if "t7" in list(batch["id"]) and not self.marker.exists():
+            self.marker.write_text(str(os.getpid()))
+            os._exit(1)
+        return super().__call__(batch)
+
+
+def test_an_actor_killed_mid_run_loses_no_row_and_duplicates_none(tmp_path, minilm_dir, local_ray):
+    rows, out, marker = _write_texts(tmp_path / "texts.jsonl"), tmp_path / "out", tmp_path / "died"
+    counts = run_sharded(DyingEmbed, {"marker": str(marker), "model": str(minilm_dir)}, input=rows, output=out,
+                         shards=1, batch_rows=4, echo=lambda line: None)
+    assert counts == {"written": 1, "skipped": 0}
+    assert marker.exists()  # an actor did die holding t7's batch
+    ids = [r["id"] for r in _rows(out)]
+    assert sorted(ids) == sorted(f"t{i}" for i in range(len(TEXTS)))  # none lost, none twice
+
+
+def test_a_sharded_run_needs_ids_and_a_known_format(tmp_path, minilm_dir, local_ray):
+    no_ids = tmp_path / "no_ids.jsonl"
+    no_ids.write_text(json.dumps({"text": "a"}) + "\n")
+    with pytest.raises(InputError, match="no column 'id'"):
+        run_sharded(EmbedBatches, {"model": str(minilm_dir)}, input=no_ids, output=tmp_path / "o1")
+    odd = tmp_path / "rows.txt"
+    odd.write_text("x\n")
+    with pytest.raises(InputError, match="unknown format '.txt'"):
+        run_sharded(EmbedBatches, {"model": str(minilm_dir)}, input=odd, output=tmp_path / "o2")
