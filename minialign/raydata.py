@@ -54,8 +54,10 @@ class JobBatches:
     def __call__(self, batch):
         import numpy as np
 
-        frame = None if isinstance(batch, dict) else batch  # a pandas DataFrame
-        columns = {name: list(batch[name]) for name in (batch if frame is None else batch.columns)}
+        frame = None if isinstance(batch, dict) else batch  # a pandas DataFrame: its missing values as None
+        columns = ({name: list(batch[name]) for name in batch} if frame is None else
+                   {name: [v if present else None for v, present in zip(frame[name], frame[name].notna())]
+                    for name in frame.columns})
         size = len(next(iter(columns.values()))) if columns else 0
         optional = {self.job.fields[role] for role in self.job.optional}
         rows, problems = [], []
@@ -199,9 +201,9 @@ def run_sharded(mapper: type, options: dict[str, Any], *, input: Path, output: P
         shutil.rmtree(partial, ignore_errors=True)
         part = dataset.filter(lambda row, s=shard: shard_of(row[id_field], shards) == s)
         remote = {k: v for k, v in (("num_cpus", cpus_per_actor), ("num_gpus", gpus_per_actor)) if v is not None}
-        remote.update(max_restarts=ACTOR_RETRIES, max_task_retries=ACTOR_RETRIES)  # a dead actor: restart, rerun
         mapped = part.map_batches(mapper, fn_constructor_kwargs=options, concurrency=actors, batch_size=batch_rows,
-                                  **remote)
+                                  max_restarts=ACTOR_RETRIES, max_task_retries=ACTOR_RETRIES,  # a dead actor:
+                                  **remote)                                                     # restart, rerun
         getattr(mapped, WRITERS[output_format])(str(partial))
         partial.mkdir(exist_ok=True)  # an empty shard is complete too
         os.replace(partial, final)
