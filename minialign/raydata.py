@@ -34,6 +34,10 @@ SETTINGS_FILE = "_minialign.json"  # in the output directory: what produced the 
 READERS = {".jsonl": "json", ".json": "json", ".ndjson": "json", ".csv": "csv", ".parquet": "parquet"}
 WRITERS = {"parquet": "write_parquet", "jsonl": "write_json"}
 ACTOR_RETRIES = 3  # restarts of a dead model actor, and reruns of the batch it held
+# Reading, sharding and writing reserve no CPU: they are light, and tasks that wait for a CPU the model
+# actors hold would never run (Ray Data reserves the actors' CPUs first; seen here: a run with actors on
+# every CPU waited forever for its read task).
+IO_TASK_CPUS = 0
 
 
 def _null(value) -> bool:
@@ -166,9 +170,9 @@ def read_dataset(path: Path):
         with open(files[0], encoding="utf-8-sig", newline="") as f:
             header = next(csv.reader(f), [])
         types = {name: pa.string() for name in header}
-        return ray.data.read_csv([str(f) for f in files],
+        return ray.data.read_csv([str(f) for f in files], num_cpus=IO_TASK_CPUS,
                                  convert_options=pacsv.ConvertOptions(column_types=types, strings_can_be_null=False))
-    return getattr(ray.data, f"read_{kind}")([str(f) for f in files])
+    return getattr(ray.data, f"read_{kind}")([str(f) for f in files], num_cpus=IO_TASK_CPUS)
 
 
 def run_sharded(mapper: type, options: dict[str, Any], *, input: Path, output: Path, id_field: str = "id",
@@ -199,12 +203,12 @@ def run_sharded(mapper: type, options: dict[str, Any], *, input: Path, output: P
             continue
         partial = output / f".partial-{final.name}"
         shutil.rmtree(partial, ignore_errors=True)
-        part = dataset.filter(lambda row, s=shard: shard_of(row[id_field], shards) == s)
+        part = dataset.filter(lambda row, s=shard: shard_of(row[id_field], shards) == s, num_cpus=IO_TASK_CPUS)
         remote = {k: v for k, v in (("num_cpus", cpus_per_actor), ("num_gpus", gpus_per_actor)) if v is not None}
         mapped = part.map_batches(mapper, fn_constructor_kwargs=options, concurrency=actors, batch_size=batch_rows,
                                   max_restarts=ACTOR_RETRIES, max_task_retries=ACTOR_RETRIES,  # a dead actor:
                                   **remote)                                                     # restart, rerun
-        getattr(mapped, WRITERS[output_format])(str(partial))
+        getattr(mapped, WRITERS[output_format])(str(partial), ray_remote_args={"num_cpus": IO_TASK_CPUS})
         partial.mkdir(exist_ok=True)  # an empty shard is complete too
         os.replace(partial, final)
         counts["written"] += 1
