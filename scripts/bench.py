@@ -740,7 +740,7 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
         "CPU, after a warm-up). `sdpa compiled` is `model.compile()` (its compile time is not counted). "
         "tokens/s counts real tokens; `vs hf sdpa` is the speed ratio against transformers' sdpa in the same "
         "run; GFLOP/s is useful work (real tokens only) and `of ceiling` its fraction of the same dtype's "
-        "matmul ceiling, an F.linear timed in the same rounds as the models.\n\n"
+        "matmul ceiling (the faster of F.linear and minialign's Linear, timed in the same rounds as the models). `onnxruntime (transformers export)`: transformers' model exported with torch.onnx and run by ONNX Runtime's CPU provider with the same threads (fp32 on CPU only; the `bench` extra).\n\n"
         + _table(encoder_rows, ["model", "dtype", "batch", "impl", "tokens/s", "vs hf sdpa", "GFLOP/s", "of ceiling"],
                  {"tokens/s": ".0f", "vs hf sdpa": ".2f", "GFLOP/s": ".1f", "of ceiling": ".0%"}),
         f"## AlignScore scoring (nli_sp, roberta-base shape, {6 if quick else 12} examples of the seeded "
