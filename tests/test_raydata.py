@@ -19,8 +19,10 @@ pa_parquet = pytest.importorskip("pyarrow.parquet")
 import minialign as ma  # noqa: E402
 from minialign.batchfile import InputError  # noqa: E402
 from minialign.cli import main  # noqa: E402
-from minialign.raydata import ClassifyBatches, EmbedBatches, run_sharded, shard_of  # noqa: E402
+from minialign.raydata import (AlignScoreBatches, ClassifyBatches, EmbedBatches, MiniCheckBatches,  # noqa: E402
+                               run_sharded, shard_of)
 from test_classifier import save_classifier  # noqa: E402
+from test_scorer import CORPUS, tiny_alignscore  # noqa: E402, F401  (a fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -92,6 +94,24 @@ def test_map_batches_classify_pandas_and_numpy_batches(tmp_path, minilm_dir, loc
             assert r["label"] == clf.labels[int(scores.argmax())]
             got = torch.tensor([r[f"score_{label}"] for label in clf.labels], dtype=torch.float32)
             torch.testing.assert_close(got, scores, atol=1e-5, rtol=0)
+
+
+def test_map_batches_alignscore_and_minicheck_equal_their_scorers(tmp_path, tiny_alignscore, minilm_dir, local_ray):
+    path, backbone, _ = tiny_alignscore
+    records = [{"id": i, "context": c, "claim": q} for i, (c, q) in enumerate(CORPUS)]
+    contexts, claims = [r["context"] for r in records], [r["claim"] for r in records]
+    minicheck_dir = tmp_path / "minicheck"
+    save_classifier(minicheck_dir, "bert", 2, minilm_dir)
+    runs = [(AlignScoreBatches, {"model": str(path), "backbone": str(backbone)},
+             ma.AlignScorer.from_pretrained(path, backbone=str(backbone))),
+            (MiniCheckBatches, {"model": str(minicheck_dir)}, ma.MiniCheckScorer.from_pretrained(minicheck_dir))]
+    for mapper, options, scorer in runs:
+        out = ray.data.from_items(records).map_batches(mapper, fn_constructor_kwargs=options, concurrency=1,
+                                                       batch_size=3).take_all()
+        got = {r["id"]: r["score"] for r in out}
+        expected = scorer.score(contexts, claims, warn_truncation=False)
+        assert sorted(got) == list(range(len(records)))
+        assert max(abs(got[i] - e) for i, e in enumerate(expected)) <= 1e-6
 
 
 def test_malformed_rows_are_named_by_id(minilm_dir, local_ray):
