@@ -177,6 +177,19 @@ class Pooler(nn.Module):
         return pooled
 
 
+class Pretrained(nn.Module):
+    """A model class that loads from any supported source through the contract it declares
+    (checkpoint_prefix, initialisable, skipped_weights; see loading.build)."""
+
+    @classmethod
+    def from_pretrained(cls, src: str, **kwargs):
+        """Load from a local HF dir, a hub id, a minialign dir or an AlignScore .ckpt, in eval mode
+        (keywords: loading.load)."""
+        from .loading import load
+
+        return load(cls, src, **kwargs)
+
+
 @dataclass
 class EncoderOutput:
     last_hidden_state: Tensor  # (B, L, C); (B, 1, C) when only the first tokens were computed
@@ -185,7 +198,7 @@ class EncoderOutput:
     attentions: tuple[Tensor, ...] | None = None  # one (B, H, L, L) per layer
 
 
-class Encoder(nn.Module):
+class Encoder(Pretrained):
     """BERT / RoBERTa encoder: embeddings, a stack of encoder layers, pooler."""
 
     # Loading contract (loading.build): where this model's weights sit among a checkpoint's tensors
@@ -213,13 +226,6 @@ class Encoder(nn.Module):
             self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_layers))
             self.pooler = Pooler(config) if pooler else None
             init_weights(self, config, seed)
-
-    @classmethod
-    def from_pretrained(cls, src: str, **kwargs) -> Encoder:
-        """Load from a local HF dir, a hub id, a minialign dir or an AlignScore .ckpt (see loading.load)."""
-        from .loading import load
-
-        return load(cls, src, **kwargs)
 
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
@@ -334,7 +340,7 @@ class AlignOutput:
     attentions: tuple[Tensor, ...] | None = None
 
 
-class AlignModel(nn.Module):
+class AlignModel(Pretrained):
     """AlignScore's BERTAlignModel: an Encoder, the MLM head and three heads on the pooled first token."""
 
     checkpoint_prefix = ""  # see Encoder: a checkpoint's tensors are under AlignModel's names
@@ -358,13 +364,6 @@ class AlignModel(nn.Module):
             self.reg_layer = Linear(config.hidden_size, 1)
             heads = nn.ModuleList([self.mlm_head, self.bin_layer, self.tri_layer, self.reg_layer])
             init_weights(heads, config, None if seed is None else seed + 1)
-
-    @classmethod
-    def from_pretrained(cls, src: str, **kwargs) -> AlignModel:
-        """Load from an AlignScore .ckpt, a minialign dir, a local HF dir or a hub id (see loading.load)."""
-        from .loading import load
-
-        return load(cls, src, **kwargs)
 
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
@@ -420,7 +419,7 @@ class ClassifierOutput:
     attentions: tuple[Tensor, ...] | None = None
 
 
-class ClassifierModel(nn.Module):
+class ClassifierModel(Pretrained):
     """BertForSequenceClassification / RobertaForSequenceClassification: an Encoder (with a pooler
     for BERT only) and the ClassificationHead on its first token."""
 
@@ -443,13 +442,6 @@ class ClassifierModel(nn.Module):
         with torch.random.fork_rng(devices=[], enabled=seed is not None):
             self.classifier = ClassificationHead(config)
             init_weights(self.classifier, config, None if seed is None else seed + 1)
-
-    @classmethod
-    def from_pretrained(cls, src: str, **kwargs) -> ClassifierModel:
-        """Load a *ForSequenceClassification checkpoint (HF dir, hub id, minialign dir; see loading.load)."""
-        from .loading import load
-
-        return load(cls, src, **kwargs)
 
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
