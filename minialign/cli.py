@@ -48,7 +48,8 @@ def _dtype(args: argparse.Namespace):
     from .loading import auto_compute_dtype, resolve_device
 
     compute = auto_compute_dtype(resolve_device(args.device))
-    print("dtype auto: " + ("bf16 matmuls with fp32 weights, LayerNorm, softmax and heads (bf16 is native here)"
+    print("dtype auto: " + ("bf16 matmuls with fp32 weights (attention output and FFN down projections; "
+                            "the rest fp32; bf16 is native here)"
                             if compute is not None else "fp32 (no native bf16 here)"), file=sys.stderr)
     return "auto"
 
@@ -225,7 +226,8 @@ def _common(p: argparse.ArgumentParser, *, batch: str) -> None:
                    help="most tokens in one forward pass (default: 2048 on CPU, 65536 on GPU)")
     p.add_argument("--device", default=None, help="cpu (default), cuda, cuda:N or mps")
     p.add_argument("--dtype", choices=(*DTYPES, "auto"),
-                   help="weights' dtype (default fp32); auto: bf16 matmuls with fp32 weights where bf16 is native")
+                   help="weights' dtype (default fp32); auto: fp32 weights, the attention output and FFN down "
+                        "matmuls in bf16 where bf16 is native")
     p.add_argument("--workers", type=int, default=1,
                    help="model processes on the CPU, each with cores/N threads (default 1; see BENCHMARKS.md)")
     ray = p.add_argument_group("Ray Data (the ray extra; README: Ray Data)")

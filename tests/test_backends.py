@@ -236,13 +236,21 @@ def test_packed_and_first_tokens_with_every_score_form(score_fn, backend):
 
 @pytest.mark.parametrize("native", [True, False])
 def test_dtype_auto_is_bf16_matmuls_only_where_native(pair, monkeypatch, native):
-    """dtype="auto": fp32 weights; on hardware with native bf16 the layers' matmuls run in bf16 under
-    autocast (outputs fp32, close to fp32 within transformers' own bf16 error); elsewhere fp32 throughout."""
+    """dtype="auto": fp32 weights; on hardware with native bf16 the matmuls of EncoderLayer.MIXED_PRECISION
+    (the attention output and FFN down projections) run in bf16 and nothing else does (outputs fp32,
+    close to fp32 within transformers' own bf16 error); elsewhere fp32 throughout."""
+    from minialign.linear import Linear
+    from minialign.model import EncoderLayer
+
     hf, directory = pair
     monkeypatch.setattr(ma.loading, "cpu_has_native", lambda dtype, unknown=True: native)
     auto = ma.Encoder.from_pretrained(directory, dtype="auto")
     assert {p.dtype for p in auto.parameters()} == {torch.float32}
     assert auto.compute_dtype == (torch.bfloat16 if native else None)
+    mixed = {name for name, m in auto.named_modules() if isinstance(m, Linear) and m.compute_dtype is not None}
+    assert EncoderLayer.MIXED_PRECISION == ("attention.output", "ffn.down")
+    assert mixed == ({f"layers.{i}.{n}" for i in range(len(auto.layers)) for n in EncoderLayer.MIXED_PRECISION}
+                     if native else set())
     fp32 = ma.Encoder.from_pretrained(directory)
     ids, mask = _batch(hf.config)
     real = mask.bool()

@@ -95,3 +95,47 @@ def test_encoder_with_and_without_packing_agree(monkeypatch):
         monkeypatch.setattr(Linear, "prepack", False)
         plain = model(ids).last_hidden_state
     torch.testing.assert_close(packed, plain, atol=1e-5, rtol=1e-5)
+
+
+def _bf16_reference(layer: Linear, x: torch.Tensor) -> torch.Tensor:
+    """Mixed precision's formula: input and weight rounded to bf16, products summed in fp64 here."""
+    rounded = lambda t: t.to(torch.bfloat16).double()  # noqa: E731
+    y = F.linear(rounded(x), rounded(layer.weight), layer.bias.double())
+    return ACTIVATIONS[layer.activation][0](y) if layer.activation else y
+
+
+@pytest.mark.parametrize("activation", [None, "gelu"])
+def test_compute_dtype_rounds_input_and_weight_and_keeps_the_weight(activation):
+    layer, x = _layer(activation), torch.randn(9, 48)
+    stored = layer.weight.detach().clone()
+    layer.compute_dtype = torch.bfloat16
+    with torch.inference_mode():
+        y = layer(x)
+    assert y.dtype == torch.bfloat16 and layer._packed is not None
+    torch.testing.assert_close(y.double(), _bf16_reference(layer, x), atol=1e-2, rtol=8e-3)  # bf16 output rounding
+    assert layer.weight.dtype == torch.float32 and torch.equal(layer.weight, stored)
+    assert set(layer.state_dict()) == {"weight", "bias"} and layer.state_dict()["weight"].dtype == torch.float32
+    layer.compute_dtype = None  # back to fp32: the fp32 formula again, from a new packed copy
+    with torch.inference_mode():
+        torch.testing.assert_close(layer(x).double(), _reference(layer, x), atol=2e-5, rtol=1e-5)
+
+
+def test_compute_dtype_trains_the_fp32_weight():
+    layer, x = _layer(), torch.randn(5, 48)
+    layer.compute_dtype = torch.bfloat16
+    y = layer(x)
+    assert y.dtype == torch.bfloat16 and layer._packed is None
+    y.float().sum().backward()
+    assert layer.weight.grad.dtype == torch.float32
+    expected = x.to(torch.bfloat16).float().sum(0).expand(80, 48)  # d sum(x W^T) / dW, x rounded to bf16
+    torch.testing.assert_close(layer.weight.grad, expected, atol=2e-2, rtol=1e-2)
+
+
+def test_a_layer_after_a_mixed_precision_one_takes_its_output():
+    first, second = _layer("gelu"), Linear(80, 16)
+    first.compute_dtype = torch.bfloat16
+    x = torch.randn(3, 48)
+    with torch.inference_mode():
+        y = second(first(x))
+        assert y.dtype == torch.float32
+        torch.testing.assert_close(y, second(first(x).float()), atol=0, rtol=0)
