@@ -21,6 +21,34 @@ def test_scoring_corpus_length_mix():
     assert bench.scoring_corpus(30) == (contexts, claims)  # seeded
 
 
+def test_trained_model_task_labels_follow_their_definition():
+    """scripts/trained_alignscore.py: an aligned claim is a context sentence (maybe a word shorter), a
+    contradiction replaces 30-60% of one, a neutral one is new words."""
+    import random
+
+    import trained_alignscore as task
+
+    rng = random.Random(3)
+    for _ in range(60):
+        context = bench._text(rng, 20, 60)
+        sentences = [s.rstrip(".").lower().split() for s in task._sentences(context)]
+        for label in (task.ALIGNED, task.CONTRADICTION):
+            claim = task.claim_for(rng, context, label).rstrip(".").lower().split()
+            # the source sentence: the one the claim keeps most words of, in place
+            kept = max(sum(a == b for a, b in zip(claim, s)) for s in sentences if len(s) == len(claim)) \
+                if any(len(s) == len(claim) for s in sentences) else None
+            if label == task.ALIGNED:
+                assert any(claim == s or (len(s) == len(claim) + 1 and any(claim == s[:i] + s[i + 1:]
+                                                                           for i in range(len(s))))
+                           for s in sentences)
+            else:
+                assert kept is not None and 0.3 - 1 / len(claim) <= 1 - kept / len(claim) <= 0.6 + 1 / len(claim)
+        neutral = task.claim_for(rng, context, task.NEUTRAL).rstrip(".").lower().split()
+        assert 8 <= len(neutral) <= 16 and set(neutral) <= set(bench._WORDS)
+    contexts, claims, labels = task.training_pairs(30, seed=1)
+    assert sorted(labels) == [0] * 10 + [1] * 10 + [2] * 10 and task.training_pairs(30, seed=1)[1] == claims
+
+
 def test_encoder_flops_counts_matmuls_per_token_and_attention():
     config = Config(vocab_size=10, hidden_size=8, num_layers=2, num_heads=2, intermediate_size=16)
     # per layer and token: q, k, v, output (4 C^2) and up, down (2 C I) multiply-adds; QK^T and PV: 2 L C

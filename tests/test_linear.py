@@ -139,3 +139,14 @@ def test_a_layer_after_a_mixed_precision_one_takes_its_output():
         y = second(first(x))
         assert y.dtype == torch.float32
         torch.testing.assert_close(y, second(first(x).float()), atol=0, rtol=0)
+
+
+def test_compute_dtype_without_packing_is_f_linear_on_rounded_tensors(monkeypatch):
+    layer, x = _layer("gelu"), torch.randn(6, 48)
+    layer.compute_dtype = torch.bfloat16
+    monkeypatch.setattr(Linear, "prepack", False)
+    with torch.inference_mode():
+        y = layer(x)
+    bf16 = torch.bfloat16
+    assert layer._packed is None
+    assert torch.equal(y, F.gelu(F.linear(x.to(bf16), layer.weight.to(bf16), layer.bias.to(bf16))))
