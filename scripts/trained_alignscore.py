@@ -25,6 +25,7 @@ import os
 import random
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -106,14 +107,12 @@ def trained_alignscore(*, echo=print) -> tuple[AlignModel, Tokenizer]:
     source = minilm_dir()
     tokenizer = Tokenizer.from_pretrained(source)
     cached = CACHE / f"alignscore-minilm-{_key()}.safetensors"
-    if cached.exists():
-        model = AlignModel.from_pretrained(source)
-        model.load_state_dict(load_file(cached))
-        return model.eval(), tokenizer
-    import warnings
     with warnings.catch_warnings():  # the heads are new: from_pretrained warns that it initialised them
         warnings.simplefilter("ignore")
         model = AlignModel.from_pretrained(source)
+    if cached.exists():
+        model.load_state_dict(load_file(cached))
+        return model.eval(), tokenizer
     torch.manual_seed(RECIPE["seed"])
     steps, batch = RECIPE["steps"], RECIPE["batch"]
     warmup = min(RECIPE["warmup"], steps // 2 + 1)
