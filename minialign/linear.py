@@ -55,14 +55,15 @@ class Linear(nn.Linear):
         function, fused = ACTIVATIONS[self.activation] if self.activation else (None, None)
         if self.compute_dtype is not None or not torch.is_autocast_enabled(x.device.type):
             x = x.to(self.compute_dtype or self.weight.dtype)  # e.g. after a mixed-precision layer
-        if self._caches(x) and x.device.type == "cpu":
+        cached = self._caches(x)
+        if cached and x.device.type == "cpu":
             attr, algorithm = fused or ("none", "")
             y = torch.ops.mkldnn._linear_pointwise(x, self.inference_weight(), self.bias, attr, [], algorithm)
             return y if fused or function is None else function(y)
         if self.compute_dtype is None:
             y = F.linear(x, self.weight, self.bias)
         else:
-            weight = self.inference_weight() if self._caches(x) else self.weight.to(self.compute_dtype)
+            weight = self.inference_weight() if cached else self.weight.to(self.compute_dtype)
             y = F.linear(x, weight, None if self.bias is None else self.bias.to(self.compute_dtype))
         return function(y) if function is not None else y
 

@@ -33,7 +33,7 @@ from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench import _WORDS, _sentence, _text  # noqa: E402  (the scoring corpus's vocabulary)
+from bench import _WORDS, _text  # noqa: E402  (the scoring corpus's vocabulary)
 
 from minialign.losses import alignscore_losses  # noqa: E402
 from minialign.model import AlignModel  # noqa: E402
