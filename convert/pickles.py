@@ -64,10 +64,30 @@ _restricted.UnpicklingError = pickle.UnpicklingError
 _restricted.__name__ = "pickle"  # torch.load only inspects the name to pick the default protocol
 
 
+def _not_a_checkpoint(path: Path) -> str | None:
+    """Why `path` cannot be a torch checkpoint, from its first bytes, or None if it may be one. torch.save
+    writes a zip archive (since torch 1.6) or, in the legacy format, a pickle of protocol 2 or more,
+    which starts with the PROTO opcode 0x80."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError:  # missing, a directory, unreadable: torch.load says which
+        return None
+    if not head:
+        return f"{path} is empty, not a torch checkpoint"
+    if head.startswith(b"PK"):
+        return f"{path} is a damaged zip archive (truncated or corrupt), not a readable torch checkpoint"
+    if head[0] != 0x80:
+        return f"{path} is not a torch checkpoint (neither a zip archive nor a torch pickle; it begins {head!r})"
+    return None
+
+
 def load_pickle(path: str | Path) -> Any:
     """Load a torch pickle without running any code it names. Raises CheckpointError."""
     path = Path(path)
     mmap = zipfile.is_zipfile(path)  # only the zip format can be memory-mapped
+    if not mmap and (problem := _not_a_checkpoint(path)):
+        raise CheckpointError(problem)
     try:
         try:
             return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)

@@ -1,5 +1,15 @@
 """minialign: a hand-written PyTorch BERT/RoBERTa encoder and AlignScore's alignment model."""
 
+import warnings
+
+# torch warns "Failed to initialize NumPy: No module named 'numpy'" as it is imported without numpy, which
+# minialign neither needs nor depends on. The warning is raised inside `import torch`, and this package's
+# first import (convert, below) imports torch: a filter set later, in cli.main, would come too late, since
+# both entry points (the `minialign` script and `python -m minialign`) import this package first. It matches
+# that message only, so a numpy that is installed but broken still warns. The one global this import sets.
+warnings.filterwarnings("ignore", message=r"Failed to initialize NumPy: No module named 'numpy'",
+                        category=UserWarning)
+
 from .convert import CheckpointError
 
 from . import masks

@@ -8,7 +8,10 @@ rows), each row whole and flushed, so an interrupted run leaves only complete ro
 continues after the last complete row, after checking that the output holds the first rows of
 this input, made with the same settings (recorded beside the output when it is created).
 Outputs: .jsonl (any job), .csv (jobs with flat columns), .safetensors (embeddings: written whole
-at the end, under a temporary name, so never half).
+at the end, under a temporary name, so never half). `check_output` is the one check of where a command
+writes, made before any model is loaded or row read.
+An id names one row: a second row with the same id is a malformed row (--resume resumes by position
+and checks the ids it finds there; an output keyed by a repeated id could not be joined back).
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ class Job:
     check:    extra problems of a row's values, as (role, problem)
     run:      a block of rows -> one output record (a dict, without the id) per row
     columns:  the record's keys in CSV order; None: no CSV output
+    outputs:  the file formats it writes (FORMATS' values; csv needs columns, safetensors a tensor);
+              jobs.OUTPUT_FORMATS says the command line's, which it checks before loading a model
     settings: what must match for --resume (model, mode, dtype, ...)
     finish:   called once after the last block (e.g. a warning with totals)
     """
@@ -70,26 +75,115 @@ class Job:
     tensor: str | None = None  # for .safetensors output: the record key holding a vector
     finish: Callable[[], None] = lambda: None
     batch_size: int = 32
+    outputs: tuple[str, ...] | None = None  # None: jsonl, and csv with columns, safetensors with a tensor
+
+    def __post_init__(self):
+        if self.outputs is None:
+            self.outputs = ("jsonl", *(("csv",) if self.columns is not None else ()),
+                            *(("safetensors",) if self.tensor is not None else ()))
+        if "csv" in self.outputs and self.columns is None or "safetensors" in self.outputs and self.tensor is None:
+            raise ValueError(f"a job writing {self.outputs} needs columns (csv) and a tensor (safetensors)")
 
 
-FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".safetensors": "safetensors"}
+FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".safetensors": "safetensors",
+           ".html": "html"}
+# Suffixes of files, never of the directories a command writes (convert's DST, --ray's --output).
+FILE_SUFFIXES = (*FORMATS, ".parquet", ".bin", ".ckpt", ".pt", ".pth", ".htm", ".txt")
+
+
+def _suffixes(allowed: tuple[str, ...]) -> str:
+    """The allowed formats as their first (usual) suffixes, e.g. ".jsonl or .csv"."""
+    usual = {}
+    for suffix, fmt in FORMATS.items():
+        usual.setdefault(fmt, suffix)
+    return " or ".join(usual[fmt] for fmt in usual if fmt in allowed)
 
 
 def _format(path: Path, allowed: tuple[str, ...] = ("jsonl", "csv")) -> str:
     fmt = FORMATS.get(path.suffix.lower())
     if fmt not in allowed:
-        raise InputError(f"{path}: unknown format {path.suffix.lower()!r}; use "
-                         + " or ".join(s for s, f in FORMATS.items() if f in allowed and s != ".json"))
+        raise InputError(f"{path}: unknown format {path.suffix.lower()!r}; use {_suffixes(allowed)}")
     return fmt
+
+
+def check_output(path: str | Path, *, formats: tuple[str, ...] | None, input: str | Path | None = None,
+                 resume: bool = False, flag: str = "--output") -> str | None:
+    """Refuse a destination the run could not write, before any model is loaded or row read: the one
+    check of every command's output (cli.main makes it first; run_file again for library callers).
+
+    formats: the file formats the command writes (FORMATS' values). The destination is then a file with
+             one of their extensions, in an existing, writable directory; not a directory, not the input,
+             and without resume not an existing non-empty .jsonl/.csv (a .safetensors or .html output is
+             written whole and replaces the old one).
+             None: the destination is a directory (made with its parents), not an existing file, not the
+             input, and not named like a file (x.jsonl) unless it exists.
+    Returns the file's format (None for a directory). Each error names the path and `flag`."""
+    path = Path(path)
+    where = f"{flag} {path}"
+    if formats is None:
+        if path.exists() and not path.is_dir():
+            raise InputError(f"{where} exists and is not a directory; this command writes a directory there")
+        if not path.exists() and path.suffix.lower() in FILE_SUFFIXES:
+            raise InputError(f"{where} looks like a file name ({path.suffix}), but this command writes a directory "
+                             f"there; name a directory")
+        _check_parent(path, where, made=True)
+        if input is not None and path.exists() and Path(input).exists() and os.path.samefile(path, input):
+            raise InputError(f"{where} is the input; write to another directory")
+        return None
+    accepted = _suffixes(formats)
+    if path.is_dir():
+        raise InputError(f"{where} is a directory; {flag} names a {accepted} file")
+    fmt = FORMATS.get(path.suffix.lower())
+    if fmt not in formats:
+        said = "has no extension" if not path.suffix else f"has an unknown format {path.suffix.lower()!r}"
+        raise InputError(f"{where} {said}; name a {accepted} file (the extension picks the format)")
+    _check_parent(path, where, made=False)
+    if input is not None and path.exists() and Path(input).exists() and os.path.samefile(path, input):
+        raise InputError(f"{where} is the input file; write to another file")
+    if fmt == "safetensors" and resume:
+        raise InputError(f"{where}: a .safetensors output is written whole at the end and cannot be resumed; "
+                         f"use .jsonl to resume")
+    if fmt in ("jsonl", "csv") and not resume and path.exists() and path.stat().st_size > 0:  # resumable ones
+        raise InputError(f"{where} exists; pass --resume to continue it, or remove it")
+    return fmt
+
+
+def _check_parent(path: Path, where: str, *, made: bool) -> None:
+    """The directory a destination goes in must exist, be a directory and be writable; for a destination
+    made with its parents (`made`, a directory), its nearest existing ancestor."""
+    parent = path.parent
+    if not made and not parent.exists():
+        raise InputError(f"{where}: the directory {parent} does not exist; create it first")
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise InputError(f"{where}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"{where}: the directory {parent} is not writable")
 
 
 def _not_utf8(data: bytes, error: UnicodeDecodeError, offset: int = 0) -> str:
     return f"not UTF-8 text (byte 0x{data[error.start]:02x} at byte {offset + error.start})"
 
 
-def read_records(path: Path) -> tuple[list[tuple[int, dict]], list[str], list[str]]:
-    """(line, record) of each parsable row, problems of the others (each naming its line), and the
-    field names the file has (CSV: its header; JSONL: the keys of its rows)."""
+_CONTROL_NAMES = {"\0": "NUL", "\t": "tab", "\r": "carriage return"}
+
+
+def _json_problem(error: json.JSONDecodeError) -> str:
+    """A JSON decoding error of one line, whole: where (the character column) and why."""
+    reason = error.msg.removesuffix(" at")  # json's messages that point at a position end in "at"
+    reason = reason[:1].lower() + reason[1:]
+    if reason == "invalid control character":
+        char = error.doc[error.pos]
+        reason += f" (a raw {_CONTROL_NAMES.get(char, f'U+{ord(char):04X}')}; write it as \\u{ord(char):04x})"
+    elif reason == "unterminated string starting":
+        reason = "a string starts there and is never closed"
+    return f"invalid JSON at column {error.colno}: {reason}"
+
+
+def read_records(path: Path) -> tuple[list[tuple[int, dict]], list[tuple[int, str]], list[str]]:
+    """(line, record) of each parsable row, (line, problem) of the others, and the field names the
+    file has (CSV: its header; JSONL: the keys of its rows)."""
     data = path.read_bytes()
     if data.startswith(b"\xef\xbb\xbf"):  # a byte-order mark (Excel's "CSV UTF-8")
         data = data[3:]
@@ -103,13 +197,13 @@ def read_records(path: Path) -> tuple[list[tuple[int, dict]], list[str], list[st
             try:
                 record = json.loads(raw.decode("utf-8"))
             except UnicodeDecodeError as e:
-                problems.append(f"line {line_no}: {_not_utf8(raw, e, start)}")
+                problems.append((line_no, _not_utf8(raw, e, start)))
                 continue
             except json.JSONDecodeError as e:
-                problems.append(f"line {line_no}: invalid JSON ({e.msg})")
+                problems.append((line_no, _json_problem(e)))
                 continue
             if not isinstance(record, dict):
-                problems.append(f"line {line_no}: expected a JSON object, found {type(record).__name__}")
+                problems.append((line_no, f"expected a JSON object, found {type(record).__name__}"))
                 continue
             fields.update(dict.fromkeys(record))
             records.append((line_no, record))
@@ -123,9 +217,9 @@ def read_records(path: Path) -> tuple[list[tuple[int, dict]], list[str], list[st
             record = dict(zip(header, values))
             broken = [name for name, value in record.items() if _escaped(value)]
             if broken:
-                problems.append(f"line {line_no}: field {broken[0]!r} is not UTF-8 text")
+                problems.append((line_no, f"field {broken[0]!r} is not UTF-8 text"))
             elif len(values) > len(header):
-                problems.append(f"line {line_no}: {len(values)} values for {len(header)} columns")
+                problems.append((line_no, f"{len(values)} values for {len(header)} columns"))
             else:
                 records.append((line_no, record))
         line_no = reader.line_num + 1
@@ -137,22 +231,29 @@ def _escaped(value: str) -> bool:
 
 
 def read_rows(path: Path, job: Job, *, id_field: str) -> tuple[list[Row], list[str]]:
-    """(valid rows, problems) where each problem names its line number. A required field that no
-    row has is one error listing the fields found."""
+    """(valid rows, problems) where each problem names its line number, in input order. A required
+    field that no row has is one error listing the fields found. A row whose id (as text, as the
+    output and --resume compare ids) an earlier valid row has is a problem naming that row's line."""
     records, problems, fields = read_records(path)
     for role, name in job.fields.items():
         if records and role not in job.optional and name not in fields:
             raise InputError(f"{path}: no row has the field {name!r}; fields found: "
                              f"{', '.join(map(repr, fields[:20])) or 'none'}. Name yours with {job.flags[role]}")
-    rows = []
+    rows, first_line = [], {}
     for line_no, record in records:
         values, bad = record_values(record, job)
         if bad:
-            problems.append(f"line {line_no}: " + "; ".join(bad))
+            problems.append((line_no, "; ".join(bad)))
             continue
         row_id = record.get(id_field)
-        rows.append(Row(line_no if row_id is None else row_id, line_no, values))
-    return rows, problems
+        row_id = line_no if row_id is None else row_id
+        if str(row_id) in first_line:
+            problems.append((line_no, f"id {row_id!r} is also the id of line {first_line[str(row_id)]} (an id "
+                                      f"names one row of the output)"))
+            continue
+        first_line[str(row_id)] = line_no
+        rows.append(Row(row_id, line_no, values))
+    return rows, [f"line {line_no}: {problem}" for line_no, problem in sorted(problems, key=lambda p: p[0])]
 
 
 def record_values(record: dict, job: Job) -> tuple[dict[str, str | None], list[str]]:
@@ -185,8 +286,6 @@ class ResultWriter:
     def __init__(self, path: Path, *, resume: bool, settings: dict[str, Any], columns: list[str] | None):
         self.path, self.columns = path, columns
         self.fmt = _format(path, ("jsonl", "csv") if columns is not None else ("jsonl",))
-        if path.is_dir():
-            raise InputError(f"{path} is a directory; --output names a .jsonl or .csv file")
         self.done: list[str] = []
         if path.exists() and path.stat().st_size > 0:
             if not resume:
@@ -296,13 +395,7 @@ def run_file(job: Job, input_path: Path, output_path: Path, *, id_field: str = "
              skip_invalid: bool = False, block_rows: int | None = None, progress: bool = True) -> int:
     """Run the job on every valid row of input_path into output_path; returns the rows done now."""
     input_path, output_path = Path(input_path), Path(output_path)
-    if output_path.exists() and input_path.exists() and os.path.samefile(input_path, output_path):
-        raise InputError(f"--output {output_path} is the input file; write to another file")
-    fmt = _format(output_path, ("jsonl", "safetensors") if job.tensor else ("jsonl", "csv") if job.columns
-                  else ("jsonl",))
-    if fmt == "safetensors" and resume:
-        raise InputError(f"{output_path}: a .safetensors output is written whole at the end and cannot be "
-                         f"resumed; use .jsonl to resume")
+    fmt = check_output(output_path, formats=job.outputs, input=input_path, resume=resume)
     rows, problems = read_rows(input_path, job, id_field=id_field)
     if problems:
         if not skip_invalid:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from .memory import release_free_memory
 from .workers import WorkerPool
 
 if TYPE_CHECKING:
@@ -127,6 +128,7 @@ class BatchEngine:
                 bar.update()
         if bar is not None:
             bar.close()
+        release_free_memory()  # the batches' freed tensors: a long-running process plateaus (memory.py)
         if results is None:
             return Results(torch.empty(0), torch.empty(0, dtype=torch.long))
         return Results(results[where], torch.tensor(encoded.truncated, dtype=torch.long)[where])

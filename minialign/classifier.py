@@ -26,6 +26,11 @@ from .model import ClassifierModel
 from .tokenizer import Tokenizer, check_texts, value_problem
 
 ACTIVATIONS = ("auto", "none", "softmax", "sigmoid", "tanh")
+# The weights predictions read, which a checkpoint must hold (loading.build refuses it otherwise).
+TRAINED = ("encoder.pooler.", "classifier.")
+NO_HEAD = ("A Classifier needs a fine-tuned *ForSequenceClassification or CrossEncoder checkpoint; this looks like a "
+           "plain encoder (a backbone or an embedding model: use SentenceEncoder / `minialign embed` for that). "
+           "To fine-tune a new head, load ma.ClassifierModel, whose new head starts the same in every run.")
 # sentence-transformers CrossEncoder activations (the class path it saves) -> ours.
 _CROSSENCODER_ACTIVATIONS = {
     "torch.nn.modules.activation.Sigmoid": "sigmoid",
@@ -92,7 +97,8 @@ class Classifier:
         if not Path(src).expanduser().exists():  # a hub id: CrossEncoder's saved activation, if any
             hub_file(str(src), "config_sentence_transformers.json", revision=revision, cache_dir=cache_dir,
                      optional=True)
-        model = build(ClassifierModel, ckpt, device=device, dtype=dtype, attn_backend=attn_backend)
+        model = build(ClassifierModel, ckpt, device=device, dtype=dtype, attn_backend=attn_backend, require=TRAINED,
+                      advice=NO_HEAD)
         if not isinstance(tokenizer, Tokenizer):
             tokenizer = Tokenizer.from_pretrained(tokenizer or ckpt.tokenizer_dir or src, revision=revision,
                                                   cache_dir=cache_dir)

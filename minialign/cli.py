@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 
 import torch
@@ -91,8 +92,13 @@ def _run_ray(mapper: str, options: dict, args: argparse.Namespace, verb: str) ->
     from . import raydata
 
     options = {**options, **_loading(args), "id_field": args.id_field}
+    _quiet_ray_data()
     if not ray.is_initialized():
-        ray.init(address=None if args.ray == "local" else args.ray)
+        local = args.ray == "local"
+        # a local Ray we start: its workers' output (per-task logs) stays in its session's logs, and its own
+        # INFO lines unsaid; errors still reach us as exceptions
+        ray.init(address=None if local else args.ray, **({"log_to_driver": False, "logging_level": "WARNING"}
+                                                         if local else {}))
     counts = raydata.run_sharded(getattr(raydata, mapper), options, input=Path(args.input), output=Path(args.output),
                                  id_field=args.id_field, shards=args.shards, output_format=args.output_format,
                                  actors=args.actors, batch_rows=args.batch_rows, cpus_per_actor=args.cpus_per_actor,
@@ -100,6 +106,19 @@ def _run_ray(mapper: str, options: dict, args: argparse.Namespace, verb: str) ->
     print(f"{verb} {counts['written']} shard(s) into {args.output} ({counts['skipped']} already there, skipped)",
           file=sys.stderr)
     return 0
+
+
+def _quiet_ray_data() -> None:
+    """Ray Data's INFO lines (each dataset's plan, progress logged line by line when stdout is not a
+    terminal, "execution finished") go to its session log file only, not to this command's stderr: its
+    console handler shows warnings and errors. A terminal still gets the live progress bars."""
+    import logging
+
+    import ray.data  # noqa: F401  (configures the "ray.data" logger)
+
+    for handler in logging.getLogger("ray.data").handlers:
+        if handler.get_name() == "console":  # the handler Ray Data's logging config names so
+            handler.setLevel(logging.WARNING)
 
 
 def _score(args: argparse.Namespace) -> int:
@@ -235,7 +254,11 @@ def _common(p: argparse.ArgumentParser, *, batch: str) -> None:
                      help="run on Ray Data: a cluster's address (auto, ray://host:10001), or none for a local Ray; "
                           "--input is then a .jsonl/.csv/.parquet file or directory, --output a directory of "
                           "shards, and a rerun skips the shards already written")
-    ray.add_argument("--shards", type=int, default=16, help="shards of the dataset, by a hash of the row id (16)")
+    from .raydata import MAX_SHARDS, SHARD_ROWS
+
+    ray.add_argument("--shards", type=int, default=None,
+                     help=f"shards of the dataset, by a hash of the row id (default: one per {SHARD_ROWS:,} rows, "
+                          f"at most {MAX_SHARDS}; a rerun keeps the count its output records)")
     ray.add_argument("--actors", type=int, default=1, help="model actors (each loads the model once)")
     ray.add_argument("--batch-rows", type=int, default=256, help="rows in one Ray batch (256)")
     ray.add_argument("--output-format", choices=("parquet", "jsonl"), default="parquet")
@@ -270,6 +293,8 @@ def _explore(args: argparse.Namespace) -> int:
                   f"{args.mask or 'bidirectional'}, {args.score_fn or model.config.score_fn}")
     page = explore(model, tokenizer, args.text, pair=args.pair, compare_model=compare_model, compare_mask=compare_mask,
                    labels=labels, max_length=args.max_length)
+    if page.cut_note:  # one line, never the text: the page shows what the model saw
+        print(f"explore: {page.cut_note}", file=sys.stderr)
     path = page.save(args.output)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB); open it in a browser", file=sys.stderr)
     return 0
@@ -374,11 +399,38 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from .convert import CheckpointError
 
+    shown = warnings.formatwarning
+    warnings.formatwarning = _warning_line
     try:
+        _check_paths(args)
         return args.run(args)
     except (CheckpointError, OSError, ValueError) as e:
         print(f"minialign {args.command}: error: {e}", file=sys.stderr)
         return 2
+    finally:
+        warnings.formatwarning = shown
+
+
+def _warning_line(message, category, filename, lineno, line=None) -> str:
+    """A warning as the command line shows it: one line, without the source line that raised it."""
+    return f"warning: {category.__name__}: {message}\n"
+
+
+def _check_paths(args: argparse.Namespace) -> None:
+    """Where the command reads and writes, checked before any model is loaded or row read
+    (batchfile.check_output, the one check of a destination)."""
+    from .batchfile import InputError, check_output
+    from .jobs import OUTPUT_FORMATS
+
+    if args.command == "convert":
+        check_output(args.dst, formats=None, flag="DST")
+    elif args.command == "explore":
+        check_output(args.output, formats=("html",))
+    elif args.command in OUTPUT_FORMATS and args.output is not None:
+        if args.input is not None and not Path(args.input).exists():
+            raise InputError(f"--input {args.input}: no such file or directory")
+        check_output(args.output, formats=None if args.ray is not None else OUTPUT_FORMATS[args.command],
+                     input=args.input, resume=args.resume)
 
 
 if __name__ == "__main__":

@@ -11,11 +11,13 @@ much of each every layer's state still points along, as cosines), AlignScore's h
 for an AlignModel, and for two runs the cosine between the same token's states, layer by layer.
 
 Every number on the page is a captured tensor (ma.capture) of the real tokens (a single input has no
-padding). Attention is stored as uint16 (value x 65535, rounded): whole maps while layers x heads x
-tokens^2 fits ATTENTION_BYTES, otherwise each query's TOP_K strongest keys (k as large as the budget
-allows, at least MIN_TOP_K) and the weight of the keys left out; the page says which. The model view's
-small maps are block means of at most THUMB x THUMB. So a 512-token input on 12 layers x 12 heads
-stays under PAGE_LIMIT bytes.
+padding). A text longer than the window is shown as far as the model saw it, never whole, with the
+number of tokens cut from each text (`Exploration.cut_note`, which the CLI prints). Attention is stored
+as uint16 (value x 65535, rounded): whole maps while layers x heads x tokens^2 fits ATTENTION_BYTES,
+otherwise each query's TOP_K strongest keys (k as large as the budget allows, at least MIN_TOP_K) and the
+weight of the keys left out; the page says which. The model view's small maps are block means of at most
+THUMB x THUMB, each scaled to its own largest (stored beside it). So a 512-token input on 12 layers x 12
+heads stays under PAGE_LIMIT bytes.
 """
 
 from __future__ import annotations
@@ -106,10 +108,11 @@ def _attention(probs: Tensor) -> dict:
     maps = layers * heads
     flat = probs.reshape(maps, T, T)
     size = min(THUMB, T)
-    thumbs = F.adaptive_avg_pool2d(flat[:, None], size)[:, 0]  # (maps, size, size) block means
-    thumbs = thumbs / thumbs.amax(dim=(1, 2), keepdim=True).clamp_min(1e-12)  # each map scaled to its own max
+    pooled = F.adaptive_avg_pool2d(flat[:, None], size)[:, 0]  # (maps, size, size) block means
+    top = pooled.amax(dim=(1, 2))  # each small map is scaled to its own largest block mean: the page's colour scale
+    thumbs = pooled / top[:, None, None].clamp_min(1e-12)
     data = {"layers": layers, "heads": heads, "tokens": T, "quant": QUANT, "thumb": size,
-            "thumbs": _b64((thumbs * 255).round(), "B")}
+            "thumbs": _b64((thumbs * 255).round(), "B"), "thumb_max": [round(float(v), 5) for v in top]}
     if maps * T * T * 2 <= ATTENTION_BYTES:
         return {**data, "storage": "full", "weights": _b64(_quantise(flat), "H")}
     k = max(MIN_TOP_K, min(MAX_TOP_K, T, ATTENTION_BYTES // (maps * T * 4)))
@@ -119,9 +122,24 @@ def _attention(probs: Tensor) -> dict:
             "index": _b64(index, "H"), "rest_max": float(rest.max())}
 
 
+def _cut_note(cut: dict, window: str) -> str | None:
+    """One sentence on what the window cut ("the input is 3,012 tokens; the model's window is 512: 2,500 tokens cut
+    from the text"), or None when the model saw the whole input. The page and the CLI both say it."""
+    parts = [(n, name) for name in ("text", "pair") if (n := cut[name])]
+    if not parts:
+        return None
+    said = " and ".join(f"{n:,} token{'s' * (n != 1)} cut from the {name}" for n, name in parts)
+    return f"the input is {cut['tokens']:,} tokens; {window} is {cut['window']:,}: {said}"
+
+
 @dataclass
 class Exploration:
     data: dict  # what the page embeds (JSON)
+
+    @property
+    def cut_note(self) -> str | None:
+        """What the window cut, in one sentence (None: nothing); the CLI prints it."""
+        return self.data["cut_note"]
 
     def html(self) -> str:
         from .explore_page import render
@@ -142,7 +160,9 @@ def explore(model: nn.Module, tokenizer, text: str, pair: str | None = None, att
     attention_mask: a custom (T, T) or (1, T, T) boolean mask (True = attend, e.g. masks.left_only_mask),
     over the tokens of the input with its special tokens; default: every token attends every token.
     compare_model / compare_mask: a second run of the same input (another model, e.g. another score
-    function, or another mask); the page then shows both and the cosine of each token's states."""
+    function, or another mask); the page then shows both and the cosine of each token's states.
+    A text longer than the window (max_length, default the model's) loses its end, as in scoring: the
+    page holds the part the model saw and says how many tokens were cut from which text (`cut_note`)."""
     from .batching import pad
     from .tokenizer import text_problem
 
@@ -159,6 +179,8 @@ def explore(model: nn.Module, tokenizer, text: str, pair: str | None = None, att
                 token_types=tokenizer.return_token_type_ids)
     ids = encoded.ids[0]
     T = len(ids)
+    seen, cut = _seen(tokenizer, ids, text, pair)
+    cut["window"] = window
     for name, mask in (("attention_mask", attention_mask), ("compare_mask", compare_mask)):
         if mask is not None and tuple(mask.shape[-2:]) != (T, T):
             raise ValueError(f"{name} must be ({T}, {T}) for this input's {T} tokens, got {tuple(mask.shape)}")
@@ -170,8 +192,10 @@ def explore(model: nn.Module, tokenizer, text: str, pair: str | None = None, att
     config = model.config
     data = {"model": {"class": type(model).__name__, "arch": config.arch, "layers": config.num_layers,
                       "heads": config.num_heads, "hidden": config.hidden_size, "score_fn": config.score_fn},
-            "text": text, "pair": pair, "tokens": tokens, "token_types": list(encoded.type_ids[0]),
-            "truncated": int(encoded.truncated[0]), "runs": [first]}
+            "text": seen[0], "pair": seen[1], "tokens": tokens, "token_types": list(encoded.type_ids[0]),
+            "truncated": int(encoded.truncated[0]), "cut": cut,
+            "cut_note": _cut_note(cut, "the model's window" if max_length is None else "the window (max_length)"),
+            "runs": [first]}
     if second:
         other = compare_model if compare_model is not None else model
         run, raw = _run(other, batch, compare_mask if compare_mask is not None else attention_mask, names[1])
@@ -179,6 +203,42 @@ def explore(model: nn.Module, tokenizer, text: str, pair: str | None = None, att
         data["cosine"] = _rounded(torch.stack([F.cosine_similarity(a.float(), b.float(), dim=-1)
                                                for a, b in zip(raw_first["states"], raw["states"])]))
     return Exploration(data)
+
+
+def _seen(tokenizer, ids: list[int], text: str, pair: str | None) -> tuple[tuple[str, str | None], dict]:
+    """What of each text the model saw and how many tokens the window cut from each, read off `ids` (the
+    window's tokens) against the whole input tokenized uncut: the window cuts each text's end, so a text
+    was seen up to the end of its last kept token. A page shows that part only, never the cut one."""
+    tokenizer.backend.no_truncation()
+    full = tokenizer.backend.encode(text, pair)  # every token, specials included (memory linear in the length)
+    seq = full.sequence_ids  # None: a special token, 0: the text's, 1: the pair's
+    first = [i for i, s in zip(full.ids, seq) if s == 0]
+    n = [len(first)] + ([seq.count(1)] if pair is not None else [])
+    kept = len(ids) - seq.count(None)  # tokens of the texts in the window
+    rank, count = [], [0, 0]  # each token's place in its own text
+    for s in seq:
+        rank.append(-1 if s is None else count[s])
+        if s is not None:
+            count[s] += 1
+
+    def cut_to(keep: tuple[int, ...]) -> list[int]:  # the whole input with text i cut to keep[i] tokens
+        return [i for i, s, r in zip(full.ids, seq, rank) if s is None or r < keep[s]]
+
+    if pair is None:
+        options = [(kept,)]
+    else:  # the first text kept at most the tokens it shares with the window's from where it starts
+        start, top = (seq.index(0) if first else 0), min(n[0], kept)
+        shared = next((j for j in range(top) if ids[start + j] != first[j]), top)
+        options = [(a, kept - a) for a in range(shared, max(0, kept - n[1]) - 1, -1)]
+    keep = next((k for k in options if cut_to(k) == ids), None)
+    if keep is None:
+        raise RuntimeError("the window's tokens are not the input's with each text's end cut")
+    cut, seen = {"tokens": len(full.ids), "pair": None}, []
+    for i, (name, value) in enumerate((("text", text), ("pair", pair))[:len(n)]):
+        cut[name] = n[i] - keep[i]
+        ends = [end for (_, end), s, r in zip(full.offsets, seq, rank) if s == i and r < keep[i]]
+        seen.append(value[:max(ends, default=0)] if cut[name] else value)
+    return (seen[0], seen[1] if pair is not None else None), cut
 
 
 def with_score_function(model: nn.Module, score_fn: str) -> nn.Module:

@@ -1,10 +1,13 @@
 """The HTML page of `ma.explore`: plain JavaScript and canvas, the data embedded as JSON, nothing
-fetched (a Content-Security-Policy forbids every request)."""
+fetched (a Content-Security-Policy forbids every request). Every heat map has a legend beside it (the
+quantity, its colour bar, the numbers at both ends); the enlarged attention map names its tokens on both
+axes (every token, or every k-th on long inputs so that labels never overlap)."""
 
 from __future__ import annotations
 
 import html
 import json
+import re
 
 _STYLE = """
 body { font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; max-width: 1200px; }
@@ -15,6 +18,9 @@ h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.8em; border-botto
 #grid .lab { font-size: 10px; color: #666; align-self: center; } canvas { image-rendering: pixelated; }
 .readout { font-family: monospace; min-height: 1.3em; } .bar { height: 1.1em; background: #4a7bd0; }
 table { border-collapse: collapse; } td, th { padding: 1px 8px; text-align: right; font-size: 12px; }
+.input { max-height: 9em; overflow: auto; border: 1px solid #ddd; padding: 0.4em 0.6em; font-size: 0.9em; }
+.cut { color: #a33; } .legend { display: flex; align-items: center; gap: 6px; font-size: 12px; margin: 6px 0; }
+.legend .what { color: #444; margin-right: 4px; } .legend canvas { border: 1px solid #999; image-rendering: auto; }
 """
 
 _SCRIPT = r"""
@@ -33,16 +39,30 @@ function attnRow(run, layer, head, q) {  // the query's weights over every key (
   else { const o = (m * T + q) * A.k; for (let r = 0; r < A.k; r++) row[A.i[o + r]] += A.w[o + r] / A.quant; }
   return row;
 }
-function heat(v) { v = Math.max(0, Math.min(1, v)); const c = Math.round(255 * (1 - v)); return `rgb(${c},${c},255)`; }
-function diverge(v) { v = Math.max(-1, Math.min(1, v)); const c = Math.round(255 * (1 - Math.abs(v)));
-  return v >= 0 ? `rgb(${c},${c},255)` : `rgb(255,${c},${c})`; }
+// colour scales (ColorBrewer): t in [0, 1] -> [r, g, b]; every heat map names its scale in a legend beside it
+const BLUES = [[247,251,255],[222,235,247],[198,219,239],[158,202,225],[107,174,214],[66,146,198],[33,113,181],[8,81,156],[8,48,107]];
+const RDBU = [[178,24,43],[214,96,77],[244,165,130],[253,219,199],[247,247,247],[209,229,240],[146,197,222],[67,147,195],[33,102,172]];
+const ORANGES = [[255,245,235],[254,230,206],[253,208,162],[253,174,107],[253,141,60],[241,105,19],[217,72,1],[166,54,3],[127,39,4]];
+function ramp(stops, t) { t = Math.max(0, Math.min(1, t || 0)) * (stops.length - 1);
+  const i = Math.min(Math.floor(t), stops.length - 2), f = t - i; return stops[i].map((c, j) => Math.round(c + f * (stops[i + 1][j] - c))); }
+const blues = t => ramp(BLUES, t), rdbu = t => ramp(RDBU, t), oranges = t => ramp(ORANGES, 1 - t);  // oranges: dark = low
+function css(rgb) { return `rgb(${rgb[0]},${rgb[1]},${rgb[2]})`; }
+function inkOn(rgb) { return 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2] < 140 ? "#fff" : "#111"; }
+function num(v) { return Math.abs(v) >= 1000 ? v.toFixed(0) : v.toFixed(4); }
 function el(id) { return document.getElementById(id); }
+function span(className, textContent) { return Object.assign(document.createElement("span"), {className, textContent}); }
 function label(t) { return t.replace(/\s/g, "\u00b7") || "\u2205"; }
+function short(t, n = 14) { t = label(t); return t.length > n ? t.slice(0, n - 1) + "\u2026" : t; }
+function legend(id, scale, lo, hi, what, loText, hiText) {  // a bar from lo (left) to hi (right), both ends in numbers
+  const bar = document.createElement("canvas"); bar.width = 180; bar.height = 12; const g = bar.getContext("2d");
+  for (let x = 0; x < bar.width; x++) { g.fillStyle = css(scale(x / (bar.width - 1))); g.fillRect(x, 0, 1, bar.height); }
+  el(id).replaceChildren(span("what", what), span("lo", loText ?? num(lo)), bar, span("hi", hiText ?? num(hi)));
+}
 
 // -- summary ---------------------------------------------------------------------------------------
 const M = D.model, A0 = D.runs[0].attention;
 el("summary").textContent = `${M.class} (${M.arch}, ${M.layers} layers x ${M.heads} heads, hidden ${M.hidden}, ` +
-  `score function ${M.score_fn}); ${T} tokens` + (D.truncated ? `, ${D.truncated} token(s) cut by the window` : "") +
+  `score function ${M.score_fn}); ${T} tokens` + (D.truncated ? " (all the window holds; the rest was cut)" : "") +
   (D.runs.length > 1 ? `; two runs: ${D.runs.map(r => r.label).join(" vs ")}` : "");
 el("storage").textContent = A0.storage === "full"
   ? `Attention: every weight of every head, stored as uint16 (p x ${A0.quant}, rounded; error <= ${(0.5 / A0.quant).toExponential(1)}).`
@@ -94,8 +114,11 @@ el("head-canvas").onmousemove = e => {
 runSel.onchange = () => { drawHeads(); drawGrid(); }; layerSel.onchange = drawHeads;
 
 // -- model view ------------------------------------------------------------------------------------
+const LUT = Array.from({length: 256}, (_, v) => blues(v / 255));
 function drawGrid() {
   const grid = el("grid"), run = D.runs[+runSel.value], A = run.attention, S = A.thumb; grid.innerHTML = "";
+  legend("grid-legend", blues, 0, 1, "attention (block means), each map from 0 to its own largest:", "0",
+    `its largest (\u2264 ${num(Math.max(...A.thumb_max))})`);
   grid.style.gridTemplateColumns = `50px repeat(${M.heads}, 52px)`;
   grid.append(Object.assign(document.createElement("span"), {className: "lab"}));
   for (let h = 0; h < M.heads; h++) grid.append(Object.assign(document.createElement("span"), {className: "lab", textContent: `head ${h}`}));
@@ -104,44 +127,69 @@ function drawGrid() {
     for (let h = 0; h < M.heads; h++) {
       const c = document.createElement("canvas"); c.width = S; c.height = S; c.title = `layer ${l}, head ${h}`;
       const g = c.getContext("2d"), img = g.createImageData(S, S), o = (l * M.heads + h) * S * S;
-      for (let p = 0; p < S * S; p++) { const v = 255 - A.t[o + p]; img.data.set([v, v, 255, 255], p * 4); }
+      for (let p = 0; p < S * S; p++) img.data.set([...LUT[A.t[o + p]], 255], p * 4);
       g.putImageData(img, 0, 0); c.onclick = () => zoom(l, h); grid.append(c);
     }
   }
 }
-function zoom(l, h) {
-  const c = el("zoom-canvas"), run = D.runs[+runSel.value], cell = Math.max(1, Math.floor(512 / T));
-  c.width = c.height = cell * T; const g = c.getContext("2d");
+function zoom(l, h) {  // the whole map: queries on rows, keys on columns, a label every `step` tokens (never overlapping)
+  const c = el("zoom-canvas"), run = D.runs[+runSel.value], cell = Math.max(1, Math.floor(600 / T)), FONT = 10;
+  const step = Math.ceil((FONT + 2) / cell), g = c.getContext("2d");
+  const name = t => (step > 1 ? `${t} ` : "") + short(D.tokens[t]);  // long inputs: the position too
+  g.font = `${FONT}px monospace`; let LW = 0;
+  for (let t = 0; t < T; t += step) LW = Math.max(LW, Math.ceil(g.measureText(name(t)).width) + 8);
+  const TOP = LW, rows = Array.from({length: T}, (_, q) => attnRow(run, l, h, q));
+  const top = Math.max(1e-12, ...rows.map(row => Math.max(...row)));
+  c.width = LW + cell * T; c.height = TOP + cell * T;  // resizing resets the context: font set again below
   g.fillStyle = "#fff"; g.fillRect(0, 0, c.width, c.height);
-  for (let q = 0; q < T; q++) { const row = attnRow(run, l, h, q);
-    for (let k = 0; k < T; k++) if (row[k] > 0) { g.fillStyle = heat(row[k]); g.fillRect(k * cell, q * cell, cell, cell); } }
+  for (let q = 0; q < T; q++) for (let k = 0; k < T; k++) if (rows[q][k] > 0) {
+    g.fillStyle = css(blues(rows[q][k] / top)); g.fillRect(LW + k * cell, TOP + q * cell, cell, cell); }
+  g.font = `${FONT}px monospace`; g.fillStyle = "#333"; g.textBaseline = "middle"; let rowLabels = 0, colLabels = 0;
+  for (let t = 0; t < T; t += step) {
+    g.textAlign = "right"; g.fillText(name(t), LW - 4, TOP + t * cell + cell / 2); rowLabels++;
+    g.save(); g.translate(LW + t * cell + cell / 2, TOP - 4); g.rotate(-Math.PI / 2);
+    g.textAlign = "left"; g.fillText(name(t), 0, 0); g.restore(); colLabels++;
+  }
+  Object.assign(c.dataset, {tokens: T, step, cell, rowLabels, colLabels, left: LW, top: TOP});
+  legend("zoom-canvas-legend", blues, 0, top, "attention weight (query row to key column):", "0");
   el("zoom-title").textContent = `${run.label}: layer ${l}, head ${h} (rows: queries, columns: keys)`;
-  c.onmousemove = e => { const r = c.getBoundingClientRect(), k = Math.floor((e.clientX - r.left) / cell), q = Math.floor((e.clientY - r.top) / cell);
+  c.onmousemove = e => { const r = c.getBoundingClientRect(), k = Math.floor((e.clientX - r.left - LW) / cell),
+    q = Math.floor((e.clientY - r.top - TOP) / cell);
     if (q >= 0 && q < T && k >= 0 && k < T) el("zoom-readout").textContent =
-      `${label(D.tokens[q])} -> ${label(D.tokens[k])}: ${attnRow(run, l, h, q)[k].toFixed(5)}`; };
+      `${label(D.tokens[q])} -> ${label(D.tokens[k])}: ${rows[q][k].toFixed(5)}`; };
 }
 
 // -- heatmaps: rows are tokens, columns layers -----------------------------------------------------
-function heatmap(canvasId, readoutId, table, colour, describe) {
-  const c = el(canvasId), cols = table.length, CW = 28, RH = 12, LW = 130; c.width = LW + cols * CW; c.height = T * RH + 16;
+function heatmap(canvasId, readoutId, table, scale, lo, hi, what, describe, {CW = 28, RH = 12, digits = -1} = {}) {
+  // table[column][token]; columns: after the embeddings ("emb") and after each layer (L0, L1, ...)
+  const c = el(canvasId), cols = table.length, LW = 130, TOP = 18, emb = cols === M.layers + 1;
+  c.width = LW + cols * CW; c.height = TOP + T * RH;
   const g = c.getContext("2d"); g.fillStyle = "#fff"; g.fillRect(0, 0, c.width, c.height); g.font = "10px monospace";
-  g.textBaseline = "middle"; g.fillStyle = "#444";
-  for (let x = 0; x < cols; x++) g.fillText(x === 0 && table.length === M.layers + 1 ? "emb" : String(table.length === M.layers + 1 ? x - 1 : x), LW + x * CW + 4, 7);
-  for (let t = 0; t < T; t++) { g.fillStyle = "#444"; g.textAlign = "right"; g.fillText(label(D.tokens[t]).slice(0, 18), LW - 4, 16 + t * RH + RH / 2); g.textAlign = "left";
-    for (let x = 0; x < cols; x++) { g.fillStyle = colour(table[x][t]); g.fillRect(LW + x * CW, 16 + t * RH, CW - 1, RH - 1); } }
-  c.onmousemove = e => { const r = c.getBoundingClientRect(), x = Math.floor((e.clientX - r.left - LW) / CW), t = Math.floor((e.clientY - r.top - 16) / RH);
+  g.textBaseline = "middle"; g.fillStyle = "#333"; g.textAlign = "right"; g.fillText("token \\ after", LW - 4, TOP / 2);
+  g.textAlign = "center";
+  for (let x = 0; x < cols; x++) g.fillText(emb && x === 0 ? "emb" : `L${emb ? x - 1 : x}`, LW + x * CW + CW / 2, TOP / 2);
+  const at = v => (hi > lo ? (v - lo) / (hi - lo) : 0); let printed = 0;
+  for (let t = 0; t < T; t++) { g.fillStyle = "#333"; g.textAlign = "right"; g.fillText(short(D.tokens[t], 18), LW - 4, TOP + t * RH + RH / 2);
+    g.textAlign = "center";
+    for (let x = 0; x < cols; x++) { const rgb = scale(at(table[x][t])); g.fillStyle = css(rgb); g.fillRect(LW + x * CW, TOP + t * RH, CW - 1, RH - 1);
+      if (digits < 0) continue; const s = table[x][t].toFixed(digits);
+      if (RH >= 12 && g.measureText(s).width <= CW - 4) { g.fillStyle = inkOn(rgb); g.fillText(s, LW + x * CW + CW / 2, TOP + t * RH + RH / 2); printed++; } } }
+  Object.assign(c.dataset, {left: LW, top: TOP, values: printed});
+  legend(`${canvasId}-legend`, scale, lo, hi, what);
+  c.onmousemove = e => { const r = c.getBoundingClientRect(), x = Math.floor((e.clientX - r.left - LW) / CW), t = Math.floor((e.clientY - r.top - TOP) / RH);
     if (x >= 0 && x < cols && t >= 0 && t < T) el(readoutId).textContent = describe(x, t, table[x][t]); };
 }
 function maxOf(table) { return Math.max(...table.map(r => Math.max(...r))); }
+function minOf(table) { return Math.min(...table.map(r => Math.min(...r))); }
 function drawNorms() {
-  const run = D.runs[+el("norm-run").value], table = run.norms, top = maxOf(table);
-  heatmap("norms", "norms-readout", table, v => heat(v / top),
+  const run = D.runs[+el("norm-run").value], table = run.norms;
+  heatmap("norms", "norms-readout", table, blues, minOf(table), maxOf(table), "state norm |x|:",
     (x, t, v) => `${label(D.tokens[t])}, ${x === 0 ? "embeddings" : "after layer " + (x - 1)}: |x| = ${v.toFixed(3)}` +
       (x > 0 ? `; before the LayerNorms: |x + attn| = ${run.stream.attention_residual[x - 1][t].toFixed(3)}, |x + ffn| = ${run.stream.ffn_residual[x - 1][t].toFixed(3)}` : ""));
 }
 function drawParts() {
   const run = D.runs[+el("norm-run").value], part = el("part").value;
-  heatmap("parts", "parts-readout", run.part_cosines[part], diverge,
+  heatmap("parts", "parts-readout", run.part_cosines[part], rdbu, -1, 1, `cos(state, ${part} embedding):`,
     (x, t, v) => `${label(D.tokens[t])}, ${x === 0 ? "embeddings" : "after layer " + (x - 1)}: cos(x, ${part} embedding) = ${v.toFixed(4)}`);
   const body = el("part-norms"); body.innerHTML = "";
   D.tokens.forEach((tok, t) => { const tr = body.insertRow(); tr.insertCell().textContent = label(tok);
@@ -162,8 +210,10 @@ function drawProbs() {
 }
 function drawDiff() {
   if (!D.cosine) { el("diff-section").style.display = "none"; return; }
-  heatmap("diff", "diff-readout", D.cosine, diverge,
-    (x, t, v) => `${label(D.tokens[t])}, ${x === 0 ? "embeddings" : "after layer " + (x - 1)}: cos(${D.runs[0].label}, ${D.runs[1].label}) = ${v.toFixed(5)}`);
+  heatmap("diff", "diff-readout", D.cosine, oranges, minOf(D.cosine), maxOf(D.cosine),
+    `cos(${D.runs[0].label}, ${D.runs[1].label}), darker: less alike:`,
+    (x, t, v) => `${label(D.tokens[t])}, ${x === 0 ? "embeddings" : "after layer " + (x - 1)}: cos(${D.runs[0].label}, ${D.runs[1].label}) = ${v.toFixed(5)}`,
+    {CW: 46, RH: 16, digits: 3});
 }
 drawHeads(); drawGrid(); zoom(0, 0); drawNorms(); drawParts(); drawProbs(); drawDiff();
 document.body.dataset.ready = "1";
@@ -172,7 +222,7 @@ document.body.dataset.ready = "1";
 _BODY = """
 <h1>minialign explore</h1>
 <p id="summary"></p>
-<p class="note">Input: <b>{text}</b>{pair}</p>
+{cut}<div class="input">{text}{pair}</div>
 <p class="note" id="storage"></p>
 <h2>Head view</h2>
 <div class="controls"><label>run <select id="run"></select></label><label><select id="layer"></select></label>
@@ -182,12 +232,14 @@ Hover a query to see only its lines.</p>
 <canvas id="head-canvas"></canvas>
 <h2>Model view</h2>
 <p class="note">Every layer x head, each map scaled to its own largest weight; click one to enlarge it.</p>
-<div id="grid"></div>
-<h3 id="zoom-title"></h3><div class="readout" id="zoom-readout"></div><canvas id="zoom-canvas"></canvas>
+<div class="legend" id="grid-legend"></div><div id="grid"></div>
+<h3 id="zoom-title"></h3><div class="legend" id="zoom-canvas-legend"></div>
+<div class="readout" id="zoom-readout"></div><canvas id="zoom-canvas"></canvas>
 <h2>Residual stream</h2>
 <div class="controls"><label>run <select id="norm-run"></select></label></div>
-<p class="note">Norm of each token's state after the embeddings and after each layer (darker: larger).</p>
-<div class="readout" id="norms-readout"></div><canvas id="norms"></canvas>
+<p class="note">Norm of each token's state after the embeddings and after each layer (darker: larger); hover a cell
+for the norms before each LayerNorm.</p>
+<div class="legend" id="norms-legend"></div><div class="readout" id="norms-readout"></div><canvas id="norms"></canvas>
 <h2>Embedding decomposition</h2>
 <p class="note">Norms of each token's three embedding parts, and the cosine between every layer's state and
 one part (blue: along it, red: against it).</p>
@@ -195,19 +247,29 @@ one part (blue: along it, red: against it).</p>
 <tbody id="part-norms"></tbody></table>
 <div class="controls"><label>part <select id="part"><option>word</option><option>position</option>
 <option>token_type</option></select></label></div>
-<div class="readout" id="parts-readout"></div><canvas id="parts"></canvas>
+<div class="legend" id="parts-legend"></div><div class="readout" id="parts-readout"></div><canvas id="parts"></canvas>
 <section id="probs-section"><h2>AlignScore heads</h2><div id="probs"></div></section>
 <section id="diff-section"><h2>Two runs: the same token's states</h2>
-<p class="note">Cosine between the two runs' states of each token, after the embeddings and each layer.</p>
-<div class="readout" id="diff-readout"></div><canvas id="diff"></canvas></section>
+<p class="note">Cosine between the two runs' states of each token (rows), after the embeddings and each layer
+(columns); the colour runs from the smallest cosine on this page (darkest) to the largest (white).</p>
+<div class="legend" id="diff-legend"></div><div class="readout" id="diff-readout"></div><canvas id="diff"></canvas></section>
 """
 
 
+def _text_block(name: str, seen: str, cut: int) -> str:
+    """One text as the model saw it: the raw text up to its last kept token, and a mark where the window cut it."""
+    mark = f' <span class="cut">[... {cut:,} token{"s" * (cut != 1)} cut]</span>' if cut else ""
+    return f"<div><b>{name}</b>{' (as the model saw it)' if cut else ''}: {html.escape(seen, quote=False)}{mark}</div>"
+
+
 def render(data: dict) -> str:
-    """The page for `data` (explore.Exploration.data)."""
+    """The page for `data` (explore.Exploration.data): the texts as far as the model saw them, never the cut part."""
     payload = json.dumps(data, separators=(",", ":"), ensure_ascii=True).replace("</", "<\\/")
-    pair = f" / <b>{html.escape(data['pair'])}</b>" if data.get("pair") else ""
-    body = _BODY.replace("{text}", html.escape(data["text"])).replace("{pair}", pair)
+    cut = data["cut"]
+    note = f'<p class="cut" id="cut">{html.escape(data["cut_note"], quote=False)}.</p>\n' if data["cut_note"] else ""
+    pair = _text_block("Pair", data["pair"], cut["pair"]) if data.get("pair") is not None else ""
+    parts = {"cut": note, "text": _text_block("Text", data["text"], cut["text"]), "pair": pair}
+    body = re.sub(r"\{(cut|text|pair)\}", lambda m: parts[m.group(1)], _BODY)  # one pass: a text may hold "{pair}"
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
             "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:\">\n"

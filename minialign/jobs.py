@@ -16,6 +16,11 @@ from .embedding import SentenceEncoder
 from .scorer import report_truncation
 
 
+# What each command writes (batchfile.FORMATS' values), known before a model is loaded: the command
+# line checks its --output against it first (batchfile.check_output), and each job declares it.
+OUTPUT_FORMATS = {"score": ("jsonl", "csv"), "embed": ("jsonl", "safetensors"), "classify": ("jsonl", "csv")}
+
+
 def _dtype(model: torch.nn.Module) -> str:
     return str(next(model.parameters()).dtype).removeprefix("torch.")
 
@@ -43,7 +48,7 @@ def score_job(scorer, *, context_field: str = "context", claim_field: str = "cla
 
     return Job(fields={"context": context_field, "claim": claim_field},
                flags={"context": "--context-field", "claim": "--claim-field"}, run=run, check=check,
-               columns=["score"], finish=finish, batch_size=scorer.engine.batch_size,
+               columns=["score"], finish=finish, batch_size=scorer.engine.batch_size, outputs=OUTPUT_FORMATS["score"],
                settings={"model": model or scorer.source, "mode": scorer.mode, "dtype": _dtype(scorer.model)})
 
 
@@ -56,7 +61,7 @@ def embed_job(encoder: SentenceEncoder, *, text_field: str = "text", normalize: 
         return [{"embedding": v} for v in vectors.tolist()]
 
     return Job(fields={"text": text_field}, flags={"text": "--text-field"}, run=run, tensor="embedding",
-               batch_size=encoder.batch_size,
+               batch_size=encoder.batch_size, outputs=OUTPUT_FORMATS["embed"],
                settings={"model": model, "normalize": normalize, "dtype": _dtype(encoder.encoder),
                          "max_seq_length": encoder.max_seq_length})
 
@@ -89,4 +94,5 @@ def classify_job(classifier: Classifier, *, text_field: str = "text", pair_field
     columns = ["score"] if len(labels) == 1 else ["label", *(f"score_{label}" for label in labels)]
     return Job(fields={"text": text_field, "pair": pair_field}, flags={"text": "--text-field", "pair": "--pair-field"},
                optional=("pair",), run=run, columns=columns, batch_size=classifier.engine.batch_size,
+               outputs=OUTPUT_FORMATS["classify"],
                settings={"model": model, "activation": function, "dtype": _dtype(classifier.model)})

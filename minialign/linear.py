@@ -1,23 +1,36 @@
-"""nn.Linear that runs CPU inference on oneDNN with a prepacked weight, optionally in a lower precision.
+"""nn.Linear that runs CPU inference on oneDNN with a prepacked weight where that is faster, optionally
+in a lower precision.
 
 torch's fp32 `F.linear` on CPU calls MKL's sgemm. oneDNN, with the weight reordered once into its
-blocked layout, computes the same product several times faster on the CPUs measured
-(BENCHMARKS.md): it is what torch.compile's CPU freezing pass does (`torch.ops.mkldnn._linear_pointwise`
-on a weight from `torch.ops.mkldnn._reorder_linear_weight`). The sums are taken in another order, so
-results differ from F.linear by fp32 rounding only (tests: parity with transformers holds at 1e-5).
+blocked layout, computes the same product faster on some CPUs and shapes: it is what torch.compile's
+CPU freezing pass does (`torch.ops.mkldnn._linear_pointwise` on a weight from
+`torch.ops.mkldnn._reorder_linear_weight`). The sums are taken in another order, so results differ
+from F.linear by fp32 rounding only (tests: parity with transformers holds at 1e-5).
+
+Which kernel, decided once per process from the CPU (`cpu_kind`, `PACKED_ROWS`; BENCHMARKS.md,
+"Machine", measures both on every run): with AVX-512 (oneDNN's avx512_core kernels) the packed
+path at every shape (2.2x F.linear on the encoder's shapes); with AVX2 only for products of at most
+48 rows (1.1-2.3x there, 0.87-0.95x from 128 rows on), F.linear above; on other CPUs F.linear.
+A compute dtype is packed only where oneDNN has that dtype's kernels on this CPU
+(`torch.ops.mkldnn._is_mkldnn_bf16_supported`: AVX-512 or AVX2-VNNI-2), never on a CPU without
+them, where oneDNN would refuse the weight.
 
 The packed path is taken only where it applies: a CPU input and weight of the same dtype (fp32 or
 the compute dtype below), no autograd recording, no autocast, not while torch.compile traces (the
 compiler picks its own kernels), mkldnn built in. Everything else (training, GPUs) is plain F.linear.
-The packed weight is made on first use and made again when the weight changes (its version counter
-moves on optimizer steps and load_state_dict); it is not in the state dict and is not pickled. It
-costs one more copy of each weight's memory. `Linear.prepack = False` turns it off everywhere.
+oneDNN builds and caches a kernel per input shape, so the rows of a packed product are rounded up
+to one of a few sizes (`packed_rows`: exact up to 64, then 8 sizes per doubling, at most 12.5% more
+rows) and the padding rows' outputs dropped: a process running inputs of every length keeps a bounded
+set of kernels. The packed weight is made on first use and made again when the weight changes (its
+version counter moves on optimizer steps and load_state_dict); it is not in the state dict and is not
+pickled. It costs one more copy of each weight's memory. `Linear.prepack = False` turns it off
+everywhere.
 
 `compute_dtype` (None: the weight's own) is mixed precision for one layer, as torch.autocast does it
 for all: the input and the weight are rounded to it, the product is taken in it (fp32 accumulation)
 and the output is in it; the stored weight keeps its dtype. The rounded weight is made once and
-kept like the packed one (packed, on CPU). The model chooses which layers get it (model.py,
-EncoderLayer.MIXED_PRECISION).
+kept like the packed one (packed, where oneDNN can). The model chooses which layers get it
+(model.py, EncoderLayer.MIXED_PRECISION).
 
 A Linear may carry the activation that follows it (the feed-forward's up projection, the MLM head's
 dense layer): oneDNN then applies it in the same pass.
@@ -25,7 +38,7 @@ dense layer): oneDNN then applies it in the same pass.
 
 from __future__ import annotations
 
-from functools import partial
+from functools import cache, partial
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +49,47 @@ from torch import Tensor, nn
 _TANH_GELU = (partial(F.gelu, approximate="tanh"), ("gelu", "tanh"))
 ACTIVATIONS = {"gelu": (F.gelu, ("gelu", "none")), "gelu_new": _TANH_GELU, "gelu_pytorch_tanh": _TANH_GELU,
                "relu": (F.relu, ("relu", "")), "silu": (F.silu, None)}
+
+
+# CPU kind (cpu_kind) -> the most rows of a product the packed fp32 kernel runs (None: any number);
+# kinds not listed run F.linear. Measured (2 threads, encoder shapes 384-3072 wide): AVX-512 2.2x at
+# 8-2048 rows; AVX2 1.1-2.3x at 8-48 rows, about even at 64-96, 0.87-0.95x from 128 rows on.
+PACKED_ROWS = {"AVX512": None, "AVX2": 48}
+_PROBES = {torch.bfloat16: "_is_mkldnn_bf16_supported", torch.float16: "_is_mkldnn_fp16_supported"}
+
+
+@cache
+def cpu_kind() -> str:
+    """"AVX512" where ATen and oneDNN both run AVX-512 kernels, else ATen's CPU capability ("AVX2",
+    "DEFAULT", an ARM name). Either library's switch selects the AVX2 kind on an AVX-512 CPU:
+    ATEN_CPU_CAPABILITY=avx2 or ONEDNN_MAX_CPU_ISA=AVX2."""
+    kind = torch.backends.cpu.get_cpu_capability()
+    if kind == "AVX512" and not onednn_has(torch.bfloat16):  # oneDNN capped below avx512_core
+        return "AVX2"
+    return kind
+
+
+@cache
+def onednn_has(dtype: torch.dtype) -> bool:
+    """Whether oneDNN runs `dtype` matmuls on this CPU (fp32 everywhere mkldnn is built; bf16 / fp16
+    with AVX-512, AVX2-VNNI-2 or AMX, as oneDNN reports)."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    if dtype == torch.float32:
+        return True
+    try:
+        return bool(getattr(torch.ops.mkldnn, _PROBES[dtype])())
+    except (AttributeError, KeyError, RuntimeError):
+        return False
+
+
+def packed_rows(rows: int) -> int:
+    """The row count a packed product of `rows` rows runs at: exact up to 64, then rounded up to one
+    of 8 sizes per doubling (multiples of 8), so the shapes oneDNN makes kernels for stay few."""
+    if rows <= 64:
+        return rows
+    step = 1 << (rows.bit_length() - 4)  # rows in [2^k, 2^(k+1)): steps of 2^(k-3)
+    return -(-rows // step) * step
 
 
 class Linear(nn.Linear):
@@ -55,42 +109,55 @@ class Linear(nn.Linear):
         function, fused = ACTIVATIONS[self.activation] if self.activation else (None, None)
         if self.compute_dtype is not None or not torch.is_autocast_enabled(x.device.type):
             x = x.to(self.compute_dtype or self.weight.dtype)  # e.g. after a mixed-precision layer
-        cached = self._caches(x)
-        if cached and x.device.type == "cpu":
+        kernel = self._kernel(x)
+        if kernel == "packed":
             attr, algorithm = fused or ("none", "")
-            y = torch.ops.mkldnn._linear_pointwise(x, self.inference_weight(), self.bias, attr, [], algorithm)
+            rows = x.numel() // x.shape[-1]
+            flat = x.reshape(rows, x.shape[-1])
+            if packed_rows(rows) > rows:  # a few shapes only (module docstring); padding rows' outputs dropped
+                flat = F.pad(flat, (0, 0, 0, packed_rows(rows) - rows))
+            y = torch.ops.mkldnn._linear_pointwise(flat, self.inference_weight(), self.bias, attr, [], algorithm)
+            y = y[:rows].reshape(*x.shape[:-1], self.out_features)
             return y if fused or function is None else function(y)
         if self.compute_dtype is None:
             y = F.linear(x, self.weight, self.bias)
         else:
-            weight = self.inference_weight() if cached else self.weight.to(self.compute_dtype)
+            weight = self.inference_weight() if kernel == "rounded" else self.weight.to(self.compute_dtype)
             y = F.linear(x, weight, None if self.bias is None else self.bias.to(self.compute_dtype))
         return function(y) if function is not None else y
 
-    def _caches(self, x: Tensor) -> bool:
-        """Whether this call may use a weight made once (packed on CPU; rounded to compute_dtype elsewhere)."""
-        if torch.compiler.is_compiling() or x.numel() == 0:
-            return False
+    def _kernel(self, x: Tensor) -> str:
+        """"packed" (oneDNN, a weight packed once), "rounded" (F.linear on a weight rounded to
+        compute_dtype once) or "plain" (F.linear on the weight as it is) for this call."""
         w = self.weight
-        if torch.is_grad_enabled() and (w.requires_grad or x.requires_grad):
-            return False
-        if x.device.type != "cpu":
-            return self.compute_dtype not in (None, w.dtype)
-        return (self.prepack and x.dtype == (self.compute_dtype or w.dtype) in (torch.float32, self.compute_dtype)
-                and w.device.type == "cpu"
-                and not torch.is_autocast_enabled("cpu") and torch.backends.mkldnn.is_available())
+        if torch.compiler.is_compiling() or x.numel() == 0 or (
+                torch.is_grad_enabled() and (w.requires_grad or x.requires_grad)):
+            return "plain"
+        rounded = "rounded" if self.compute_dtype not in (None, w.dtype) else "plain"
+        if x.device.type != "cpu" or w.device.type != "cpu":
+            return rounded
+        dtype = self.compute_dtype or w.dtype
+        if not (self.prepack and x.dtype == dtype and not torch.is_autocast_enabled("cpu")):
+            return rounded
+        if dtype == torch.float32:
+            if cpu_kind() not in PACKED_ROWS:
+                return "plain"
+            most = PACKED_ROWS[cpu_kind()]
+            return "packed" if most is None or x.numel() // x.shape[-1] <= most else "plain"
+        return "packed" if dtype == self.compute_dtype and onednn_has(dtype) else rounded
 
     def inference_weight(self) -> Tensor:
-        """The weight as this layer multiplies by it outside autograd: rounded to compute_dtype and, on
-        CPU, in oneDNN's layout; made again whenever the weight or compute_dtype has changed."""
+        """The weight as this layer multiplies by it outside autograd: rounded to compute_dtype and, where
+        oneDNN runs it on this CPU, in oneDNN's layout; made again whenever the weight or compute_dtype
+        has changed."""
         w = self.weight
         dtype = self.compute_dtype or w.dtype
-        key = (w.data_ptr(), w._version, tuple(w.shape), dtype, self.prepack)
+        pack = w.device.type == "cpu" and self.prepack and onednn_has(dtype)
+        key = (w.data_ptr(), w._version, tuple(w.shape), dtype, pack)
         if self._packed is None or self._packed[0] != key:
             with torch.no_grad():
                 rounded = w.detach().to(dtype)
-                cpu = w.device.type == "cpu" and self.prepack
-                self._packed = (key, torch.ops.mkldnn._reorder_linear_weight(rounded, None) if cpu else rounded)
+                self._packed = (key, torch.ops.mkldnn._reorder_linear_weight(rounded, None) if pack else rounded)
         return self._packed[1]
 
     def __getstate__(self) -> dict:  # pickles and deep copies (worker processes) leave the packed copy out

@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import shutil
 import warnings
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -200,9 +201,14 @@ def load(cls: type[nn.Module], src: str | Path, *, backbone: str | None = None, 
 
 
 def build(cls: type[nn.Module], ckpt: Checkpoint, *, device: str | torch.device | None = None,
-          dtype: torch.dtype | None = None, attn_backend: str = "sdpa") -> nn.Module:
+          dtype: torch.dtype | None = None, attn_backend: str = "sdpa", require: tuple[str, ...] = (),
+          advice: str = "") -> nn.Module:
     """Check, materialise, initialise: the model's declared weights from the checkpoint, on `device`
-    in `dtype` (default float32), the declared-initialisable ones it lacks initialised (one warning)."""
+    in `dtype` (default float32), the declared-initialisable ones it lacks initialised (the same
+    values in every run: `initialise`; one warning).
+
+    require: prefixes of weights (the class's names) a product reads and must not be initialised: a
+    checkpoint without them is refused before any weight is read, naming them and giving `advice`."""
     device = resolve_device(device)
     compute_dtype = None
     if dtype == "auto":  # fp32 weights; bf16 matmuls where bf16 is native (see auto_dtype)
@@ -213,13 +219,18 @@ def build(cls: type[nn.Module], ckpt: Checkpoint, *, device: str | torch.device 
     with torch.device("meta"):
         model = cls(ckpt.config, attn_backend=attn_backend)
     missing = check_tensors(model, tensors, ckpt.origin, shown_prefix=cls.checkpoint_prefix)
+    untrained = sorted({k.rpartition(".")[0] for k in missing if k.startswith(require)})
+    if untrained:
+        raise CheckpointError(f"{ckpt.origin} has no trained {', '.join(untrained)}: it holds no such head, and "
+                              f"one initialised at random would give scores that mean nothing. {advice}".rstrip())
     materialise(model, tensors, device, dtype)
     for module in model.modules():
         if isinstance(module, Encoder):
             module.compute_dtype = compute_dtype
     if missing:
         initialise(model, missing, ckpt.config, device, dtype)
-        warnings.warn(f"{ckpt.origin}: initialised weights the checkpoint lacks: {missing}", stacklevel=3)
+        warnings.warn(f"{ckpt.origin}: the checkpoint lacks {missing}: initialised (BERT's init, seeded by each "
+                      f"weight's name, so the same in every run); they are untrained", stacklevel=3)
     return model.eval()
 
 
@@ -309,13 +320,17 @@ def _cast(t: Tensor, device: torch.device, dtype: torch.dtype) -> Tensor:
 
 
 def initialise(model: nn.Module, missing: list[str], config: Config, device: torch.device, dtype: torch.dtype) -> None:
-    """BERT's initialisation (model.init_parameter) for each named parameter, in place of its meta tensor."""
+    """BERT's initialisation (model.init_parameter) for each named parameter, in place of its meta tensor:
+    drawn on the CPU in fp32 from a generator seeded by the weight's name (CRC-32), so a model loaded
+    twice, in any process, on any device, holds the same values; the global random state is untouched."""
     for name in missing:
         owner_name, _, pname = name.rpartition(".")
         owner = model.get_submodule(owner_name)
-        param = nn.Parameter(torch.empty(owner._parameters[pname].shape, device=device, dtype=dtype))
-        init_parameter(owner, pname, param, config)
-        owner._parameters[pname] = param
+        value = torch.empty(owner._parameters[pname].shape, dtype=torch.float32)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(zlib.crc32(name.encode()))
+            init_parameter(owner, pname, value, config)
+        owner._parameters[pname] = nn.Parameter(value.to(device=device, dtype=dtype))
 
 
 def save_native(ckpt: Checkpoint, directory: str | Path, *, dtype: torch.dtype | None = None) -> Path:

@@ -134,8 +134,6 @@ def run_parity(src: str, *, backbone: str | None = None, tolerance: float = 1e-4
         a = theirs(**batch, output_hidden_states=True, output_attentions=True)
         b = ours(**batch, output_hidden_states=True, output_attentions=True)
     diffs = compare(a, b, batch["attention_mask"].bool())
-    if classifier:
-        echo(f"{'logits':>8}  {diffs['logits']:>10.3e}")
     echo(f"source: {src}  arch: {ckpt.config.arch}  layers: {ckpt.config.num_layers}  "
          f"inputs: {tuple(batch['input_ids'].shape)}")
     echo(f"{'layer':>8}  {'hidden':>10}  {'attention':>10}")
@@ -144,6 +142,8 @@ def run_parity(src: str, *, backbone: str | None = None, tolerance: float = 1e-4
         echo(f"{'emb' if i == 0 else i - 1:>8}  {diffs[f'hidden_{i}']:>10.3e}  {attn:>10}")
     if "pooler_output" in diffs:
         echo(f"{'pooled':>8}  {diffs['pooler_output']:>10.3e}")
+    if classifier:
+        echo(f"{'logits':>8}  {diffs['logits']:>10.3e}")
     if has_heads and linears:
         pooled = a.pooler_output
         for name, field in (("tri_layer", "tri_label_logits"), ("bin_layer", "seq_relationship_logits"),

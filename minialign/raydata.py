@@ -5,7 +5,7 @@
 
     ds = ray.data.read_json("pairs/")                       # rows with "id", "context", "claim"
     scored = ds.map_batches(AlignScoreBatches, fn_constructor_kwargs={"model": "AlignScore-base"},
-                            concurrency=4, batch_size=256, num_gpus=1)
+                            compute=ray.data.ActorPoolStrategy(size=4), batch_size=256, num_gpus=1)
 
 Each class loads its model once per actor (Ray constructs it once per actor) and maps a batch of rows
 (Ray's default dict of columns, or a pandas DataFrame) to the same columns plus the results: the
@@ -15,7 +15,8 @@ InputError naming the row's id and field (Ray reports it and stops the dataset).
 
 `run_sharded` is `minialign score|embed|classify --ray`: the dataset is cut into shards by a stable
 hash of each row's id, each shard is mapped and written on its own (to a temporary directory, renamed
-when complete), so a rerun skips the shards already written.
+when complete), so a rerun skips the shards already written. Unless told, it picks the number of
+shards from the input's rows (`choose_shards`) and records it, so a rerun picks the same.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import json
 import math
 import os
 import shutil
+import time
+import warnings
 import zlib
 from pathlib import Path
 from typing import Any
@@ -33,7 +36,13 @@ from .batchfile import InputError, Job, Row, record_values
 SETTINGS_FILE = "_minialign.json"  # in the output directory: what produced the shards
 READERS = {".jsonl": "json", ".json": "json", ".ndjson": "json", ".csv": "csv", ".parquet": "parquet"}
 WRITERS = {"parquet": "write_parquet", "jsonl": "write_json"}
-ACTOR_RETRIES = 3  # restarts of a dead model actor, and reruns of the batch it held
+# Shards, unless told: one per SHARD_ROWS rows, at least 1, at most MAX_SHARDS. A shard is what a rerun
+# resumes by, and each costs a pass over the whole input (a filter picks its rows) and its own actors' start
+# (a Ray worker, the model's load: 10-15 s on one machine; issue 22: 100 rows took 131 s in 16 shards, 24 s
+# in one). 10,000 rows are hours of AlignScore per core and minutes of MiniLM embeddings, so that fixed
+# cost stays small while an interrupted run loses at most a shard; the cap bounds the passes over the input.
+SHARD_ROWS = 10_000
+MAX_SHARDS = 16
 # Reading, sharding and writing reserve no CPU: they are light, and tasks that wait for a CPU the model
 # actors hold would never run (Ray Data reserves the actors' CPUs first; seen here: a run with actors on
 # every CPU waited forever for its read task).
@@ -149,11 +158,14 @@ def shard_of(row_id, shards: int) -> int:
     return zlib.crc32(str(_plain(row_id)).encode("utf-8")) % shards
 
 
-def read_dataset(path: Path):
-    """A Ray dataset of a .jsonl / .csv / .parquet file, or a directory of them (the first file's
-    suffix decides). CSV columns are read as text, as the file commands read them."""
-    import ray
+def choose_shards(rows: int) -> int:
+    """The number of shards for `rows` input rows: one per SHARD_ROWS, at least 1, at most MAX_SHARDS."""
+    return max(1, min(MAX_SHARDS, math.ceil(rows / SHARD_ROWS)))
 
+
+def _input_files(path: Path) -> tuple[list[Path], str]:
+    """The input's files (a file, or a directory's files but hidden and _-prefixed ones) and their kind
+    (READERS' values; the first file's suffix decides)."""
     files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith((".", "_"))) \
         if path.is_dir() else [path]
     if not files:
@@ -161,6 +173,35 @@ def read_dataset(path: Path):
     kind = READERS.get(files[0].suffix.lower())
     if kind is None:
         raise InputError(f"{files[0]}: unknown format {files[0].suffix!r}; use {', '.join(READERS)}")
+    return files, kind
+
+
+def count_rows(path: Path) -> int:
+    """The input's rows as choose_shards counts them, without Ray: Parquet's row counts; JSONL's lines;
+    CSV's lines less each file's header (a newline inside a quoted CSV field counts as a row: near enough
+    for choosing a number of shards, and the same on every run over the same input)."""
+    files, kind = _input_files(path)
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+
+        return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    rows = 0
+    for f in files:
+        lines, last = 0, b"\n"
+        with open(f, "rb") as stream:
+            while chunk := stream.read(1 << 24):
+                lines, last = lines + chunk.count(b"\n"), chunk[-1:]
+        lines += last != b"\n"  # a last line without its newline
+        rows += max(0, lines - 1) if kind == "csv" else lines
+    return rows
+
+
+def read_dataset(path: Path):
+    """A Ray dataset of a .jsonl / .csv / .parquet file, or a directory of them (the first file's
+    suffix decides). CSV columns are read as text, as the file commands read them."""
+    import ray
+
+    files, kind = _input_files(path)
     if kind == "csv":
         import csv
 
@@ -175,45 +216,78 @@ def read_dataset(path: Path):
     return getattr(ray.data, f"read_{kind}")([str(f) for f in files], num_cpus=IO_TASK_CPUS)
 
 
+def _shards(shards: int | None, input: Path, output: Path) -> tuple[int, str]:
+    """(the number of shards, a line saying how it was chosen): `shards` if given; else the count the
+    run that began `output` recorded; else choose_shards of the input's rows."""
+    if shards is not None:
+        if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
+            raise ValueError(f"shards must be a positive int, got {shards!r}")
+        return shards, f"{shards} shard(s), as --shards says"
+    recorded = _recorded(output).get("shards")
+    if isinstance(recorded, int) and recorded >= 1:
+        return recorded, f"{recorded} shard(s), as {output / SETTINGS_FILE} records (the run that began this output)"
+    rows = count_rows(input)
+    shards = choose_shards(rows)
+    return shards, (f"{rows:,} row(s): {shards} shard(s), one per {SHARD_ROWS:,} rows (at most {MAX_SHARDS}). A shard "
+                    f"is what a rerun resumes by, and each pays a pass over the input and its own actors' start "
+                    f"(seconds each); --shards N sets the count")
+
+
 def run_sharded(mapper: type, options: dict[str, Any], *, input: Path, output: Path, id_field: str = "id",
-                shards: int = 16, output_format: str = "parquet", actors: int = 1, batch_rows: int = 256,
+                shards: int | None = None, output_format: str = "parquet", actors: int = 1, batch_rows: int = 256,
                 cpus_per_actor: float | None = None, gpus_per_actor: float | None = None,
                 settings: dict[str, Any] | None = None, echo=print) -> dict[str, int]:
     """Map `input` through `mapper(**options)` in `shards` shards written under `output`
     (shard-00000-of-00016/ ...: Ray's files of that shard); shards already there are skipped.
+    shards=None: the count recorded in `output` by the run that began it, else choose_shards of the
+    input's rows. A dead actor is restarted and its batch rerun by Ray Data (its default: no limit).
     Returns {"written": ..., "skipped": ...}. Ray must be initialised (ray.init) by the caller."""
+    import ray
+
     if output_format not in WRITERS:
         raise ValueError(f"output format must be one of {tuple(WRITERS)}, got {output_format!r}")
-    if not isinstance(shards, int) or shards < 1:
-        raise ValueError(f"shards must be a positive int, got {shards!r}")
+    shards, how = _shards(shards, input, output)
+    echo(how)
     record = {"mapper": mapper.__name__, "options": options, "id_field": id_field, "shards": shards,
               "format": output_format, **(settings or {})}
     output.mkdir(parents=True, exist_ok=True)
     _check_settings(output, json.loads(json.dumps(record, default=str)))
+    finals = [output / f"shard-{shard:05d}-of-{shards:05d}" for shard in range(shards)]
+    counts = {"written": 0, "skipped": sum(final.is_dir() for final in finals)}
+    if counts["skipped"] == shards:  # nothing left to do: not even a read
+        return counts
     dataset = read_dataset(input)
     names = dataset.schema().names
     if id_field not in names:
         raise InputError(f"{input}: no column {id_field!r} (--id-field); a sharded run needs an id per row to "
                          f"name its results and its shard. Columns: {', '.join(map(repr, names[:20]))}")
-    counts = {"written": 0, "skipped": 0}
-    for shard in range(shards):
-        final = output / f"shard-{shard:05d}-of-{shards:05d}"
+    for shard, final in enumerate(finals):
         if final.is_dir():
-            counts["skipped"] += 1
             continue
+        start = time.perf_counter()
         partial = output / f".partial-{final.name}"
         shutil.rmtree(partial, ignore_errors=True)
-        part = dataset.filter(lambda row, s=shard: shard_of(row[id_field], shards) == s, num_cpus=IO_TASK_CPUS)
-        remote = {k: v for k, v in (("num_cpus", cpus_per_actor), ("num_gpus", gpus_per_actor)) if v is not None}
-        mapped = part.map_batches(mapper, fn_constructor_kwargs=options, concurrency=actors, batch_size=batch_rows,
-                                  max_restarts=ACTOR_RETRIES, max_task_retries=ACTOR_RETRIES,  # a dead actor:
-                                  **remote)                                                     # restart, rerun
+        with warnings.catch_warnings():  # Ray's advice to filter by an expression: a CRC-32 of the id is none
+            warnings.filterwarnings("ignore", message="Use 'expr' instead of 'fn'", category=UserWarning)
+            part = dataset.filter(lambda row, s=shard: shard_of(row[id_field], shards) == s, num_cpus=IO_TASK_CPUS)
+        mapped = part.map_batches(mapper, fn_constructor_kwargs=options, batch_size=batch_rows,
+                                  compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=cpus_per_actor,
+                                  num_gpus=gpus_per_actor)
         getattr(mapped, WRITERS[output_format])(str(partial), ray_remote_args={"num_cpus": IO_TASK_CPUS})
         partial.mkdir(exist_ok=True)  # an empty shard is complete too
         os.replace(partial, final)
         counts["written"] += 1
-        echo(f"shard {shard + 1}/{shards} written")
+        echo(f"shard {shard + 1}/{shards} written ({time.perf_counter() - start:.1f} s)")
     return counts
+
+
+def _recorded(output: Path) -> dict:
+    """The settings the run that began `output` recorded ({} if none or unreadable: _check_settings says why)."""
+    try:
+        record = json.loads((output / SETTINGS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def _check_settings(output: Path, record: dict) -> None:

@@ -42,6 +42,10 @@ PUBLISHED = {
     "AlignScore-large": ("AlignScore-large.ckpt", "roberta-large"),
 }
 WORDS_PER_CHUNK = 350
+# The weights scoring reads, which a checkpoint must hold (loading.build refuses it otherwise).
+TRAINED = ("encoder.pooler.", "tri_layer.", "bin_layer.", "reg_layer.")
+NO_HEADS = ("AlignScore scores need a trained AlignScore checkpoint: AlignScore-base / AlignScore-large, their .ckpt "
+            "with backbone=, or a directory `minialign convert` made from one.")
 # Columns of the per-pair result: the three tri_layer probabilities, bin P(aligned), reg output.
 COLUMNS = ("aligned", "neutral", "contradiction", "bin", "reg")
 _MODE_COLUMN = {"nli": 0, "bin": 3, "reg": 4}
@@ -108,7 +112,7 @@ class AlignScorer:
         if str(src) in PUBLISHED and not Path(src).exists():
             src = published_checkpoint(str(src), cache_dir=cache_dir)
         ckpt = read_checkpoint(src, backbone=backbone, cache_dir=cache_dir)
-        model = build(AlignModel, ckpt, device=device, dtype=dtype)
+        model = build(AlignModel, ckpt, device=device, dtype=dtype, require=TRAINED, advice=NO_HEADS)
         if not isinstance(tokenizer, Tokenizer):
             tokenizer = _find_tokenizer(tokenizer, ckpt, backbone, cache_dir)
         scorer = cls(model, tokenizer, mode=mode, batch_size=batch_size, splitter=splitter, unpad=unpad,

@@ -2,9 +2,9 @@
 
 Routes (needs the `serve` extra: Starlette and uvicorn):
   NeMo Guardrails' AlignScore API   POST /alignscore_base, /alignscore_large   {"evidence", "claim"} -> {"alignscore"}
-                                    GET /   a short text
-  text-embeddings-inference (TEI)   POST /embed, /rerank, /predict, and POST / routed by the model's kind;
-                                    GET /health, GET /info; errors as {"error", "error_type"}
+                                    GET /   the routes served, as text
+  text-embeddings-inference (TEI)   POST /embed, /rerank, /predict, /similarity, and POST / routed by the body
+                                    (Service.root); GET /health, GET /info; errors as {"error", "error_type"}
   minialign's own                   POST /score   {"pairs": [{"context", "claim"}], "mode", "details"}
 
 Requests that arrive together are merged into model calls (batcher.DynamicBatcher), which run on
@@ -29,13 +29,15 @@ import torch
 from .batcher import Closed, DynamicBatcher, Overloaded
 from .classifier import Classifier, apply_activation
 from .embedding import SentenceEncoder
-from .scorer import COLUMNS, MODES, AlignScorer
+from .scorer import COLUMNS, MODES, AlignScorer, check_example
 from .tokenizer import text_problem
 
 # TEI's error bodies are {"error", "error_type"}, with these statuses (router/src/http/server.rs,
 # From<&ErrorType> for StatusCode): Unhealthy 503, Backend 424, Overloaded 429, Validation 413,
-# Tokenizer 422, Empty 400. Two departures, by design: a malformed body (bad JSON, a wrong type) is a
-# JSON 422 naming the field (TEI: axum's plain-text 400/422), and a model call that fails is a 500.
+# Tokenizer 422, Empty 400 (an empty batch, or an input whose texts are all empty). Departures, by design:
+# a malformed body (bad JSON, a wrong type, a value the product refuses, such as a claim with no sentence)
+# is a JSON 422 naming the field (TEI: axum's plain-text 400/422), a model call that fails is a 500, and an
+# unknown route or method is a JSON 404 NotFound / 405 MethodNotAllowed (TEI: axum's empty body).
 POOLING_NAMES = {"cls": "cls", "mean": "mean", "lasttoken": "last_token"}  # TEI's names in /info
 ALIGNSCORE_ROUTES = ("base", "large")  # NeMo Guardrails posts to /alignscore_base or /alignscore_large
 VERSION = "minialign"
@@ -50,6 +52,19 @@ class ServiceError(Exception):
 def bad_request(message: str) -> ServiceError:
     """A malformed body: 422, naming the field."""
     return ServiceError(422, "Validation", message)
+
+
+def empty(name: str) -> ServiceError:
+    """Empty input, TEI's 400 Empty (router: "`inputs` cannot be empty"; core/src/tokenization.rs)."""
+    return ServiceError(400, "Empty", f"Input validation error: `{name}` cannot be empty")
+
+
+def _refuse_empty(inputs: list[tuple[str | None, ...]], name: str, batched: bool) -> None:
+    """TEI refuses an input whose texts are all empty (EncodingInput::is_empty: a pair is empty when both
+    of its texts are); named as the body names it."""
+    for i, texts in enumerate(inputs):
+        if not any(texts):
+            raise empty(f"{name}[{i}]" if batched else name)
 
 
 @dataclass
@@ -134,6 +149,16 @@ def _flag(body: dict, name: str, default: bool) -> bool:
     return value
 
 
+def _parameters(body: dict) -> dict:
+    """HF Inference's task options (`parameters`), an object when given."""
+    parameters = body.get("parameters")
+    if parameters is None:
+        return {}
+    if not isinstance(parameters, dict):
+        raise bad_request(f"`parameters` must be an object, got {type(parameters).__name__}")
+    return parameters
+
+
 def _texts(value: Any, name: str) -> list[str]:
     if isinstance(value, str):
         return [_text(value, name)]
@@ -153,7 +178,7 @@ def _predict_inputs(value: Any) -> tuple[list[tuple[str, str | None]], bool]:
             return _text(v[0], f"{name}[0]"), _text(v[1], f"{name}[1]")
         raise bad_request(f"`{name}` must be a text, a pair [text, text], or a list of those")
 
-    if isinstance(value, list) and value and all(isinstance(v, list) for v in value):
+    if isinstance(value, list) and all(isinstance(v, list) for v in value):  # [] too: an empty batch
         return [sequence(v, f"inputs[{i}]") for i, v in enumerate(value)], True
     return [sequence(value, "inputs")], False
 
@@ -197,7 +222,7 @@ class Service:
 
     def _check_batch(self, n: int, name: str = "inputs") -> None:
         if n == 0:
-            raise ServiceError(400, "Empty", f"Input validation error: `{name}` cannot be empty")
+            raise empty(name)
         if n > self.limits.max_client_batch_size:
             raise ServiceError(413, "Validation", f"Input validation error: batch size {n} > maximum allowed batch "
                                                   f"size {self.limits.max_client_batch_size}")
@@ -226,11 +251,22 @@ class Service:
 
     # -- handlers (body: the parsed JSON; they return JSON-able values) --
 
+    def _example(self, model: str, context: Any, claim: Any, names: dict[str, str]) -> tuple[str, str]:
+        """(context, claim) once the scorer's own check (scorer.check_example) takes them: an empty claim is
+        empty input (400 Empty), any other problem a 422 naming the field (names: "context"/"claim" -> field)."""
+        if claim == "":
+            raise empty(names["claim"])
+        problems, _ = check_example(context, claim, self.models.alignscore[model].splitter, null="null")
+        if problems:
+            raise bad_request("; ".join(f"`{names[which]}` {problem}" for which, problem in problems))
+        return context, claim
+
     async def alignscore(self, name: str, body: dict) -> dict:
         evidence, claim = body.get("evidence"), body.get("claim")
         if isinstance(evidence, list):
             evidence = " ".join(_text(e, f"evidence[{i}]") for i, e in enumerate(evidence))
-        (details,) = await self._run(f"alignscore_{name}", [("nli_sp", _text(evidence, "evidence"), _text(claim, "claim"))])
+        context, claim = self._example(name, evidence, claim, {"context": "evidence", "claim": "claim"})
+        (details,) = await self._run(f"alignscore_{name}", [("nli_sp", context, claim)])
         return {"alignscore": details["score"]}
 
     async def score(self, body: dict) -> dict:
@@ -242,15 +278,13 @@ class Service:
             raise bad_request(f"`mode` must be one of {MODES}, got {mode!r}")
         if not isinstance(pairs, list):
             raise bad_request("`pairs` must be a list of {\"context\", \"claim\"} objects")
-        self._check_batch(len(pairs))
+        self._check_batch(len(pairs), "pairs")
         items = []
         for i, pair in enumerate(pairs):
             if not isinstance(pair, dict):
                 raise bad_request(f"`pairs[{i}]` must be an object with `context` and `claim`")
-            claim = _text(pair.get("claim"), f"pairs[{i}].claim")
-            if not list(self.models.alignscore[name].splitter(claim)):
-                raise bad_request(f"`pairs[{i}].claim` has no sentence")
-            items.append((mode, _text(pair.get("context"), f"pairs[{i}].context"), claim))
+            names = {"context": f"pairs[{i}].context", "claim": f"pairs[{i}].claim"}
+            items.append((mode, *self._example(name, pair.get("context"), pair.get("claim"), names)))
         details = await self._run(f"alignscore_{name}", items)
         out: dict[str, Any] = {"scores": [d["score"] for d in details]}
         if _flag(body, "details", False):
@@ -261,6 +295,7 @@ class Service:
         embedder = self._require("embed")
         texts = _texts(body.get("inputs"), "inputs")
         self._check_batch(len(texts))
+        _refuse_empty([(t,) for t in texts], "inputs", not isinstance(body["inputs"], str))
         self._check_length(embedder.tokenizer, texts, None, embedder.max_seq_length, _flag(body, "truncate", False))
         vectors = await self._run("embed", texts)
         if _flag(body, "normalize", True):
@@ -271,6 +306,7 @@ class Service:
         classifier = self._require("classify")
         items, batched = _predict_inputs(body.get("inputs"))
         self._check_batch(len(items))
+        _refuse_empty(items, "inputs", batched)
         self._check_length(classifier.tokenizer, [t for t, _ in items], [p for _, p in items],
                            classifier.max_length, _flag(body, "truncate", False))
         logits = await self._run("classify", items)
@@ -289,11 +325,12 @@ class Service:
             raise bad_request("`texts` must be a list of strings")
         texts = _texts(texts, "texts")
         if not texts:
-            raise ServiceError(400, "Empty", "Input validation error: `texts` cannot be empty")
+            raise empty("texts")
         classifier = self._require("classify")
         if len(classifier.labels) != 1:
             raise ServiceError(424, "Backend", "Backend error: model is not a re-ranker model")
         self._check_batch(len(texts), "texts")
+        _refuse_empty([(query, t) for t in texts], "texts", True)
         self._check_length(classifier.tokenizer, [query] * len(texts), texts, classifier.max_length,
                            _flag(body, "truncate", False))
         logits = await self._run("classify", [(query, t) for t in texts])
@@ -303,15 +340,75 @@ class Service:
         with_text = _flag(body, "return_text", False)
         return [{"index": i, "score": scores[i], **({"text": texts[i]} if with_text else {})} for i in ranked]
 
+    async def similarity(self, body: dict) -> list:
+        """TEI's /similarity, huggingface_hub's sentence_similarity: {"inputs": {"source_sentence",
+        "sentences"}, "parameters": {"truncate"}} -> the cosine similarity of each sentence to the source
+        (router/src/http/server.rs, similarity: 1 - cosine distance of the unnormalized embeddings)."""
+        embedder = self._require("embed")
+        inputs, parameters = body.get("inputs"), _parameters(body)
+        if not isinstance(inputs, dict):
+            raise bad_request('`inputs` must be an object {"source_sentence": str, "sentences": [str, ...]}')
+        source = _text(inputs.get("source_sentence"), "inputs.source_sentence")
+        if not isinstance(inputs.get("sentences"), list):
+            raise bad_request("`inputs.sentences` must be a list of strings")
+        sentences = _texts(inputs["sentences"], "inputs.sentences")
+        if not sentences:
+            raise empty("inputs.sentences")
+        self._check_batch(len(sentences) + 1, "inputs.sentences")  # the source counts, as in TEI
+        _refuse_empty([(source,)], "inputs.source_sentence", False)
+        _refuse_empty([(t,) for t in sentences], "inputs.sentences", True)
+        self._check_length(embedder.tokenizer, [source, *sentences], None, embedder.max_seq_length,
+                           _flag(parameters, "truncate", False))
+        vectors = torch.stack(await self._run("embed", [source, *sentences])).float()
+        return torch.nn.functional.cosine_similarity(vectors[:1], vectors[1:]).tolist()
+
+    async def text_classification(self, body: dict) -> list:
+        """HF Inference's text-classification task, as huggingface_hub's text_classification posts it:
+        {"inputs": str, "parameters": {"top_k", "function_to_apply"}} -> [[{"label", "score"}, ...]] (one list
+        per input, every label best first, or the top_k), scored by the classifier's own default (transformers'
+        pipeline rule, Classifier.activation) unless function_to_apply names sigmoid, softmax or none."""
+        classifier, parameters = self._require("classify"), _parameters(body)
+        top_k, function = parameters.get("top_k"), parameters.get("function_to_apply")
+        if top_k is not None and (type(top_k) is not int or top_k < 1):
+            raise bad_request(f"`parameters.top_k` must be a positive integer, got {top_k!r}")
+        if function not in (None, "sigmoid", "softmax", "none"):
+            raise bad_request(f"`parameters.function_to_apply` must be sigmoid, softmax or none, got {function!r}")
+        text = _text(body.get("inputs"), "inputs")
+        _refuse_empty([(text,)], "inputs", False)
+        self._check_length(classifier.tokenizer, [text], None, classifier.max_length, _flag(body, "truncate", False))
+        (logits,) = await self._run("classify", [(text, None)])
+        scores = apply_activation(logits, classifier.activation(function or "auto"))
+        ranked = sorted(zip(classifier.labels, scores.tolist()), key=lambda x: x[1], reverse=True)[:top_k]
+        return [[{"label": label, "score": score} for label, score in ranked]]
+
     async def root(self, body: dict) -> Any:
-        """POST /: routed by the model's kind, as TEI does: an embedding model embeds, a reranker (one
-        label) reranks, a classifier predicts. With both loaded, the embedding model answers."""
-        if self.models.embedder is not None:
+        """POST /. TEI routes it by the one model it serves (router/src/http/server.rs: an embedding model
+        embeds, a classifier predicts, a reranker reranks); here two can be loaded, so the body decides,
+        by the first rule that fits:
+          1. a `query`                                  -> /rerank (TEI's rerank body)
+          2. `inputs` an object (source_sentence, ...)  -> /similarity (huggingface_hub's sentence_similarity)
+          3. `inputs` a string with `parameters`, and a classifier loaded
+                                                        -> text classification (huggingface_hub's text_classification)
+          4. any other `inputs`                         -> /embed if an embedding model is loaded (feature_extraction,
+                                                           LangChain), else /predict
+        With both models loaded, rule 4 refuses `inputs` holding a list (a pair or a batch of pairs, or
+        ["a", "b"] meant as one pair): /predict and /embed read those differently, so the client names one."""
+        inputs, models = body.get("inputs"), self.models
+        if "query" in body:
+            return await self.rerank(body)
+        if isinstance(inputs, dict):
+            return await self.similarity(body)
+        if isinstance(inputs, str) and "parameters" in body and models.classifier is not None:
+            return await self.text_classification(body)
+        if models.embedder is not None:
+            if models.classifier is not None and isinstance(inputs, list) and any(isinstance(v, list) for v in inputs):
+                raise bad_request("POST / sends `inputs` to the embedding model when a classifier is loaded too, and "
+                                  "the embedding model takes no pairs: post pairs to /predict (texts to /embed)")
             return await self.embed(body)
-        if self.models.classifier is not None:
-            return await (self.rerank(body) if len(self.models.classifier.labels) == 1 else self.predict(body))
+        if models.classifier is not None:
+            return await self.predict(body)
         raise ServiceError(424, "Backend", "Backend error: no TEI model is loaded (start with --embed or --classify; "
-                                           "the AlignScore routes are /alignscore_base, /alignscore_large, /score)")
+                                           "GET / lists the routes served)")
 
     def _require(self, batcher: str):
         runner = {"embed": self.models.embedder, "classify": self.models.classifier}[batcher]
@@ -319,6 +416,22 @@ class Service:
             message = {"embed": "Model is not an embedding model", "classify": "Model is not a classifier model"}
             raise ServiceError(424, "Backend", f"Backend error: {message[batcher]}")
         return runner
+
+    def served(self) -> list[tuple[str, str]]:
+        """(method, path) of each route the loaded models answer (GET / lists them). /embed, /similarity,
+        /predict and /rerank also answer without their model: TEI's 424 Backend."""
+        m = self.models
+        routes = [("GET", "/")]
+        if m.embedder is not None or m.classifier is not None:
+            routes.append(("POST", "/"))
+        routes += [("POST", f"/alignscore_{name}") for name in m.alignscore]
+        if m.alignscore:
+            routes.append(("POST", "/score"))
+        if m.embedder is not None:
+            routes += [("POST", "/embed"), ("POST", "/similarity")]
+        if m.classifier is not None:
+            routes += [("POST", "/predict"), *[("POST", "/rerank")] * (len(m.classifier.labels) == 1)]
+        return routes + [("GET", "/health"), ("GET", "/info")]
 
     def info(self) -> dict:
         m = self.models
@@ -398,16 +511,33 @@ class Service:
 
         async def home(request: Request) -> Response:
             if request.method == "GET":
-                return await endpoint(lambda _: "minialign service: AlignScore (/alignscore_base, "
-                                      "/alignscore_large, /score) and TEI routes (/embed, /rerank, /predict, /info)")(request)
+                served = ", ".join(f"{method} {path}" for method, path in self.served())
+                return await endpoint(lambda _: f"minialign service: {served}")(request)
             return await endpoint(self.root)(request)
+
+        async def not_found(request: Request, exc: Exception) -> Response:
+            path = request.url.path
+            name = path.removeprefix("/alignscore_")
+            if name in ALIGNSCORE_ROUTES or path == "/score":
+                flag = f"--alignscore {name}=SRC" if name in ALIGNSCORE_ROUTES else "--alignscore [NAME=]SRC"
+                return error(404, "NotFound", f"Not Found: no AlignScore model is loaded for {path} (start the "
+                                              f"service with {flag}); GET / lists the routes served")
+            return error(404, "NotFound", f"Not Found: {request.method} {path} is not a route of this service; "
+                                          "GET / lists the routes served")
+
+        async def not_allowed(request: Request, exc: Exception) -> Response:
+            allow = exc.headers["Allow"]
+            return JSONResponse({"error": f"Method Not Allowed: {request.method} {request.url.path}; it takes {allow}",
+                                 "error_type": "MethodNotAllowed"}, status_code=405, headers={"Allow": allow})
 
         routes = [Route("/", home, methods=["GET", "POST"]), Route("/health", health, methods=["GET"]),
                   Route("/info", endpoint(lambda _: self.info()), methods=["GET"]),
                   Route("/embed", endpoint(self.embed), methods=["POST"]),
+                  Route("/similarity", endpoint(self.similarity), methods=["POST"]),
                   Route("/predict", endpoint(self.predict), methods=["POST"]),
-                  Route("/rerank", endpoint(self.rerank), methods=["POST"]),
-                  Route("/score", endpoint(self.score), methods=["POST"])]
+                  Route("/rerank", endpoint(self.rerank), methods=["POST"])]
+        if self.models.alignscore:  # otherwise a JSON 404 that names the flag to load one
+            routes.append(Route("/score", endpoint(self.score), methods=["POST"]))
         for name in self.models.alignscore:
             routes.append(Route(f"/alignscore_{name}", endpoint(lambda body, n=name: self.alignscore(n, body)),
                                 methods=["POST"]))
@@ -416,7 +546,7 @@ class Service:
             yield
             await asyncio.to_thread(self.close)  # after the server stopped taking requests: finish the taken ones
 
-        return Starlette(routes=routes, lifespan=lifespan)
+        return Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: not_found, 405: not_allowed})
 
 
 def _finite(value: Any) -> Any:

@@ -132,12 +132,16 @@ class Tokenizer:
         max_length = max_length or self.model_max_length
         if max_length < self.backend.num_special_tokens_to_add(pairs is not None) + 1:
             raise ValueError(f"max_length {max_length} leaves no room for text")
-        return self.pad(self.encode(texts, pairs, max_length=max_length))
+        encoded = self.encode_ids(texts, pairs, max_length=max_length)
+        return pad(encoded.ids, encoded.type_ids, pad_id=self.pad_token_id, token_types=self.return_token_type_ids)
 
     def encode(self, texts: list[str], pairs: list[str] | None = None, *, max_length: int | None = None,
                truncation: str = "only_first"):
-        """tokenizers Encodings (no padding) under the truncation rule of __call__; for pairs,
-        truncation="longest_first" shortens the longer text first (transformers' truncation=True)."""
+        """tokenizers Encodings (no padding) under the truncation rule of __call__, truncated by `tokenizers`
+        itself; for pairs, truncation="longest_first" shortens the longer text first (transformers'
+        truncation=True). The reference `encode_ids` is tested against: `tokenizers` makes every
+        overflowing piece of both texts when it cuts a pair, so a long pair costs memory quadratic in
+        its length (huggingface/tokenizers#2035); the runners use `encode_ids`."""
         if truncation not in TRUNCATIONS:
             raise ValueError(f"truncation must be one of {TRUNCATIONS}, got {truncation!r}")
         max_length = max_length or self.model_max_length
@@ -166,7 +170,8 @@ class Tokenizer:
     def encode_ids(self, texts: list[str], pairs: list[str] | None = None, *,
                    max_length: int | None = None, truncation: str = "only_first") -> Encoded:
         """Token ids equal to `encode`'s, with each distinct text tokenized once: a context shared by
-        many pairs, however long, is read once and only its first max_length tokens are kept.
+        many pairs, however long, is read once and only its first max_length tokens are kept; a pair
+        is cut on the token counts (`pair_lengths`), so its memory and time are linear in its length.
         Returns how many tokens each input lost to the window."""
         if truncation not in TRUNCATIONS:
             raise ValueError(f"truncation must be one of {TRUNCATIONS}, got {truncation!r}")
@@ -184,15 +189,9 @@ class Tokenizer:
                 cut = max(n_a - keep, 0)
             else:
                 b, n_b = seconds[pairs[i]]
-                overflow = n_a + n_b + specials - max_length
-                if overflow <= 0:
-                    ids, types = _fill(template, a, b)
-                elif n_a > overflow and truncation == "only_first":  # the first text absorbs the overflow
-                    ids, types = _fill(template, a[:n_a - overflow], b)
-                else:  # longest-first (asked for, or the second text alone does not fit), as `encode` does
-                    e = self.encode([text], [pairs[i]], max_length=max_length, truncation="longest_first")[0]
-                    ids, types = e.ids, e.type_ids
-                cut = n_a + n_b + specials - len(ids)
+                keep_a, keep_b = pair_lengths(n_a, n_b, max_length - specials, truncation)
+                ids, types = _fill(template, a[:keep_a], b[:keep_b])
+                cut = n_a + n_b - keep_a - keep_b
             out.ids.append(ids)
             out.type_ids.append(types)
             out.truncated.append(cut)
@@ -205,11 +204,9 @@ class Tokenizer:
 
     def _prefixes(self, texts: list[str], max_length: int) -> dict[str, tuple[list[int], int]]:
         """text -> (its first max_length token ids without special tokens, its full token count)."""
-        unique = list(dict.fromkeys(texts))
         prefixes = {}
         self.backend.no_truncation()  # whole texts: their full length is the count of what the window cuts
-        for start in range(0, len(unique), ENCODE_BLOCK):
-            part = unique[start:start + ENCODE_BLOCK]
+        for part in _blocks(list(dict.fromkeys(texts))):
             for text, e in zip(part, self.backend.encode_batch(part, add_special_tokens=False)):
                 prefixes[text] = (e.ids[:max_length], len(e.ids))
         return prefixes
@@ -242,6 +239,44 @@ class Tokenizer:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.backend.save(str(directory / "tokenizer.json"))
+
+
+def pair_lengths(n_a: int, n_b: int, budget: int, truncation: str) -> tuple[int, int]:
+    """How many tokens of each text of a pair fit `budget` (the window less the special tokens).
+
+    only_first: the first text absorbs the overflow; if it cannot, longest-first. longest_first is
+    `tokenizers`' rule (tokenizers/src/utils/truncation.rs, truncate_encodings): with s <= l the two
+    lengths, the longer text is cut to max(s, budget - s); if that still does not fit, the shorter
+    keeps budget // 2 and the longer budget // 2 + budget % 2 (the second text on a tie).
+    """
+    overflow = n_a + n_b - budget
+    if overflow <= 0:
+        return n_a, n_b
+    if truncation == "only_first" and n_a > overflow:
+        return n_a - overflow, n_b
+    short, long = sorted((n_a, n_b))
+    keep_long = short if short > budget else max(short, budget - short)
+    keep_short = short
+    if keep_short + keep_long > budget:
+        keep_short, keep_long = budget // 2, budget // 2 + budget % 2
+    keep_a, keep_b = (keep_long, keep_short) if n_a > n_b else (keep_short, keep_long)
+    return min(n_a, keep_a), min(n_b, keep_b)
+
+
+ENCODE_CHARACTERS = 1 << 22  # characters tokenized per call: bounds the encodings in flight for long texts
+
+
+def _blocks(texts: list[str]):
+    """Consecutive groups of at most ENCODE_BLOCK texts and, past the first text, ENCODE_CHARACTERS characters."""
+    part, size = [], 0
+    for text in texts:
+        if part and (len(part) == ENCODE_BLOCK or size + len(text) > ENCODE_CHARACTERS):
+            yield part
+            part, size = [], 0
+        part.append(text)
+        size += len(text)
+    if part:
+        yield part
 
 
 def _fill(template: tuple[tuple, ...], a: list[int], b: list[int]) -> tuple[list[int], list[int]]:

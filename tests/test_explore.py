@@ -143,6 +143,92 @@ def test_a_512_token_input_on_12x12_heads_stays_under_the_page_limit(minilm_dir)
     assert (kept[:, 0] - probs.max(-1).values).abs().max() <= 0.5 / QUANT + 1e-7  # the strongest first
 
 
+LONG = " ".join(f"w{i}" for i in range(3000))  # 3,000 words, each its own few tokens: a cut is easy to see
+
+
+def test_a_long_input_shows_only_what_the_model_saw(minilm):
+    model, tokenizer = minilm
+    page = ma.explore(model, tokenizer, LONG)
+    html = page.html()
+    data = page_data(html)
+    total = tokenizer.token_counts([LONG])[0] + 2  # [CLS] ... [SEP]
+    cut = total - 512
+    assert data["truncated"] == cut and data["cut"] == {"tokens": total, "window": 512, "text": cut, "pair": None}
+    note = f"the input is {total:,} tokens; the model's window is 512: {cut:,} tokens cut from the text"
+    assert page.cut_note == note and note in html  # stated on the page
+    assert "w2999" not in html and "w1000" not in html  # the cut words appear nowhere, not even in the data
+    assert LONG.startswith(data["text"]) and tokenizer.token_counts([data["text"]])[0] == 510  # what was seen
+    short = ma.explore(model, tokenizer, "The bank raised rates.")
+    assert short.cut_note is None and short.data["text"] == "The bank raised rates."
+
+
+def test_a_long_pair_states_which_text_was_cut(minilm):
+    model, tokenizer = minilm
+    claim = "Rates went up at the bank."
+    n_long, n_claim = tokenizer.token_counts([LONG, claim])
+    data = page_data(ma.explore(model, tokenizer, LONG, pair=claim).html())  # the first text absorbs the cut
+    assert data["cut"] == {"tokens": n_long + n_claim + 3, "window": 512, "text": n_long + n_claim + 3 - 512, "pair": 0}
+    assert data["pair"] == claim and LONG.startswith(data["text"])
+    page = ma.explore(model, tokenizer, claim, pair=LONG)  # the second text alone does not fit: longest first
+    data = page_data(page.html())
+    assert data["cut"]["text"] == 0 and data["cut"]["pair"] == n_long + n_claim + 3 - 512 == data["truncated"]
+    assert data["text"] == claim and LONG.startswith(data["pair"]) and "w2999" not in page.html()
+    assert page.cut_note.endswith(f"{data['cut']['pair']:,} tokens cut from the pair")
+
+
+
+@pytest.mark.parametrize("long", ["text", "pair", "both"])
+def test_the_cut_of_each_text_of_a_pair_with_a_byte_level_bpe_tokenizer(bpe_dir, long):
+    """RoBERTa's layout (<s> a </s></s> b </s>): each text's cut and the part seen agree with `tokenizers`' own
+    truncation of the pair (the reference for small inputs; explore reads a long pair in linear memory)."""
+    tokenizer = ma.Tokenizer.from_pretrained(bpe_dir)
+    config = ma.Config(vocab_size=tokenizer.backend.get_vocab_size(), hidden_size=16, num_layers=1, num_heads=2,
+                       intermediate_size=16, arch="roberta", pad_token_id=tokenizer.pad_token_id,
+                       max_position_embeddings=66)
+    model = ma.Encoder(config).eval()
+    words = "the bank raised its rates again and café naïve 東京 went up".split()
+    many = " ".join(words[i % len(words)] for i in range(120))
+    text, pair = (many if long in ("text", "both") else "A claim."), (many if long in ("pair", "both") else "Rates.")
+    data = ma.explore(model, tokenizer, text, pair=pair).data
+    reference = tokenizer.encode([text], [pair], max_length=64)[0]
+    counts = tokenizer.token_counts([text, pair])
+    kept = [reference.sequence_ids.count(i) for i in (0, 1)]
+    assert data["tokens"] == [tokenizer.decode([i], skip_special_tokens=False) for i in reference.ids]
+    assert (data["cut"]["text"], data["cut"]["pair"]) == (counts[0] - kept[0], counts[1] - kept[1])
+    assert data["cut"]["tokens"] == sum(counts) + 4 and data["truncated"] == sum(counts) - sum(kept) > 0
+    for name, value, i in (("text", text, 0), ("pair", pair, 1)):
+        assert value.startswith(data[name]) and tokenizer.token_counts([data[name]])[0] == kept[i]
+
+
+def test_the_cli_says_the_cut_in_one_line_and_never_prints_the_text(tmp_path, minilm_dir, capsys):
+    out = tmp_path / "long.html"
+    assert main(["explore", "--model", str(minilm_dir), "--text", LONG, "--output", str(out)]) == 0
+    captured = capsys.readouterr()
+    printed = captured.out + captured.err
+    lines = [line for line in printed.splitlines() if line.startswith("explore:")]
+    assert len(lines) == 1, printed
+    assert re.fullmatch(r"explore: the input is [\d,]+ tokens; the model's window is 512: [\d,]+ tokens cut "
+                        r"from the text", lines[0])
+    assert "w1 " not in printed and "w2999" not in printed and len(printed) < 400
+    assert main(["explore", "--model", str(minilm_dir), "--text", "The bank raised rates.", "--output", str(out)]) == 0
+    assert "explore:" not in capsys.readouterr().err  # nothing cut, nothing said
+
+
+def test_every_heat_map_has_a_colour_scale(minilm):
+    model, tokenizer = minilm
+    text = "The bank raised rates."
+    T = len(tokenizer([text])["input_ids"][0])
+    left = ma.masks.left_only_mask(torch.ones(1, T, dtype=torch.bool))
+    html = ma.explore(model, tokenizer, text, compare_mask=left).html()
+    for canvas in ("grid", "zoom-canvas", "norms", "parts", "diff"):
+        assert f'<div class="legend" id="{canvas}-legend">' in html, canvas
+    data = page_data(html)  # the model view's maps are each scaled to their own largest: the page says how large
+    thumb_max = torch.tensor(data["runs"][0]["attention"]["thumb_max"])
+    cap, _ = _capture(model, tokenizer, text)
+    probs = torch.cat([cap[f"layers.{i}.attention.probs"] for i in range(model.config.num_layers)])
+    torch.testing.assert_close(thumb_max, probs.flatten(0, 1).amax(dim=(1, 2)), atol=1e-5, rtol=0)  # T <= THUMB
+
+
 def _png_pixels(png: bytes) -> list[bytes]:
     """Rows of RGB(A) pixels of an 8-bit non-interlaced PNG (what Chromium's screenshots are)."""
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
@@ -179,6 +265,29 @@ def _png_pixels(png: bytes) -> list[bytes]:
     return rows
 
 
+_INK = """const ink = (c, x, y, w, h) => { const p = c.getContext("2d").getImageData(x, y, w, h).data; let n = 0;
+  for (let i = 0; i < p.length; i += 4) if (p[i] + p[i + 1] + p[i + 2] < 300) n++; return n; };\n"""
+
+
+def _zoom_labels(page) -> dict:
+    """The enlarged map's label step and counts, and the dark pixels (text) in its two label margins."""
+    return page.eval_on_selector("#zoom-canvas", _INK + """c => { const d = c.dataset;
+      return {tokens: +d.tokens, step: +d.step, cell: +d.cell, rows: +d.rowLabels, cols: +d.colLabels,
+              row_ink: ink(c, 0, +d.top, +d.left, c.height - d.top),
+              col_ink: ink(c, +d.left, 0, c.width - d.left, +d.top)}; }""")
+
+
+def _legend(page, name: str) -> tuple[str, float, float, int]:
+    """A heat map's colour scale: what it shows, its low and high ends as numbers, the shades of its bar."""
+    what, lo, hi, shades = page.eval_on_selector(f"#{name}-legend", """b => { const bar = b.querySelector("canvas");
+      const p = bar.getContext("2d").getImageData(0, 0, bar.width, 1).data, shades = new Set();
+      for (let i = 0; i < p.length; i += 4) shades.add(p[i] * 65536 + p[i + 1] * 256 + p[i + 2]);
+      const text = name => b.querySelector(name).textContent;
+      return [text(".what"), text(".lo"), text(".hi"), shades.size]; }""")
+    number = r"-?\d+(?:\.\d+)?(?:e-?\d+)?"
+    return what.strip(), float(re.search(number, lo).group()), float(re.search(number, hi).group()), shades
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install chromium; CI installs it)")
 def test_the_page_in_headless_chromium(tmp_path, minilm_dir, minilm):
@@ -208,15 +317,66 @@ def test_the_page_in_headless_chromium(tmp_path, minilm_dir, minilm):
             assert drawn()[1] != after[1]
             page.click("#grid canvas[title='layer 2, head 5']")
             assert page.text_content("#zoom-title").endswith("layer 2, head 5 (rows: queries, columns: keys)")
+            zoom = _zoom_labels(page)
+            assert zoom["step"] == 1 and zoom["rows"] == zoom["cols"] == zoom["tokens"]  # every token, both axes
+            assert zoom["row_ink"] > 100 and zoom["col_ink"] > 100  # and drawn
             assert page.is_visible("#diff-section")
+            legends = {name: _legend(page, name) for name in ("grid", "zoom-canvas", "norms", "parts", "diff")}
+            diff = page.eval_on_selector("#diff", _INK + "c => ({values: +c.dataset.values, header: "
+                                         "ink(c, +c.dataset.left, 0, c.width - c.dataset.left, +c.dataset.top)})")
             shot = tmp_path / "explore.png"
             page.screenshot(path=str(shot), full_page=False)
         finally:
             browser.close()
     assert errors == []
     assert requests == [url]  # the page itself, nothing else
+    data = page_data(out.read_text())
+    T, L = len(data["tokens"]), data["model"]["layers"]
+    for name, (what, lo, hi, shades) in legends.items():
+        assert what and shades > 20, name  # a named quantity over a drawn colour bar
+    a = data["runs"][0]["attention"]
+    assert legends["zoom-canvas"][1:3] == (0, pytest.approx(float((u16(a["weights"]).view(L, -1, T, T)[2, 5]).max())
+                                                             / QUANT, abs=1e-4))
+    assert legends["grid"][1] == 0 and legends["grid"][2] == pytest.approx(max(a["thumb_max"]), abs=1e-4)
+    norms = torch.tensor(data["runs"][0]["norms"])
+    assert legends["norms"][1:3] == (pytest.approx(float(norms.min()), abs=1e-3),
+                                     pytest.approx(float(norms.max()), abs=1e-3))
+    assert legends["parts"][1:3] == (-1, 1)
+    cosine = torch.tensor(data["cosine"])
+    assert legends["diff"][1:3] == (pytest.approx(float(cosine.min()), abs=1e-4),
+                                    pytest.approx(float(cosine.max()), abs=1e-4))
+    assert diff["values"] == cosine.numel() and diff["header"] > 50  # every cosine printed; layers named
     rows = _png_pixels(shot.read_bytes())
     colours = {row[i:i + 3] for row in rows[::7] for i in range(0, len(row), 4 * 7)}
     assert len(colours) > 20  # drawn content, not a blank page
     if os.environ.get("MINIALIGN_SCREENSHOT"):  # how README's picture is made
         shutil.copyfile(shot, os.environ["MINIALIGN_SCREENSHOT"])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install chromium)")
+def test_a_long_input_in_headless_chromium(tmp_path, minilm):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (the test extra) is not installed")
+    model, tokenizer = minilm
+    page_obj = ma.explore(model, tokenizer, LONG)
+    out = page_obj.save(tmp_path / "long.html")
+    errors = []
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--no-first-run"])
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 1400})
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(out.resolve().as_uri())
+            page.wait_for_selector("body[data-ready='1']", timeout=60000)
+            text = page.inner_text("body")
+            page.click("#grid canvas[title='layer 4, head 1']")
+            zoom = _zoom_labels(page)
+            legend = _legend(page, "zoom-canvas")
+        finally:
+            browser.close()
+    assert errors == []
+    assert page_obj.cut_note in text and "w2999" not in text and "w1000" not in text
+    assert zoom["tokens"] == 512 and zoom["step"] > 1
+    assert zoom["step"] * zoom["cell"] >= 11  # one label per 11 pixels at least: 10px text never overlaps
+    assert zoom["rows"] == zoom["cols"] == -(-512 // zoom["step"]) and zoom["row_ink"] > 100 and zoom["col_ink"] > 100
+    assert legend[1] == 0 and 0 < legend[2] <= 1

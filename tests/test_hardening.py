@@ -263,3 +263,136 @@ def test_a_sigbus_needs_an_in_place_truncation(tmp_path):
     result = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True)
     assert result.returncode == -7  # SIGBUS
 
+
+
+# -- issue 22: destinations checked first; whole messages ----------------------------------------------
+
+def test_every_destination_is_checked_before_any_model_loads(tmp_path, capsys):
+    """The model named does not exist: an error about the destination proves it came first."""
+    model = str(tmp_path / "no-such-model")
+    rows = _jsonl(tmp_path / "in.jsonl", [{"id": 1, "text": "A text.", "context": "A.", "claim": "B."}])
+    (tmp_path / "x.safetensors").mkdir()
+    (tmp_path / "somedir").mkdir()
+    (tmp_path / "done.jsonl").write_text('{"id": 1, "score": 0.5}\n')
+    (tmp_path / "a-file").write_text("keep me")
+    files = ["--input", str(rows), "--output"]
+    cases = [
+        (["embed", "--model", model, *files, str(tmp_path / "x.safetensors")],
+         f"--output {tmp_path / 'x.safetensors'} is a directory; --output names a .jsonl or .safetensors file"),
+        (["score", "--model", model, *files, str(tmp_path / "somedir")],
+         f"--output {tmp_path / 'somedir'} is a directory"),
+        (["score", "--model", model, *files, str(tmp_path / "scores")],
+         f"--output {tmp_path / 'scores'} has no extension; name a .jsonl or .csv file"),
+        (["classify", "--model", model, *files, str(tmp_path / "out.parquet")],
+         "has an unknown format '.parquet'; name a .jsonl or .csv file"),
+        (["classify", "--model", model, *files, str(tmp_path / "missing" / "out.jsonl")],
+         f"the directory {tmp_path / 'missing'} does not exist"),
+        (["score", "--model", model, *files, str(rows)], f"--output {rows} is the input file"),
+        (["score", "--model", model, *files, str(tmp_path / "done.jsonl")], "exists; pass --resume"),
+        (["embed", "--model", model, *files, str(tmp_path / "new.safetensors"), "--resume"], "cannot be resumed"),
+        (["embed", "--model", model, "--ray", *files, str(tmp_path / "a-file")],
+         f"--output {tmp_path / 'a-file'} exists and is not a directory"),
+        (["embed", "--model", model, "--ray", *files, str(tmp_path / "shards.jsonl")],
+         "looks like a file name (.jsonl), but this command writes a directory"),
+        (["embed", "--model", model, "--input", str(tmp_path / "nothing.jsonl"), "--output", str(tmp_path / "o.jsonl")],
+         f"--input {tmp_path / 'nothing.jsonl'}: no such file"),
+        (["convert", model, str(tmp_path / "a-file")], f"DST {tmp_path / 'a-file'} exists and is not a directory"),
+        (["convert", model, str(tmp_path / "a-file" / "native")], f"{tmp_path / 'a-file'} is not a directory"),
+        (["explore", "--model", model, "--text", "Hello.", "--output", str(tmp_path / "page")],
+         "has no extension; name a .html file"),
+    ]
+    for command, message in cases:
+        assert cli(command) == 2, command
+        err = capsys.readouterr().err
+        assert message in err and "no-such-model" not in err, (command, err)
+    assert (tmp_path / "a-file").read_text() == "keep me" and (tmp_path / "done.jsonl").read_text().count("\n") == 1
+
+
+def _lengths_job():
+    """A job with no model: the length of each row's text."""
+    from minialign.batchfile import Job
+
+    return Job(fields={"text": "text"}, flags={"text": "--text-field"}, settings={"model": "len"},
+               run=lambda rows: [{"n": len(r.values["text"])} for r in rows])
+
+
+def test_json_errors_are_whole_and_malformed_rows_come_in_input_order(tmp_path):
+    from minialign.batchfile import InputError, run_file
+
+    lines = ['{"id": 1, "text": "fine"}', '{"id": 2, "text": "fine"}', '{"id": 3, "text": "fine"}',
+             '{"id": 4}', '{"id": 5, "text": "a\x00b"}', '{"id": 6, "text": "fine"}', '{"id": 7, "text": "fine"}',
+             '{"id": 8, "text": null}', '{"id": 9, "text": "fine"}', '{"id": 10, "text": "unclosed}']
+    (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(InputError) as error:
+        run_file(_lengths_job(), tmp_path / "in.jsonl", tmp_path / "out.jsonl", progress=False)
+    listed = [line.split(": ", 1)[1] for line in str(error.value).splitlines()[1:]]
+    assert [int(line.split(":")[0].removeprefix("line ")) for line in listed] == [4, 5, 8, 10]
+    assert listed[1] == ("line 5: invalid JSON at column 21: invalid control character (a raw NUL; "
+                         "write it as \\u0000)")
+    assert listed[3] == "line 10: invalid JSON at column 20: a string starts there and is never closed"
+
+
+def test_repeated_ids_are_malformed_rows(tmp_path, capsys):
+    """An id names one row: refused, each repeat named with the line of the first; --skip-invalid keeps
+    the first (so --resume, which resumes by position, sees the same rows every run)."""
+    from minialign.batchfile import InputError, run_file
+
+    ids = ["a", "b", "a", "c", "b", "d"]
+    _jsonl(tmp_path / "in.jsonl", [{"id": i, "text": "x" * n} for n, i in enumerate(ids)])
+    with pytest.raises(InputError) as error:
+        run_file(_lengths_job(), tmp_path / "in.jsonl", tmp_path / "out.jsonl", progress=False)
+    message = str(error.value)
+    assert message.startswith("2 malformed row(s), nothing done")
+    assert "line 3: id 'a' is also the id of line 1" in message and "line 5: id 'b' is also the id of line 2" in message
+    assert not (tmp_path / "out.jsonl").exists()
+    assert run_file(_lengths_job(), tmp_path / "in.jsonl", tmp_path / "out.jsonl", skip_invalid=True,
+                    progress=False) == 4
+    assert [(row["id"], row["n"]) for row in map(json.loads, (tmp_path / "out.jsonl").open())] == \
+        [("a", 0), ("b", 1), ("c", 3), ("d", 5)]
+    capsys.readouterr()
+
+
+def test_parity_prints_its_header_before_any_figure(tmp_path, capsys, minilm_dir):
+    from test_classifier import save_classifier
+
+    save_classifier(tmp_path / "m", "bert", 3, minilm_dir)
+    assert cli(["parity", str(tmp_path / "m")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"source: {tmp_path / 'm'}") and lines[1].split() == ["layer", "hidden", "attention"]
+    assert any(line.split()[0] == "logits" for line in lines[2:]) and lines[-1].endswith("OK")
+
+
+# The entry point as a user runs it (`python -m minialign`), numpy hidden as if it were not installed:
+# a finder ahead of every other refuses it, as an absent module is refused.
+WITHOUT_NUMPY = """
+import runpy, sys
+
+class NoNumpy:
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy" or name.startswith("numpy."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+sys.meta_path.insert(0, NoNumpy())
+sys.argv = ["minialign", *sys.argv[1:]]
+runpy.run_module("minialign", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_no_numpy_warning_when_numpy_is_absent(tmp_path):
+    result = subprocess.run([sys.executable, "-c", WITHOUT_NUMPY, "convert", str(tmp_path / "missing"),
+                             str(tmp_path / "out")], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr == f"minialign convert: error: {tmp_path / 'missing'}: no such file or directory\n"
+    check = subprocess.run([sys.executable, "-c", WITHOUT_NUMPY.replace('runpy.run_module("minialign", run_name='
+                                                                        '"__main__", alter_sys=True)', "import numpy")],
+                           capture_output=True, text=True)
+    assert "No module named 'numpy'" in check.stderr  # the finder does hide it
+
+
+def test_cli_warnings_are_one_line_without_their_source(tmp_path, model_args):
+    (tmp_path / "empty.jsonl").write_text("")
+    result = subprocess.run([sys.executable, "-m", "minialign", "score", "--input", str(tmp_path / "empty.jsonl"),
+                             "--output", str(tmp_path / "out.jsonl"), *model_args], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    said = [line for line in result.stderr.splitlines() if "no rows" in line or line.startswith(" ")]
+    assert said == [f"warning: UserWarning: {tmp_path / 'empty.jsonl'}: no rows; the output holds none"], result.stderr

@@ -4,13 +4,17 @@ same numbers up to fp32 rounding, and a packed copy that follows the weight."""
 from __future__ import annotations
 
 import copy
+import os
 import pickle
+import subprocess
+import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import minialign as ma
+from minialign import linear
 from minialign.linear import ACTIVATIONS, Linear
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without mkldnn")
@@ -148,5 +152,55 @@ def test_compute_dtype_without_packing_is_f_linear_on_rounded_tensors(monkeypatc
     with torch.inference_mode():
         y = layer(x)
     bf16 = torch.bfloat16
-    assert layer._packed is None
+    assert torch.equal(layer._packed[1], layer.weight.to(bf16))  # rounded once, in torch's layout
     assert torch.equal(y, F.gelu(F.linear(x.to(bf16), layer.weight.to(bf16), layer.bias.to(bf16))))
+
+
+@pytest.mark.parametrize("kind, packed_at", [("AVX512", [1, 8, 48, 49, 300, 2048]), ("AVX2", [1, 8, 48]),
+                                             ("DEFAULT", [])])
+def test_the_fp32_kernel_is_chosen_per_cpu_kind_and_rows(monkeypatch, kind, packed_at):
+    """AVX-512: oneDNN at every shape; AVX2: only up to 48 rows, where it beats MKL's sgemm there;
+    other CPUs: F.linear. Either way the numbers are the formula's."""
+    monkeypatch.setattr(linear, "cpu_kind", lambda: kind)
+    layer = _layer("gelu")
+    for rows in (1, 8, 48, 49, 300, 2048):
+        x = torch.randn(rows, 48)
+        with torch.inference_mode():
+            assert layer._kernel(x) == ("packed" if rows in packed_at else "plain"), rows
+            torch.testing.assert_close(layer(x).double(), _reference(layer, x), atol=2e-5, rtol=1e-5)
+
+
+def test_packed_products_run_at_few_row_counts():
+    """oneDNN makes a kernel per shape: rows are rounded up to exact counts to 64, then 8 sizes per
+    doubling (at most 12.5% padding), so 1..4096 rows take 112 shapes, not 4096."""
+    sizes = [linear.packed_rows(r) for r in range(1, 4097)]
+    assert all(r <= s <= r * 1.125 for r, s in zip(range(1, 4097), sizes))
+    assert sizes[:64] == list(range(1, 65)) and sizes == sorted(sizes)
+    assert len(set(sizes)) == 64 + 8 * 6
+
+
+def test_compute_dtype_is_never_packed_where_onednn_lacks_it(monkeypatch):
+    """A CPU without oneDNN's bf16 kernels (AVX2 only) must not be asked for a bf16 packed weight
+    (oneDNN raises "bf16 path needs the cpu support avx_ne_convert or avx512bw, avx512vl and
+    avx512dq"): the layer multiplies by a rounded copy with F.linear instead."""
+    monkeypatch.setattr(linear, "onednn_has", lambda dtype: dtype == torch.float32)
+    layer, x = _layer("gelu"), torch.randn(9, 48)
+    layer.compute_dtype = torch.bfloat16
+    with torch.inference_mode():
+        assert layer._kernel(x.to(torch.bfloat16)) == "rounded"
+        y = layer(x)
+    assert torch.equal(layer._packed[1], layer.weight.to(torch.bfloat16))
+    torch.testing.assert_close(y.double(), _bf16_reference(layer, x), atol=1e-2, rtol=8e-3)
+
+
+def test_onednn_isa_cap_selects_the_avx2_kind():
+    """ONEDNN_MAX_CPU_ISA=AVX2 (how an AVX-512 machine checks the other kind's path) gives the AVX2
+    kind and no bf16 packing, and a mixed-precision layer still runs."""
+    code = ("import torch; from minialign import linear; l = linear.Linear(16, 8); l.compute_dtype = torch.bfloat16; "
+            "torch.inference_mode().__enter__(); y = l(torch.randn(3, 16)); "
+            "print(linear.cpu_kind(), linear.onednn_has(torch.bfloat16), y.dtype)")
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    kind, bf16, dtype = done.stdout.split()
+    assert kind in ("AVX2", "DEFAULT") and bf16 == "False" and dtype == "torch.bfloat16"

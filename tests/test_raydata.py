@@ -5,9 +5,11 @@ shards; an actor killed mid-run loses no row and duplicates none."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -153,3 +155,50 @@ def test_a_sharded_run_needs_ids_and_a_known_format(tmp_path, minilm_dir, local_
     odd.write_text("x\n")
     with pytest.raises(InputError, match="unknown format '.txt'"):
         run_sharded(EmbedBatches, {"model": str(minilm_dir)}, input=odd, output=tmp_path / "o2")
+
+
+def test_shards_are_chosen_from_the_rows(tmp_path):
+    import pyarrow
+
+    from minialign.raydata import MAX_SHARDS, SHARD_ROWS, choose_shards, count_rows
+
+    assert [choose_shards(n) for n in (0, 1, SHARD_ROWS, SHARD_ROWS + 1, 10**9)] == [1, 1, 1, 2, MAX_SHARDS]
+    (tmp_path / "rows.jsonl").write_text('{"id": 1}\n{"id": 2}\n{"id": 3}')  # the last line without its newline
+    (tmp_path / "rows.csv").write_text("id,text\n1,a\n2,b\n")
+    pa_parquet.write_table(pyarrow.table({"id": list(range(7))}), tmp_path / "rows.parquet")
+    assert [count_rows(tmp_path / f"rows.{kind}") for kind in ("jsonl", "csv", "parquet")] == [3, 2, 7]
+
+
+def test_cli_default_shards_are_said_recorded_and_kept(tmp_path, minilm_dir, local_ray, capsys, monkeypatch):
+    """No --shards: 40 rows make one shard, said in one line and recorded; a rerun keeps the count even
+    when a fresh choice would differ. No warning comes from minialign's calls into Ray (Ray's DataContext
+    warns about its own deprecated fields as it copies itself: not ours)."""
+    from minialign import raydata
+
+    rows, out = _write_texts(tmp_path / "texts.jsonl"), tmp_path / "out"
+    command = ["embed", "--ray", "--model", str(minilm_dir), "--input", str(rows), "--output", str(out),
+               "--batch-rows", "8"]
+    logged = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = logged.append
+    logging.getLogger("ray.data").addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert main(command) == 0
+    finally:
+        logging.getLogger("ray.data").removeHandler(handler)
+    package = str(Path(raydata.__file__).parent)
+    ours = [f"{w.filename}: {w.message}" for w in caught if w.filename.startswith(package)
+            or "Use 'expr' instead of 'fn'" in str(w.message)]  # our filter by a hash cannot be an expression
+    ours += [r.getMessage() for r in logged if "deprecated" in r.getMessage() and "concurrency" in r.getMessage()]
+    assert ours == []
+    err = capsys.readouterr().err
+    assert f"{len(TEXTS)} row(s): 1 shard(s), one per 10,000 rows (at most 16)" in err
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("shard-")) == ["shard-00000-of-00001"]
+    assert json.loads((out / "_minialign.json").read_text())["shards"] == 1
+    assert sorted(r["id"] for r in _rows(out)) == sorted(f"t{i}" for i in range(len(TEXTS)))
+    monkeypatch.setattr(raydata, "SHARD_ROWS", 10)  # a fresh choice would now be 4 shards
+    assert main(command) == 0
+    err = capsys.readouterr().err
+    assert f"1 shard(s), as {out / '_minialign.json'} records" in err and "1 already there" in err

@@ -1,6 +1,7 @@
 """Bad files: malicious pickles, corrupt or truncated safetensors, wrong shapes, missing keys."""
 
 import os
+import re
 
 import pytest
 import torch
@@ -77,6 +78,18 @@ def test_corrupt_pickle(tmp_path):
     (tmp_path / "a.ckpt").write_bytes(b"PK\x03\x04 not really a zip")
     with pytest.raises(ma.CheckpointError, match="a.ckpt"):
         ma.AlignModel.from_pretrained(tmp_path / "a.ckpt")
+
+
+@pytest.mark.parametrize("data,message", [
+    (b"just some text\n", r"x\.ckpt is not a torch checkpoint \(neither a zip archive nor a torch pickle; "
+                          r"it begins b'just some text\\n'\)"),
+    (b"", r"x\.ckpt is empty, not a torch checkpoint"),
+    (b"PK\x03\x04" + b"\0" * 40, r"x\.ckpt is a damaged zip archive \(truncated or corrupt\)"),
+])
+def test_a_file_that_is_no_checkpoint_says_what_it_is_not(tmp_path, data, message):
+    (tmp_path / "x.ckpt").write_bytes(data)
+    with pytest.raises(ma.CheckpointError, match=f"^{re.escape(str(tmp_path))}/{message}"):
+        convert.read_alignscore_ckpt(tmp_path / "x.ckpt")
 
 
 def test_shape_mismatch_names_file_key_and_shapes(save_hf):

@@ -89,7 +89,6 @@ def test_nemo_guardrails_alignscore(server, models):
     assert status == 200 and abs(body["alignscore"] - scorer.score([context], [claim])[0]) <= 1e-6
     status, body = call(server, "/alignscore_large", {"evidence": [context, "More evidence."], "claim": claim})
     assert abs(body["alignscore"] - scorer.score([context + " More evidence."], [claim])[0]) <= 1e-6
-    assert call(server, "/alignscore_base", {"evidence": "a", "claim": "b"})[0] == 404  # not loaded
     status, text = call(server, "/")
     assert status == 200 and "minialign" in text
 
@@ -135,15 +134,47 @@ def test_tei_embed_rerank_info_health(server, models):
     assert call(server, "/health")[0] == 200
 
 
-def test_huggingface_hub_inference_client(server, models, monkeypatch):
+def inference_client(url, monkeypatch):
     from huggingface_hub import InferenceClient, constants
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # the client refuses any URL offline; this one is loopback
-    client = InferenceClient(model=server)
-    vector = client.feature_extraction("The Eiffel Tower is in Paris.")
-    expected = torch.nn.functional.normalize(ma.SentenceEncoder.from_pretrained(models["embed"]).encode(
-        ["The Eiffel Tower is in Paris."]), dim=1)
+    return InferenceClient(base_url=url)
+
+
+def test_huggingface_hub_inference_client(server, models, monkeypatch):
+    """POST / with an embedding model and a reranker loaded: each InferenceClient method a TEI user calls
+    gets its own answer (feature_extraction, text_classification, sentence_similarity), and TEI's bodies
+    still reach their routes."""
+    client = inference_client(server, monkeypatch)
+    emb = ma.SentenceEncoder.from_pretrained(models["embed"])
+    text, others = "The Eiffel Tower is in Paris.", ["A tower in Paris.", "Bananas are yellow."]
+    vector = client.feature_extraction(text)
+    expected = torch.nn.functional.normalize(emb.encode([text]), dim=1)
     torch.testing.assert_close(torch.as_tensor(vector).view(1, -1).float(), expected, atol=1e-6, rtol=0)
+    vectors = client.feature_extraction(others, normalize=False)
+    torch.testing.assert_close(torch.as_tensor(vectors).float(), emb.encode(others), atol=1e-5, rtol=0)
+    status, body = call(server, "/", {"inputs": others, "parameters": {}})  # LangChain's HuggingFaceEndpointEmbeddings
+    assert status == 200
+    torch.testing.assert_close(torch.tensor(body), torch.nn.functional.normalize(emb.encode(others), dim=1),
+                               atol=1e-5, rtol=0)
+
+    clf = ma.Classifier.from_pretrained(models["reranker"])
+    labels = client.text_classification(text)  # HF Inference's contract: every label, best first
+    assert [e.label for e in labels] == ["LABEL_0"]
+    assert abs(labels[0].score - clf.predict([text]).item()) <= 1e-6  # the classifier's own default (sigmoid here)
+    raw = client.text_classification(text, function_to_apply="none")
+    assert abs(raw[0].score - clf.predict([text], activation="none").item()) <= 1e-5
+
+    similarity = client.sentence_similarity(text, others)  # cosine of the embeddings, as TEI's /similarity
+    cosine = torch.nn.functional.cosine_similarity(emb.encode([text]), emb.encode(others)).tolist()
+    assert similarity == pytest.approx(cosine, abs=1e-5)
+    status, body = call(server, "/similarity", {"inputs": {"source_sentence": text, "sentences": others}})
+    assert status == 200 and body == pytest.approx(similarity, abs=1e-6)
+
+    status, ranked = call(server, "/", {"query": "Eiffel Tower", "texts": others})  # TEI's rerank body
+    assert status == 200 and ranked == call(server, "/rerank", {"query": "Eiffel Tower", "texts": others})[1]
+    status, body = call(server, "/", {"inputs": [["Eiffel Tower", others[0]]]})  # a pair: only /predict takes it
+    assert status == 422 and body["error_type"] == "Validation" and "/predict" in body["error"]
 
 
 @pytest.mark.parametrize("path,body,status,error_type,text", [
@@ -151,19 +182,55 @@ def test_huggingface_hub_inference_client(server, models, monkeypatch):
     ("/embed", {"input": "typo"}, 422, "Validation", "`inputs`"),
     ("/embed", {"inputs": ["ok", ["nested"]]}, 422, "Validation", "`inputs[1]`"),
     ("/embed", {"inputs": "\ud83d"}, 422, "Validation", "lone surrogate"),
-    ("/embed", {"inputs": []}, 400, "Empty", "cannot be empty"),
     ("/embed", {"inputs": "word " * 400, "truncate": False}, 413, "Validation", "must have less than 256 tokens"),
     ("/embed", {"inputs": "ok", "normalize": "yes"}, 422, "Validation", "`normalize`"),
-    ("/rerank", {"query": "q", "texts": []}, 400, "Empty", "`texts` cannot be empty"),
     ("/rerank", {"query": 3, "texts": ["a"]}, 422, "Validation", "`query`"),
     ("/predict", {"inputs": ["a", "b", "c"]}, 422, "Validation", "`inputs`"),
     ("/score", {"pairs": [{"context": "c"}]}, 422, "Validation", "`pairs[0].claim`"),
     ("/score", {"pairs": [{"context": "c", "claim": "x."}], "mode": "best"}, 422, "Validation", "`mode`"),
     ("/alignscore_large", {"evidence": 1, "claim": "x"}, 422, "Validation", "`evidence`"),
+    ("/alignscore_large", {"evidence": "x", "claim": ""}, 400, "Empty", "`claim` cannot be empty"),
+    ("/alignscore_large", {"evidence": "x", "claim": " \n "}, 422, "Validation", "`claim` has no sentence"),
+    ("/alignscore_large", {"evidence": "x"}, 422, "Validation", "`claim`"),
+    ("/score", {"pairs": [{"context": "c", "claim": ""}]}, 400, "Empty", "`pairs[0].claim` cannot be empty"),
+    ("/score", {"pairs": []}, 400, "Empty", "`pairs` cannot be empty"),
+    ("/", {"inputs": "x", "parameters": {"top_k": 0}}, 422, "Validation", "`parameters.top_k`"),
+    ("/", {"inputs": "x", "parameters": {"function_to_apply": "tanh"}}, 422, "Validation", "`parameters.function_to_apply`"),
 ])
 def test_bad_requests(server, path, body, status, error_type, text):
     got, answer = call(server, path, body)
     assert got == status and answer["error_type"] == error_type and text in answer["error"], answer
+
+
+@pytest.mark.parametrize("path,body,name", [
+    ("/embed", {"inputs": []}, "inputs"), ("/predict", {"inputs": []}, "inputs"), ("/", {"inputs": []}, "inputs"),
+    ("/rerank", {"query": "q", "texts": []}, "texts"),
+    ("/similarity", {"inputs": {"source_sentence": "q", "sentences": []}}, "inputs.sentences"),
+    # an input whose texts are all empty, as TEI's tokenizer refuses it (a pair with one text is not empty)
+    ("/embed", {"inputs": ""}, "inputs"), ("/embed", {"inputs": ["a", ""]}, "inputs[1]"),
+    ("/predict", {"inputs": ["", ""]}, "inputs"), ("/predict", {"inputs": [["a"], [""]]}, "inputs[1]"),
+    ("/rerank", {"query": "", "texts": ["a", ""]}, "texts[1]"),
+])
+def test_empty_input_is_400_empty_on_every_route(server, path, body, name):
+    status, answer = call(server, path, body)
+    assert (status, answer) == (400, {"error": f"Input validation error: `{name}` cannot be empty",
+                                      "error_type": "Empty"})
+
+
+def test_unknown_routes_and_methods_answer_json_and_home_lists_what_is_served(server):
+    status, body = call(server, "/alignscore_base", {"evidence": "a", "claim": "b"})  # this model is not loaded
+    assert status == 404 and body["error_type"] == "NotFound" and "--alignscore base=" in body["error"]
+    status, body = call(server, "/no/such/route", {"inputs": "x"})
+    assert status == 404 and body["error_type"] == "NotFound" and "/no/such/route" in body["error"]
+    status, body = call(server, "/embed")  # GET on a POST route
+    assert status == 405 and body == {"error": "Method Not Allowed: GET /embed; it takes POST",
+                                      "error_type": "MethodNotAllowed"}
+    status, text = call(server, "/")
+    listed = re.findall(r"(GET|POST) (/\w*)", text)
+    assert {path for _, path in listed} == {"/", "/alignscore_large", "/score", "/embed", "/similarity", "/predict",
+                                            "/rerank", "/health", "/info"}
+    for method, path in listed:  # each one is served: an empty body is refused for what it holds, not for the route
+        assert call(server, path, {} if method == "POST" else None)[0] not in (404, 405, 424), (method, path)
 
 
 def test_truncate_true_and_malformed_and_oversized_bodies(server):
@@ -176,13 +243,20 @@ def test_truncate_true_and_malformed_and_oversized_bodies(server):
     assert call(server, "/health")[0] == 200  # still serving
 
 
-def test_wrong_route_for_the_model_is_424(models, tmp_path):
+def test_wrong_route_for_the_model_is_424(models, tmp_path, monkeypatch):
     proc, url = start(["--classify", str(models["nli"])])
     try:
         status, body = call(url, "/embed", {"inputs": "x"})
         assert status == 424 and body["error"] == "Backend error: Model is not an embedding model"
         status, body = call(url, "/rerank", {"query": "q", "texts": ["a"]})
         assert status == 424 and "not a re-ranker" in body["error"]
+        status, body = call(url, "/", {"inputs": {"source_sentence": "a", "sentences": ["b"]}})
+        assert status == 424 and "not an embedding model" in body["error"]
+        status, body = call(url, "/score", {"pairs": [{"context": "c", "claim": "x."}]})  # no AlignScore model
+        assert status == 404 and body["error_type"] == "NotFound" and "--alignscore" in body["error"]
+        status, text = call(url, "/")
+        assert set(re.findall(r"(?:GET|POST) /\w*", text)) == {"GET /", "POST /", "POST /predict", "GET /health",
+                                                              "GET /info"}
         status, body = call(url, "/", {"inputs": [["A man eats.", "Someone eats."], ["Alone."]]})  # a classifier predicts
         clf = ma.Classifier.from_pretrained(models["nli"])
         expected = clf.predict(["A man eats."], ["Someone eats."], activation="softmax")[0]
@@ -191,6 +265,10 @@ def test_wrong_route_for_the_model_is_424(models, tmp_path):
         assert [d["score"] for d in body[0]] == sorted((d["score"] for d in body[0]), reverse=True)
         status, info = call(url, "/info")
         assert info["model_type"]["classifier"]["id2label"] == {"0": "LABEL_0", "1": "LABEL_1", "2": "LABEL_2"}
+        # huggingface_hub's text_classification on a classifier alone: HF Inference's answer, top_k honoured
+        top = inference_client(url, monkeypatch).text_classification("A man eats.", top_k=2)
+        expected = sorted(zip(clf.labels, clf.predict(["A man eats."])[0].tolist()), key=lambda x: -x[1])[:2]
+        assert [(e.label, e.score) for e in top] == [(label, pytest.approx(score, abs=1e-6)) for label, score in expected]
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)

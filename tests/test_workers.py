@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -124,3 +127,43 @@ def test_cli_workers_writes_what_one_process_writes(tmp_path, minilm_dir):
     assert [r["id"] for r in outputs[2]] == [f"t{i}" for i in range(len(TEXTS))]
     torch.testing.assert_close(torch.tensor([r["embedding"] for r in outputs[2]]),
                                torch.tensor([r["embedding"] for r in outputs[1]]), atol=1e-5, rtol=0)
+
+
+PARENT = """
+import sys, time
+from pathlib import Path
+
+import torch
+
+from minialign.workers import WorkerPool
+
+
+class Slow:
+    def __init__(self, started):
+        self.started = started
+
+    def __call__(self, batch):
+        Path(self.started).write_text("busy")
+        time.sleep(2)  # the parent is killed meanwhile: the reply meets a broken pipe
+        return batch["x"]
+
+
+if __name__ == "__main__":
+    pool = WorkerPool(Slow(sys.argv[1]), 1, threads=1)
+    list(pool.map([(0, {"x": torch.zeros(2)})]))
+"""
+
+
+def test_a_worker_whose_parent_was_killed_exits_quietly(tmp_path):
+    (tmp_path / "parent.py").write_text(PARENT)
+    started = tmp_path / "started"
+    parent = subprocess.Popen([sys.executable, str(tmp_path / "parent.py"), str(started)], stderr=subprocess.PIPE,
+                              text=True)
+    deadline = time.monotonic() + 120
+    while not started.exists():
+        assert parent.poll() is None and time.monotonic() < deadline, parent.stderr.read()
+        time.sleep(0.05)
+    os.kill(parent.pid, signal.SIGKILL)
+    _, err = parent.communicate(timeout=60)  # the worker holds the same stderr: this waits for it to exit too
+    assert parent.returncode == -signal.SIGKILL
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
