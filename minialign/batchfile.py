@@ -246,12 +246,14 @@ def read_rows(path: Path, job: Job, *, id_field: str) -> tuple[list[Row], list[s
             problems.append((line_no, "; ".join(bad)))
             continue
         row_id = record.get(id_field)
-        row_id = line_no if row_id is None else row_id
+        row_id = line_no if row_id is None else row_id  # a row without an id is named by its line number
         if str(row_id) in first_line:
-            problems.append((line_no, f"id {row_id!r} is also the id of line {first_line[str(row_id)]} (an id "
-                                      f"names one row of the output)"))
+            earlier, numbered = first_line[str(row_id)]
+            problems.append((line_no, f"id {row_id!r} is also the id of line {earlier}"
+                                      + (" (its line number: it has no id)" if numbered else "")
+                                      + " (an id names one row of the output)"))
             continue
-        first_line[str(row_id)] = line_no
+        first_line[str(row_id)] = (line_no, record.get(id_field) is None)
         rows.append(Row(row_id, line_no, values))
     return rows, [f"line {line_no}: {problem}" for line_no, problem in sorted(problems, key=lambda p: p[0])]
 

@@ -62,7 +62,7 @@ _PROBES = {torch.bfloat16: "_is_mkldnn_bf16_supported", torch.float16: "_is_mkld
 def cpu_kind() -> str:
     """"AVX512" where ATen and oneDNN both run AVX-512 kernels, else ATen's CPU capability ("AVX2",
     "DEFAULT", an ARM name). Either library's switch selects the AVX2 kind on an AVX-512 CPU:
-    ATEN_CPU_CAPABILITY=avx2 or ONEDNN_MAX_CPU_ISA=AVX2."""
+    ATEN_CPU_CAPABILITY=avx2 (F.linear's side) or ONEDNN_MAX_CPU_ISA=AVX2 (oneDNN's, bf16 packing too)."""
     kind = torch.backends.cpu.get_cpu_capability()
     if kind == "AVX512" and not onednn_has(torch.bfloat16):  # oneDNN capped below avx512_core
         return "AVX2"

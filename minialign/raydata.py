@@ -233,6 +233,9 @@ def _shards(shards: int | None, input: Path, output: Path) -> tuple[int, str]:
                     f"(seconds each); --shards N sets the count")
 
 
+ACTOR_RETRIES = 3  # restarts of a dead actor, and reruns of its batch, before the run fails
+
+
 def run_sharded(mapper: type, options: dict[str, Any], *, input: Path, output: Path, id_field: str = "id",
                 shards: int | None = None, output_format: str = "parquet", actors: int = 1, batch_rows: int = 256,
                 cpus_per_actor: float | None = None, gpus_per_actor: float | None = None,
@@ -240,7 +243,8 @@ def run_sharded(mapper: type, options: dict[str, Any], *, input: Path, output: P
     """Map `input` through `mapper(**options)` in `shards` shards written under `output`
     (shard-00000-of-00016/ ...: Ray's files of that shard); shards already there are skipped.
     shards=None: the count recorded in `output` by the run that began it, else choose_shards of the
-    input's rows. A dead actor is restarted and its batch rerun by Ray Data (its default: no limit).
+    input's rows. A dead actor is restarted and its batch rerun, up to ACTOR_RETRIES times (Ray Data's
+    default has no limit: a batch that kills every actor, out of memory, would be retried forever).
     Returns {"written": ..., "skipped": ...}. Ray must be initialised (ray.init) by the caller."""
     import ray
 
@@ -270,9 +274,12 @@ def run_sharded(mapper: type, options: dict[str, Any], *, input: Path, output: P
         with warnings.catch_warnings():  # Ray's advice to filter by an expression: a CRC-32 of the id is none
             warnings.filterwarnings("ignore", message="Use 'expr' instead of 'fn'", category=UserWarning)
             part = dataset.filter(lambda row, s=shard: shard_of(row[id_field], shards) == s, num_cpus=IO_TASK_CPUS)
-        mapped = part.map_batches(mapper, fn_constructor_kwargs=options, batch_size=batch_rows,
-                                  compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=cpus_per_actor,
-                                  num_gpus=gpus_per_actor)
+        with warnings.catch_warnings():  # Ray 2.60 takes actor retries only as (deprecated) remote args
+            warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
+            mapped = part.map_batches(mapper, fn_constructor_kwargs=options, batch_size=batch_rows,
+                                      compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=cpus_per_actor,
+                                      num_gpus=gpus_per_actor, max_restarts=ACTOR_RETRIES,
+                                      max_task_retries=ACTOR_RETRIES)
         getattr(mapped, WRITERS[output_format])(str(partial), ray_remote_args={"num_cpus": IO_TASK_CPUS})
         partial.mkdir(exist_ok=True)  # an empty shard is complete too
         os.replace(partial, final)

@@ -129,10 +129,7 @@ class Tokenizer:
         pairs = None if text_pair is None else _as_list(text_pair, "text_pair")
         if pairs is not None and len(pairs) != len(texts):
             raise ValueError(f"text has {len(texts)} items but text_pair has {len(pairs)}")
-        max_length = max_length or self.model_max_length
-        if max_length < self.backend.num_special_tokens_to_add(pairs is not None) + 1:
-            raise ValueError(f"max_length {max_length} leaves no room for text")
-        encoded = self.encode_ids(texts, pairs, max_length=max_length)
+        encoded = self.encode_ids(texts, pairs, max_length=max_length or self.model_max_length)
         return pad(encoded.ids, encoded.type_ids, pad_id=self.pad_token_id, token_types=self.return_token_type_ids)
 
     def encode(self, texts: list[str], pairs: list[str] | None = None, *, max_length: int | None = None,
@@ -177,6 +174,8 @@ class Tokenizer:
             raise ValueError(f"truncation must be one of {TRUNCATIONS}, got {truncation!r}")
         max_length = max_length or self.model_max_length
         specials = self.backend.num_special_tokens_to_add(pairs is not None)
+        if max_length < specials + 1:
+            raise ValueError(f"max_length {max_length} leaves no room for text ({specials} special tokens)")
         firsts = self._prefixes(texts, max_length)
         seconds = self._prefixes(pairs, max_length) if pairs is not None else None
         template = self._template(pairs is not None)

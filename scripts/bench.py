@@ -104,7 +104,7 @@ def write_section(path: Path, label: str, body: str) -> None:
     """Put one CPU kind's report in BENCHMARKS.md, keeping every other kind's section (the figures of a
     run hold for the kind of CPU it ran on)."""
     start, end = f"<!-- bench: {label} -->", f"<!-- /bench: {label} -->"
-    block = f"{start}\n# On an {label} CPU\n\n{body}\n{end}"
+    block = f"{start}\n# Machine kind: {label}\n\n{body}\n{end}"
     text = path.read_text(encoding="utf-8") if path.exists() else (
         "# Benchmarks\n\nWritten by `python scripts/bench.py --out BENCHMARKS.md`, one section per kind of CPU "
         "(a run replaces its own kind's section only).\n")
@@ -824,7 +824,9 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
     echo("machine: " + ", ".join(f"{k} {v}" for k, v in info.items()))
     kernels = bench_kernels(rounds=2 if quick else 4, echo=echo) if device == "cpu" else []
     gpu = torch.device(device).type == "cuda"
-    dtypes = ["bf16"] if gpu else ["fp32"] if quick else ["fp32", "bf16"]
+    # bf16 on a CPU without native bf16 is emulated, several times slower than fp32: not a choice to time there
+    native = gpu or cpu_has_native(torch.bfloat16, unknown=False)
+    dtypes = ["bf16"] if gpu else ["fp32"] if quick or not native else ["fp32", "bf16"]
     encoder_rows, ceilings = [], {}
     for name in models:
         rows, model_ceilings = bench_encoder(reps=1 if quick else 4, dtypes=dtypes, config=Config.from_name(name),
@@ -942,7 +944,7 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
     if out:
         label = cpu_kind_label() if device == "cpu" else info["gpu"]
         write_section(Path(out), label, "One run of `python scripts/bench.py --out BENCHMARKS.md` (one process); the "
-                      "figures hold for this kind of CPU.\n\n" + report.replace("\n## ", "\n## ").strip() + "\n")
+                      "figures hold for this kind of CPU.\n\n" + report.strip() + "\n")
     return report
 
 

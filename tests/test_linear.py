@@ -204,3 +204,22 @@ def test_onednn_isa_cap_selects_the_avx2_kind():
     assert done.returncode == 0, done.stderr
     kind, bf16, dtype = done.stdout.split()
     assert kind in ("AVX2", "DEFAULT") and bf16 == "False" and dtype == "torch.bfloat16"
+
+
+@pytest.mark.parametrize("activation", [None, "silu", "gelu_new", "relu"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_padded_packed_products_equal_the_formula(monkeypatch, activation, bias):
+    """The packed path rounds a product's rows up (here 3 x 37 = 111 rows run as 112) and drops the
+    padding rows' outputs: a (B, L, C) input, fused and unfused activations, with and without bias."""
+    monkeypatch.setattr(linear, "cpu_kind", lambda: "AVX512")
+    layer = Linear(48, 80, bias=bias, activation=activation)
+    x = torch.randn(3, 37, 48)
+    assert linear.packed_rows(111) == 112
+    with torch.inference_mode():
+        assert layer._kernel(x) == "packed"
+        y = layer(x)
+    assert y.shape == (3, 37, 80) and y.is_contiguous()
+    reference = F.linear(x.double(), layer.weight.double(), None if layer.bias is None else layer.bias.double())
+    reference = ACTIVATIONS[activation][0](reference) if activation else reference
+    torch.testing.assert_close(y.double(), reference, atol=2e-5, rtol=1e-5)
+

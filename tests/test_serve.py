@@ -13,6 +13,7 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +24,9 @@ import minialign as ma
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
+
+
+PIDS: dict[str, int] = {}  # the module server's process, by its url
 
 
 def start(args, env_extra=None):
@@ -76,6 +80,7 @@ def server(models):
     path, backbone = models["alignscore"]
     proc, url = start(["--alignscore", f"large={path}", "--backbone", str(backbone), "--embed", str(models["embed"]),
                        "--classify", str(models["reranker"]), "--max-body-bytes", "200000"])
+    PIDS[url] = proc.pid
     yield url
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)
@@ -241,6 +246,26 @@ def test_truncate_true_and_malformed_and_oversized_bodies(server):
     status, body = call(server, "/embed", raw=json.dumps({"inputs": "x" * 300_000}).encode())
     assert status == 413 and "over the limit" in body["error"]
     assert call(server, "/health")[0] == 200  # still serving
+
+
+def _peak_mb(pid: int) -> int:
+    """A process's peak resident memory (VmHWM), MB."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1)) // 1024
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc")
+def test_the_longest_pair_the_body_limit_admits_takes_bounded_memory(server):
+    """A pair of two ~95,000-character texts (the most --max-body-bytes 200000 admits) on /predict and
+    /rerank with truncate: answered, and the server's peak memory grows by little. `tokenizers`' own pair
+    truncation is quadratic (a 300 KB body killed the server at 24 GB; 40,000 characters took 2.6 GB)."""
+    t = ("lorem ipsum dolor sit amet. " * 4000)[:95_000]
+    before = _peak_mb(PIDS[server])
+    status, body = call(server, "/predict", {"inputs": [t, t], "truncate": True}, timeout=120)
+    assert status == 200 and len(body) == 1, body
+    status, body = call(server, "/rerank", {"query": t, "texts": [t], "truncate": True}, timeout=120)
+    assert status == 200 and body[0]["index"] == 0, body
+    assert _peak_mb(PIDS[server]) - before < 400, (before, _peak_mb(PIDS[server]))
 
 
 def test_wrong_route_for_the_model_is_424(models, tmp_path, monkeypatch):

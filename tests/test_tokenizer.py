@@ -175,3 +175,11 @@ def test_unencodable_text_is_named(minilm_dir):
     with pytest.raises(ValueError, match=r"text\[1\] holds a lone surrogate \(U\+D83D at character 2\)"):
         tok(["fine", "ok\ud83d"])
     assert tok(["NUL \x00 and bell \x07 are dropped"])["input_ids"].shape[0] == 1  # encodable: taken
+
+
+def test_a_max_length_without_room_for_text_is_refused(minilm_dir):
+    tok = ma.Tokenizer.from_pretrained(minilm_dir)
+    for call in (lambda: tok.encode_ids(["a b"], ["c d"], max_length=3, truncation="longest_first"),
+                 lambda: tok(["a b"], max_length=2)):
+        with pytest.raises(ValueError, match="leaves no room for text"):
+            call()
