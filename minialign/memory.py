@@ -3,8 +3,8 @@
 glibc's malloc keeps freed blocks in its heaps for reuse. Tensors of ever-new sizes (batches of
 varied lengths) leave free holes between live blocks that later, differently sized tensors do not
 fill, and glibc returns none of it by itself: a process encoding varied batches grows without bound
-(all-MiniLM-L6-v2, 200 calls of 1-32 texts of 1-200 words: 348 -> 870 MB and rising; with this,
-under 500 MB). `release_free_memory` calls glibc's `malloc_trim` (which also gives back whole free
+(all-MiniLM-L6-v2, 200 calls of 1-32 texts of 1-200 words: 348 -> 832 MB and rising; with this,
+between 670 and 730 MB over 300 calls). `release_free_memory` calls glibc's `malloc_trim` (which also gives back whole free
 pages inside its heaps) once the resident memory has grown `margin` bytes past what it was after
 the last release: a few calls in a hundred pay for it (the pages are faulted in again when reused;
 releasing after every call cost 10-25% of the time here). Every runner calls it after a run

@@ -65,7 +65,8 @@ def test_encoder_benchmark_times_every_implementation():
     assert set(ceilings) == {"fp32"} and set(ceilings["fp32"]) == {"F.linear", "minialign Linear"}
     ceiling = max(ceilings["fp32"].values())
     impls = {"transformers eager", "transformers sdpa", "minialign eager", "minialign sdpa", "minialign flex",
-             "minialign sdpa compiled", "minialign unpadded", "minialign unpadded flex"}
+             "minialign sdpa compiled", "minialign unpadded", "minialign unpadded flex",
+             "minialign unpadded, F.linear only"}
     if importlib.util.find_spec("onnxruntime") is not None:
         impls.add("onnxruntime (transformers export)")
     assert {(r["batch"], r["impl"]) for r in rows} == {(b, i) for b in ("2x16", "mixed") for i in impls}
@@ -75,3 +76,19 @@ def test_encoder_benchmark_times_every_implementation():
         if row["impl"] == "transformers sdpa":
             assert row["vs hf sdpa"] == 1.0
     assert torch.get_num_threads() >= 1
+
+
+def test_kernel_table_and_one_section_per_cpu_kind(tmp_path):
+    """The Machine section's kernel table names both kernels per row count and the one minialign runs;
+    BENCHMARKS.md keeps one section per CPU kind, a run replacing its own kind's only."""
+    rows = bench.bench_kernels(rounds=1, echo=lambda *a: None)
+    assert len(rows) == len(bench.KERNEL_ROWS) * len(bench.KERNEL_SHAPES)
+    assert all(r["F.linear GFLOP/s"] > 0 and r["oneDNN packed GFLOP/s"] > 0 for r in rows)
+    assert {r["minialign runs"] for r in rows} <= {"F.linear", "oneDNN packed"}
+    path = tmp_path / "BENCHMARKS.md"
+    bench.write_section(path, "AVX2", "first")
+    bench.write_section(path, "AVX-512 with native bf16", "other kind")
+    bench.write_section(path, "AVX2", "second")
+    text = path.read_text()
+    assert "first" not in text and text.count("second") == 1 and "other kind" in text
+    assert text.index("# Machine kind: AVX2") < text.index("# Machine kind: AVX-512")
