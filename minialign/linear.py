@@ -55,7 +55,8 @@ ACTIVATIONS = {"gelu": (F.gelu, ("gelu", "none")), "gelu_new": _TANH_GELU, "gelu
 # kinds not listed run F.linear. Measured (2 threads, encoder shapes 384-3072 wide): AVX-512 2.2x at
 # 8-2048 rows; AVX2 1.1-2.3x at 8-48 rows, about even at 64-96, 0.87-0.95x from 128 rows on.
 PACKED_ROWS = {"AVX512": None, "AVX2": 48}
-_PROBES = {torch.bfloat16: "_is_mkldnn_bf16_supported", torch.float16: "_is_mkldnn_fp16_supported"}
+# oneDNN's probe of each half-precision dtype (also read by loading.cpu_has_native)
+ONEDNN_PROBES = {torch.bfloat16: "_is_mkldnn_bf16_supported", torch.float16: "_is_mkldnn_fp16_supported"}
 
 
 @cache
@@ -78,7 +79,7 @@ def onednn_has(dtype: torch.dtype) -> bool:
     if dtype == torch.float32:
         return True
     try:
-        return bool(getattr(torch.ops.mkldnn, _PROBES[dtype])())
+        return bool(getattr(torch.ops.mkldnn, ONEDNN_PROBES[dtype])())
     except (AttributeError, KeyError, RuntimeError):
         return False
 

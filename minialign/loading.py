@@ -24,6 +24,7 @@ from .convert import CheckpointError
 
 from .config import PRESETS, Config
 from .hub import hub_file, looks_like_path
+from .linear import ONEDNN_PROBES
 from .model import Encoder, init_parameter
 from .tokenizer import TOKENIZER_FILES
 
@@ -308,9 +309,8 @@ def _warn_if_emulated(device: torch.device, dtype: torch.dtype) -> None:
 def cpu_has_native(dtype: torch.dtype, *, unknown: bool = True) -> bool:
     """Whether oneDNN reports hardware matmul support for bf16 / fp16 on this CPU; `unknown` for a
     torch build that cannot tell (True: do not warn; dtype="auto" asks False: do not pick it)."""
-    probe = {torch.bfloat16: "_is_mkldnn_bf16_supported", torch.float16: "_is_mkldnn_fp16_supported"}[dtype]
     try:
-        return bool(getattr(torch.ops.mkldnn, probe)())
+        return bool(getattr(torch.ops.mkldnn, ONEDNN_PROBES[dtype])())
     except (AttributeError, RuntimeError):
         return unknown
 
