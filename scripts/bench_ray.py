@@ -35,7 +35,7 @@ def run(*, pairs: int, texts: int, echo=print) -> list[dict]:
 
     import ray
 
-    from minialign.cli import main
+    from minialign.apps.cli import main
 
     cores = os.cpu_count() or 1
     ray.init(num_cpus=cores, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,

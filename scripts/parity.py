@@ -7,7 +7,7 @@ SRC: an HF dir or hub id, a minialign dir, or an AlignScore .ckpt. Same as `mini
 
 import sys
 
-from minialign.cli import main
+from minialign.apps.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["parity", *sys.argv[1:]]))

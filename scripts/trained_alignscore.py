@@ -35,9 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench import _WORDS, _text  # noqa: E402  (the scoring corpus's vocabulary)
 
-from minialign.losses import alignscore_losses  # noqa: E402
-from minialign.model import AlignModel  # noqa: E402
-from minialign.tokenizer import Tokenizer  # noqa: E402
+from minialign.products.losses import alignscore_losses  # noqa: E402
+from minialign.models.encoder import AlignModel  # noqa: E402
+from minialign.text.tokenizer import Tokenizer  # noqa: E402
 
 ALIGNED, NEUTRAL, CONTRADICTION = 0, 1, 2
 REG_TARGET = {ALIGNED: 1.0, NEUTRAL: 0.0, CONTRADICTION: 0.0}

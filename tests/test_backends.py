@@ -104,7 +104,7 @@ def test_unpad_without_padding_runs_the_padded_path(pair, monkeypatch):
     ids, mask = _batch(hf.config, lengths=(9, 9))
     with torch.no_grad():
         expected = model(ids, attention_mask=mask).last_hidden_state
-        monkeypatch.setattr(ma.layout, "packed", lambda *a, **k: pytest.fail("packed a batch without padding"))
+        monkeypatch.setattr(ma.nn.layout, "packed", lambda *a, **k: pytest.fail("packed a batch without padding"))
         for m in (mask, None):
             torch.testing.assert_close(model(ids, attention_mask=m, unpad=True).last_hidden_state, expected, **TOL)
 
@@ -239,11 +239,11 @@ def test_dtype_auto_is_bf16_matmuls_only_where_native(pair, monkeypatch, native)
     """dtype="auto": fp32 weights; on hardware with native bf16 the matmuls of EncoderLayer.MIXED_PRECISION
     (the attention output and FFN down projections) run in bf16 and nothing else does (outputs fp32,
     close to fp32 within transformers' own bf16 error); elsewhere fp32 throughout."""
-    from minialign.linear import Linear
-    from minialign.model import EncoderLayer
+    from minialign.nn.linear import Linear
+    from minialign.models.encoder import EncoderLayer
 
     hf, directory = pair
-    monkeypatch.setattr(ma.loading, "cpu_has_native", lambda dtype, unknown=True: native)
+    monkeypatch.setattr(ma.loading.build, "cpu_has_native", lambda dtype, unknown=True: native)
     auto = ma.Encoder.from_pretrained(directory, dtype="auto")
     assert {p.dtype for p in auto.parameters()} == {torch.float32}
     assert auto.compute_dtype == (torch.bfloat16 if native else None)
@@ -268,11 +268,11 @@ def test_dtype_auto_is_bf16_matmuls_only_where_native(pair, monkeypatch, native)
 
 
 def test_cli_dtype_auto_says_what_it_picked(tiny_alignscore, capsys, monkeypatch):
-    from minialign.cli import main as cli
+    from minialign.apps.cli import main as cli
 
     path, backbone, _ = tiny_alignscore
     for native, said in ((True, "bf16 matmuls with fp32 weights"), (False, "fp32 (no native bf16 here)")):
-        monkeypatch.setattr(ma.loading, "cpu_has_native", lambda dtype, unknown=True, n=native: n)
+        monkeypatch.setattr(ma.loading.build, "cpu_has_native", lambda dtype, unknown=True, n=native: n)
         assert cli(["score", "--context", "A context.", "--claim", "A claim.", "--model", str(path),
                     "--backbone", str(backbone), "--dtype", "auto"]) == 0
         captured = capsys.readouterr()

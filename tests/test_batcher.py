@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from minialign.batcher import Closed, DynamicBatcher, Overloaded
+from minialign.runtime.request_queue import Closed, DynamicBatcher, Overloaded
 
 
 def test_concurrent_requests_are_merged_and_answered_in_their_own_order():

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import bench  # scripts/bench.py (conftest puts scripts/ on the path)
-from minialign.config import Config
+from minialign.nn.config import Config
 
 
 def test_scoring_corpus_length_mix():

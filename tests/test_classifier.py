@@ -10,7 +10,7 @@ import transformers
 from conftest import hf_config
 
 import minialign as ma
-from minialign.cli import main as cli
+from minialign.apps.cli import main as cli
 
 TOL = dict(atol=1e-5, rtol=0)
 PAIRS = [("The tower was built in Paris.", "It is in France."), ("A short one.", "Tiny."),

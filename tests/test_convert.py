@@ -7,7 +7,7 @@ from conftest import write_alignscore_ckpt
 
 from minialign import convert
 import minialign as ma
-from minialign.cli import main as cli
+from minialign.apps.cli import main as cli
 from minialign.loading import read_checkpoint
 
 

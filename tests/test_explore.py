@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 
 import minialign as ma
-from minialign.cli import main
-from minialign.explore import PAGE_LIMIT, QUANT, with_score_function
+from minialign.apps.cli import main
+from minialign.apps.explore.data import PAGE_LIMIT, QUANT, with_score_function
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

@@ -10,7 +10,7 @@ from test_minicheck import CLAIMS, DOCS, minicheck_dir  # noqa: F401  (fixture)
 
 import minialign as ma
 from minialign import convert
-from minialign.cli import main as cli
+from minialign.apps.cli import main as cli
 
 TEXTS = ["The Eiffel Tower is in Paris.", "", "Unicode: café 東京 😀", "word " * 400, "Short."]
 
@@ -83,7 +83,7 @@ def test_classify_file_labels_and_scores(tmp_path, minilm_dir):
 def test_score_method_minicheck(tmp_path, minicheck_dir):  # noqa: F811
     _jsonl(tmp_path / "in.jsonl", [{"id": i, "context": d, "claim": c} for i, (d, c) in enumerate(zip(DOCS, CLAIMS))])
     expected = ma.MiniCheckScorer.from_pretrained(minicheck_dir).score(DOCS, CLAIMS, warn_truncation=False)
-    with pytest.warns(ma.scorer.TruncationWarning, match="MiniCheck"):
+    with pytest.warns(ma.runtime.engine.TruncationWarning, match="MiniCheck"):
         assert cli(["score", "--method", "minicheck", "--model", str(minicheck_dir), "--input",
                     str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out.jsonl")]) == 0
     got = [r["score"] for r in _rows(tmp_path / "out.jsonl")]

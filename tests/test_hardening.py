@@ -14,7 +14,7 @@ from test_scorer import CORPUS, tiny_alignscore  # noqa: F401  (fixture)
 
 import minialign as ma
 from minialign import convert
-from minialign.cli import main as cli
+from minialign.apps.cli import main as cli
 
 
 @pytest.fixture
@@ -310,14 +310,14 @@ def test_every_destination_is_checked_before_any_model_loads(tmp_path, capsys):
 
 def _lengths_job():
     """A job with no model: the length of each row's text."""
-    from minialign.batchfile import Job
+    from minialign.apps.files.rows import Job
 
     return Job(fields={"text": "text"}, flags={"text": "--text-field"}, settings={"model": "len"},
                run=lambda rows: [{"n": len(r.values["text"])} for r in rows])
 
 
 def test_json_errors_are_whole_and_malformed_rows_come_in_input_order(tmp_path):
-    from minialign.batchfile import InputError, run_file
+    from minialign.apps.files.rows import InputError, run_file
 
     lines = ['{"id": 1, "text": "fine"}', '{"id": 2, "text": "fine"}', '{"id": 3, "text": "fine"}',
              '{"id": 4}', '{"id": 5, "text": "a\x00b"}', '{"id": 6, "text": "fine"}', '{"id": 7, "text": "fine"}',
@@ -335,7 +335,7 @@ def test_json_errors_are_whole_and_malformed_rows_come_in_input_order(tmp_path):
 def test_repeated_ids_are_malformed_rows(tmp_path, capsys):
     """An id names one row: refused, each repeat named with the line of the first; --skip-invalid keeps
     the first (so --resume, which resumes by position, sees the same rows every run)."""
-    from minialign.batchfile import InputError, run_file
+    from minialign.apps.files.rows import InputError, run_file
 
     ids = ["a", "b", "a", "c", "b", "d"]
     _jsonl(tmp_path / "in.jsonl", [{"id": i, "text": "x" * n} for n, i in enumerate(ids)])

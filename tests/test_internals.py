@@ -26,13 +26,13 @@ def loop_scores(score, q, k):
             for i in range(L):
                 for j in range(k.shape[2]):
                     qi, kj = q[b, h, i], k[b, h, j]
-                    if isinstance(score, ma.scores.ScaledDot):
+                    if isinstance(score, ma.nn.score_functions.ScaledDot):
                         e[b, h, i, j] = qi @ kj / math.sqrt(D)
-                    elif isinstance(score, ma.scores.General):
+                    elif isinstance(score, ma.nn.score_functions.General):
                         e[b, h, i, j] = qi @ score.weight[h] @ kj
-                    elif isinstance(score, ma.scores.Bilinear):
+                    elif isinstance(score, ma.nn.score_functions.Bilinear):
                         e[b, h, i, j] = (score.weight[h] @ qi) @ (score.weight[h] @ kj)
-                    elif isinstance(score, ma.scores.Additive):
+                    elif isinstance(score, ma.nn.score_functions.Additive):
                         e[b, h, i, j] = score.v[h] @ torch.tanh(score.w_query[h] @ qi + score.w_key[h] @ kj)
                     else:
                         r = max(-score.max_distance, min(score.max_distance, j - i)) + score.max_distance
@@ -119,7 +119,7 @@ def test_capture_records_everything_without_changing_results():
                                                                masked[0])
     probs = cap["encoder.layers.0.attention.probs"]
     torch.testing.assert_close(probs.sum(-1), torch.ones_like(probs.sum(-1)))
-    assert not ma.tracing.capturing()
+    assert not ma.nn.capture.capturing()
 
 
 def test_embedding_decomposition():

@@ -1,4 +1,4 @@
-"""minialign.linear.Linear: oneDNN's prepacked fp32 kernel where it applies, F.linear elsewhere, the
+"""minialign.nn.linear.Linear: oneDNN's prepacked fp32 kernel where it applies, F.linear elsewhere, the
 same numbers up to fp32 rounding, and a packed copy that follows the weight."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 import minialign as ma
 from minialign import linear
-from minialign.linear import ACTIVATIONS, Linear
+from minialign.nn.linear import ACTIVATIONS, Linear
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without mkldnn")
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import minialign as ma
-from minialign.cli import main as cli
+from minialign.apps.cli import main as cli
 
 
 @pytest.fixture
@@ -62,7 +62,7 @@ def test_device_and_dtype(save_hf):
 @pytest.mark.parametrize("native", [True, False])
 def test_half_precision_on_a_cpu_without_it_warns(save_hf, monkeypatch, native):
     _, directory = save_hf("bert")
-    monkeypatch.setattr(ma.loading, "cpu_has_native", lambda dtype: native)
+    monkeypatch.setattr(ma.loading.build, "cpu_has_native", lambda dtype: native)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         ma.Encoder.from_pretrained(directory, dtype=torch.bfloat16)

@@ -1,4 +1,4 @@
-"""A long-running process plateaus: freed heap memory goes back to the system (minialign.memory),
+"""A long-running process plateaus: freed heap memory goes back to the system (minialign.runtime.memory),
 and a run of inputs of every length keeps a bounded set of kernels (linear.packed_rows)."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import transformers
 from test_classifier import save_classifier
 
 import minialign as ma
-from minialign.scorer import TruncationWarning
+from minialign.products.alignscore import TruncationWarning
 
 
 class ReferenceMiniCheck:

@@ -5,7 +5,7 @@ import torch
 from conftest import hf_model, pad_batch
 
 import minialign as ma
-from minialign.parity import compare
+from minialign.apps.parity import compare
 
 TOL = dict(atol=1e-5, rtol=0)
 
@@ -105,7 +105,7 @@ def test_token_type_ids_parity(tmp_path):
 
 
 def test_roberta_positions_start_after_pad():
-    from minialign.model import roberta_position_ids
+    from minialign.models.encoder import roberta_position_ids
 
     ids = torch.tensor([[0, 7, 8, 2, 1, 1], [1, 1, 0, 7, 2, 1]])
     assert roberta_position_ids(ids, 1).tolist() == [[2, 3, 4, 5, 1, 1], [1, 1, 2, 3, 4, 1]]
@@ -170,7 +170,7 @@ def test_roberta_window_excludes_pad_offset():
 
 def test_compare_reports_each_field_and_refuses_shape_mismatches():
     """The one comparison: a perturbation shows up in its own field, only on real tokens."""
-    from minialign.model import EncoderOutput
+    from minialign.models.encoder import EncoderOutput
 
     B, L, C, H = 2, 5, 4, 2
     real = torch.tensor([[True] * 5, [True, True, False, False, False]])

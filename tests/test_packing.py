@@ -5,7 +5,7 @@ import torch
 from conftest import WORDS
 
 from minialign import layout as layouts
-from minialign.batching import BatchEngine, pad
+from minialign.runtime.engine import BatchEngine, pad
 
 
 def test_packed_layout_round_trip_and_first_tokens():
@@ -43,7 +43,7 @@ def test_pad_is_right_padding_with_types():
 
 @pytest.fixture(scope="module")
 def tokenizer(bpe_dir):
-    from minialign.tokenizer import Tokenizer
+    from minialign.text.tokenizer import Tokenizer
 
     return Tokenizer.from_pretrained(bpe_dir)
 

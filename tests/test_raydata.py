@@ -19,9 +19,9 @@ ray = pytest.importorskip("ray")
 pa_parquet = pytest.importorskip("pyarrow.parquet")
 
 import minialign as ma  # noqa: E402
-from minialign.batchfile import InputError  # noqa: E402
-from minialign.cli import main  # noqa: E402
-from minialign.raydata import (AlignScoreBatches, ClassifyBatches, EmbedBatches, MiniCheckBatches,  # noqa: E402
+from minialign.apps.files.rows import InputError  # noqa: E402
+from minialign.apps.cli import main  # noqa: E402
+from minialign.apps.raydata import (AlignScoreBatches, ClassifyBatches, EmbedBatches, MiniCheckBatches,  # noqa: E402
                                run_sharded, shard_of)
 from test_classifier import save_classifier  # noqa: E402
 from test_scorer import CORPUS, tiny_alignscore  # noqa: E402, F401  (a fixture)
@@ -160,7 +160,7 @@ def test_a_sharded_run_needs_ids_and_a_known_format(tmp_path, minilm_dir, local_
 def test_shards_are_chosen_from_the_rows(tmp_path):
     import pyarrow
 
-    from minialign.raydata import MAX_SHARDS, SHARD_ROWS, choose_shards, count_rows
+    from minialign.apps.raydata import MAX_SHARDS, SHARD_ROWS, choose_shards, count_rows
 
     assert [choose_shards(n) for n in (0, 1, SHARD_ROWS, SHARD_ROWS + 1, 10**9)] == [1, 1, 1, 2, MAX_SHARDS]
     (tmp_path / "rows.jsonl").write_text('{"id": 1}\n{"id": 2}\n{"id": 3}')  # the last line without its newline

@@ -8,7 +8,7 @@ import pytest
 from test_scorer import CORPUS, tiny_alignscore  # noqa: F401  (fixture)
 
 import minialign as ma
-from minialign.cli import main as cli
+from minialign.apps.cli import main as cli
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from conftest import WORDS, write_alignscore_ckpt
 from original_alignscore import MAX_LENGTH, OriginalAlignScore
 
 import minialign as ma
-from minialign.scorer import TruncationWarning, chunk_context
+from minialign.products.alignscore import TruncationWarning, chunk_context
 
 
 @pytest.fixture(scope="module")

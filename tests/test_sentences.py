@@ -2,7 +2,7 @@
 
 import pytest
 
-from minialign.sentences import split_sentences
+from minialign.text.sentences import split_sentences
 
 CASES = [
     # plain

@@ -379,7 +379,7 @@ def test_in_process_failures_overload_and_merging(models, monkeypatch):
 
     import uvicorn
 
-    from minialign.serve import Limits, Models, Service
+    from minialign.apps.serve import Limits, Models, Service
 
     embedder = ma.SentenceEncoder.from_pretrained(models["embed"])
     original = embedder.encode

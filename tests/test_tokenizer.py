@@ -137,7 +137,7 @@ def test_pair_lengths_is_tokenizers_rule():
     backend = HFTokenizer(models.WordLevel({"x": 0, "[UNK]": 1}, unk_token="[UNK]"))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     for n_a, n_b, budget in itertools.product(range(0, 9), range(0, 9), range(1, 12)):
-        for truncation in ma.tokenizer.TRUNCATIONS:
+        for truncation in ma.text.tokenizer.TRUNCATIONS:
             backend.enable_truncation(budget, strategy=truncation)
             try:
                 e = backend.encode("x " * n_a, "x " * n_b)
@@ -145,7 +145,7 @@ def test_pair_lengths_is_tokenizers_rule():
                 backend.enable_truncation(budget, strategy="longest_first")
                 e = backend.encode("x " * n_a, "x " * n_b)
             kept = (e.sequence_ids.count(0), e.sequence_ids.count(1))
-            assert ma.tokenizer.pair_lengths(n_a, n_b, budget, truncation) == kept, (n_a, n_b, budget, truncation)
+            assert ma.text.tokenizer.pair_lengths(n_a, n_b, budget, truncation) == kept, (n_a, n_b, budget, truncation)
 
 
 def test_a_long_pair_takes_memory_linear_in_its_length(minilm_dir):

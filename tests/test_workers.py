@@ -16,8 +16,8 @@ import pytest
 import torch
 
 import minialign as ma
-from minialign.cli import main
-from minialign.workers import WorkerDiedWarning, WorkerError, WorkerPool
+from minialign.apps.cli import main
+from minialign.runtime.process_pool import WorkerDiedWarning, WorkerError, WorkerPool
 
 
 class Doubler:
@@ -135,7 +135,7 @@ from pathlib import Path
 
 import torch
 
-from minialign.workers import WorkerPool
+from minialign.runtime.process_pool import WorkerPool
 
 
 class Slow:

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import torch
 
-from . import convert
+from minialign import convert
 
-from .loading import HEADS_FILE, build, export_hf, read_checkpoint
-from .model import AlignModel, ClassifierModel, Encoder
-from .tokenizer import Tokenizer
+from minialign.loading import HEADS_FILE, build, export_hf, read_checkpoint
+from minialign.models.encoder import AlignModel, ClassifierModel, Encoder
+from minialign.text.tokenizer import Tokenizer
 
 SAMPLE_PAIRS = [
     ("The Eiffel Tower was completed in 1889 for the World's Fair in Paris.", "The tower opened in 1889."),

@@ -21,12 +21,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tokenizers import normalizers
 
-from . import convert
-from .batching import BatchEngine
-from .hub import hub_file, looks_like_path
-from .loading import build, read_checkpoint, resolve_device
-from .model import Encoder
-from .tokenizer import Tokenizer, check_texts
+from minialign import convert
+from minialign.runtime.engine import BatchEngine
+from minialign.sources.hub import hub_file, looks_like_path
+from minialign.loading import build, read_checkpoint, resolve_device
+from minialign.models.encoder import Encoder
+from minialign.text.tokenizer import Tokenizer, check_texts
 
 
 

@@ -18,12 +18,12 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from . import convert
-from .batching import BatchEngine
-from .hub import hub_file
-from .loading import build, read_checkpoint
-from .model import ClassifierModel
-from .tokenizer import Tokenizer, check_texts, value_problem
+from minialign import convert
+from minialign.runtime.engine import BatchEngine
+from minialign.sources.hub import hub_file
+from minialign.loading import build, read_checkpoint
+from minialign.models.encoder import ClassifierModel
+from minialign.text.tokenizer import Tokenizer, check_texts, value_problem
 
 ACTIVATIONS = ("auto", "none", "softmax", "sigmoid", "tanh")
 # The weights predictions read, which a checkpoint must hold (loading.build refuses it otherwise).

@@ -32,7 +32,7 @@ import torch
 import torch.multiprocessing as mp  # registers the reductions that put tensors in shared memory
 from torch import Tensor
 
-from .memory import release_free_memory
+from minialign.runtime.memory import release_free_memory
 
 IN_FLIGHT = 2  # batches sent ahead to each worker, so it never waits for the parent
 

@@ -15,6 +15,7 @@ processes (workers.py) and are merged the same way.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -22,11 +23,12 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from .memory import release_free_memory
-from .workers import WorkerPool
+from minialign.runtime.memory import release_free_memory
+from minialign.text.tokenizer import pad
+from minialign.runtime.process_pool import WorkerPool
 
 if TYPE_CHECKING:
-    from .tokenizer import Tokenizer
+    from minialign.text.tokenizer import Tokenizer
 
 CPU_BATCH_TOKENS = 2048  # default token budget on CPU, where smaller matmuls stay in cache (BENCHMARKS.md)
 
@@ -41,25 +43,6 @@ def positive_int(name: str, value) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
     return value
-
-
-def pad(ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]], *, pad_id: int, length: int | None = None,
-        token_types: bool = True) -> dict[str, Tensor]:
-    """Right-pad token ids to `length` (default: the longest): input_ids, attention_mask and, when
-    `token_types`, token_type_ids, each (B, L) int64."""
-    length = max((len(row) for row in ids), default=0) if length is None else length
-    input_ids = torch.full((len(ids), length), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(ids), length), dtype=torch.long)
-    types = torch.zeros((len(ids), length), dtype=torch.long)
-    for row, (tokens, kinds) in enumerate(zip(ids, type_ids)):
-        n = len(tokens)
-        input_ids[row, :n] = torch.tensor(tokens, dtype=torch.long)
-        types[row, :n] = torch.tensor(kinds, dtype=torch.long)
-        mask[row, :n] = 1
-    out = {"input_ids": input_ids, "attention_mask": mask}
-    if token_types:
-        out["token_type_ids"] = types
-    return out
 
 
 class BatchEngine:
@@ -172,3 +155,16 @@ class BatchEngine:
         tensors = pad([ids[i] for i in batch], [types[i] for i in batch], pad_id=self.tokenizer.pad_token_id,
                       length=length, token_types=self.tokenizer.return_token_type_ids)
         return {k: v.to(self.device) for k, v in tensors.items()}
+
+
+class TruncationWarning(UserWarning):
+    """Text was cut by the model's window (AlignScore cuts it the same way)."""
+
+
+def report_truncation(cut_pairs: int, pairs: int, cut_tokens: int, window: int, *,
+                      what: str = "(chunk, sentence) pair(s)", original: str = "AlignScore") -> None:
+    """One warning with the counts when any input lost tokens to the window."""
+    if cut_pairs:
+        warnings.warn(f"{cut_pairs} of {pairs} {what} were cut by the {window}-token window ({cut_tokens} tokens "
+                      f"in all), as the original {original} does; return_details=True gives each one's count "
+                      f"under 'truncated'", TruncationWarning, stacklevel=3)

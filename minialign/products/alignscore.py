@@ -27,12 +27,12 @@ from pathlib import Path
 
 import torch
 
-from .batching import BatchEngine, Results
-from .hub import HubUnavailableError, hub_file
-from .loading import build, read_checkpoint, save_native
-from .model import AlignModel
-from .sentences import split_sentences
-from .tokenizer import TOKENIZER_FILES, Tokenizer, value_problem
+from minialign.runtime.engine import BatchEngine, Results, TruncationWarning, report_truncation  # noqa: F401  (TruncationWarning: re-exported)
+from minialign.sources.hub import HubUnavailableError, hub_file
+from minialign.loading import build, read_checkpoint, save_native
+from minialign.models.encoder import AlignModel
+from minialign.text.sentences import split_sentences
+from minialign.text.tokenizer import TOKENIZER_FILES, Tokenizer, value_problem
 
 MODES = ("nli_sp", "bin_sp", "reg_sp", "nli", "bin", "reg")
 HUB_REPO = "yzha/AlignScore"
@@ -175,19 +175,6 @@ class AlignScorer:
         tri = torch.softmax(out.tri_label_logits.float(), dim=-1)
         bin_ = torch.softmax(out.seq_relationship_logits.float(), dim=-1)[:, 1:]
         return torch.cat([tri, bin_, out.reg_label_logits.float()], dim=-1)
-
-
-class TruncationWarning(UserWarning):
-    """Text was cut by the model's window (AlignScore cuts it the same way)."""
-
-
-def report_truncation(cut_pairs: int, pairs: int, cut_tokens: int, window: int, *,
-                      what: str = "(chunk, sentence) pair(s)", original: str = "AlignScore") -> None:
-    """One warning with the counts when any input lost tokens to the window."""
-    if cut_pairs:
-        warnings.warn(f"{cut_pairs} of {pairs} {what} were cut by the {window}-token window ({cut_tokens} tokens "
-                      f"in all), as the original {original} does; return_details=True gives each one's count "
-                      f"under 'truncated'", TruncationWarning, stacklevel=3)
 
 
 def validate_inputs(contexts: Sequence[str], claims: Sequence[str],

@@ -16,8 +16,7 @@ from pathlib import Path
 import torch
 from tokenizers import AddedToken, Tokenizer as HFTokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
-from .batching import pad
-from .hub import hub_file, looks_like_path
+from minialign.sources.hub import hub_file, looks_like_path
 
 TRUNCATIONS = ("only_first", "longest_first")  # for pairs; a single text always loses its end
 ENCODE_BLOCK = 1024  # distinct texts tokenized per call: bounds the memory of the encodings in flight
@@ -362,3 +361,22 @@ def _wordpiece(directory: Path, settings: dict) -> HFTokenizer:
         single=f"{cls_}:0 $A:0 {sep}:0", pair=f"{cls_}:0 $A:0 {sep}:0 $B:1 {sep}:1",
         special_tokens=[(cls_, vocab[cls_]), (sep, vocab[sep])])
     return tok
+
+
+def pad(ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]], *, pad_id: int, length: int | None = None,
+        token_types: bool = True) -> dict[str, Tensor]:
+    """Right-pad token ids to `length` (default: the longest): input_ids, attention_mask and, when
+    `token_types`, token_type_ids, each (B, L) int64."""
+    length = max((len(row) for row in ids), default=0) if length is None else length
+    input_ids = torch.full((len(ids), length), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(ids), length), dtype=torch.long)
+    types = torch.zeros((len(ids), length), dtype=torch.long)
+    for row, (tokens, kinds) in enumerate(zip(ids, type_ids)):
+        n = len(tokens)
+        input_ids[row, :n] = torch.tensor(tokens, dtype=torch.long)
+        types[row, :n] = torch.tensor(kinds, dtype=torch.long)
+        mask[row, :n] = 1
+    out = {"input_ids": input_ids, "attention_mask": mask}
+    if token_types:
+        out["token_type_ids"] = types
+    return out

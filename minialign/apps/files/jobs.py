@@ -10,10 +10,10 @@ from typing import Any
 
 import torch
 
-from .batchfile import Job, Row
-from .classifier import Classifier
-from .embedding import SentenceEncoder
-from .scorer import report_truncation
+from minialign.apps.files.rows import Job, Row
+from minialign.products.classifier import Classifier
+from minialign.products.embeddings import SentenceEncoder
+from minialign.runtime.engine import report_truncation
 
 
 # What each command writes (batchfile.FORMATS' values), known before a model is loaded: the command

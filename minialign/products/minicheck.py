@@ -20,9 +20,10 @@ from pathlib import Path
 
 import torch
 
-from .classifier import Classifier
-from .sentences import split_sentences
-from .tokenizer import Tokenizer, check_texts
+from minialign.products.classifier import Classifier
+from minialign.runtime.engine import report_truncation
+from minialign.text.sentences import split_sentences
+from minialign.text.tokenizer import Tokenizer, check_texts
 
 CHUNK_SIZE = 400  # MiniCheck.score's default for roberta-large and deberta-v3-large
 MAX_LENGTH = 512
@@ -109,8 +110,6 @@ class MiniCheckScorer:
                                              progress="checking" if progress else False)
         supported = torch.softmax(results.values, dim=-1)[:, SUPPORTED]
         if warn_truncation:
-            from .scorer import report_truncation
-
             cut = results.truncated
             report_truncation(int((cut > 0).sum()), cut.numel(), int(cut.sum()), self.max_length,
                               what=self.truncation_unit, original=self.reference_name)

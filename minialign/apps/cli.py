@@ -11,12 +11,12 @@ from pathlib import Path
 
 import torch
 
-from .config import DTYPES
-from .scores import SCORE_FUNCTIONS
+from minialign.nn.config import DTYPES
+from minialign.nn.score_functions import SCORE_FUNCTIONS
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from .loading import export_hf, read_checkpoint, save_native
+    from minialign.loading import export_hf, read_checkpoint, save_native
 
     ckpt = read_checkpoint(args.src, backbone=args.backbone)
     _validate(ckpt)
@@ -30,8 +30,8 @@ def _convert(args: argparse.Namespace) -> int:
 
 def _validate(ckpt) -> None:
     """Every tensor must fit the config (names and shapes), before anything is written."""
-    from .loading import check_tensors, own_tensors
-    from .model import AlignModel, ClassifierModel
+    from minialign.loading import check_tensors, own_tensors
+    from minialign.models.encoder import AlignModel, ClassifierModel
 
     cls = ClassifierModel if "classifier.out_proj.weight" in ckpt.tensors else AlignModel
     with torch.device("meta"):
@@ -46,7 +46,7 @@ def _dtype(args: argparse.Namespace):
     """--dtype as from_pretrained takes it; "auto" also says on stderr what it will pick."""
     if args.dtype != "auto":
         return DTYPES[args.dtype] if args.dtype else None
-    from .loading import auto_compute_dtype, resolve_device
+    from minialign.loading import auto_compute_dtype, resolve_device
 
     compute = auto_compute_dtype(resolve_device(args.device))
     print("dtype auto: " + ("bf16 matmuls with fp32 weights (attention output and FFN down projections; "
@@ -73,7 +73,7 @@ def _files(args: argparse.Namespace) -> bool:
 
 
 def _run_file(job, args: argparse.Namespace, verb: str) -> int:
-    from .batchfile import run_file
+    from minialign.apps.files.rows import run_file
 
     n = run_file(job, Path(args.input), Path(args.output), id_field=args.id_field, resume=args.resume,
                  skip_invalid=args.skip_invalid)
@@ -89,7 +89,7 @@ def _run_ray(mapper: str, options: dict, args: argparse.Namespace, verb: str) ->
         import ray
     except ImportError:
         raise ValueError("--ray needs the ray extra: pip install 'minialign[ray]'") from None
-    from . import raydata
+    from minialign.apps import raydata
 
     options = {**options, **_loading(args), "id_field": args.id_field}
     _quiet_ray_data()
@@ -122,7 +122,7 @@ def _quiet_ray_data() -> None:
 
 
 def _score(args: argparse.Namespace) -> int:
-    from .jobs import score_job
+    from minialign.apps.files.jobs import score_job
 
     if args.ray is not None:
         minicheck = args.method == "minicheck"
@@ -136,13 +136,13 @@ def _score(args: argparse.Namespace) -> int:
     if not files and (args.context is None or args.claim is None):
         raise ValueError("--context and --claim go together")
     if args.method == "minicheck":
-        from .minicheck import MiniCheckScorer
+        from minialign.products.minicheck import MiniCheckScorer
 
         args.model = args.model or MINICHECK_DEFAULT
         scorer = MiniCheckScorer.from_pretrained(args.model, tokenizer=args.tokenizer, chunk_size=args.chunk_size,
                                                  **_loading(args))
     else:
-        from .scorer import AlignScorer
+        from minialign.products.alignscore import AlignScorer
 
         args.model = args.model or "AlignScore-base"
         scorer = AlignScorer.from_pretrained(args.model, backbone=args.backbone, tokenizer=args.tokenizer,
@@ -156,8 +156,8 @@ def _score(args: argparse.Namespace) -> int:
 
 
 def _embed(args: argparse.Namespace) -> int:
-    from .embedding import SentenceEncoder
-    from .jobs import embed_job
+    from minialign.products.embeddings import SentenceEncoder
+    from minialign.apps.files.jobs import embed_job
 
     if args.ray is not None:
         return _run_ray("EmbedBatches", {"model": args.model, "text_field": args.text_field,
@@ -174,8 +174,8 @@ def _embed(args: argparse.Namespace) -> int:
 
 
 def _classify(args: argparse.Namespace) -> int:
-    from .classifier import Classifier
-    from .jobs import classify_job
+    from minialign.products.classifier import Classifier
+    from minialign.apps.files.jobs import classify_job
 
     if args.ray is not None:
         return _run_ray("ClassifyBatches", {"model": args.model, "tokenizer": args.tokenizer,
@@ -188,7 +188,7 @@ def _classify(args: argparse.Namespace) -> int:
     job = classify_job(classifier, text_field=args.text_field, pair_field=args.pair_field,
                        activation=args.activation, model=_named(args, "model", "tokenizer"))
     if not files:
-        from .batchfile import Row
+        from minialign.apps.files.rows import Row
 
         (record,) = job.run([Row(None, 0, {"text": args.text, "pair": args.pair})])
         print(json.dumps(record, ensure_ascii=False))
@@ -202,11 +202,11 @@ def _serve(args: argparse.Namespace) -> int:
         import uvicorn  # noqa: F401
     except ImportError:
         raise ValueError("minialign serve needs the serve extra: pip install 'minialign[serve]'") from None
-    from .serve import ALIGNSCORE_ROUTES, Limits, Models, Service, serve
+    from minialign.apps.serve import ALIGNSCORE_ROUTES, Limits, Models, Service, serve
 
     loading = {"device": args.device, "dtype": _dtype(args)}
     models = Models()
-    from .scorer import AlignScorer
+    from minialign.products.alignscore import AlignScorer
 
     for spec in args.alignscore or []:
         name, _, src = spec.rpartition("=")
@@ -218,11 +218,11 @@ def _serve(args: argparse.Namespace) -> int:
         models.alignscore[name] = AlignScorer.from_pretrained(src, backbone=args.backbone, **loading)
         models.names["alignscore"] = src
     if args.embed:
-        from .embedding import SentenceEncoder
+        from minialign.products.embeddings import SentenceEncoder
 
         models.embedder, models.names["embed"] = SentenceEncoder.from_pretrained(args.embed, **loading), args.embed
     if args.classify:
-        from .classifier import Classifier
+        from minialign.products.classifier import Classifier
 
         models.classifier = Classifier.from_pretrained(args.classify, **loading)
         models.names["classify"] = args.classify
@@ -254,7 +254,7 @@ def _common(p: argparse.ArgumentParser, *, batch: str) -> None:
                      help="run on Ray Data: a cluster's address (auto, ray://host:10001), or none for a local Ray; "
                           "--input is then a .jsonl/.csv/.parquet file or directory, --output a directory of "
                           "shards, and a rerun skips the shards already written")
-    from .raydata import MAX_SHARDS, SHARD_ROWS
+    from minialign.apps.raydata import MAX_SHARDS, SHARD_ROWS
 
     ray.add_argument("--shards", type=int, default=None,
                      help=f"shards of the dataset, by a hash of the row id (default: one per {SHARD_ROWS:,} rows, "
@@ -270,11 +270,11 @@ MASKS = ("left-only", "segment")  # explore --mask: the second run's mask (masks
 
 
 def _explore(args: argparse.Namespace) -> int:
-    from . import masks
-    from .explore import explore, with_score_function
-    from .loading import build, read_checkpoint
-    from .model import AlignModel, Encoder
-    from .tokenizer import Tokenizer
+    from minialign.nn import masks
+    from minialign.apps.explore.data import explore, with_score_function
+    from minialign.loading import build, read_checkpoint
+    from minialign.models.encoder import AlignModel, Encoder
+    from minialign.text.tokenizer import Tokenizer
 
     ckpt = read_checkpoint(args.model, backbone=args.backbone)
     cls = AlignModel if any(name.startswith("tri_layer.") for name in ckpt.tensors) else Encoder
@@ -301,7 +301,7 @@ def _explore(args: argparse.Namespace) -> int:
 
 
 def _parity(args: argparse.Namespace) -> int:
-    from .parity import run_parity
+    from minialign.apps.parity import run_parity
 
     worst = run_parity(args.src, backbone=args.backbone, tolerance=args.tolerance)
     return 0 if worst <= args.tolerance else 1
@@ -397,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(run=_parity)
 
     args = parser.parse_args(argv)
-    from .convert import CheckpointError
+    from minialign.convert import CheckpointError
 
     shown = warnings.formatwarning
     warnings.formatwarning = _warning_line
@@ -419,8 +419,8 @@ def _warning_line(message, category, filename, lineno, line=None) -> str:
 def _check_paths(args: argparse.Namespace) -> None:
     """Where the command reads and writes, checked before any model is loaded or row read
     (batchfile.check_output, the one check of a destination)."""
-    from .batchfile import InputError, check_output
-    from .jobs import OUTPUT_FORMATS
+    from minialign.apps.files.rows import InputError, check_output
+    from minialign.apps.files.jobs import OUTPUT_FORMATS
 
     if args.command == "convert":
         check_output(args.dst, formats=None, flag="DST")

@@ -62,8 +62,8 @@ class FlexMask:
 def flex_mask(mask: Tensor | None, layout, dtype: torch.dtype, num_heads: int) -> FlexMask:
     """One forward's FlexMask: a document mask for a packed layout, a padding mask for a right-padded
     2-D mask, a score_mod bias for a floating mask, a looked-up BlockMask for any other boolean one."""
-    from .attention import keep_mask
-    from .layout import right_padded_lengths
+    from minialign.nn.attention import keep_mask
+    from minialign.nn.layout import right_padded_lengths
 
     if layout.packed:
         return FlexMask(document_block_mask(layout.document))

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from .tokenizer import value_problem
+from minialign.text.tokenizer import value_problem
 
 SETTINGS_SUFFIX = ".settings.json"  # beside the output: what produced it
 SHOWN_PROBLEMS = 20  # malformed rows listed in an error; the rest are counted
@@ -449,7 +449,7 @@ def _blocks(job: Job, rows: list[Row], block_rows: int | None, progress: bool):
 def _run_to_tensors(job: Job, rows: list[Row], output_path: Path, settings: dict[str, Any],
                     block_rows: int | None, progress: bool) -> int:
     """All vectors as one (N, D) tensor `job.tensor` in a .safetensors file, the ids in its metadata."""
-    from . import convert
+    from minialign import convert
 
     vectors = [torch.as_tensor(record[job.tensor], dtype=torch.float32)
                for _, records in _blocks(job, rows, block_rows, progress) for record in records]

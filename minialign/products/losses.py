@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .model import AlignOutput
+from minialign.models.encoder import AlignOutput
 
 IGNORE = -100
 MLM_WEIGHT = 0.5  # AlignScore: self.mlm_loss_factor

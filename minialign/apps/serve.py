@@ -26,11 +26,11 @@ from typing import Any
 
 import torch
 
-from .batcher import Closed, DynamicBatcher, Overloaded
-from .classifier import Classifier, apply_activation
-from .embedding import SentenceEncoder
-from .scorer import COLUMNS, MODES, AlignScorer, check_example
-from .tokenizer import text_problem
+from minialign.runtime.request_queue import Closed, DynamicBatcher, Overloaded
+from minialign.products.classifier import Classifier, apply_activation
+from minialign.products.embeddings import SentenceEncoder
+from minialign.products.alignscore import COLUMNS, MODES, AlignScorer, check_example
+from minialign.text.tokenizer import text_problem
 
 # TEI's error bodies are {"error", "error_type"}, with these statuses (router/src/http/server.rs,
 # From<&ErrorType> for StatusCode): Unhealthy 503, Backend 424, Overloaded 429, Validation 413,

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .tracing import capture
+from minialign.nn.capture import capture
 
 ATTENTION_BYTES = 6_000_000  # raw bytes of attention data a page may hold (before base64)
 MIN_TOP_K, MAX_TOP_K = 4, 32
@@ -60,7 +60,7 @@ def _rounded(t: Tensor, digits: int = 5) -> list:
 
 def _encoder_prefix(model: nn.Module) -> str:
     """The capture name prefix of the model's Encoder ("" for an Encoder, "encoder." inside AlignModel)."""
-    from .model import Encoder
+    from minialign.models.encoder import Encoder
 
     for name, module in model.named_modules():
         if isinstance(module, Encoder):
@@ -70,7 +70,7 @@ def _encoder_prefix(model: nn.Module) -> str:
 
 def _run(model: nn.Module, batch: dict[str, Tensor], mask: Tensor | None, label: str) -> tuple[dict, dict]:
     """One forward under capture: (the page's data of this run, its raw tensors for diffs)."""
-    from .model import AlignModel
+    from minialign.models.encoder import AlignModel
 
     prefix = _encoder_prefix(model)
     inputs = dict(batch)
@@ -142,7 +142,7 @@ class Exploration:
         return self.data["cut_note"]
 
     def html(self) -> str:
-        from .explore_page import render
+        from minialign.apps.explore.page import render
 
         return render(self.data)
 
@@ -163,8 +163,7 @@ def explore(model: nn.Module, tokenizer, text: str, pair: str | None = None, att
     function, or another mask); the page then shows both and the cosine of each token's states.
     A text longer than the window (max_length, default the model's) loses its end, as in scoring: the
     page holds the part the model saw and says how many tokens were cut from which text (`cut_note`)."""
-    from .batching import pad
-    from .tokenizer import text_problem
+    from minialign.text.tokenizer import pad, text_problem
 
     for name, value in (("text", text), ("pair", pair)):
         if value is None and name == "pair":

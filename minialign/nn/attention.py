@@ -31,9 +31,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .layout import Layout
-from .scores import DENSE, DOT, OFFSET, ScaledDot
-from .tracing import capturing, record
+from minialign.nn.layout import Layout
+from minialign.nn.score_functions import DENSE, DOT, OFFSET, ScaledDot
+from minialign.nn.capture import capturing, record
 
 _SCALED_DOT = ScaledDot()
 
@@ -113,7 +113,7 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, score: nn.Module,
 
 
 def flex(q: Tensor, k: Tensor, v: Tensor, mask: Any, score: nn.Module, dropout_p: float) -> tuple[Tensor, None]:
-    from .flex import flex_attention
+    from minialign.nn.flex import flex_attention
 
     block_mask, score_bias = (mask.block_mask, mask.score_bias) if mask is not None else (None, None)
     if score.form == OFFSET:
@@ -130,7 +130,7 @@ def additive_bias(mask: Tensor | None, layout: Layout, queries: str, dtype: torc
 
 
 def flex_mask(mask: Tensor | None, layout: Layout, queries: str, dtype: torch.dtype, heads: int):
-    from .flex import flex_mask as build
+    from minialign.nn.flex import flex_mask as build
 
     return build(mask, layout, dtype, heads)
 

@@ -31,7 +31,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from .batchfile import InputError, Job, Row, record_values
+from minialign.apps.files.rows import InputError, Job, Row, record_values
 
 SETTINGS_FILE = "_minialign.json"  # in the output directory: what produced the shards
 READERS = {".jsonl": "json", ".json": "json", ".ndjson": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -105,8 +105,8 @@ class AlignScoreBatches(JobBatches):
 
     def __init__(self, model: str = "AlignScore-base", *, context_field: str = "context", claim_field: str = "claim",
                  id_field: str = "id", **options: Any):
-        from .jobs import score_job
-        from .scorer import AlignScorer
+        from minialign.apps.files.jobs import score_job
+        from minialign.products.alignscore import AlignScorer
 
         scorer = AlignScorer.from_pretrained(model, **_loading(options))
         super().__init__(score_job(scorer, context_field=context_field, claim_field=claim_field, model=str(model)),
@@ -118,8 +118,8 @@ class MiniCheckBatches(JobBatches):
 
     def __init__(self, model: str = "lytang/MiniCheck-RoBERTa-Large", *, context_field: str = "context",
                  claim_field: str = "claim", id_field: str = "id", **options: Any):
-        from .jobs import score_job
-        from .minicheck import MiniCheckScorer
+        from minialign.apps.files.jobs import score_job
+        from minialign.products.minicheck import MiniCheckScorer
 
         scorer = MiniCheckScorer.from_pretrained(model, **_loading(options))
         super().__init__(score_job(scorer, context_field=context_field, claim_field=claim_field, model=str(model)),
@@ -131,8 +131,8 @@ class EmbedBatches(JobBatches):
 
     def __init__(self, model: str, *, text_field: str = "text", normalize: bool = False, id_field: str = "id",
                  **options: Any):
-        from .embedding import SentenceEncoder
-        from .jobs import embed_job
+        from minialign.products.embeddings import SentenceEncoder
+        from minialign.apps.files.jobs import embed_job
 
         encoder = SentenceEncoder.from_pretrained(model, **_loading(options))
         super().__init__(embed_job(encoder, text_field=text_field, normalize=normalize, model=str(model)),
@@ -145,8 +145,8 @@ class ClassifyBatches(JobBatches):
 
     def __init__(self, model: str, *, text_field: str = "text", pair_field: str = "pair", activation: str = "auto",
                  id_field: str = "id", **options: Any):
-        from .classifier import Classifier
-        from .jobs import classify_job
+        from minialign.products.classifier import Classifier
+        from minialign.apps.files.jobs import classify_job
 
         classifier = Classifier.from_pretrained(model, **_loading(options))
         super().__init__(classify_job(classifier, text_field=text_field, pair_field=pair_field, activation=activation,

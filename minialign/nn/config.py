@@ -8,10 +8,10 @@ from typing import Any, Literal
 
 import torch
 
-from . import convert
+from minialign import convert
 
-from .linear import ACTIVATIONS as LINEAR_ACTIVATIONS
-from .scores import SCORE_FUNCTIONS
+from minialign.nn.linear import ACTIVATIONS as LINEAR_ACTIVATIONS
+from minialign.nn.score_functions import SCORE_FUNCTIONS
 
 ACTIVATIONS = tuple(LINEAR_ACTIVATIONS)  # linear.py: each name's function
 # transformers PretrainedConfig.problem_type

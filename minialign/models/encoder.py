@@ -20,13 +20,15 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import layout as layouts
-from .attention import BACKENDS, PreparedMask, attention, choose_backend, prepare_mask
-from .config import Config
-from .layout import FINAL_TOKENS, Layout
-from .linear import Linear
-from .scores import Bilinear, General, make_score_function
-from .tracing import capturing, record
+from minialign.nn import layout as layouts
+from minialign.nn.attention import BACKENDS, PreparedMask, attention, choose_backend, prepare_mask
+from minialign.loading.pretrained import Pretrained
+from minialign.nn.config import Config
+from minialign.nn.layout import FINAL_TOKENS, Layout
+from minialign.nn.linear import Linear
+from minialign.nn.init import init_weights
+from minialign.nn.score_functions import make_score_function
+from minialign.nn.capture import capturing, record
 
 
 def roberta_position_ids(input_ids: Tensor, pad_token_id: int) -> Tensor:
@@ -184,19 +186,6 @@ class Pooler(nn.Module):
         return pooled
 
 
-class Pretrained(nn.Module):
-    """A model class that loads from any supported source through the contract it declares
-    (checkpoint_prefix, initialisable, skipped_weights; see loading.build)."""
-
-    @classmethod
-    def from_pretrained(cls, src: str, **kwargs):
-        """Load from a local HF dir, a hub id, a minialign dir or an AlignScore .ckpt, in eval mode
-        (keywords: loading.load)."""
-        from .loading import load
-
-        return load(cls, src, **kwargs)
-
-
 @dataclass
 class EncoderOutput:
     last_hidden_state: Tensor  # (B, L, C); (B, 1, C) when only the first tokens were computed
@@ -230,22 +219,6 @@ class Encoder(Pretrained):
             self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_layers))
             self.pooler = Pooler(config) if pooler else None
             init_weights(self, config, seed)
-        self.compute_dtype = None
-
-    @property
-    def compute_dtype(self) -> torch.dtype | None:
-        """Mixed precision (loading's dtype="auto" sets bf16 where it is native): the layers'
-        EncoderLayer.MIXED_PRECISION matmuls run in this dtype; everything else (the weights, the other
-        matmuls, attention, LayerNorm, the residual stream, the pooler, the heads) stays in the
-        weights' dtype. None: off."""
-        return self._compute_dtype
-
-    @compute_dtype.setter
-    def compute_dtype(self, dtype: torch.dtype | None) -> None:
-        self._compute_dtype = dtype
-        for layer in self.layers:
-            for name in layer.MIXED_PRECISION:
-                layer.get_submodule(name).compute_dtype = dtype
 
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
@@ -473,33 +446,3 @@ class ClassifierModel(Pretrained):
                            unpad=unpad, final_tokens="first")
         return ClassifierOutput(self.classifier(out), out.last_hidden_state, out.pooler_output,
                                 out.hidden_states, out.attentions)
-
-
-@torch.no_grad()
-def init_parameter(owner: nn.Module, name: str, param: Tensor, config: Config) -> None:
-    """BERT's initialisation, in place (modeling_bert.py _init_weights): normal(0, initializer_range)
-    for Linear and Embedding weights (an embedding's padding row zeroed) and score-function
-    parameters, LayerNorm weight 1, every bias 0. General and bilinear scores start equal to the
-    scaled dot product."""
-    if isinstance(owner, (General, Bilinear)):  # start as the scaled dot product: W = I / D^(1/2) resp. I / D^(1/4)
-        d = param.size(-1)
-        param.copy_(torch.eye(d).expand_as(param) * d ** (-0.5 if isinstance(owner, General) else -0.25))
-    elif isinstance(owner, nn.LayerNorm) and name == "weight":
-        param.fill_(1.0)
-    elif name == "bias":
-        param.zero_()
-    else:
-        param.normal_(0.0, config.initializer_range)
-        if isinstance(owner, nn.Embedding) and owner.padding_idx is not None:
-            param[owner.padding_idx].zero_()
-
-
-def init_weights(module: nn.Module, config: Config, seed: int | None = None) -> None:
-    """Initialise every parameter of `module`; with a seed, reproducibly and without touching the
-    global random state."""
-    with torch.random.fork_rng(devices=[], enabled=seed is not None):
-        if seed is not None:
-            torch.manual_seed(seed)
-        for owner in module.modules():
-            for name, param in owner.named_parameters(recurse=False):
-                init_parameter(owner, name, param, config)

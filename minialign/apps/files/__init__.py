@@ -1,0 +1,1 @@
+"""File commands: rows in (JSONL, CSV), results out, resume (rows.py); the score, embed and classify jobs (jobs.py)."""

@@ -1,0 +1,13 @@
+"""Sources -> models: read a checkpoint from any supported source, build a model class from it,
+write it back out. May import: nn, convert, text."""
+
+from minialign.loading.build import (auto_compute_dtype, build, check_tensors, cpu_has_native, initialise, load,
+                                     materialise, own_tensors, resolve_device)
+from minialign.loading.checkpoints import (HEADS_FILE, NATIVE_FORMAT, Checkpoint, read_checkpoint,
+                                           resolve_backbone)
+from minialign.loading.export import copy_tokenizer_files, export_hf, output_directory, save_native
+from minialign.loading.pretrained import Pretrained
+
+__all__ = ["HEADS_FILE", "NATIVE_FORMAT", "Checkpoint", "Pretrained", "auto_compute_dtype", "build", "check_tensors",
+           "copy_tokenizer_files", "cpu_has_native", "export_hf", "initialise", "load", "materialise",
+           "output_directory", "own_tensors", "read_checkpoint", "resolve_backbone", "resolve_device", "save_native"]

@@ -1,0 +1,41 @@
+"""BERT's initialisation (transformers modeling_bert.py BertPreTrainedModel._init_weights), for
+models built at random and for the weights a checkpoint lacks (loading.build.initialise)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from minialign.nn.config import Config
+from minialign.nn.score_functions import Bilinear, General
+
+
+@torch.no_grad()
+def init_parameter(owner: nn.Module, name: str, param: Tensor, config: Config) -> None:
+    """BERT's initialisation, in place (modeling_bert.py _init_weights): normal(0, initializer_range)
+    for Linear and Embedding weights (an embedding's padding row zeroed) and score-function
+    parameters, LayerNorm weight 1, every bias 0. General and bilinear scores start equal to the
+    scaled dot product."""
+    if isinstance(owner, (General, Bilinear)):  # start as the scaled dot product: W = I / D^(1/2) resp. I / D^(1/4)
+        d = param.size(-1)
+        param.copy_(torch.eye(d).expand_as(param) * d ** (-0.5 if isinstance(owner, General) else -0.25))
+    elif isinstance(owner, nn.LayerNorm) and name == "weight":
+        param.fill_(1.0)
+    elif name == "bias":
+        param.zero_()
+    else:
+        param.normal_(0.0, config.initializer_range)
+        if isinstance(owner, nn.Embedding) and owner.padding_idx is not None:
+            param[owner.padding_idx].zero_()
+
+
+def init_weights(module: nn.Module, config: Config, seed: int | None = None) -> None:
+    """Initialise every parameter of `module`; with a seed, reproducibly and without touching the
+    global random state."""
+    with torch.random.fork_rng(devices=[], enabled=seed is not None):
+        if seed is not None:
+            torch.manual_seed(seed)
+        for owner in module.modules():
+            for name, param in owner.named_parameters(recurse=False):
+                init_parameter(owner, name, param, config)

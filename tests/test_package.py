@@ -1,0 +1,210 @@
+"""Package contract: folders by layer, each importing only what its rule allows; no import cycles;
+no sibling modules named apart by a suffix; the runtime needs none of transformers; convert knows
+nothing of minialign; old module paths still import (minialign/moved.py)."""
+
+import ast
+import itertools
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "minialign"
+
+# folder -> the minialign folders its modules may import (besides their own). The same rules are
+# stated in each folder's __init__.py docstring and in minialign/__init__.py.
+MAY_IMPORT = {
+    "nn": {"convert"},
+    "sources": {"convert"},
+    "text": {"sources"},
+    "loading": {"nn", "sources", "text", "convert"},
+    "models": {"nn", "loading", "convert"},
+    "runtime": {"text"},
+    "products": {"nn", "sources", "loading", "models", "text", "runtime", "convert"},
+    "apps": {"nn", "sources", "loading", "models", "text", "runtime", "products", "convert"},
+}
+
+
+def module_name(path: Path) -> str:
+    if path.is_relative_to(ROOT / "convert"):
+        parts = ("minialign", "convert", *path.relative_to(ROOT / "convert").with_suffix("").parts)
+    else:
+        parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def library_files() -> list[Path]:
+    return sorted([*PACKAGE.rglob("*.py"), *(ROOT / "convert").rglob("*.py")])
+
+
+def imports(path: Path, *, top_level_only: bool = False) -> set[str]:
+    """Every module `path` imports, anywhere in it (lazy imports inside functions too), as absolute names."""
+    tree = ast.parse(path.read_text())
+    nodes = tree.body if top_level_only else ast.walk(tree)
+    own = module_name(path)
+    package = own if path.name == "__init__.py" else own.rpartition(".")[0]
+    names = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*package.split(".")[:len(package.split(".")) - node.level + 1], *filter(None, [base])])
+            if base != "minialign":  # the package root is imported by every module: not an edge
+                names.add(base)
+            names |= {f"{base}.{a.name}" for a in node.names}  # `from pkg import module`
+    return names
+
+
+def internal_edges() -> dict[str, set[str]]:
+    files = {module_name(p): p for p in library_files()}
+    return {name: {m for m in imports(path) if m in files and m != name} for name, path in files.items()}
+
+
+def folder(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and (PACKAGE / parts[1]).is_dir()) else None
+
+
+def test_every_folder_has_a_rule():
+    folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    assert folders == set(MAY_IMPORT)
+
+
+def test_each_folder_imports_only_what_its_rule_allows():
+    wrong = []
+    for module, targets in internal_edges().items():
+        home = folder(module)
+        if home is None:
+            continue  # the package root (the public names) and moved.py
+        for target in targets:
+            there = folder(target) if not target.startswith("minialign.convert") else "convert"
+            if there is None:
+                wrong.append(f"{module} imports {target} (the package root)")
+            elif there != home and there not in MAY_IMPORT[home]:
+                wrong.append(f"{module} imports {target}: {home}/ may import {sorted(MAY_IMPORT[home]) or 'nothing'}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_cycles():
+    """No module reaches itself through its imports (lazy imports inside functions count)."""
+    edges = internal_edges()
+    cycles = []
+    for start in edges:
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, path = stack.pop()
+            for nxt in edges[node]:
+                if nxt == start:
+                    cycles.append(" -> ".join([*path, start]))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, [*path, nxt]))
+    assert not cycles, "\n".join(sorted(set(cycles))[:10])
+
+
+def test_the_import_reader_sees_relative_and_lazy_imports():
+    """What the rules above rest on: imports inside functions and relative ones are resolved."""
+    assert "minialign.loading.build" in imports(PACKAGE / "loading" / "pretrained.py")  # lazy, in from_pretrained
+    assert "minialign.text.tokenizer" in imports(PACKAGE / "runtime" / "engine.py")
+    assert "minialign.convert.errors" in imports(ROOT / "convert" / "__init__.py") or \
+        "minialign.convert.files" in imports(ROOT / "convert" / "__init__.py")  # relative, inside convert
+
+
+def test_no_sibling_modules_named_apart_by_a_suffix():
+    """batching / batcher / batchfile or scores / scorer held different things under near-equal names."""
+    clashes = []
+    for directory in [PACKAGE, *[p for p in PACKAGE.rglob("*") if p.is_dir() and p.name != "__pycache__"]]:
+        names = sorted(p.stem for p in directory.glob("*.py") if p.stem != "__init__")
+        for a, b in itertools.combinations(names, 2):
+            common = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            if common >= 4 and max(len(a), len(b)) - common <= 5:
+                clashes.append(f"{directory.relative_to(ROOT)}: {a} / {b}")
+    assert not clashes, clashes
+
+
+def test_convert_imports_nothing_from_minialign():
+    for path in (ROOT / "convert").glob("*.py"):
+        assert not any(m.startswith("minialign") and not m.startswith("minialign.convert") for m in imports(path)), path
+
+
+def test_no_transformers_in_the_runtime():
+    """Only the parity tool (test extra) imports transformers, inside the functions that need it."""
+    heavy = {"transformers", "pytorch_lightning", "lightning", "nltk", "spacy"}
+    top = lambda names: {n.split(".")[0] for n in names}  # noqa: E731
+    for path in library_files():
+        assert not top(imports(path, top_level_only=True)) & heavy, path
+        if path.name != "parity.py":
+            assert not top(imports(path)) & heavy, path
+    code = "import sys, minialign, minialign.apps.cli, minialign.apps.parity; " \
+           "bad = [m for m in ('transformers', 'pytorch_lightning', 'nltk', 'spacy') if m in sys.modules]; " \
+           "assert not bad, bad"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_tokenizer_reaches_no_process_machinery():
+    """text/ sits below runtime/: nothing the tokenizer imports, directly or through others, is the
+    batching engine or the process pool (it used to take `pad` from the engine, which imports workers)."""
+    edges, reached, todo = internal_edges(), set(), ["minialign.text.tokenizer"]
+    while todo:
+        for nxt in edges[todo.pop()] - reached:
+            reached.add(nxt)
+            todo.append(nxt)
+    assert not {m for m in reached if m.startswith(("minialign.runtime", "minialign.products", "minialign.nn"))}
+
+
+def test_convert_is_installed_inside_minialign(tmp_path):
+    """A `convert.py` in the working directory (a common name) cannot shadow the converter."""
+    (tmp_path / "convert.py").write_text("raise SystemExit('the wrong convert was imported')\n")
+    code = ("import minialign, minialign.convert as c; "
+            "assert c.__name__ == 'minialign.convert' and c.CheckpointError is minialign.CheckpointError; "
+            "minialign.Encoder.from_pretrained")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)
+
+
+def test_no_benchmark_harness_in_the_package():
+    """The benchmark and the reference pipeline are tools in scripts/, not installed code."""
+    assert not list(PACKAGE.rglob("bench*.py"))
+    assert (ROOT / "scripts" / "original_alignscore.py").is_file()
+    from minialign.apps.cli import main
+
+    with pytest.raises(SystemExit) as e:  # argparse: not a command of the installed CLI
+        main(["bench"])
+    assert e.value.code == 2
+
+
+@pytest.mark.parametrize("old, new, name", [
+    ("minialign.scorer", "minialign.products.alignscore", "AlignScorer"),
+    ("minialign.raydata", "minialign.apps.raydata", "AlignScoreBatches"),
+    ("minialign.model", "minialign.models", "Encoder"),
+    ("minialign.batching", "minialign.runtime.engine", "BatchEngine"),
+    ("minialign.cli", "minialign.apps.cli", "main"),
+])
+def test_old_module_paths_import_the_moved_modules(old, new, name):
+    """The README's module paths from before the folders keep working (with a DeprecationWarning)
+    and are the same objects, so isinstance checks and pickles agree."""
+    import importlib
+
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match="moved to"):
+        module = importlib.import_module(old)
+    assert module is importlib.import_module(new)
+    assert module.__spec__.name == new  # the moved module keeps its own spec
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert getattr(module, name) is getattr(importlib.import_module(new), name)
+
+
+def test_every_old_path_is_importable():
+    import importlib
+
+    from minialign.moved import MOVED
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for old, new in MOVED.items():
+            assert importlib.import_module(f"minialign.{old}") is importlib.import_module(new), old
