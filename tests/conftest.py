@@ -3,7 +3,9 @@ Lightning-style AlignScore checkpoints. Nothing is downloaded."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import sys
 import types
 from pathlib import Path
@@ -153,3 +155,86 @@ def pad_batch(ids: torch.Tensor, lengths: list[int], pad_id: int) -> tuple[torch
     for i, n in enumerate(lengths):
         mask[i, :n] = 1
     return ids.masked_fill(mask == 0, pad_id), mask
+
+
+# -- shared fixtures of the product tests ----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_alignscore(bpe_dir, tmp_path_factory):
+    """A random AlignScore-style .ckpt on a tiny RoBERTa with a window of 512, and a backbone
+    directory holding its config.json and the BPE tokenizer's files."""
+    directory = tmp_path_factory.mktemp("alignscore")
+    vocab_size = len(json.loads((bpe_dir / "vocab.json").read_text()))
+    torch.manual_seed(1)
+    path, ref = write_alignscore_ckpt(directory / "AlignScore-tiny.ckpt", "roberta", vocab_size=vocab_size,
+                                      max_position_embeddings=512 + 2, hidden_size=32, num_attention_heads=4,
+                                      intermediate_size=48, num_hidden_layers=2)
+    backbone = directory / "backbone"
+    ref["backbone"].save_pretrained(backbone)
+    for name in ("vocab.json", "merges.txt"):
+        (backbone / name).write_bytes((bpe_dir / name).read_bytes())
+    return path, backbone, ref
+
+
+def _sentence(i, n=12):
+    words = [WORDS[(i * 5 + j * 3) % len(WORDS)] for j in range(n)]
+    return " ".join(words).capitalize() + "."
+
+
+CORPUS = [
+    ("The tower was built in Paris. It opened in 1889.", "The tower opened in 1889."),
+    ("", "An empty context is one empty chunk."),
+    (" ".join(_sentence(i) for i in range(70)), _sentence(3) + " " + _sentence(40) + " " + _sentence(99)),
+    (" ".join(_sentence(i, 30) for i in range(25)), _sentence(7, 30)),  # a chunk far over 512 tokens
+    ("Unicode: café naïve 東京 😀 — “quotes”. Control\x07 chars too.", "Café 😀 is naïve. 東京 is a city."),
+    ("The tower was built in Paris. It opened in 1889.", "The tower opened in 1889."),  # a duplicate pair
+    ("Short context.", " ".join(WORDS) * 4 + "."),  # the claim alone exceeds the window
+    (" ".join(_sentence(i) for i in range(30)), "Police said the company grew. Officials reported on monday."),
+]
+
+
+def save_classifier(directory, arch, num_labels, tokenizer_dir, *, problem_type=None, seed=0):
+    """A random *ForSequenceClassification with non-zero biases, and the tokenizer files beside it."""
+    tokenizer_files = [p for p in tokenizer_dir.iterdir() if p.is_file() and p.suffix in (".json", ".txt")
+                       and p.name not in ("config.json", "modules.json", "config_sentence_transformers.json",
+                                          "sentence_bert_config.json", "data_config.json")]
+    vocab = (len(json.loads((tokenizer_dir / "vocab.json").read_text())) if arch == "roberta" else 30522)
+    config = hf_config(arch, num_labels=num_labels, vocab_size=vocab, problem_type=problem_type,
+                       max_position_embeddings=512 + (2 if arch == "roberta" else 0))
+    cls = transformers.BertForSequenceClassification if arch == "bert" else transformers.RobertaForSequenceClassification
+    torch.manual_seed(seed)
+    model = cls(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "LayerNorm" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+    model.save_pretrained(directory)
+    for f in tokenizer_files:
+        shutil.copyfile(f, directory / f.name)
+    if not (directory / "tokenizer_config.json").is_file():  # as roberta-base's: a window of 512
+        (directory / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 512}))
+    return model
+
+
+def _minicheck_sentence(i, n=14):
+    words = "the tower minister paris said company police city report year people market".split()
+    return " ".join(words[(i * 3 + j) % len(words)] for j in range(n)).capitalize() + "."
+
+
+DOCS = [
+    "The tower was built in Paris. It opened in 1889.",
+    "First line of a list.\nSecond line.\n\nAfter a blank line. And more.",
+    " ".join(_minicheck_sentence(i) for i in range(120)),  # several chunks of about 400 tokens
+    "\n".join(_minicheck_sentence(i, 30) for i in range(40)),  # blocks, long sentences
+    "word " * 700,  # one sentence over the chunk size: its own chunk, cut by the window
+]
+CLAIMS = ["The tower opened in 1889.", "A second line exists.", "The minister said the market grew.",
+          "Police reported on the city.", "Words."]
+
+
+@pytest.fixture(scope="module")
+def minicheck_dir(tmp_path_factory, bpe_dir):
+    directory = tmp_path_factory.mktemp("minicheck") / "m"
+    torch.manual_seed(3)
+    save_classifier(directory, "roberta", 2, bpe_dir)
+    return directory

@@ -6,7 +6,6 @@ import torch
 from conftest import hf_model, pad_batch
 
 import minialign as ma
-from test_scorer import tiny_alignscore  # noqa: F401  (fixture)
 
 TOL = dict(atol=1e-5, rtol=0)
 

@@ -7,7 +7,7 @@ import shutil
 import pytest
 import torch
 import transformers
-from conftest import hf_config
+from conftest import hf_config, save_classifier
 
 import minialign as ma
 from minialign.apps.cli import main as cli
@@ -17,29 +17,6 @@ PAIRS = [("The tower was built in Paris.", "It is in France."), ("A short one.",
          ("Unicode: café naïve 東京 😀 — “quotes”", "Numbers 3.14 and $5,000."), ("", "An empty first text."),
          ("the minister said " * 200, "a very long first text, cut by the window"),
          ("short", "a very long second text " * 120)]
-
-
-def save_classifier(directory, arch, num_labels, tokenizer_dir, *, problem_type=None, seed=0):
-    """A random *ForSequenceClassification with non-zero biases, and the tokenizer files beside it."""
-    tokenizer_files = [p for p in tokenizer_dir.iterdir() if p.is_file() and p.suffix in (".json", ".txt")
-                       and p.name not in ("config.json", "modules.json", "config_sentence_transformers.json",
-                                          "sentence_bert_config.json", "data_config.json")]
-    vocab = (len(json.loads((tokenizer_dir / "vocab.json").read_text())) if arch == "roberta" else 30522)
-    config = hf_config(arch, num_labels=num_labels, vocab_size=vocab, problem_type=problem_type,
-                       max_position_embeddings=512 + (2 if arch == "roberta" else 0))
-    cls = transformers.BertForSequenceClassification if arch == "bert" else transformers.RobertaForSequenceClassification
-    torch.manual_seed(seed)
-    model = cls(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("bias") or "LayerNorm" in name:
-                p.add_(torch.randn_like(p) * 0.1)
-    model.save_pretrained(directory)
-    for f in tokenizer_files:
-        shutil.copyfile(f, directory / f.name)
-    if not (directory / "tokenizer_config.json").is_file():  # as roberta-base's: a window of 512
-        (directory / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 512}))
-    return model
 
 
 @pytest.fixture(params=["bert", "roberta"])

@@ -5,8 +5,8 @@ import json
 
 import pytest
 import torch
-from test_classifier import save_classifier
-from test_minicheck import CLAIMS, DOCS, minicheck_dir  # noqa: F401  (fixture)
+from conftest import save_classifier
+from conftest import CLAIMS, DOCS
 
 import minialign as ma
 from minialign import convert

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from test_scorer import CORPUS, tiny_alignscore  # noqa: F401  (fixture)
+from conftest import CORPUS
 
 import minialign as ma
 from minialign import convert
@@ -353,7 +353,7 @@ def test_repeated_ids_are_malformed_rows(tmp_path, capsys):
 
 
 def test_parity_prints_its_header_before_any_figure(tmp_path, capsys, minilm_dir):
-    from test_classifier import save_classifier
+    from conftest import save_classifier
 
     save_classifier(tmp_path / "m", "bert", 3, minilm_dir)
     assert cli(["parity", str(tmp_path / "m")]) == 0

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 import transformers
-from test_classifier import save_classifier
+from conftest import CLAIMS, DOCS, save_classifier
 
 import minialign as ma
 from minialign.products.alignscore import TruncationWarning
@@ -48,30 +48,6 @@ class ReferenceMiniCheck:
         with torch.no_grad():
             probs = torch.softmax(self.model(**batch).logits, dim=1)[:, 1]
         return probs.max().item(), chunks, probs.tolist()
-
-
-def _sentence(i, n=14):
-    words = "the tower minister paris said company police city report year people market".split()
-    return " ".join(words[(i * 3 + j) % len(words)] for j in range(n)).capitalize() + "."
-
-
-DOCS = [
-    "The tower was built in Paris. It opened in 1889.",
-    "First line of a list.\nSecond line.\n\nAfter a blank line. And more.",
-    " ".join(_sentence(i) for i in range(120)),  # several chunks of about 400 tokens
-    "\n".join(_sentence(i, 30) for i in range(40)),  # blocks, long sentences
-    "word " * 700,  # one sentence over the chunk size: its own chunk, cut by the window
-]
-CLAIMS = ["The tower opened in 1889.", "A second line exists.", "The minister said the market grew.",
-          "Police reported on the city.", "Words."]
-
-
-@pytest.fixture(scope="module")
-def minicheck_dir(tmp_path_factory, bpe_dir):
-    directory = tmp_path_factory.mktemp("minicheck") / "m"
-    torch.manual_seed(3)
-    save_classifier(directory, "roberta", 2, bpe_dir)
-    return directory
 
 
 def test_scores_equal_reference(minicheck_dir):

@@ -23,8 +23,8 @@ from minialign.apps.files.rows import InputError  # noqa: E402
 from minialign.apps.cli import main  # noqa: E402
 from minialign.apps.raydata import (AlignScoreBatches, ClassifyBatches, EmbedBatches, MiniCheckBatches,  # noqa: E402
                                run_sharded, shard_of)
-from test_classifier import save_classifier  # noqa: E402
-from test_scorer import CORPUS, tiny_alignscore  # noqa: E402, F401  (a fixture)
+from conftest import save_classifier  # noqa: E402
+from conftest import CORPUS  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

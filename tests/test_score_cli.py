@@ -5,7 +5,7 @@ import json
 import shutil
 
 import pytest
-from test_scorer import CORPUS, tiny_alignscore  # noqa: F401  (fixture)
+from conftest import CORPUS
 
 import minialign as ma
 from minialign.apps.cli import main as cli

@@ -8,46 +8,12 @@ import math
 import pytest
 import torch
 import transformers
-from conftest import WORDS, write_alignscore_ckpt
+from conftest import CORPUS, WORDS, _sentence
 
 from original_alignscore import MAX_LENGTH, OriginalAlignScore
 
 import minialign as ma
 from minialign.products.alignscore import TruncationWarning, chunk_context
-
-
-@pytest.fixture(scope="module")
-def tiny_alignscore(bpe_dir, tmp_path_factory):
-    """A random AlignScore-style .ckpt on a tiny RoBERTa with a window of 512, and a backbone
-    directory holding its config.json and the BPE tokenizer's files."""
-    directory = tmp_path_factory.mktemp("alignscore")
-    vocab_size = len(json.loads((bpe_dir / "vocab.json").read_text()))
-    torch.manual_seed(1)
-    path, ref = write_alignscore_ckpt(directory / "AlignScore-tiny.ckpt", "roberta", vocab_size=vocab_size,
-                                      max_position_embeddings=MAX_LENGTH + 2, hidden_size=32, num_attention_heads=4,
-                                      intermediate_size=48, num_hidden_layers=2)
-    backbone = directory / "backbone"
-    ref["backbone"].save_pretrained(backbone)
-    for name in ("vocab.json", "merges.txt"):
-        (backbone / name).write_bytes((bpe_dir / name).read_bytes())
-    return path, backbone, ref
-
-
-def _sentence(i, n=12):
-    words = [WORDS[(i * 5 + j * 3) % len(WORDS)] for j in range(n)]
-    return " ".join(words).capitalize() + "."
-
-
-CORPUS = [
-    ("The tower was built in Paris. It opened in 1889.", "The tower opened in 1889."),
-    ("", "An empty context is one empty chunk."),
-    (" ".join(_sentence(i) for i in range(70)), _sentence(3) + " " + _sentence(40) + " " + _sentence(99)),
-    (" ".join(_sentence(i, 30) for i in range(25)), _sentence(7, 30)),  # a chunk far over 512 tokens
-    ("Unicode: café naïve 東京 😀 — “quotes”. Control\x07 chars too.", "Café 😀 is naïve. 東京 is a city."),
-    ("The tower was built in Paris. It opened in 1889.", "The tower opened in 1889."),  # a duplicate pair
-    ("Short context.", " ".join(WORDS) * 4 + "."),  # the claim alone exceeds the window
-    (" ".join(_sentence(i) for i in range(30)), "Police said the company grew. Officials reported on monday."),
-]
 
 
 @pytest.fixture(scope="module")

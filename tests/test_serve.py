@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_classifier import save_classifier
-from test_scorer import CORPUS, tiny_alignscore  # noqa: F401  (fixture)
+from conftest import save_classifier
+from conftest import CORPUS
 
 import minialign as ma
 
