@@ -1,10 +1,18 @@
-"""convert: the one place that knows foreign formats (HF BERT/RoBERTa, AlignScore Lightning .ckpt).
+"""convert: the one place that knows foreign formats (HF BERT/RoBERTa config and weight names,
+AlignScore Lightning .ckpt, sentence-transformers files).
 
-Pure functions over dicts of tensors and config dicts. Imports nothing from minialign.
+Readers open files (safetensors memory-mapped, pickles through a restricted unpickler, JSON), found by
+name in a directory or any `Files` (minialign's Source fetches hub files on demand), and return plain
+values; the name and config mappers are functions over dicts of tensors and config dicts; writers write
+beside their destination and rename into place. Imports nothing from minialign.
 """
 
 from .errors import CheckpointError
 from .files import (
+    Directory,
+    Files,
+    MissingFileError,
+    as_files,
     find_weights,
     read_alignscore_ckpt,
     read_json,
@@ -21,7 +29,11 @@ from .sbert import crossencoder_activation, read_dense, read_modules, read_pooli
 
 __all__ = [
     "CheckpointError",
+    "Directory",
+    "Files",
+    "MissingFileError",
     "alignscore_to_minialign",
+    "as_files",
     "config_from_hf",
     "config_to_hf",
     "crossencoder_activation",

@@ -1,11 +1,14 @@
-"""Reading and writing weight files: safetensors (memory-mapped), torch pickles, Lightning .ckpt."""
+"""Reading and writing weight files: safetensors (memory-mapped), torch pickles, Lightning .ckpt; and
+`Files`, how every reader here finds a model's files by name (a local directory, or a hub snapshot
+that minialign's sources fetch file by file)."""
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from safetensors.torch import save_file
@@ -15,6 +18,43 @@ from .mapped import read_safetensors
 from .pickles import as_plain, load_pickle
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+SHARD_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+class MissingFileError(CheckpointError, FileNotFoundError):
+    """A file the checkpoint needs is not there: caught as either (the checkpoint is incomplete; a file is missing)."""
+
+
+class Files(Protocol):
+    """A model's files by name ("config.json", "1_Pooling/config.json"): its `file` is the path of one,
+    None for a missing `optional` one, else a FileNotFoundError saying why (MissingFileError for a
+    local one). `str()` names the whole for messages. Implemented by `Directory` and by minialign's
+    `Source` (which fetches a hub repo's files as they are asked for)."""
+
+    def file(self, name: str, *, optional: bool = False) -> Path | None: ...
+
+
+@dataclass(frozen=True)
+class Directory:
+    """The files of a local directory."""
+
+    path: Path
+
+    def file(self, name: str, *, optional: bool = False) -> Path | None:
+        path = self.path / name
+        if path.is_file():
+            return path
+        if optional:
+            return None
+        raise MissingFileError(f"{self.path}: no {name}")
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+
+def as_files(where: str | Path | Files) -> Files:
+    """A directory path as `Directory`; anything that already finds files by name, as it is."""
+    return Directory(Path(where)) if isinstance(where, (str, Path)) else where
 
 
 def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
@@ -37,15 +77,15 @@ def _check_flat(obj: Any, path: Path) -> dict[str, torch.Tensor]:
     return obj
 
 
-def find_weights(directory: str | Path) -> Path:
-    """The weight file of a model directory, safetensors first."""
-    directory = Path(directory)
+def find_weights(where: str | Path | Files) -> Path:
+    """The weight file of a model directory (or any `Files`), safetensors first."""
+    files = as_files(where)
     for name in WEIGHT_FILES:
-        if (directory / name).is_file():
-            return directory / name
-    if list(directory.glob("*.index.json")):
-        raise CheckpointError(f"{directory}: sharded checkpoints are not supported; merge the shards first")
-    raise CheckpointError(f"{directory}: no weight file (looked for {', '.join(WEIGHT_FILES)})")
+        if (path := files.file(name, optional=True)) is not None:
+            return path
+    if any(files.file(name, optional=True) for name in SHARD_INDEXES):
+        raise CheckpointError(f"{files}: sharded checkpoints are not supported; merge the shards first")
+    raise CheckpointError(f"{files}: no weight file (looked for {', '.join(WEIGHT_FILES)})")
 
 
 def read_alignscore_ckpt(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:

@@ -1,11 +1,40 @@
-"""HF `config.json` (BertConfig / RobertaConfig) <-> minialign config fields, as plain dicts."""
+"""HF `config.json` <-> minialign config fields, as plain dicts: one row per encoder family.
+
+FAMILIES is the one list of the families minialign knows (`Config.arch`; minialign/models holds a
+family file for each, tests/test_config.py checks the two agree). A row holds what a family's
+config.json looks like (transformers configuration_<family>.py): its field names, its defaults, the
+transformers classes to name, the fields written back, the presets it owns, and the one config-level
+fact of its position table (RoBERTa's positions start after pad_token_id: the table holds that many
+fewer positions). A family derives its row from the nearest one (`dataclasses.replace`).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass, field
 from typing import Any
 
-# HF field -> minialign field, the same for both families (configuration_bert.py, configuration_roberta.py).
-_FIELDS = {
+
+@dataclass(frozen=True)
+class ConfigRow:
+    """One family's config.json, as transformers writes it."""
+
+    model_type: str  # config.json "model_type" (and Config.arch)
+    base_class: str  # the bare encoder's transformers class (config.json "architectures")
+    classifier_class: str  # its *ForSequenceClassification
+    fields: dict[str, str]  # HF field -> minialign Config field
+    defaults: dict[str, Any]  # HF defaults for fields an old config.json may leave out (<Family>Config.__init__)
+    written: dict[str, Any] = field(default_factory=dict)  # further HF fields written back as they are
+    positions_after_pad: bool = False  # position ids start at pad_token_id + 1 (fairseq's make_positions)
+    presets: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> the HF config.json it mirrors
+
+    def reserved_positions(self, pad_token_id: int) -> int:
+        """Rows of the position table no token's position can use (Config.max_seq_len)."""
+        return pad_token_id + 1 if self.positions_after_pad else 0
+
+
+# configuration_bert.py (BertConfig); RoBERTa's names are the same (configuration_roberta.py).
+_BERT_FIELDS = {
     "vocab_size": "vocab_size",
     "hidden_size": "hidden_size",
     "num_hidden_layers": "num_layers",
@@ -21,26 +50,69 @@ _FIELDS = {
     "initializer_range": "initializer_range",
     "tie_word_embeddings": "tie_word_embeddings",
 }
-# HF defaults for fields an old config.json may leave out (BertConfig.__init__ / RobertaConfig).
-_DEFAULTS = {
-    "bert": {"pad_token_id": 0, "type_vocab_size": 2, "layer_norm_eps": 1e-12, "hidden_act": "gelu",
-             "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, "initializer_range": 0.02,
-             "max_position_embeddings": 512, "tie_word_embeddings": True},
-    "roberta": {"pad_token_id": 1, "type_vocab_size": 2, "layer_norm_eps": 1e-12, "hidden_act": "gelu",
-                "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, "initializer_range": 0.02,
-                "max_position_embeddings": 512, "tie_word_embeddings": True},
-}
-_REQUIRED = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
-_ARCHITECTURES = {"bert": "BertModel", "roberta": "RobertaModel"}
-_CLASSIFIERS = {"bert": "BertForSequenceClassification", "roberta": "RobertaForSequenceClassification"}
+_SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+
+
+def _base(hidden: int, layers: int, heads: int, intermediate: int) -> dict[str, Any]:
+    return {"hidden_size": hidden, "num_hidden_layers": layers, "num_attention_heads": heads,
+            "intermediate_size": intermediate}
+
+
+BERT = ConfigRow(
+    model_type="bert", base_class="BertModel", classifier_class="BertForSequenceClassification",
+    fields=_BERT_FIELDS,
+    defaults={"pad_token_id": 0, "type_vocab_size": 2, "layer_norm_eps": 1e-12, "hidden_act": "gelu",
+              "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, "initializer_range": 0.02,
+              "max_position_embeddings": 512, "tie_word_embeddings": True},
+    written={"position_embedding_type": "absolute"},
+    presets={
+        # https://huggingface.co/google-bert/bert-base-uncased/blob/main/config.json
+        "bert-base-uncased": {"vocab_size": 30522, **_base(768, 12, 12, 3072), "max_position_embeddings": 512,
+                              "type_vocab_size": 2, "layer_norm_eps": 1e-12, "pad_token_id": 0},
+        # https://huggingface.co/google-bert/bert-large-uncased/blob/main/config.json
+        "bert-large-uncased": {"vocab_size": 30522, **_base(1024, 24, 16, 4096), "max_position_embeddings": 512,
+                               "type_vocab_size": 2, "layer_norm_eps": 1e-12, "pad_token_id": 0},
+    },
+)
+
+ROBERTA = dataclasses.replace(
+    BERT, model_type="roberta", base_class="RobertaModel", classifier_class="RobertaForSequenceClassification",
+    defaults={**BERT.defaults, "pad_token_id": 1},
+    written={**BERT.written, "bos_token_id": 0, "eos_token_id": 2},  # RoBERTa's special ids (roberta-base config.json)
+    positions_after_pad=True,  # modeling_roberta.py create_position_ids_from_input_ids
+    presets={
+        # https://huggingface.co/FacebookAI/roberta-base/blob/main/config.json
+        "roberta-base": {"vocab_size": 50265, **_base(768, 12, 12, 3072), "max_position_embeddings": 514,
+                         "type_vocab_size": 1, "layer_norm_eps": 1e-5, "pad_token_id": 1},
+        # https://huggingface.co/FacebookAI/roberta-large/blob/main/config.json
+        "roberta-large": {"vocab_size": 50265, **_base(1024, 24, 16, 4096), "max_position_embeddings": 514,
+                          "type_vocab_size": 1, "layer_norm_eps": 1e-5, "pad_token_id": 1},
+    },
+)
+
+FAMILIES: dict[str, ConfigRow] = {row.model_type: row for row in (BERT, ROBERTA)}
+
+
+def family(arch: str, *, source: str = "config") -> ConfigRow:
+    """The row of `arch`; a ValueError naming it and the known families otherwise."""
+    try:
+        return FAMILIES[arch]
+    except (KeyError, TypeError):
+        raise ValueError(f"{source}: model_type {arch!r} is not supported (expected one of "
+                         f"{', '.join(map(repr, FAMILIES))})") from None
+
+
+def presets() -> dict[str, dict[str, Any]]:
+    """Every family's presets as minialign Config fields, by exact name."""
+    return {name: config_from_hf({"model_type": arch, **hf}, source=f"preset {name}")
+            for arch, row in FAMILIES.items() for name, hf in row.presets.items()}
 
 
 def config_from_hf(hf: dict[str, Any], *, source: str = "config.json") -> dict[str, Any]:
     """Map an HF config dict to minialign field names. Dispatches on `model_type`, never on a name."""
     arch = hf.get("model_type")
-    if arch not in _DEFAULTS:
-        raise ValueError(f"{source}: model_type {arch!r} is not supported (expected 'bert' or 'roberta')")
-    missing = [k for k in _REQUIRED if k not in hf]
+    row = family(arch, source=source)
+    missing = [k for k in _SIZES if k not in hf]
     if missing:
         raise ValueError(f"{source}: missing field(s) {missing}")
     position_type = hf.get("position_embedding_type", "absolute")
@@ -48,13 +120,13 @@ def config_from_hf(hf: dict[str, Any], *, source: str = "config.json") -> dict[s
         raise ValueError(f"{source}: position_embedding_type {position_type!r} is not supported (only 'absolute')")
     if hf.get("is_decoder") or hf.get("add_cross_attention"):
         raise ValueError(f"{source}: decoder / cross-attention configs are not supported (minialign is an encoder)")
-    merged = {**_DEFAULTS[arch], **{k: v for k, v in hf.items() if v is not None}}
-    out = {dst: merged[src] for src, dst in _FIELDS.items() if src in merged}
+    merged = {**row.defaults, **{k: v for k, v in hf.items() if v is not None}}
+    out = {dst: merged[src] for src, dst in row.fields.items() if src in merged}
     out["arch"] = arch
     out["labels"] = labels_from_hf(hf, source=source)
-    for field in ("problem_type", "classifier_dropout"):
-        if hf.get(field) is not None:
-            out[field] = hf[field]
+    for name in ("problem_type", "classifier_dropout"):
+        if hf.get(name) is not None:
+            out[name] = hf[name]
     return out
 
 
@@ -77,16 +149,14 @@ def labels_from_hf(hf: dict[str, Any], *, source: str = "config.json") -> list[s
 def config_to_hf(fields: dict[str, Any], *, classifier: bool = False) -> dict[str, Any]:
     """Map minialign config fields back to an HF config dict that transformers' AutoConfig reads;
     `classifier`: the weights are a *ForSequenceClassification's."""
-    hf = {src: fields[dst] for src, dst in _FIELDS.items() if dst in fields}
-    arch = fields["arch"]
+    row = family(fields["arch"])
+    hf = {src: fields[dst] for src, dst in row.fields.items() if dst in fields}
     if fields.get("labels"):
         hf["id2label"] = {str(i): label for i, label in enumerate(fields["labels"])}
         hf["label2id"] = {label: i for i, label in enumerate(fields["labels"])}
-    for field in ("problem_type", "classifier_dropout"):
-        if fields.get(field) is not None:
-            hf[field] = fields[field]
-    hf.update(model_type=arch, architectures=[(_CLASSIFIERS if classifier else _ARCHITECTURES)[arch]],
-              position_embedding_type="absolute")
-    if arch == "roberta":  # RoBERTa's special ids (roberta-base config.json)
-        hf.update(bos_token_id=0, eos_token_id=2)
+    for name in ("problem_type", "classifier_dropout"):
+        if fields.get(name) is not None:
+            hf[name] = fields[name]
+    hf.update(model_type=row.model_type, architectures=[row.classifier_class if classifier else row.base_class],
+              **row.written)
     return hf

@@ -1,8 +1,10 @@
-"""Weight-name tables: Hugging Face BERT/RoBERTa and AlignScore <-> minialign.
+"""Weight-name tables: Hugging Face encoder families and AlignScore <-> minialign.
 
 One declarative table per family maps HF names to minialign names. `{}` stands for the
 layer index; `None` means "dropped on purpose". The reverse direction is derived from the
-same table (`to_hf`), never typed twice.
+same table (`inverse`), never typed twice. A family's row in NAMES adds where its backbone and
+its MLM head sit inside transformers' *ForMaskedLM / *ForSequenceClassification; a new family is
+one table (built from the nearest family's, overriding what differs) and one row.
 
 minialign's names (the AlignModel namespace; an Encoder holds the `encoder.` part):
 
@@ -18,6 +20,7 @@ minialign's names (the AlignModel namespace; an Encoder holds the `encoder.` par
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import torch
 
@@ -93,11 +96,27 @@ ROBERTA: dict[str, str | None] = {
     "classifier.out_proj.bias": "classifier.out_proj.bias",
 }
 
-TABLES = {"bert": BERT, "roberta": ROBERTA}
-# Prefix of the backbone inside HF's *ForMaskedLM / *ForPreTraining / *ForSequenceClassification.
-MODEL_PREFIX = {"bert": "bert.", "roberta": "roberta."}
-# Where each family's MLM head lives in HF names; AlignScore stores it as `mlm_head.` + the same suffix.
-MLM_PREFIX = {"bert": "cls.predictions.", "roberta": "lm_head."}
+
+@dataclass(frozen=True)
+class Names:
+    """One family's names: its table, the prefix of the backbone inside HF's *ForMaskedLM /
+    *ForPreTraining / *ForSequenceClassification, and where its MLM head lives in HF names
+    (AlignScore stores that head as `mlm_head.` + the same suffix)."""
+
+    table: dict[str, str | None]
+    model_prefix: str
+    mlm_prefix: str
+
+
+# Config.arch -> names (the same families as hf_config.FAMILIES; tests/test_convert.py checks it).
+NAMES: dict[str, Names] = {
+    "bert": Names(BERT, model_prefix="bert.", mlm_prefix="cls.predictions."),
+    "roberta": Names(ROBERTA, model_prefix="roberta.", mlm_prefix="lm_head."),
+}
+# Views of NAMES by arch
+TABLES = {arch: names.table for arch, names in NAMES.items()}
+MODEL_PREFIX = {arch: names.model_prefix for arch, names in NAMES.items()}
+MLM_PREFIX = {arch: names.mlm_prefix for arch, names in NAMES.items()}
 CLASSIFIER_PREFIX = "classifier."
 ALIGNSCORE_BACKBONE_PREFIX = "base_model."
 ALIGNSCORE_MLM_PREFIX = "mlm_head."
@@ -142,9 +161,9 @@ def hf_to_minialign(
     Returns (tensors under minialign names, names dropped on purpose). An unknown name raises
     CheckpointError naming it.
     """
-    prefix = MODEL_PREFIX[arch]
+    prefix = NAMES[arch].model_prefix
     bare = {(k[len(prefix):] if k.startswith(prefix) else k): v for k, v in state_dict.items()}
-    return _rename(bare, TABLES[arch], source)
+    return _rename(bare, NAMES[arch].table, source)
 
 
 def alignscore_to_minialign(
@@ -156,9 +175,9 @@ def alignscore_to_minialign(
         if name.startswith(ALIGNSCORE_BACKBONE_PREFIX):
             name = name[len(ALIGNSCORE_BACKBONE_PREFIX):]
         elif name.startswith(ALIGNSCORE_MLM_PREFIX):
-            name = MLM_PREFIX[arch] + name[len(ALIGNSCORE_MLM_PREFIX):]
+            name = NAMES[arch].mlm_prefix + name[len(ALIGNSCORE_MLM_PREFIX):]
         hf[name] = tensor
-    return _rename(hf, TABLES[arch], source)
+    return _rename(hf, NAMES[arch].table, source)
 
 
 def inverse(table: dict[str, str | None]) -> dict[str, str]:
@@ -169,7 +188,7 @@ def inverse(table: dict[str, str | None]) -> dict[str, str]:
 def minialign_to_hf(state_dict: dict[str, torch.Tensor], arch: str) -> dict[str, torch.Tensor]:
     """Rename minialign weights to bare HF names (BertModel/RobertaModel backbone, MLM head under
     `cls.predictions.` / `lm_head.`, AlignScore heads as they are)."""
-    out, _ = _rename(state_dict, inverse(TABLES[arch]), "minialign state dict")
+    out, _ = _rename(state_dict, inverse(NAMES[arch].table), "minialign state dict")
     return out
 
 
@@ -182,7 +201,7 @@ def split_hf_backbone(hf_state_dict: dict[str, torch.Tensor], arch: str) -> tupl
     names it (`mlm_head.*`, `bin_layer.*`, ...), so the pair is a lossless view of an AlignScore checkpoint.
     """
     model, heads = {}, {}
-    mlm = MLM_PREFIX[arch]
+    mlm = NAMES[arch].mlm_prefix
     classifier = any(name.startswith(CLASSIFIER_PREFIX) for name in hf_state_dict)
     for name, tensor in hf_state_dict.items():
         if name.startswith(mlm):
@@ -190,7 +209,7 @@ def split_hf_backbone(hf_state_dict: dict[str, torch.Tensor], arch: str) -> tupl
         elif name in _ALIGN_HEADS:
             heads[name] = tensor
         elif classifier and not name.startswith(CLASSIFIER_PREFIX):
-            model[MODEL_PREFIX[arch] + name] = tensor
+            model[NAMES[arch].model_prefix + name] = tensor
         else:
             model[name] = tensor
     return model, heads

@@ -1,5 +1,6 @@
-"""sentence-transformers directories: the module list, pooling, Dense and Normalize modules, and the
-CrossEncoder activation, read as plain values (sentence-transformers itself is never imported).
+"""sentence-transformers models: the module list, pooling, Dense and Normalize modules, and the
+CrossEncoder activation, read as plain values (sentence-transformers itself is never imported), from
+a directory or any `Files` (a hub snapshot fetched file by file).
 
 Files (sentence-transformers v2 to v6 write them; both the old and the new names are read):
   modules.json                        [{"idx", "name", "path", "type"}], applied in order
@@ -17,15 +18,14 @@ Files (sentence-transformers v2 to v6 write them; both the old and the new names
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .errors import CheckpointError
-from .files import read_json, read_state_dict
+from .files import WEIGHT_FILES, Files, as_files, read_json, read_state_dict
 
 # sentence-transformers modules by their class name (the last part of the "type" path).
 MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
-POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 # sentence_transformers Pooling: legacy boolean keys, in the order it concatenates them.
 _LEGACY_POOLING = {
     "pooling_mode_cls_token": "cls",
@@ -37,12 +37,12 @@ _LEGACY_POOLING = {
 }
 
 
-def read_modules(directory: str | Path) -> list[tuple[str, Path]] | None:
-    """(kind, folder) of each module of modules.json, in order; None when there is no modules.json
-    (a plain transformers directory)."""
-    directory = Path(directory)
-    path = directory / "modules.json"
-    if not path.is_file():
+def read_modules(where: str | Path | Files) -> list[tuple[str, str]] | None:
+    """(kind, folder) of each module of modules.json, in order, the folder relative to the model ("" for
+    the model itself); None when there is no modules.json (a plain transformers directory)."""
+    files = as_files(where)
+    path = files.file("modules.json", optional=True)
+    if path is None:
         return None
     entries = read_json(path, expect=list)
     modules = []
@@ -51,65 +51,66 @@ def read_modules(directory: str | Path) -> list[tuple[str, Path]] | None:
         if kind not in MODULES:
             raise CheckpointError(f"{path}: module {i} has type {entry.get('type') if isinstance(entry, dict) else entry!r}, "
                                   f"which minialign does not run; supported: {', '.join(MODULES)}")
-        modules.append((kind, directory / str(entry.get("path", ""))))
+        folder = str(entry.get("path", ""))
+        if folder.startswith(("/", "~")) or "\\" in folder or ".." in PurePosixPath(folder).parts:
+            raise CheckpointError(f"{path}: module {i} has path {folder!r}, which is not a folder of the model")
+        folder = str(PurePosixPath(folder))
+        modules.append((kind, "" if folder == "." else folder))
     return modules
 
 
-def read_pooling(folder: str | Path) -> list[str]:
-    """The pooling modes of a Pooling module, in the order their outputs are concatenated."""
-    path = Path(folder) / "config.json"
+def read_pooling(where: str | Path | Files, folder: str = "") -> list[str]:
+    """The pooling modes a Pooling module names, in the order their outputs are concatenated (which
+    modes minialign runs, and how, is minialign/products/pooling.py's)."""
+    path = as_files(where).file(_inside(folder, "config.json"))
     config = read_json(path)
     if "pooling_mode" in config:
         mode = config["pooling_mode"]
         modes = [mode] if isinstance(mode, str) else list(mode)
     else:
         modes = [mode for key, mode in _LEGACY_POOLING.items() if config.get(key)] or ["mean"]
-    unknown = [m for m in modes if m not in POOLING_MODES]
-    if unknown:
-        raise CheckpointError(f"{path}: pooling mode(s) {unknown} not supported; supported: {', '.join(POOLING_MODES)}")
     if config.get("include_prompt") is False:
         raise CheckpointError(f"{path}: include_prompt=false (prompt-excluding pooling) is not supported")
     return modes
 
 
-def read_dense(folder: str | Path) -> dict[str, Any]:
+def read_dense(where: str | Path | Files, folder: str = "") -> dict[str, Any]:
     """A Dense module: its weight (out, in), bias or None, and activation path."""
-    folder = Path(folder)
-    config = read_json(folder / "config.json")
-    for name in ("model.safetensors", "pytorch_model.bin"):
-        if (folder / name).is_file():
-            tensors = read_state_dict(folder / name)
-            break
-    else:
-        raise CheckpointError(f"{folder}: Dense module without model.safetensors or pytorch_model.bin")
+    files = as_files(where)
+    config_path = files.file(_inside(folder, "config.json"))
+    config = read_json(config_path)
+    weights = next((p for name in WEIGHT_FILES if (p := files.file(_inside(folder, name), optional=True))), None)
+    if weights is None:
+        raise CheckpointError(f"{config_path.parent}: Dense module without {' or '.join(WEIGHT_FILES)}")
+    tensors = read_state_dict(weights)
     unknown = sorted(set(tensors) - {"linear.weight", "linear.bias"})
     if unknown or "linear.weight" not in tensors:
-        raise CheckpointError(f"{folder}: Dense weights must be linear.weight (+ linear.bias), found {sorted(tensors)}")
+        raise CheckpointError(f"{weights.parent}: Dense weights must be linear.weight (+ linear.bias), found {sorted(tensors)}")
     weight = tensors["linear.weight"]
     expected = (config.get("out_features"), config.get("in_features"))
     if tuple(weight.shape) != expected:
-        raise CheckpointError(f"{folder}: linear.weight is {tuple(weight.shape)}, config says {expected}")
+        raise CheckpointError(f"{weights.parent}: linear.weight is {tuple(weight.shape)}, config says {expected}")
     return {"weight": weight, "bias": tensors.get("linear.bias"),
             "activation": config.get("activation_function", "torch.nn.modules.activation.Tanh")}
 
 
-def read_sentence_config(directory: str | Path) -> dict[str, Any]:
+def read_sentence_config(where: str | Path | Files) -> dict[str, Any]:
     """sentence_bert_config.json (max_seq_length, do_lower_case), {} when absent."""
-    path = Path(directory) / "sentence_bert_config.json"
-    return read_json(path) if path.is_file() else {}
+    path = as_files(where).file("sentence_bert_config.json", optional=True)
+    return read_json(path) if path is not None else {}
 
 
-def crossencoder_activation(directory: str | Path) -> str | None:
+def crossencoder_activation(where: str | Path | Files) -> str | None:
     """The activation a sentence-transformers CrossEncoder applies to the logits, as the class path
-    it saved, or None when the directory records none (CrossEncoder's own lookup order)."""
-    directory = Path(directory)
-    st_config = directory / "config_sentence_transformers.json"
-    if st_config.is_file():
+    it saved, or None when the model records none (CrossEncoder's own lookup order)."""
+    files = as_files(where)
+    st_config = files.file("config_sentence_transformers.json", optional=True)
+    if st_config is not None:
         path = read_json(st_config).get("activation_fn")
         if path:
             return str(path)
-    hf_config = directory / "config.json"
-    if hf_config.is_file():
+    hf_config = files.file("config.json", optional=True)
+    if hf_config is not None:
         config = read_json(hf_config)
         nested = config.get("sentence_transformers")
         if isinstance(nested, dict) and nested.get("activation_fn"):
@@ -117,3 +118,8 @@ def crossencoder_activation(directory: str | Path) -> str | None:
         if config.get("sbert_ce_default_activation_function"):
             return str(config["sbert_ce_default_activation_function"])
     return None
+
+
+def _inside(folder: str, name: str) -> str:
+    """A module's file, named relative to the model ("1_Pooling/config.json")."""
+    return f"{folder}/{name}" if folder else name

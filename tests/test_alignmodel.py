@@ -119,3 +119,32 @@ def test_score_is_p_aligned(ckpt):
         logits = model(torch.randint(5, 100, (2, 6))).tri_label_logits
     probs = torch.softmax(logits, dim=-1)
     assert torch.allclose(probs.sum(-1), torch.ones(2))
+
+
+def test_each_class_reads_what_it_owns(tmp_path, caplog):
+    """Loading is declared (Pretrained.owns): a class takes the tensors under its own modules, strictly,
+    and logs the others' as not used; the loader never asks which class it builds."""
+    import dataclasses
+    import logging
+
+    from minialign.loading import read_checkpoint
+    from minialign.loading import build
+
+    path, ref = write_alignscore_ckpt(tmp_path / "a.ckpt", "roberta")
+    ref["backbone"].save_pretrained(tmp_path / "bb")
+    ckpt = read_checkpoint(path, backbone=str(tmp_path / "bb"))
+    config = dataclasses.replace(ckpt.config, labels=("x", "y"))
+    assert ma.ClassifierModel.owns(config) == ("encoder.embeddings", "encoder.layers", "classifier")
+    assert ma.AlignModel.owns(config)[:3] == ("encoder.embeddings", "encoder.layers", "encoder.pooler")
+    assert ma.Encoder.owns(config) == ("embeddings", "layers", "pooler")
+    with caplog.at_level(logging.INFO, logger="minialign.loading.weights"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        classifier = build(ma.ClassifierModel, dataclasses.replace(ckpt, config=config))
+    unused = " ".join(r.getMessage() for r in caplog.records)
+    assert "encoder.pooler.dense.weight" in unused and "tri_layer.bias" in unused  # RoBERTa's classifier: no pooler
+    assert classifier.encoder.pooler is None
+    extra = dataclasses.replace(ckpt, tensors={**ckpt.tensors, "another_head.weight": torch.zeros(2)})
+    build(ma.Encoder, extra)  # not an Encoder's module: logged
+    wrong = dataclasses.replace(ckpt, tensors={**ckpt.tensors, "encoder.layers.7.ffn.up.weight": torch.zeros(2)})
+    with pytest.raises(ma.CheckpointError, match=r"unexpected weight\(s\): encoder\.layers\.7\.ffn\.up\.weight"):
+        build(ma.Encoder, wrong)  # under a module it owns: an error

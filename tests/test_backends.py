@@ -1,11 +1,14 @@
 """Attention backends (eager, sdpa, flex), unpadded execution, fused QKV, the last layer for the
 first tokens only, autocast and compilation: all against transformers or the eager reference."""
 
+
 import pytest
 import torch
 from conftest import hf_model, pad_batch
 
 import minialign as ma
+
+from minialign.loading import devices
 
 TOL = dict(atol=1e-5, rtol=0)
 
@@ -239,10 +242,10 @@ def test_dtype_auto_is_bf16_matmuls_only_where_native(pair, monkeypatch, native)
     (the attention output and FFN down projections) run in bf16 and nothing else does (outputs fp32,
     close to fp32 within transformers' own bf16 error); elsewhere fp32 throughout."""
     from minialign.nn.linear import Linear
-    from minialign.models.encoder import EncoderLayer
+    from minialign.nn.layers import EncoderLayer
 
     hf, directory = pair
-    monkeypatch.setattr(ma.loading.build, "cpu_has_native", lambda dtype, unknown=True: native)
+    monkeypatch.setattr(devices, "cpu_has_native", lambda dtype, unknown=True: native)
     auto = ma.Encoder.from_pretrained(directory, dtype="auto")
     assert {p.dtype for p in auto.parameters()} == {torch.float32}
     assert auto.compute_dtype == (torch.bfloat16 if native else None)
@@ -271,7 +274,7 @@ def test_cli_dtype_auto_says_what_it_picked(tiny_alignscore, capsys, monkeypatch
 
     path, backbone, _ = tiny_alignscore
     for native, said in ((True, "bf16 matmuls with fp32 weights"), (False, "fp32 (no native bf16 here)")):
-        monkeypatch.setattr(ma.loading.build, "cpu_has_native", lambda dtype, unknown=True, n=native: n)
+        monkeypatch.setattr(devices, "cpu_has_native", lambda dtype, unknown=True, n=native: n)
         assert cli(["score", "--context", "A context.", "--claim", "A claim.", "--model", str(path),
                     "--backbone", str(backbone), "--dtype", "auto"]) == 0
         captured = capsys.readouterr()

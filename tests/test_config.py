@@ -67,3 +67,68 @@ def test_heads_must_divide_hidden():
 def test_from_dict_rejects_unknown_fields():
     with pytest.raises(ValueError, match="bogus"):
         ma.Config.from_dict({"vocab_size": 5, "bogus": 1})
+
+
+def test_one_list_of_families():
+    """convert/hf_config.py FAMILIES is the list; each has a family file and a names row, and Config
+    validates against it."""
+    from minialign import convert
+
+    families = set(convert.hf_config.FAMILIES)
+    assert families == set(ma.models.FAMILIES) == set(convert.names.NAMES)
+    with pytest.raises(ValueError, match=r"Config.arch must be one of \('bert', 'roberta'\), got 'gpt2'"):
+        ma.Config(vocab_size=20, hidden_size=8, num_layers=1, num_heads=2, intermediate_size=16, arch="gpt2")
+    assert {c.arch for c in ma.PRESETS.values()} == families  # each family owns presets
+
+
+@pytest.mark.parametrize("arch", ["bert", "roberta"])
+def test_max_seq_len_is_what_the_position_table_holds(arch):
+    """Config.max_seq_len (the family's reserved rows, convert/hf_config.py) and the family's position
+    rule (models/<family>.py) agree: max_seq_len tokens embed, one more is refused."""
+    import torch
+
+    from minialign import convert
+
+    pad = 0 if arch == "bert" else 1
+    config = ma.Config(vocab_size=20, hidden_size=8, num_layers=1, num_heads=2, intermediate_size=16,
+                       max_position_embeddings=12, pad_token_id=pad, arch=arch)
+    model = ma.Encoder(config, seed=0)
+    ids = torch.full((1, config.max_seq_len), 5)
+    assert int(model.embeddings.position_ids(ids).max()) == config.max_position_embeddings - 1
+    model(ids)
+    with pytest.raises(ValueError, match="window"):
+        model(torch.full((1, config.max_seq_len + 1), 5))
+    reserved = convert.hf_config.FAMILIES[arch].reserved_positions(pad)
+    assert config.max_seq_len == 12 - reserved
+    if reserved:
+        with pytest.raises(ValueError, match="max_position_embeddings"):
+            ma.Config(vocab_size=20, hidden_size=8, num_layers=1, num_heads=2, intermediate_size=16,
+                      max_position_embeddings=reserved, pad_token_id=pad, arch=arch)
+
+
+def test_no_shared_module_branches_on_the_family():
+    """nn/, loading/ and the shared model classes never compare Config.arch: a family declares."""
+    import ast
+    from pathlib import Path
+
+    root = Path(ma.__file__).parent
+    files = [*(root / "nn").glob("*.py"), *(root / "loading").glob("*.py"), root / "models" / "encoder.py",
+             root / "models" / "family.py"]
+    def names_a_family(node) -> bool:  # `x.arch == "roberta"`, `"bert" != config.arch`, `arch in ("bert", ...)`
+        parts = [node.left, *node.comparators]
+        return (any(isinstance(n, ast.Attribute) and n.attr == "arch" for p in parts for n in ast.walk(p))
+                and any(isinstance(n, ast.Constant) and isinstance(n.value, str) for p in parts for n in ast.walk(p)))
+
+    branches = [f"{path.name}:{node.lineno}" for path in files for node in ast.walk(ast.parse(path.read_text()))
+                if isinstance(node, ast.Compare) and names_a_family(node)]
+    assert not branches, branches
+
+
+def test_activations_in_one_table():
+    from minialign.nn import activations, linear
+
+    assert set(linear.ACTIVATIONS) == set(activations.ACTIVATIONS)
+    assert all(linear.ACTIVATIONS[name][0] is f for name, f in activations.ACTIVATIONS.items())
+    assert "softmax" not in ma.nn.config.ACTIVATIONS and "gelu_new" in ma.nn.config.ACTIVATIONS
+    with pytest.raises(ValueError, match="unknown activation 'swish2'"):
+        activations.activation("swish2")

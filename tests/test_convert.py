@@ -127,3 +127,11 @@ def test_python_m_minialign_convert(tmp_path, save_hf):
 def test_convert_reports_bad_source(tmp_path, capsys):
     assert cli(["convert", str(tmp_path / "missing"), str(tmp_path / "out")]) == 2
     assert "no such file or directory" in capsys.readouterr().err
+
+
+def test_one_names_row_per_family_with_the_backbone_and_mlm_prefixes():
+    """Each family's row (convert/names.py NAMES): a table, and where HF puts its backbone and MLM head."""
+    assert set(convert.names.NAMES) == set(convert.hf_config.FAMILIES)
+    assert convert.names.NAMES["roberta"].model_prefix == "roberta."
+    assert convert.names.MLM_PREFIX["bert"] == "cls.predictions."
+    assert convert.names.TABLES["roberta"] is convert.names.ROBERTA

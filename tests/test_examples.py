@@ -1,5 +1,6 @@
 """Every example runs and prints its result."""
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -9,17 +10,24 @@ import pytest
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-def run(name: str, *args: str) -> str:
+def run(name: str, *args: str, cwd: Path = EXAMPLES.parent) -> str:
     result = subprocess.run([sys.executable, str(EXAMPLES / name), *args], capture_output=True, text=True,
-                            timeout=600, cwd=EXAMPLES.parent)
+                            timeout=600, cwd=cwd)
     assert result.returncode == 0, result.stderr
     return result.stdout
 
 
-def test_attention_maps(minilm_dir):
-    out = run("attention_maps.py", str(minilm_dir))
+def test_attention_maps(minilm_dir, tmp_path):
+    """Every layer's line; the PNG written where matplotlib is installed, else said to be skipped, never both."""
+    out = run("attention_maps.py", str(minilm_dir), cwd=tmp_path)
+    assert [line.split(":")[0] for line in out.splitlines() if line.startswith("layer ")] == [f"layer {i}" for i in
+                                                                                            range(6)]
     assert "layer 5: [CLS] looks at" in out
-    assert "attention_maps.png" in out  # written, or skipped with a message
+    png = tmp_path / "attention_maps.png"
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert "wrote attention_maps.png" in out and png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    else:
+        assert "matplotlib is not installed: skipping attention_maps.png" in out and not png.exists()
 
 
 def test_left_only_vs_bidirectional(minilm_dir):

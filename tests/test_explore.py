@@ -73,11 +73,16 @@ def test_embedded_numbers_are_the_captured_tensors(minilm):
                                                                cap["embeddings.position"][0], dim=-1), atol=1e-4, rtol=0)
 
 
+def _left_only(tokenizer, text: str) -> tuple[int, torch.Tensor]:
+    """(the text's tokens T, the left-only mask (1, T, T) of them)."""
+    T = len(tokenizer([text])["input_ids"][0])
+    return T, ma.masks.left_only_mask(torch.ones(1, T, dtype=torch.bool))
+
+
 def test_two_runs_left_only_against_bidirectional(minilm):
     model, tokenizer = minilm
     text = "The bank raised rates again."
-    T = len(tokenizer([text])["input_ids"][0])
-    left = ma.masks.left_only_mask(torch.ones(1, T, dtype=torch.bool))
+    T, left = _left_only(tokenizer, text)
     data = page_data(ma.explore(model, tokenizer, text, compare_mask=left, labels=("bidirectional", "left-only")).html())
     a, _ = _capture(model, tokenizer, text)
     b, _ = _capture(model, tokenizer, text, mask=left)
@@ -108,6 +113,22 @@ def test_alignscore_heads(minilm_dir):
     assert heads["tri: aligned"] == pytest.approx(float(tri[0]), abs=1e-6)
     assert heads["tri: contradiction"] == pytest.approx(float(tri[2]), abs=1e-6)
     assert heads["reg"] == pytest.approx(float(out.reg_label_logits[0, 0]), abs=1e-6)
+
+
+def test_the_cli_runs_the_class_the_checkpoint_is_for(tmp_path, tiny_alignscore, minilm_dir):
+    """`minialign explore` builds the model class the checkpoint's heads name (models.auto.model_class):
+    AlignScore's heads shown for an AlignScore checkpoint, none for an encoder or a classifier."""
+    from conftest import save_classifier
+
+    path, backbone, _ = tiny_alignscore
+    save_classifier(tmp_path / "clf", "bert", 3, minilm_dir)
+    out = tmp_path / "page.html"
+    for model, extra, cls in ((path, ["--backbone", str(backbone)], "AlignModel"), (minilm_dir, [], "Encoder"),
+                              (tmp_path / "clf", [], "ClassifierModel")):
+        assert main(["explore", "--model", str(model), *extra, "--text", "A claim.", "--pair", "A context.",
+                     "--output", str(out)]) == 0
+        data = page_data(out.read_text())
+        assert data["model"]["class"] == cls and ("heads" in data["runs"][0]) == (cls == "AlignModel")
 
 
 def test_score_function_swap(minilm):
@@ -217,8 +238,7 @@ def test_the_cli_says_the_cut_in_one_line_and_never_prints_the_text(tmp_path, mi
 def test_every_heat_map_has_a_colour_scale(minilm):
     model, tokenizer = minilm
     text = "The bank raised rates."
-    T = len(tokenizer([text])["input_ids"][0])
-    left = ma.masks.left_only_mask(torch.ones(1, T, dtype=torch.bool))
+    _, left = _left_only(tokenizer, text)
     html = ma.explore(model, tokenizer, text, compare_mask=left).html()
     for canvas in ("grid", "zoom-canvas", "norms", "parts", "diff"):
         assert f'<div class="legend" id="{canvas}-legend">' in html, canvas

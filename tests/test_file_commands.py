@@ -90,3 +90,19 @@ def test_score_method_minicheck(tmp_path, minicheck_dir):  # noqa: F811
     assert max(abs(a - b) for a, b in zip(got, expected)) <= 1e-6
     settings = json.loads((tmp_path / "out.jsonl.settings.json").read_text())["settings"]
     assert settings["mode"] == "minicheck"
+
+
+def test_minicheck_rows_whose_claim_has_no_sentence_are_scored(tmp_path, minicheck_dir, tiny_alignscore, capsys):
+    """MiniCheck never splits the claim: a row whose claim has no sentence is scored (the runner's own
+    check, MiniCheckScorer.check); AlignScore, which splits it, refuses that row."""
+    rows = [{"id": 0, "context": DOCS[0], "claim": CLAIMS[0]}, {"id": 1, "context": DOCS[1], "claim": " \n "}]
+    _jsonl(tmp_path / "in.jsonl", rows)
+    args = ["score", "--input", str(tmp_path / "in.jsonl")]
+    assert cli([*args, "--method", "minicheck", "--model", str(minicheck_dir), "--output", str(tmp_path / "mc.jsonl")]) == 0
+    expected = ma.MiniCheckScorer.from_pretrained(minicheck_dir).score([r["context"] for r in rows],
+                                                                       [r["claim"] for r in rows])
+    got = [r["score"] for r in _rows(tmp_path / "mc.jsonl")]
+    assert max(abs(a - b) for a, b in zip(got, expected)) <= 1e-6
+    path, backbone, _ = tiny_alignscore
+    assert cli([*args, "--model", str(path), "--backbone", str(backbone), "--output", str(tmp_path / "as.jsonl")]) == 2
+    assert "line 2: field 'claim' has no sentence" in capsys.readouterr().err

@@ -186,3 +186,107 @@ def test_from_scratch_initialisation_is_bert_and_seeded():
     state = torch.random.get_rng_state()
     ma.Encoder(config, seed=1)
     assert torch.equal(state, torch.random.get_rng_state())  # seeding leaves the global RNG alone
+
+
+def test_capture_is_a_backend_row_and_ignores_unpad_and_first_tokens():
+    """Under capture the fallback rule hands out the row's recording twin: padded, every token, the
+    model's own output; the forward itself asks nothing about capture."""
+    from minialign.nn.attention import BACKENDS, choose_backend
+
+    need = dict(probabilities=False, score_form="dot", dropout=False, query_subset=False)
+    assert choose_backend("flex", **need) is BACKENDS["flex"]
+    model = ma.Encoder(tiny(), seed=0, attn_backend="sdpa").eval()
+    with ma.capture(model):
+        row = choose_backend("sdpa", **need)
+        assert row.whole and row.name == "sdpa+capture" and not row.packed and not row.query_subset
+    ids = torch.randint(1, 60, (3, 9))
+    mask = masks.padding_mask([9, 5, 2], 9).long()
+    with torch.no_grad():
+        plain = model(ids, attention_mask=mask).last_hidden_state
+        with ma.capture(model) as cap:
+            out = model(ids, attention_mask=mask, unpad=True, final_tokens="first").last_hidden_state
+    assert torch.equal(out, plain)  # every token, padded: the plain forward's numbers
+    assert cap["layers.1.attention.probs"].shape == (3, 3, 9, 9)
+
+
+def test_a_family_is_one_class(monkeypatch):
+    """The seam (models/family.py): a pre-LN family with a final norm, per-forward layer inputs and
+    RoBERTa's classification head, declared in one class plus its config row, runs through the
+    shared Encoder, ClassifierModel and loader, padded, packed or for the first tokens only."""
+    import dataclasses
+
+    from minialign import convert
+    from minialign.loading import Checkpoint
+    from minialign.loading import build
+    from minialign.models import family as families
+    from minialign.models.bert import Bert
+    from minialign.models.roberta import RobertaClassificationHead
+    from minialign.nn.attention import BACKENDS, PreparedMask, attention, attention_bias
+    from minialign.nn.layers import FeedForward, SelfAttention
+
+    row = dataclasses.replace(convert.hf_config.BERT, model_type="toy")
+    monkeypatch.setitem(convert.hf_config.FAMILIES, "toy", row)
+    monkeypatch.setattr(families, "FAMILIES", dict(families.FAMILIES))  # the toy registers in a copy
+    seen = []
+
+    class PreLNLayer(torch.nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.attention_norm = torch.nn.LayerNorm(config.hidden_size)
+            self.attention = SelfAttention(config)
+            self.ffn_norm = torch.nn.LayerNorm(config.hidden_size)
+            self.ffn = FeedForward(config)
+
+        def forward(self, x, mask, queries=None, *, gate):
+            a, probs = self.attention(self.attention_norm(x), mask, queries)
+            x = (x if queries is None else queries(x)) + gate * a
+            return x + self.ffn(self.ffn_norm(x)), probs
+
+    class Toy(Bert):
+        arch = "toy"
+        parts = {"final_norm": lambda config: torch.nn.LayerNorm(config.hidden_size)}
+        classifier_pooler = False
+        ClassificationHead = RobertaClassificationHead
+
+        @classmethod
+        def layers(cls, config):
+            return [PreLNLayer(config) for _ in range(config.num_layers)]
+
+        @classmethod
+        def layer_inputs(cls, encoder, position_ids, layout):
+            seen.append(tuple(position_ids.shape))
+            return {"gate": torch.tensor(0.5)}
+
+        @classmethod
+        def finish(cls, encoder, x):
+            return encoder.final_norm(x)
+
+    config = tiny(arch="toy", labels=("a", "b"))
+    assert families.family_of(config) is Toy
+    model = ma.Encoder(config, seed=0).eval()
+    assert {"final_norm.weight", "layers.1.ffn_norm.bias", "pooler.dense.weight"} <= set(model.state_dict())
+    assert ma.Encoder.owns(config) == ("embeddings", "layers", "final_norm", "pooler")
+    ids = torch.randint(1, 60, (3, 9))
+    mask = masks.padding_mask([9, 5, 2], 9).long()
+    with torch.no_grad():
+        x = model.embeddings(ids, torch.zeros_like(ids), model.embeddings.position_ids(ids))
+        eager = PreparedMask(BACKENDS["eager"], attention_bias(mask, 3, 9, torch.float32))
+        for layer in model.layers:  # the formula, by hand, on the eager function
+            q, k, v = layer.attention.qkv(layer.attention_norm(x)).view(3, 9, 3, 3, 8).permute(2, 0, 3, 1, 4)
+            a = attention(q, k, v, eager)[0]
+            x = x + 0.5 * layer.attention.output(a.transpose(1, 2).reshape(3, 9, 24))
+            x = x + layer.ffn(layer.ffn_norm(x))
+        expected = model.final_norm(x)
+        real = mask.bool()
+        padded = model(ids, attention_mask=mask)
+        packed = model(ids, attention_mask=mask, unpad=True)
+        first = model(ids, attention_mask=mask, unpad=True, final_tokens="first")
+    torch.testing.assert_close(padded.last_hidden_state[real], expected[real], **TOL)
+    torch.testing.assert_close(packed.last_hidden_state[real], expected[real], **TOL)
+    torch.testing.assert_close(first.last_hidden_state[:, 0], expected[:, 0], **TOL)
+    assert seen == [(3, 9), (1, 16), (1, 16)]  # the forward's layout: padded, then packed
+    classifier = ma.ClassifierModel(config, seed=0)
+    assert classifier.encoder.pooler is None and isinstance(classifier.classifier, RobertaClassificationHead)
+    tensors = {f"encoder.{k}": v for k, v in model.state_dict().items()}
+    loaded = build(ma.Encoder, Checkpoint(config, tensors, "toy"))
+    assert all(torch.equal(v, loaded.state_dict()[k]) for k, v in model.state_dict().items())

@@ -1,52 +1,15 @@
-"""Sources: local HF dirs, hub ids through the cache (offline), minialign dirs; device and dtype."""
+"""Loading: minialign dirs, device and dtype, mapped weights, the parity command (where files come
+from, a local path or the hub: test_sources.py)."""
 
 import json
-import shutil
 import warnings
 
 import pytest
 import torch
 
 import minialign as ma
+from minialign.loading import devices
 from minialign.apps.cli import main as cli
-
-
-@pytest.fixture
-def offline(monkeypatch):
-    from huggingface_hub import constants
-
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-
-
-def _fake_cache(cache, repo_id, source_dir):
-    """Lay out `source_dir` as huggingface_hub's cache holds a downloaded repo."""
-    repo = cache / f"models--{repo_id.replace('/', '--')}"
-    snapshot = repo / "snapshots" / ("0" * 40)
-    snapshot.mkdir(parents=True)
-    for f in (f for f in source_dir.iterdir() if f.is_file()):
-        shutil.copyfile(f, snapshot / f.name)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text("0" * 40)
-
-
-def test_hub_id_from_cache_offline(tmp_path, offline, minilm_dir):
-    _fake_cache(tmp_path / "cache", "sentence-transformers/all-MiniLM-L6-v2", minilm_dir)
-    enc = ma.Encoder.from_pretrained("sentence-transformers/all-MiniLM-L6-v2", cache_dir=tmp_path / "cache")
-    ref = ma.Encoder.from_pretrained(minilm_dir)
-    assert all(torch.equal(a, b) for a, b in zip(enc.state_dict().values(), ref.state_dict().values()))
-    tok = ma.Tokenizer.from_pretrained("sentence-transformers/all-MiniLM-L6-v2", cache_dir=tmp_path / "cache")
-    assert tok("hello")["input_ids"].tolist() == [[101, 7592, 102]]
-
-
-def test_hub_id_offline_not_cached_says_how_to_pass_local_path(tmp_path, offline):
-    with pytest.raises(FileNotFoundError, match="Pass a local path"):
-        ma.Encoder.from_pretrained("org/not-cached-model", cache_dir=tmp_path / "empty")
-
-
-def test_missing_local_path():
-    with pytest.raises(FileNotFoundError, match="no such file or directory"):
-        ma.Encoder.from_pretrained("./nowhere/model")
 
 
 def test_device_and_dtype(save_hf):
@@ -62,7 +25,7 @@ def test_device_and_dtype(save_hf):
 @pytest.mark.parametrize("native", [True, False])
 def test_half_precision_on_a_cpu_without_it_warns(save_hf, monkeypatch, native):
     _, directory = save_hf("bert")
-    monkeypatch.setattr(ma.loading.build, "cpu_has_native", lambda dtype: native)
+    monkeypatch.setattr(devices, "cpu_has_native", lambda dtype: native)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         ma.Encoder.from_pretrained(directory, dtype=torch.bfloat16)

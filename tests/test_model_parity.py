@@ -105,7 +105,7 @@ def test_token_type_ids_parity(tmp_path):
 
 
 def test_roberta_positions_start_after_pad():
-    from minialign.models.encoder import roberta_position_ids
+    from minialign.models.roberta import roberta_position_ids
 
     ids = torch.tensor([[0, 7, 8, 2, 1, 1], [1, 1, 0, 7, 2, 1]])
     assert roberta_position_ids(ids, 1).tolist() == [[2, 3, 4, 5, 1, 1], [1, 1, 2, 3, 4, 1]]

@@ -76,7 +76,8 @@ def test_cli_embed_on_ray_equals_one_process_and_resumes_by_shard(tmp_path, mini
 
     capsys.readouterr()
     assert main(command[:-4] + ["--shards", "4", "--batch-rows", "8"]) != 0
-    assert "written with other settings (shards: shards 3 then, 4 now)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"refusing to resume {out}: it was made with other settings (shards: 3 then, 4 now)" in err
 
 
 def test_map_batches_classify_pandas_and_numpy_batches(tmp_path, minilm_dir, local_ray):
@@ -173,7 +174,7 @@ def test_cli_default_shards_are_said_recorded_and_kept(tmp_path, minilm_dir, loc
     """No --shards: 40 rows make one shard, said in one line and recorded; a rerun keeps the count even
     when a fresh choice would differ. No warning comes from minialign's calls into Ray (Ray's DataContext
     warns about its own deprecated fields as it copies itself: not ours)."""
-    from minialign import raydata
+    from minialign.apps import raydata
 
     rows, out = _write_texts(tmp_path / "texts.jsonl"), tmp_path / "out"
     command = ["embed", "--ray", "--model", str(minilm_dir), "--input", str(rows), "--output", str(out),
@@ -196,7 +197,7 @@ def test_cli_default_shards_are_said_recorded_and_kept(tmp_path, minilm_dir, loc
     err = capsys.readouterr().err
     assert f"{len(TEXTS)} row(s): 1 shard(s), one per 10,000 rows (at most 16)" in err
     assert sorted(p.name for p in out.iterdir() if p.name.startswith("shard-")) == ["shard-00000-of-00001"]
-    assert json.loads((out / "_minialign.json").read_text())["shards"] == 1
+    assert json.loads((out / "_minialign.json").read_text())["settings"]["shards"] == 1
     assert sorted(r["id"] for r in _rows(out)) == sorted(f"t{i}" for i in range(len(TEXTS)))
     monkeypatch.setattr(raydata, "SHARD_ROWS", 10)  # a fresh choice would now be 4 shards
     assert main(command) == 0

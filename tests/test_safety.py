@@ -143,3 +143,30 @@ def test_unsupported_model_type(save_hf):
     (directory / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="model_type 'gpt2'"):
         ma.Encoder.from_pretrained(directory)
+
+
+@pytest.mark.parametrize("path", ["../outside", "/etc", "1_Pooling/../../outside", "~/x", "..\\outside"])
+def test_a_module_folder_outside_the_model_is_refused(tmp_path, path):
+    """modules.json names each module's folder; one that leads out of the model is never read."""
+    import json
+
+    (tmp_path / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": path, "type": "sentence_transformers.models.Pooling"}]))
+    with pytest.raises(ma.CheckpointError, match="module 1 has path .* not a folder of the model"):
+        convert.read_modules(tmp_path)
+
+
+def test_missing_files_are_named(tmp_path, save_hf):
+    """A directory without config.json, a model without weights, a sharded one: each named, as a
+    CheckpointError (and, for the missing file, a FileNotFoundError)."""
+    with pytest.raises(ma.CheckpointError, match=f"^{re.escape(str(tmp_path))}: no config.json$") as missing:
+        ma.Encoder.from_pretrained(tmp_path)
+    assert isinstance(missing.value, FileNotFoundError)
+    _, directory = save_hf("bert")
+    (directory / "model.safetensors").rename(directory / "model-00001-of-00002.safetensors")
+    with pytest.raises(ma.CheckpointError, match="no weight file"):
+        ma.Encoder.from_pretrained(directory)
+    (directory / "model.safetensors.index.json").write_text("{}")
+    with pytest.raises(ma.CheckpointError, match="sharded checkpoints are not supported"):
+        ma.Encoder.from_pretrained(directory)

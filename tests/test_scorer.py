@@ -2,7 +2,6 @@
 transformers (scripts/original_alignscore.py): per-example mini-batches, every pair padded to
 max_length, MLM head run."""
 
-import json
 import math
 
 import pytest
@@ -10,7 +9,7 @@ import torch
 import transformers
 from conftest import CORPUS, WORDS, _sentence
 
-from original_alignscore import MAX_LENGTH, OriginalAlignScore
+from original_alignscore import OriginalAlignScore
 
 import minialign as ma
 from minialign.products.alignscore import TruncationWarning, chunk_context
@@ -221,3 +220,27 @@ def test_unencodable_text_is_named_before_model_work(tiny_alignscore, monkeypatc
         scorer.score(["fine.", "fine."], ["ok.", "bad \ud83d."])
     monkeypatch.undo()
     assert 0.0 <= scorer.score(["NUL \x00 inside."], ["A claim."])[0] <= 1.0  # encodable: scored
+
+
+def test_mode_per_call_equals_a_scorer_built_with_that_mode(tiny_alignscore):
+    """One loaded scorer serves every mode: score(..., mode=) gives what a scorer built with that mode
+    gives, a mode per example mixes them in one call, and the constructor's mode stays the default."""
+    from minialign.products.alignscore import MODES
+
+    path, backbone, _ = tiny_alignscore
+    scorer = ma.AlignScorer.from_pretrained(path, backbone=str(backbone))
+    contexts, claims = map(list, zip(*CORPUS[:5]))
+    by_mode = {}
+    for mode in MODES:
+        built = ma.AlignScorer(scorer.model, scorer.tokenizer, mode=mode)
+        by_mode[mode] = built.score(contexts, claims, return_details=True, warn_truncation=False)
+        assert scorer.score(contexts, claims, mode=mode, return_details=True, warn_truncation=False) == by_mode[mode]
+    assert scorer.score(contexts, claims, warn_truncation=False) == [d["score"] for d in by_mode["nli_sp"]]
+    modes = [MODES[i % len(MODES)] for i in range(len(contexts))]
+    mixed = scorer.score(contexts, claims, mode=modes, warn_truncation=False)
+    assert max(abs(a - by_mode[m][i]["score"]) for i, (a, m) in enumerate(zip(mixed, modes))) <= 1e-6
+    with pytest.raises(ValueError, match="mode must be one of"):
+        scorer.score(contexts, claims, mode="best")
+    with pytest.raises(ValueError, match="one per example"):
+        scorer.score(contexts, claims, mode=["nli"])
+    assert scorer.settings(mode="bin") == {"mode": "bin", "dtype": "float32"}

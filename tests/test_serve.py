@@ -425,3 +425,33 @@ def test_in_process_failures_overload_and_merging(models, monkeypatch):
         gate.set()
         server.should_exit = True
         thread.join(30)
+
+
+def test_one_scorer_per_model_serves_every_mode(models, monkeypatch):
+    """The service keeps the one AlignScorer it was given (no scorer per mode): requests with different
+    modes, merged into one model call, get what the scorer gives for each mode."""
+    import asyncio
+
+    from minialign.apps.serve import Limits, Models, Service
+
+    path, backbone = models["alignscore"]
+    scorer = ma.AlignScorer.from_pretrained(path, backbone=str(backbone))
+    monkeypatch.setattr(ma.AlignScorer, "__init__", lambda *a, **k: pytest.fail("the service built a scorer"))
+    service = Service(Models(alignscore={"base": scorer}), Limits(max_wait_ms=50, max_batch_tokens=777))
+    assert scorer.engine.max_tokens == 777  # the budget, set through the runner
+    pairs = [{"context": c, "claim": h} for c, h in CORPUS[:3]]
+    modes = ["nli_sp", "bin", "reg_sp"]
+
+    async def requests():
+        return await asyncio.gather(*[service.score({"pairs": pairs, "mode": mode}) for mode in modes])
+
+    try:
+        calls = service.batchers["alignscore_base"].calls
+        answers = asyncio.run(requests())
+        assert service.batchers["alignscore_base"].calls - calls < len(modes)  # merged
+    finally:
+        service.close()
+    for mode, answer in zip(modes, answers):
+        expected = scorer.score([p["context"] for p in pairs], [p["claim"] for p in pairs], mode=mode,
+                                warn_truncation=False)
+        assert max(abs(a - b) for a, b in zip(answer["scores"], expected)) <= 1e-6

@@ -1,5 +1,5 @@
-"""`minialign score | embed | classify | serve | convert | parity` (also `python -m minialign ...`). The benchmark is a
-script beside the package: `python scripts/bench.py`."""
+"""`minialign score | embed | classify | explore | serve | convert | parity` (also `python -m minialign ...`). The
+benchmark is a script beside the package: `python scripts/bench.py`."""
 
 from __future__ import annotations
 
@@ -29,11 +29,15 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 def _validate(ckpt) -> None:
-    """Every tensor must fit the config (names and shapes), before anything is written."""
+    """Every tensor must fit the config (names and shapes), before anything is written: checked against
+    the class the checkpoint is for, and an Encoder's checkpoint against AlignModel, which reads its every
+    weight and also the MLM head a pretraining checkpoint holds (convert writes that too)."""
     from minialign.loading import check_tensors, own_tensors
-    from minialign.models.encoder import AlignModel, ClassifierModel
+    from minialign.models.auto import model_class
+    from minialign.models.encoder import AlignModel, Encoder
 
-    cls = ClassifierModel if "classifier.out_proj.weight" in ckpt.tensors else AlignModel
+    cls = model_class(ckpt)
+    cls = AlignModel if cls is Encoder else cls
     with torch.device("meta"):
         model = cls(ckpt.config)
     check_tensors(model, own_tensors(cls, ckpt), ckpt.origin)
@@ -266,6 +270,15 @@ def _common(p: argparse.ArgumentParser, *, batch: str) -> None:
     ray.add_argument("--gpus-per-actor", type=float, default=None, help="e.g. 1 with --device cuda")
 
 
+def _texts(p: argparse.ArgumentParser, *, text: str, model: str) -> None:
+    """The options of a command on texts (embed, classify): one --text, or a file's --text-field; the
+    model; and every model command's (_common)."""
+    p.add_argument("--text", help=text)
+    p.add_argument("--text-field", default="text")
+    p.add_argument("--model", required=True, help=model)
+    _common(p, batch="texts")
+
+
 MASKS = ("left-only", "segment")  # explore --mask: the second run's mask (masks.py)
 
 
@@ -273,12 +286,11 @@ def _explore(args: argparse.Namespace) -> int:
     from minialign.nn import masks
     from minialign.apps.explore.data import explore, with_score_function
     from minialign.loading import build, read_checkpoint
-    from minialign.models.encoder import AlignModel, Encoder
+    from minialign.models.auto import model_class
     from minialign.text.tokenizer import Tokenizer
 
     ckpt = read_checkpoint(args.model, backbone=args.backbone)
-    cls = AlignModel if any(name.startswith("tri_layer.") for name in ckpt.tensors) else Encoder
-    model = build(cls, ckpt)
+    model = build(model_class(ckpt), ckpt)
     tokenizer = Tokenizer.from_pretrained(args.tokenizer or ckpt.tokenizer_dir or args.model)
     compare_model = with_score_function(model, args.score_fn) if args.score_fn else None
     compare_mask, labels = None, None
@@ -330,22 +342,18 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(run=_score)
 
     p = sub.add_parser("embed", help="sentence embeddings of a text, or of a JSONL/CSV file (.jsonl or .safetensors out)")
-    p.add_argument("--text", help="one text: prints its embedding as a JSON list")
-    p.add_argument("--text-field", default="text")
-    p.add_argument("--model", required=True, help="a sentence-transformers or HF directory, or a hub id")
+    _texts(p, text="one text: prints its embedding as a JSON list",
+           model="a sentence-transformers or HF directory, or a hub id")
     p.add_argument("--normalize", action="store_true", help="unit-length embeddings")
-    _common(p, batch="texts")
     p.set_defaults(run=_embed)
 
     p = sub.add_parser("classify", help="classify a text or pair, or a JSONL/CSV file (labels and scores)")
-    p.add_argument("--text", help="one text: prints its label and scores as JSON")
+    _texts(p, text="one text: prints its label and scores as JSON",
+           model="a *ForSequenceClassification directory or hub id")
     p.add_argument("--pair", help="with --text: the second text of a pair")
-    p.add_argument("--text-field", default="text")
     p.add_argument("--pair-field", default="pair", help="rows without it are classified as single texts")
-    p.add_argument("--model", required=True, help="a *ForSequenceClassification directory or hub id")
     p.add_argument("--tokenizer", help="tokenizer dir or hub id (default: beside the model)")
     p.add_argument("--activation", default="auto", choices=("auto", "none", "softmax", "sigmoid", "tanh"))
-    _common(p, batch="texts")
     p.set_defaults(run=_classify)
 
     p = sub.add_parser("explore", help="one self-contained HTML page of a model's attention and residual stream")
@@ -418,7 +426,7 @@ def _warning_line(message, category, filename, lineno, line=None) -> str:
 
 def _check_paths(args: argparse.Namespace) -> None:
     """Where the command reads and writes, checked before any model is loaded or row read
-    (batchfile.check_output, the one check of a destination)."""
+    (files.rows.check_output, the one check of a destination)."""
     from minialign.apps.files.rows import InputError, check_output
     from minialign.apps.files.jobs import OUTPUT_FORMATS
 

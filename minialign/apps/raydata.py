@@ -1,7 +1,7 @@
 """Ray Data: score, embed and classify datasets beyond one machine (the `ray` extra).
 
     import ray
-    from minialign.raydata import AlignScoreBatches
+    from minialign.apps.raydata import AlignScoreBatches
 
     ds = ray.data.read_json("pairs/")                       # rows with "id", "context", "claim"
     scored = ds.map_batches(AlignScoreBatches, fn_constructor_kwargs={"model": "AlignScore-base"},
@@ -21,7 +21,6 @@ shards from the input's rows (`choose_shards`) and records it, so a rerun picks 
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -31,7 +30,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from minialign.apps.files.rows import InputError, Job, Row, record_values
+from minialign.apps.files.rows import InputError, Job, Row, read_settings, record_values, settings_record
 
 SETTINGS_FILE = "_minialign.json"  # in the output directory: what produced the shards
 READERS = {".jsonl": "json", ".json": "json", ".ndjson": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -255,7 +254,8 @@ def run_sharded(mapper: type, options: dict[str, Any], *, input: Path, output: P
     record = {"mapper": mapper.__name__, "options": options, "id_field": id_field, "shards": shards,
               "format": output_format, **(settings or {})}
     output.mkdir(parents=True, exist_ok=True)
-    _check_settings(output, json.loads(json.dumps(record, default=str)))
+    begun = (output / SETTINGS_FILE).exists() or any(output.glob("shard-*"))
+    settings_record(output / SETTINGS_FILE, record, output=output, begun=begun)
     finals = [output / f"shard-{shard:05d}-of-{shards:05d}" for shard in range(shards)]
     counts = {"written": 0, "skipped": sum(final.is_dir() for final in finals)}
     if counts["skipped"] == shards:  # nothing left to do: not even a read
@@ -289,27 +289,8 @@ def run_sharded(mapper: type, options: dict[str, Any], *, input: Path, output: P
 
 
 def _recorded(output: Path) -> dict:
-    """The settings the run that began `output` recorded ({} if none or unreadable: _check_settings says why)."""
+    """The settings the run that began `output` recorded ({} if none or unreadable: settings_record says why)."""
     try:
-        record = json.loads((output / SETTINGS_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return read_settings(output / SETTINGS_FILE)
+    except (OSError, InputError):
         return {}
-    return record if isinstance(record, dict) else {}
-
-
-def _check_settings(output: Path, record: dict) -> None:
-    path = output / SETTINGS_FILE
-    if not path.exists():
-        if any(output.glob("shard-*")):
-            raise InputError(f"{output} holds shards but no {SETTINGS_FILE}; not a directory minialign wrote")
-        path.write_text(json.dumps(record, indent=1, sort_keys=True), encoding="utf-8")
-        return
-    try:
-        before = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: unreadable ({e}); not resuming") from None
-    differ = sorted(k for k in set(before) | set(record) if before.get(k) != record.get(k))
-    if differ:
-        raise InputError(f"{output} was written with other settings ({', '.join(differ)}: "
-                         + "; ".join(f"{k} {before.get(k)!r} then, {record.get(k)!r} now" for k in differ)
-                         + "); use another --output directory")

@@ -7,10 +7,15 @@ Routes (needs the `serve` extra: Starlette and uvicorn):
                                     (Service.root); GET /health, GET /info; errors as {"error", "error_type"}
   minialign's own                   POST /score   {"pairs": [{"context", "claim"}], "mode", "details"}
 
-Requests that arrive together are merged into model calls (batcher.DynamicBatcher), which run on
-a worker thread per model, off the event loop; the batching engine inside each call sorts, packs
-and bounds by tokens. The service binds 127.0.0.1 unless told otherwise, reads no file and loads
-no model because of a request, and stops on SIGTERM after answering what it has taken.
+Requests that arrive together are merged into model calls (runtime/request_queue.DynamicBatcher),
+which run on a worker thread per model, off the event loop; the batching engine inside each call
+sorts, packs and bounds by tokens. The service binds 127.0.0.1 unless told otherwise, reads no file
+and loads no model because of a request, and stops on SIGTERM after answering what it has taken.
+
+This module speaks the protocols only: it parses bodies, calls the runners (products/), shapes their
+answers and maps errors to statuses. What an input may be, which inputs exceed the window, how
+labels and documents are ranked, what the pooling is called and every scoring option are the
+runners' (one loaded model serves every mode and activation a request asks for).
 """
 
 from __future__ import annotations
@@ -26,11 +31,13 @@ from typing import Any
 
 import torch
 
-from minialign.runtime.request_queue import Closed, DynamicBatcher, Overloaded
-from minialign.products.classifier import Classifier, apply_activation
+from minialign.products import pooling
+from minialign.products.alignscore import COLUMNS, MODES, AlignScorer
+from minialign.products.classifier import Classifier
 from minialign.products.embeddings import SentenceEncoder
-from minialign.products.alignscore import COLUMNS, MODES, AlignScorer, check_example
-from minialign.text.tokenizer import text_problem
+from minialign.products.runner import Input, Runner, inputs_of
+from minialign.runtime.request_queue import Closed, DynamicBatcher, Overloaded
+from minialign.text.validation import text_problem
 
 # TEI's error bodies are {"error", "error_type"}, with these statuses (router/src/http/server.rs,
 # From<&ErrorType> for StatusCode): Unhealthy 503, Backend 424, Overloaded 429, Validation 413,
@@ -38,7 +45,6 @@ from minialign.text.tokenizer import text_problem
 # a malformed body (bad JSON, a wrong type, a value the product refuses, such as a claim with no sentence)
 # is a JSON 422 naming the field (TEI: axum's plain-text 400/422), a model call that fails is a 500, and an
 # unknown route or method is a JSON 404 NotFound / 405 MethodNotAllowed (TEI: axum's empty body).
-POOLING_NAMES = {"cls": "cls", "mean": "mean", "lasttoken": "last_token"}  # TEI's names in /info
 ALIGNSCORE_ROUTES = ("base", "large")  # NeMo Guardrails posts to /alignscore_base or /alignscore_large
 VERSION = "minialign"
 
@@ -87,45 +93,30 @@ class Models:
     names: dict[str, str] = field(default_factory=dict)  # kind -> what was loaded (for /info)
 
 
-# -- the model calls each batcher makes ---------------------------------------------------------------
+# -- the model calls each batcher makes (the requests' items merged; the client's settings apply after) --
 
 def _alignscore_run(scorer: AlignScorer) -> Callable[[list], list]:
-    """Items (mode, context, claim) -> per-item details (every probability), one scorer per mode."""
-    by_mode = {mode: AlignScorer(scorer.model, scorer.tokenizer, mode=mode, batch_size=scorer.engine.batch_size,
-                                 max_tokens=scorer.engine.max_tokens, splitter=scorer.splitter)
-               for mode in MODES}
+    """Items (mode, context, claim) -> per-item details (every probability): one call, each item's mode."""
 
     def run(items: list[tuple[str, str, str]]) -> list[dict]:
-        out: list[dict | None] = [None] * len(items)
-        for mode, chosen in by_mode.items():
-            indices = [i for i, item in enumerate(items) if item[0] == mode]
-            if indices:
-                details = chosen.score([items[i][1] for i in indices], [items[i][2] for i in indices],
-                                       return_details=True, warn_truncation=False)
-                for i, d in zip(indices, details):
-                    out[i] = d
-        return out
+        modes, contexts, claims = map(list, zip(*items))
+        return scorer.score(contexts, claims, mode=modes, return_details=True, warn_truncation=False)
 
     return run
 
 
 def _embed_run(embedder: SentenceEncoder) -> Callable[[list], list]:
-    return lambda texts: list(embedder.encode(texts))
+    """Texts -> their embeddings, unnormalized."""
+    return lambda texts: list(embedder.encode(texts, warn_truncation=False))
 
 
 def _classify_run(classifier: Classifier) -> Callable[[list], list]:
-    """Items (text, pair or None) -> raw logits per item."""
+    """Items (text, pair or None) -> the logits of each, singles and pairs in one call."""
 
     def run(items: list[tuple[str, str | None]]) -> list[torch.Tensor]:
-        out: list[torch.Tensor | None] = [None] * len(items)
-        for with_pair in (False, True):
-            indices = [i for i, (_, pair) in enumerate(items) if (pair is not None) == with_pair]
-            if indices:
-                logits = classifier.predict([items[i][0] for i in indices],
-                                            [items[i][1] for i in indices] if with_pair else None, activation="none")
-                for i, row in zip(indices, logits.view(len(indices), -1)):
-                    out[i] = row
-        return out
+        texts, pairs = map(list, zip(*items))
+        logits = classifier.predict(texts, pairs, activation="none", warn_truncation=False)
+        return list(logits.view(len(items), -1))
 
     return run
 
@@ -196,7 +187,7 @@ class Service:
         if self.limits.max_batch_tokens:
             for runner in (*models.alignscore.values(), models.embedder, models.classifier):
                 if runner is not None:
-                    runner.engine.max_tokens = self.limits.max_batch_tokens
+                    runner.set_budget(max_tokens=self.limits.max_batch_tokens)
         self.batchers: dict[str, DynamicBatcher] = {f"alignscore_{name}": make(_alignscore_run(s), f"alignscore-{name}")
                                                     for name, s in models.alignscore.items()}
         if models.embedder is not None:
@@ -227,36 +218,22 @@ class Service:
             raise ServiceError(413, "Validation", f"Input validation error: batch size {n} > maximum allowed batch "
                                                   f"size {self.limits.max_client_batch_size}")
 
-    def _check_length(self, tokenizer, texts: list[str], pairs: list[str | None] | None, window: int,
-                      truncate: bool) -> None:
-        """With truncate false, an input longer than the window is refused, as TEI does."""
-        if truncate:
-            return
-        pairs = pairs or [None] * len(texts)
-        specials = {False: tokenizer.backend.num_special_tokens_to_add(False),
-                    True: tokenizer.backend.num_special_tokens_to_add(True)}
-        # A token covers at least one byte of UTF-8, so inputs with few enough bytes cannot be too long:
-        # only the others are tokenized here.
-        long = [i for i, (t, p) in enumerate(zip(texts, pairs))
-                if len(t.encode()) + (len(p.encode()) if p is not None else 0) + specials[p is not None] > window]
-        if not long:
-            return
-        counts = tokenizer.token_counts([texts[i] for i in long])
-        extra = tokenizer.token_counts([pairs[i] or "" for i in long])
-        for i, n, m in zip(long, counts, extra):
-            total = n + m + specials[pairs[i] is not None]
-            if total > window:
-                raise ServiceError(413, "Validation", f"Input validation error: `inputs` must have less than {window} "
-                                                      f"tokens. Given: {total}")
+    @staticmethod
+    def _check_length(runner: Runner, inputs: list[Input], truncate: bool) -> None:
+        """With truncate false, an input the runner's window would cut is refused, as TEI does."""
+        if not truncate and (long := runner.over_window(inputs)):
+            _, total = long[0]
+            raise ServiceError(413, "Validation", f"Input validation error: `inputs` must have less than "
+                                                  f"{runner.max_length} tokens. Given: {total}")
 
     # -- handlers (body: the parsed JSON; they return JSON-able values) --
 
     def _example(self, model: str, context: Any, claim: Any, names: dict[str, str]) -> tuple[str, str]:
-        """(context, claim) once the scorer's own check (scorer.check_example) takes them: an empty claim is
+        """(context, claim) once the scorer's own check (AlignScorer.check) takes them: an empty claim is
         empty input (400 Empty), any other problem a 422 naming the field (names: "context"/"claim" -> field)."""
         if claim == "":
             raise empty(names["claim"])
-        problems, _ = check_example(context, claim, self.models.alignscore[model].splitter, null="null")
+        problems = self.models.alignscore[model].check(context, claim, null="null")
         if problems:
             raise bad_request("; ".join(f"`{names[which]}` {problem}" for which, problem in problems))
         return context, claim
@@ -296,7 +273,7 @@ class Service:
         texts = _texts(body.get("inputs"), "inputs")
         self._check_batch(len(texts))
         _refuse_empty([(t,) for t in texts], "inputs", not isinstance(body["inputs"], str))
-        self._check_length(embedder.tokenizer, texts, None, embedder.max_seq_length, _flag(body, "truncate", False))
+        self._check_length(embedder, texts, _flag(body, "truncate", False))
         vectors = await self._run("embed", texts)
         if _flag(body, "normalize", True):
             vectors = [torch.nn.functional.normalize(v, dim=0) for v in vectors]
@@ -307,16 +284,12 @@ class Service:
         items, batched = _predict_inputs(body.get("inputs"))
         self._check_batch(len(items))
         _refuse_empty(items, "inputs", batched)
-        self._check_length(classifier.tokenizer, [t for t, _ in items], [p for _, p in items],
-                           classifier.max_length, _flag(body, "truncate", False))
+        self._check_length(classifier, inputs_of(*zip(*items)), _flag(body, "truncate", False))
         logits = await self._run("classify", items)
-        raw = _flag(body, "raw_scores", False)
-        labels = classifier.labels
-        answers = []
-        for row in logits:
-            scores = row if raw else apply_activation(row, "sigmoid" if len(labels) == 1 else "softmax")
-            ranked = sorted(zip(labels, scores.tolist()), key=lambda x: x[1], reverse=True)
-            answers.append([{"label": label, "score": score} for label, score in ranked])
+        # TEI's scores: the raw logits, or sigmoid for one label and softmax for several
+        activation = "none" if _flag(body, "raw_scores", False) else "sigmoid" if classifier.reranker else "softmax"
+        ranked = classifier.label_ranking(classifier.activate(torch.stack(logits), activation))
+        answers = [[{"label": label, "score": score} for label, score in row] for row in ranked]
         return answers if batched else answers[0]
 
     async def rerank(self, body: dict) -> list:
@@ -327,18 +300,16 @@ class Service:
         if not texts:
             raise empty("texts")
         classifier = self._require("classify")
-        if len(classifier.labels) != 1:
+        if not classifier.reranker:
             raise ServiceError(424, "Backend", "Backend error: model is not a re-ranker model")
         self._check_batch(len(texts), "texts")
         _refuse_empty([(query, t) for t in texts], "texts", True)
-        self._check_length(classifier.tokenizer, [query] * len(texts), texts, classifier.max_length,
-                           _flag(body, "truncate", False))
+        self._check_length(classifier, [(query, t) for t in texts], _flag(body, "truncate", False))
         logits = await self._run("classify", [(query, t) for t in texts])
-        raw = _flag(body, "raw_scores", False)
-        scores = [float(x[0]) if raw else float(torch.sigmoid(x[0])) for x in logits]
-        ranked = sorted(range(len(texts)), key=lambda i: scores[i], reverse=True)
+        scores = classifier.activate(torch.stack(logits), "none" if _flag(body, "raw_scores", False) else "sigmoid")
         with_text = _flag(body, "return_text", False)
-        return [{"index": i, "score": scores[i], **({"text": texts[i]} if with_text else {})} for i in ranked]
+        return [{"index": i, "score": score, **({"text": texts[i]} if with_text else {})}
+                for i, score in classifier.rank(scores.tolist())]
 
     async def similarity(self, body: dict) -> list:
         """TEI's /similarity, huggingface_hub's sentence_similarity: {"inputs": {"source_sentence",
@@ -357,8 +328,7 @@ class Service:
         self._check_batch(len(sentences) + 1, "inputs.sentences")  # the source counts, as in TEI
         _refuse_empty([(source,)], "inputs.source_sentence", False)
         _refuse_empty([(t,) for t in sentences], "inputs.sentences", True)
-        self._check_length(embedder.tokenizer, [source, *sentences], None, embedder.max_seq_length,
-                           _flag(parameters, "truncate", False))
+        self._check_length(embedder, [source, *sentences], _flag(parameters, "truncate", False))
         vectors = torch.stack(await self._run("embed", [source, *sentences])).float()
         return torch.nn.functional.cosine_similarity(vectors[:1], vectors[1:]).tolist()
 
@@ -375,10 +345,9 @@ class Service:
             raise bad_request(f"`parameters.function_to_apply` must be sigmoid, softmax or none, got {function!r}")
         text = _text(body.get("inputs"), "inputs")
         _refuse_empty([(text,)], "inputs", False)
-        self._check_length(classifier.tokenizer, [text], None, classifier.max_length, _flag(body, "truncate", False))
-        (logits,) = await self._run("classify", [(text, None)])
-        scores = apply_activation(logits, classifier.activation(function or "auto"))
-        ranked = sorted(zip(classifier.labels, scores.tolist()), key=lambda x: x[1], reverse=True)[:top_k]
+        self._check_length(classifier, [text], _flag(body, "truncate", False))
+        logits = await self._run("classify", [(text, None)])
+        (ranked,) = classifier.label_ranking(classifier.activate(torch.stack(logits), function or "auto"), top_k=top_k)
         return [[{"label": label, "score": score} for label, score in ranked]]
 
     async def root(self, body: dict) -> Any:
@@ -430,7 +399,7 @@ class Service:
         if m.embedder is not None:
             routes += [("POST", "/embed"), ("POST", "/similarity")]
         if m.classifier is not None:
-            routes += [("POST", "/predict"), *[("POST", "/rerank")] * (len(m.classifier.labels) == 1)]
+            routes += [("POST", "/predict"), *[("POST", "/rerank")] * m.classifier.reranker]
         return routes + [("GET", "/health"), ("GET", "/info")]
 
     def info(self) -> dict:
@@ -442,14 +411,13 @@ class Service:
                                 "model_sha": None, "auto_truncate": False, "tokenization_workers": 1,
                                 "alignscore": sorted(m.alignscore)}
         if m.embedder is not None:
-            info.update(model_dtype=str(next(m.embedder.encoder.parameters()).dtype).removeprefix("torch."),
-                        model_type={"embedding": {"pooling": "+".join(POOLING_NAMES.get(p, p)
-                                                                      for p in m.embedder.pooling)}},
-                        max_input_length=m.embedder.max_seq_length)
+            info.update(model_dtype=m.embedder.dtype_name,
+                        model_type={"embedding": {"pooling": pooling.tei_name(m.embedder.pooling)}},
+                        max_input_length=m.embedder.max_length)
         elif m.classifier is not None:
             labels = m.classifier.labels
-            kind = "reranker" if len(labels) == 1 else "classifier"
-            info.update(model_dtype=str(next(m.classifier.model.parameters()).dtype).removeprefix("torch."),
+            kind = "reranker" if m.classifier.reranker else "classifier"
+            info.update(model_dtype=m.classifier.dtype_name,
                         model_type={kind: {"id2label": {str(i): l for i, l in enumerate(labels)},
                                            "label2id": {l: i for i, l in enumerate(labels)}}},
                         max_input_length=m.classifier.max_length)

@@ -1,8 +1,8 @@
-"""Sources -> models: read a checkpoint from any supported source, build a model class from it,
-write it back out. May import: nn, convert, text."""
+"""Checkpoints -> models: read a checkpoint from a resolved source, build a model class from it, write
+it back out. May import: nn, sources, text, convert."""
 
-from minialign.loading.build import (auto_compute_dtype, build, check_tensors, cpu_has_native, initialise, load,
-                                     materialise, own_tensors, resolve_device)
+from minialign.loading.devices import auto_compute_dtype, cpu_has_native, resolve_device
+from minialign.loading.weights import build, check_tensors, initialise, load, materialise, own_tensors
 from minialign.loading.checkpoints import (HEADS_FILE, NATIVE_FORMAT, Checkpoint, read_checkpoint,
                                            resolve_backbone)
 from minialign.loading.export import copy_tokenizer_files, export_hf, output_directory, save_native

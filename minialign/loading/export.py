@@ -8,8 +8,9 @@ from pathlib import Path
 import torch
 
 from minialign import convert
-from minialign.loading.build import cast
+from minialign.loading.weights import cast
 from minialign.loading.checkpoints import HEADS_FILE, NATIVE_FORMAT, Checkpoint
+from minialign.sources import Source
 from minialign.text.tokenizer import TOKENIZER_FILES
 
 
@@ -19,7 +20,7 @@ def save_native(ckpt: Checkpoint, directory: str | Path, *, dtype: torch.dtype |
     tensors = {k: cast(v, torch.device("cpu"), dtype) if dtype else v for k, v in ckpt.tensors.items()}
     convert.write_safetensors(directory / "model.safetensors", tensors, metadata={"format": "pt"})
     convert.write_json(directory / "config.json", {"minialign_format": NATIVE_FORMAT, "config": ckpt.config.to_dict()})
-    copy_tokenizer_files(ckpt.tokenizer_dir, directory)
+    copy_tokenizer_files(ckpt.tokenizer, directory)
     return directory
 
 
@@ -35,7 +36,7 @@ def export_hf(ckpt: Checkpoint, directory: str | Path, *, dtype: torch.dtype | N
     if heads:
         convert.write_safetensors(directory / HEADS_FILE, heads, metadata={"format": "pt"})
     convert.write_json(directory / "config.json", ckpt.config.to_hf(classifier="classifier.out_proj.weight" in tensors))
-    copy_tokenizer_files(ckpt.tokenizer_dir, directory)
+    copy_tokenizer_files(ckpt.tokenizer, directory)
     return directory
 
 
@@ -48,12 +49,15 @@ def output_directory(directory: str | Path) -> Path:
     return directory
 
 
-def copy_tokenizer_files(src: Path | None, dst: Path) -> list[str]:
+def copy_tokenizer_files(src: Source | Path | None, dst: Path) -> list[str]:
+    """Copy the tokenizer files a source (or directory) has into `dst` (from the hub: fetched first)."""
     if src is None:
         return []
+    files = convert.as_files(src)
     copied = []
     for name in TOKENIZER_FILES:
-        if (src / name).is_file() and (src / name).resolve() != (dst / name).resolve():
-            shutil.copyfile(src / name, dst / name)
+        found = files.file(name, optional=True)
+        if found is not None and found.resolve() != (dst / name).resolve():
+            shutil.copyfile(found, dst / name)
             copied.append(name)
     return copied

@@ -1,22 +1,41 @@
 """The base of every model class that loads from a checkpoint: `from_pretrained`, and the contract
-the loader reads (pattern: transformers' PreTrainedModel and `base_model_prefix`). A model class
-declares where its weights sit and what may be initialised; the loader never switches on the class."""
+the loader reads (pattern: transformers' PreTrainedModel and `base_model_prefix`; candle's
+`load(vb.pp("name"))`, each module stating the names it reads). A model class declares where its
+weights sit, which of a checkpoint's modules it owns, and what may be initialised; the loader
+(loading.weights) reads only that and never switches on the class, so a new head is one class."""
 
 from __future__ import annotations
+
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 
 class Pretrained(nn.Module):
-    """A model class that loads from any supported source through the contract it declares
-    (checkpoint_prefix, initialisable, skipped_weights; see loading.build)."""
+    """A model class that loads from any supported source through the contract it declares:
+
+      checkpoint_prefix  where the class's own names start among a checkpoint's tensors, which carry
+                         AlignModel's names: "encoder." for an Encoder, "" for the models with heads
+      owns(config)       the modules (the class's own names) whose tensors it reads. The loader takes
+                         every checkpoint tensor under them, strictly (an unexpected or wrongly shaped
+                         one is an error), and logs the rest as not used (another class's heads)
+      initialisable      modules a checkpoint may lack (initialised, with one warning); declared on
+                         any module, names relative to it
+    """
+
+    checkpoint_prefix: ClassVar[str] = ""
+    initialisable: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def owns(cls, config: Any) -> tuple[str, ...]:
+        raise NotImplementedError(f"{cls.__name__} declares no owned modules (Pretrained.owns)")
 
     @classmethod
     def from_pretrained(cls, src, **kwargs):
         """Load from a local HF dir, a hub id, a minialign dir or an AlignScore .ckpt, in eval mode
-        (keywords: loading.build.load)."""
-        from minialign.loading.build import load
+        (keywords: loading.weights.load)."""
+        from minialign.loading.weights import load
 
         return load(cls, src, **kwargs)
 

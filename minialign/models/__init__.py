@@ -1,10 +1,15 @@
-"""The model classes: the Encoder (BERT, RoBERTa) and the models with heads on it. May import: nn, loading."""
+"""The model classes: the Encoder and the models with heads on it (encoder.py), over one file per
+encoder family (family.py declares the seam; bert.py, roberta.py). May import: nn, loading, convert."""
 
-from minialign.models.encoder import (AlignModel, AlignOutput, ClassificationHead, ClassifierModel, ClassifierOutput,
-                                      Embeddings, Encoder, EncoderLayer, EncoderOutput, FeedForward, MLMHead, Pooler,
-                                      SelfAttention)
+from minialign.models.bert import Bert, ClassificationHead, Embeddings
+from minialign.models.encoder import (AlignModel, AlignOutput, ClassifierModel, ClassifierOutput, Encoder,
+                                      EncoderOutput, MLMHead)
+from minialign.models.family import FAMILIES, Family, family_of
+from minialign.models.roberta import Roberta, RobertaClassificationHead, RobertaEmbeddings, roberta_position_ids
 from minialign.nn.init import init_parameter, init_weights
+from minialign.nn.layers import EncoderLayer, FeedForward, Pooler, SelfAttention
 
-__all__ = ["AlignModel", "AlignOutput", "ClassificationHead", "ClassifierModel", "ClassifierOutput", "Embeddings",
-           "Encoder", "EncoderLayer", "EncoderOutput", "FeedForward", "MLMHead", "Pooler", "SelfAttention",
-           "init_parameter", "init_weights"]
+__all__ = ["FAMILIES", "AlignModel", "AlignOutput", "Bert", "ClassificationHead", "ClassifierModel",
+           "ClassifierOutput", "Embeddings", "Encoder", "EncoderLayer", "EncoderOutput", "Family", "FeedForward",
+           "MLMHead", "Pooler", "Roberta", "RobertaClassificationHead", "RobertaEmbeddings", "SelfAttention",
+           "family_of", "init_parameter", "init_weights", "roberta_position_ids"]

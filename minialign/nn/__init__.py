@@ -1,2 +1,3 @@
-"""The encoder's parts: config, layers, attention and its backends, layout, Linear, score functions,
-capture, masks. May import: torch, convert."""
+"""The encoder's parts, shared by every family: config, activations, Linear, the shared layers
+(layers.py), attention and its backends (attention.py, flex.py), masks, layout, score functions,
+capture, initialisation. Nothing here names a family (models/<family>.py does). May import: torch, convert."""

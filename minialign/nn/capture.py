@@ -19,10 +19,11 @@ the default path pays nothing and compiles without graph breaks. Names are the m
   layers.i.{ffn_output,ffn_residual,output}        feed-forward output, x + ffn (before LN), after LN
   pooler.output                                    (B, C)
 
-Attention scores and probabilities are recorded from the eager formulas; when the model runs
-another backend, they are computed beside it for the record, so results do not change.
-Capture runs the padded layout for every token (unpad and final_tokens="first" are ignored while
-capturing), so every layer records full (B, H, L, L) scores.
+Attention scores and probabilities are recorded from the eager formulas, run beside the model's own
+backend (attention.recording: while a capture is active, choose_backend hands out that row's
+recording twin), so results do not change. That row runs the padded layout for every token (unpad
+and final_tokens="first" are ignored while capturing), so every layer records full (B, H, L, L)
+scores. `choose_backend` is the one place that asks whether a capture is active.
 """
 
 from __future__ import annotations

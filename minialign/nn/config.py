@@ -1,19 +1,22 @@
-"""Model configuration: one frozen dataclass, presets by exact name, HF config.json in and out."""
+"""Model configuration: one frozen dataclass, presets by exact name, HF config.json in and out.
+
+Which families exist, their config.json names and defaults, their presets and how many rows of the
+position table they reserve are rows of convert/hf_config.py (FAMILIES): nothing here names a family."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
 from minialign import convert
-
-from minialign.nn.linear import ACTIVATIONS as LINEAR_ACTIVATIONS
+from minialign.convert.hf_config import FAMILIES
+from minialign.nn.activations import ELEMENTWISE
 from minialign.nn.score_functions import SCORE_FUNCTIONS
 
-ACTIVATIONS = tuple(LINEAR_ACTIVATIONS)  # linear.py: each name's function
+ACTIVATIONS = ELEMENTWISE  # the hidden activations a layer may carry (activations.py)
 # transformers PretrainedConfig.problem_type
 PROBLEM_TYPES = (None, "regression", "single_label_classification", "multi_label_classification")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # names on the command line
@@ -30,7 +33,7 @@ class Config:
     type_vocab_size: int = 2
     layer_norm_eps: float = 1e-12
     pad_token_id: int = 0
-    arch: Literal["bert", "roberta"] = "bert"
+    arch: str = "bert"  # the encoder family: a key of convert/hf_config.py FAMILIES
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
     activation: str = "gelu"  # "gelu" is the exact erf form, as BERT's hidden_act "gelu"
@@ -52,13 +55,13 @@ class Config:
                 raise ValueError(f"Config.{name} must be a positive int, got {value!r}")
         if self.hidden_size % self.num_heads:
             raise ValueError(f"Config.hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads})")
-        if self.arch not in ("bert", "roberta"):
-            raise ValueError(f"Config.arch must be 'bert' or 'roberta', got {self.arch!r}")
+        if not isinstance(self.arch, str) or self.arch not in FAMILIES:
+            raise ValueError(f"Config.arch must be one of {tuple(FAMILIES)}, got {self.arch!r}")
         if not isinstance(self.pad_token_id, int) or not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(f"Config.pad_token_id must be in [0, vocab_size), got {self.pad_token_id!r}")
-        if self.arch == "roberta" and self.max_position_embeddings <= self.pad_token_id + 1:
+        if self.max_seq_len < 1:
             raise ValueError(f"Config.max_position_embeddings ({self.max_position_embeddings}) leaves no room "
-                             f"for RoBERTa positions starting at pad_token_id + 1")
+                             f"for {self.arch} positions, which start at pad_token_id + 1")
         for name in ("hidden_dropout", "attention_dropout"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
@@ -86,10 +89,9 @@ class Config:
 
     @property
     def max_seq_len(self) -> int:
-        """Longest input the position table allows (RoBERTa spends pad_token_id + 1 slots)."""
-        if self.arch == "roberta":
-            return self.max_position_embeddings - self.pad_token_id - 1
-        return self.max_position_embeddings
+        """Longest input the position table allows (a family whose positions start after the padding
+        id, as RoBERTa's, spends pad_token_id + 1 rows: convert/hf_config.py ConfigRow.reserved_positions)."""
+        return self.max_position_embeddings - FAMILIES[self.arch].reserved_positions(self.pad_token_id)
 
     @classmethod
     def from_name(cls, name: str) -> Config:
@@ -123,21 +125,6 @@ class Config:
         return cls(**data)
 
 
-PRESETS: dict[str, Config] = {
-    # https://huggingface.co/google-bert/bert-base-uncased/blob/main/config.json
-    "bert-base-uncased": Config(vocab_size=30522, hidden_size=768, num_layers=12, num_heads=12,
-                                intermediate_size=3072, max_position_embeddings=512, type_vocab_size=2,
-                                layer_norm_eps=1e-12, pad_token_id=0, arch="bert"),
-    # https://huggingface.co/google-bert/bert-large-uncased/blob/main/config.json
-    "bert-large-uncased": Config(vocab_size=30522, hidden_size=1024, num_layers=24, num_heads=16,
-                                 intermediate_size=4096, max_position_embeddings=512, type_vocab_size=2,
-                                 layer_norm_eps=1e-12, pad_token_id=0, arch="bert"),
-    # https://huggingface.co/FacebookAI/roberta-base/blob/main/config.json
-    "roberta-base": Config(vocab_size=50265, hidden_size=768, num_layers=12, num_heads=12,
-                           intermediate_size=3072, max_position_embeddings=514, type_vocab_size=1,
-                           layer_norm_eps=1e-5, pad_token_id=1, arch="roberta"),
-    # https://huggingface.co/FacebookAI/roberta-large/blob/main/config.json
-    "roberta-large": Config(vocab_size=50265, hidden_size=1024, num_layers=24, num_heads=16,
-                            intermediate_size=4096, max_position_embeddings=514, type_vocab_size=1,
-                            layer_norm_eps=1e-5, pad_token_id=1, arch="roberta"),
-}
+
+# Every family's presets by exact name, each the HF config.json cited beside it in convert/hf_config.py.
+PRESETS: dict[str, Config] = {name: Config(**fields) for name, fields in convert.hf_config.presets().items()}

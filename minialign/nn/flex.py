@@ -1,4 +1,5 @@
-"""FlexAttention: the compiled kernel and the BlockMasks that describe our masks to it.
+"""FlexAttention: the flex backend's row (`run`, `prepare`; attention.py's BACKENDS declares what it
+can do), the compiled kernel, and the BlockMasks that describe our masks to it.
 
 A BlockMask lists, per query block, which key blocks to visit: "full" blocks (no masking
 inside, so the kernel skips the mask function) and "partial" ones (mask_mod decides per
@@ -14,9 +15,13 @@ import functools
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 from torch.nn.attention.flex_attention import flex_attention as _flex_attention
+
+from minialign.nn.layout import Layout
+from minialign.nn.masks import keep_mask, right_padded_lengths
+from minialign.nn.score_functions import OFFSET
 
 BLOCK = 128
 RECOMPILE_LIMIT = 64  # shapes per process before flex falls back to the unfused path
@@ -59,12 +64,24 @@ class FlexMask:
     score_bias: Tensor | None = None  # (B, H, L, L)
 
 
-def flex_mask(mask: Tensor | None, layout, dtype: torch.dtype, num_heads: int) -> FlexMask:
-    """One forward's FlexMask: a document mask for a packed layout, a padding mask for a right-padded
-    2-D mask, a score_mod bias for a floating mask, a looked-up BlockMask for any other boolean one."""
-    from minialign.nn.attention import keep_mask
-    from minialign.nn.layout import right_padded_lengths
+# -- the backend's row: run and prepare, with the signatures of attention.py's Backend -------------------
 
+def run(q: Tensor, k: Tensor, v: Tensor, mask: FlexMask | None, score: nn.Module,
+        dropout_p: float) -> tuple[Tensor, None]:
+    """Flex's `run`: q (B, H, Lq, D), k, v (B, H, L, D) -> (B, H, Lq, D); a DOT score as ordinary
+    attention on its projected queries and keys, an OFFSET score as a score_mod (no dropout)."""
+    block_mask, score_bias = (mask.block_mask, mask.score_bias) if mask is not None else (None, None)
+    if score.form == OFFSET:
+        return flex_attention(q, k, v, block_mask=block_mask, score_bias=score_bias,
+                              location=(score.by_offset(q), score.max_distance)), None
+    q, k, scale = score.project(q, k)
+    return flex_attention(q, k, v, block_mask=block_mask, score_bias=score_bias, scale=scale), None
+
+
+def prepare(mask: Tensor | None, layout: Layout, queries: str, dtype: torch.dtype, num_heads: int) -> FlexMask:
+    """Flex's `prepare`, one forward's FlexMask (every query: flex declares no query subset): a document
+    mask for a packed layout, a padding mask for a right-padded 2-D mask, a score_mod bias for a
+    floating mask, a looked-up BlockMask for any other boolean one."""
     if layout.packed:
         return FlexMask(document_block_mask(layout.document))
     B, L = layout.batch, layout.length

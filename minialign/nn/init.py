@@ -1,5 +1,5 @@
 """BERT's initialisation (transformers modeling_bert.py BertPreTrainedModel._init_weights), for
-models built at random and for the weights a checkpoint lacks (loading.build.initialise)."""
+models built at random and for the weights a checkpoint lacks (loading.weights.initialise)."""
 
 from __future__ import annotations
 

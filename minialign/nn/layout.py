@@ -3,8 +3,12 @@
 Built once per forward from the attention mask, then read by the embeddings, every layer and the
 outputs (pattern: flash-attention `bert_padding.py`, `unpad_input` / `pad_input` computed once,
 `cu_seqlens` handed down). A packed layout keeps `cu_seqlens` and the token indices on the
-batch's device; the per-sequence lengths as Python ints (one host sync) are read only by backends
-that run sequences one at a time, and at most once per forward.
+batch's device. Packing waits on the device (a host sync) a few times per forward, each once:
+checking that the mask is right-padded (`masks.right_padded_lengths`), finding the real tokens
+(`indices`: nonzero's output size), and only for the backends that read them, the lengths as Python
+ints (`host_lengths`: eager and sdpa, which run a packed row one sequence at a time) or each token's
+sequence (`document`: flex's BlockMask). The Encoder adds its own, padded or packed: the vocabulary
+check of the ids and, for a 2-D mask, whether it has any padding at all.
 
 Shapes: B batch, L padded length, T real tokens of the batch, C hidden size.
 """
@@ -15,6 +19,8 @@ import functools
 
 import torch
 from torch import Tensor
+
+from minialign.nn.masks import right_padded_lengths
 
 FINAL_TOKENS = ("all", "first")  # which tokens' final states a forward computes (Encoder.forward)
 
@@ -41,8 +47,8 @@ class Layout:
 
     @functools.cached_property
     def indices(self) -> Tensor:
-        """(T,) positions of the real tokens in the flattened (B * L) batch: gathers and scatters
-        with it need no host sync."""
+        """(T,) positions of the real tokens in the flattened (B * L) batch: made with one host sync
+        (nonzero's output size), then every gather and scatter with it needs none."""
         return torch.nonzero(self.keep.flatten(), as_tuple=True)[0]
 
     @functools.cached_property
@@ -52,7 +58,7 @@ class Layout:
 
     @functools.cached_property
     def document(self) -> Tensor:
-        """(T,) the sequence each packed token belongs to."""
+        """(T,) the sequence each packed token belongs to (one host sync: repeat_interleave's size)."""
         return torch.repeat_interleave(torch.arange(self.batch, device=self.lengths.device), self.lengths)
 
     def pack(self, t: Tensor) -> Tensor:
@@ -86,10 +92,3 @@ def packed(attention_mask: Tensor) -> Layout:
         raise ValueError("unpad=True needs a 2-D right-padded attention_mask (each row 1s then 0s)")
     return Layout(*attention_mask.shape, lengths=lengths)
 
-
-def right_padded_lengths(mask: Tensor) -> Tensor | None:
-    """Per-row lengths of a (B, L) mask whose rows are 1s then 0s; None for any other pattern."""
-    keep = mask.bool()
-    lengths = keep.sum(1)
-    prefix = torch.arange(mask.size(1), device=mask.device)[None, :] < lengths[:, None]
-    return lengths if bool((keep == prefix).all()) and bool((lengths > 0).all()) else None

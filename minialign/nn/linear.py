@@ -30,7 +30,7 @@ everywhere.
 for all: the input and the weight are rounded to it, the product is taken in it (fp32 accumulation)
 and the output is in it; the stored weight keeps its dtype. The rounded weight is made once and
 kept like the packed one (packed, where oneDNN can). The model chooses which layers get it
-(model.py, EncoderLayer.MIXED_PRECISION).
+(nn/layers.py, EncoderLayer.MIXED_PRECISION).
 
 A Linear may carry the activation that follows it (the feed-forward's up projection, the MLM head's
 dense layer): oneDNN then applies it in the same pass.
@@ -38,17 +38,20 @@ dense layer): oneDNN then applies it in the same pass.
 
 from __future__ import annotations
 
-from functools import cache, partial
+from collections.abc import Callable
+from functools import cache
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-# name -> (the function, oneDNN's fused post-op as (attr, algorithm), or None where it has none).
-# transformers activations.py: "gelu" is the exact erf GELU; "gelu_new" / "gelu_pytorch_tanh" the tanh form.
-_TANH_GELU = (partial(F.gelu, approximate="tanh"), ("gelu", "tanh"))
-ACTIVATIONS = {"gelu": (F.gelu, ("gelu", "none")), "gelu_new": _TANH_GELU, "gelu_pytorch_tanh": _TANH_GELU,
-               "relu": (F.relu, ("relu", "")), "silu": (F.silu, None)}
+from minialign.nn.activations import ACTIVATIONS as FUNCTIONS
+from minialign.nn.activations import ONEDNN_POST_OPS
+
+# name -> (the function, oneDNN's fused post-op as (attr, algorithm), or None where it has none): the
+# names and functions of activations.py, which every other user of an activation reads too.
+ACTIVATIONS: dict[str, tuple[Callable[[Tensor], Tensor], tuple[str, str] | None]] = {
+    name: (function, ONEDNN_POST_OPS.get(name)) for name, function in FUNCTIONS.items()}
 
 
 # CPU kind (cpu_kind) -> the most rows of a product the packed fp32 kernel runs (None: any number);

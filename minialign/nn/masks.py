@@ -1,4 +1,13 @@
-"""Masks for experiments. Convention: True = attend; shapes the Encoder accepts.
+"""Attention masks. Convention: True (or non-zero) = attend, everywhere in minialign.
+
+The user's mask, as every backend reads it (attention.py and flex.py both import these):
+
+    keep_mask(mask, B, L)                  (B|1, 1|H, 1|L, L) bool: the accepted layouts, checked
+    attention_bias(mask, B, L, dtype)      the same as an additive bias (0 attend, dtype's min blocked)
+    first_query_only(t)                    the first query row of a mask or bias
+    right_padded_lengths(mask)             (B,) lengths of a (B, L) mask of 1s then 0s, else None
+
+Masks for experiments, in shapes the Encoder accepts:
 
     padding_mask(lengths, L)               (B, L)     real tokens
     left_only_mask(padding)                (B, L, L)  query i sees keys j <= i (causal), real keys only
@@ -13,6 +22,65 @@ from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
+
+
+# -- the user's mask ---------------------------------------------------------------------------------
+
+def keep_mask(mask: Tensor | None, batch: int, length: int) -> Tensor | None:
+    """The boolean (B|1, 1|H, 1|L, L) form of a user mask (a floating 4-D mask is returned as is).
+
+    Accepted layouts (True / non-zero = attend):
+      (B, L)            padding mask: key j of sequence b is a real token.
+      (B, L, L)         per-pair mask: query i of sequence b may attend key j.
+      (B|1, H|1, L, L)  bool: True = attend; integer: non-zero = attend;
+                        floating: an additive bias used as given (0 = attend, very negative = blocked).
+    """
+    if mask is None:
+        return None
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"attention_mask must be a torch.Tensor, got {type(mask).__name__}")
+    if mask.dim() == 4:
+        b, h, q, k = mask.shape
+        if b not in (1, batch) or q != length or k != length:
+            raise ValueError(f"4-D attention_mask must be (B|1, H|1, {length}, {length}) with B={batch}, "
+                             f"got {tuple(mask.shape)}")
+        return mask if mask.is_floating_point() else mask.bool()
+    if mask.dim() == 3:
+        if tuple(mask.shape) != (batch, length, length):
+            raise ValueError(f"3-D attention_mask must be ({batch}, {length}, {length}), got {tuple(mask.shape)}")
+        return mask.bool()[:, None, :, :]  # (B, 1, L, L)
+    if mask.dim() == 2:
+        if tuple(mask.shape) != (batch, length):
+            raise ValueError(f"2-D attention_mask must be ({batch}, {length}), got {tuple(mask.shape)}")
+        return mask.bool()[:, None, None, :]  # (B, 1, 1, L)
+    raise ValueError(f"attention_mask must have 2, 3 or 4 dims, got shape {tuple(mask.shape)}")
+
+
+def attention_bias(mask: Tensor | None, batch: int, length: int, dtype: torch.dtype) -> Tensor | None:
+    """A user mask (any layout of `keep_mask`) as an additive bias broadcastable to (B, H, L, L).
+    Blocked positions get the dtype's most negative finite value, as transformers' eager path does,
+    so a fully blocked row gives a uniform distribution rather than NaN."""
+    keep = keep_mask(mask, batch, length)
+    if keep is None or keep.is_floating_point():
+        return None if keep is None else keep.to(dtype)
+    return torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill(~keep, torch.finfo(dtype).min)
+
+
+def first_query_only(t: Tensor | None) -> Tensor | None:
+    """Keep the first query row of a (B|1, H|1, L|1, L) mask or bias."""
+    return t if t is None or t.size(2) == 1 else t[:, :, :1]
+
+
+def right_padded_lengths(mask: Tensor) -> Tensor | None:
+    """Per-row lengths of a (B, L) mask whose rows are 1s then 0s (at least one 1); None for any other
+    pattern. One host sync (the answer decides the layout)."""
+    keep = mask.bool()
+    lengths = keep.sum(1)
+    prefix = torch.arange(mask.size(1), device=mask.device)[None, :] < lengths[:, None]
+    return lengths if bool((keep == prefix).all() & (lengths > 0).all()) else None
+
+
+# -- masks for experiments ---------------------------------------------------------------------------
 
 
 def padding_mask(lengths: Sequence[int] | Tensor, length: int | None = None) -> Tensor:

@@ -1,2 +1,3 @@
-"""What users run: AlignScore and MiniCheck scorers, sentence embeddings, classifiers and rerankers, losses.
-May import: nn, loading, models, text, runtime."""
+"""What users run: the runners under one contract (runner.py: load, tokenize + batch, forward, post-process,
+truncation reported alike), AlignScore and MiniCheck scorers, sentence embeddings (every pooling mode in
+pooling.py), classifiers and rerankers; losses. May import: nn, sources, loading, models, text, runtime, convert."""

@@ -11,8 +11,11 @@ Modes: nli_sp (default) / bin_sp / reg_sp do the above with P(aligned) = softmax
 P(aligned) = softmax(bin)[:, 1], or the regression output; nli / bin / reg score the whole pair.
 
 What differs is only how the work is done: the pairs of all examples go through the batching
-engine together (batching.py: deduplicated, sorted by length, batched within a token budget, run
-packed); the MLM head is never run; everything runs under torch.inference_mode.
+engine together (runtime/engine.py: deduplicated, sorted by length, batched within a token budget,
+run packed); the MLM head is never run; everything runs under torch.inference_mode. The forward
+computes every head's probabilities, so the mode is chosen per call (score(..., mode=)): one loaded
+scorer serves all six. The runner contract (from_pretrained keywords, truncation reports) is
+products/runner.py's.
 """
 
 from __future__ import annotations
@@ -20,19 +23,20 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from minialign.runtime.engine import BatchEngine, Results, TruncationWarning, report_truncation  # noqa: F401  (TruncationWarning: re-exported)
-from minialign.sources.hub import HubUnavailableError, hub_file
+from minialign.products.runner import PairScorer
+from minialign.runtime.engine import Results, Truncation, TruncationWarning  # noqa: F401  (TruncationWarning: re-exported)
+from minialign.sources import HubUnavailableError, resolve
 from minialign.loading import build, read_checkpoint, save_native
 from minialign.models.encoder import AlignModel
 from minialign.text.sentences import split_sentences
-from minialign.text.tokenizer import TOKENIZER_FILES, Tokenizer, value_problem
+from minialign.text.tokenizer import TOKENIZER_FILES, Tokenizer
+from minialign.text.validation import value_problem
 
 MODES = ("nli_sp", "bin_sp", "reg_sp", "nli", "bin", "reg")
 HUB_REPO = "yzha/AlignScore"
@@ -42,7 +46,7 @@ PUBLISHED = {
     "AlignScore-large": ("AlignScore-large.ckpt", "roberta-large"),
 }
 WORDS_PER_CHUNK = 350
-# The weights scoring reads, which a checkpoint must hold (loading.build refuses it otherwise).
+# The weights scoring reads, which a checkpoint must hold (loading.weights.build refuses it otherwise).
 TRAINED = ("encoder.pooler.", "tri_layer.", "bin_layer.", "reg_layer.")
 NO_HEADS = ("AlignScore scores need a trained AlignScore checkpoint: AlignScore-base / AlignScore-large, their .ckpt "
             "with backbone=, or a directory `minialign convert` made from one.")
@@ -66,10 +70,19 @@ class Example:
     chunks: list[str]
     sentences: list[str]
     pair_ids: list[int]  # row-major chunks x sentences, indices into the pairs of all examples
+    mode: str = "nli_sp"
 
 
-class AlignScorer:
-    truncation_unit, reference_name = "(chunk, sentence) pair(s)", "AlignScore"  # for the truncation warning
+def check_mode(mode) -> str:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    return mode
+
+
+class AlignScorer(PairScorer):
+    truncation_unit, truncation_like = "(chunk, sentence) pair(s)", "the original AlignScore"
+    progress_label = "scoring"
+
     def __init__(self, model: AlignModel, tokenizer: Tokenizer, *, mode: str = "nli_sp", batch_size: int = 32,
                  splitter: Callable[[str], list[str]] | None = None, unpad: bool = True, compile: bool = False,
                  bucket: int = 64, max_tokens: int | None = None, workers: int = 1):
@@ -79,26 +92,12 @@ class AlignScorer:
         unpad (default): run each batch packed, on real tokens only (see Encoder.forward).
         compile: torch.compile the model; batch lengths are then rounded up to a multiple of
         `bucket` so a run compiles a handful of shapes, not one per batch.
-        workers: model processes on the CPU, each with cores / workers threads (workers.py)."""
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        self.model = model.eval()
-        self.tokenizer = tokenizer
-        self.source: str | None = None  # what from_pretrained loaded (recorded with batch-scoring outputs)
-        self.mode = mode
+        workers: model processes on the CPU, each with cores / workers threads (process_pool.py).
+        mode: the default of score's `mode`."""
+        self.mode = check_mode(mode)
         self.splitter = splitter or split_sentences
-        self.max_length = min(tokenizer.model_max_length, model.config.max_seq_len)
-        self.unpad = unpad and not compile
-        if compile and workers > 1:
-            raise ValueError("compile and workers > 1 do not mix: each worker would compile its own model")
-        self.engine = BatchEngine.for_model(tokenizer, model, batch_size=batch_size, packed=self.unpad,
-                                            bucket=bucket if compile else 1, max_tokens=max_tokens,
-                                            max_length=self.max_length, workers=workers)
-        if compile:
-            self.model.compile()
-
-    def __getstate__(self) -> dict:  # what a worker process gets (workers.py): it runs batches, never splits text
-        return {**self.__dict__, "splitter": None}
+        self._start(model, tokenizer, batch_size=batch_size, max_tokens=max_tokens, unpad=unpad, compile=compile,
+                    bucket=bucket, workers=workers)
 
     @classmethod
     def from_pretrained(cls, src: str | Path = "AlignScore-base", *, backbone: str | None = None,
@@ -106,13 +105,16 @@ class AlignScorer:
                         device: str | torch.device | None = None, dtype: torch.dtype | None = None,
                         splitter: Callable[[str], list[str]] | None = None, unpad: bool = True,
                         compile: bool = False, max_tokens: int | None = None, workers: int = 1,
-                        cache_dir: str | Path | None = None) -> AlignScorer:
+                        cache_dir: str | Path | None = None, attn_backend: str = "sdpa",
+                        revision: str | None = None) -> AlignScorer:
         """`src`: anything AlignModel.from_pretrained takes, or `AlignScore-base` / `AlignScore-large`
-        (downloaded from the hub once, converted to minialign's format in the cache, then reused)."""
+        (downloaded from the hub once, converted to minialign's format in the cache, then reused).
+        The keywords every runner takes are products/runner.py's (LOAD_KEYWORDS)."""
         if str(src) in PUBLISHED and not Path(src).exists():
             src = published_checkpoint(str(src), cache_dir=cache_dir)
-        ckpt = read_checkpoint(src, backbone=backbone, cache_dir=cache_dir)
-        model = build(AlignModel, ckpt, device=device, dtype=dtype, require=TRAINED, advice=NO_HEADS)
+        ckpt = read_checkpoint(src, backbone=backbone, revision=revision, cache_dir=cache_dir)
+        model = build(AlignModel, ckpt, device=device, dtype=dtype, attn_backend=attn_backend, require=TRAINED,
+                      advice=NO_HEADS)
         if not isinstance(tokenizer, Tokenizer):
             tokenizer = _find_tokenizer(tokenizer, ckpt, backbone, cache_dir)
         scorer = cls(model, tokenizer, mode=mode, batch_size=batch_size, splitter=splitter, unpad=unpad,
@@ -120,25 +122,24 @@ class AlignScorer:
         scorer.source = str(src)
         return scorer
 
-    def score(self, contexts: Sequence[str], claims: Sequence[str], *, return_details: bool = False,
-              progress: bool = False, warn_truncation: bool = True) -> list[float] | list[dict]:
-        """One score per (context, claim). With return_details, one dict per example: the score,
-        the chunks and sentences, chunk x sentence matrices of every probability (COLUMNS), and
-        `truncated`: the tokens of each pair cut by the window (the chunk's tail, as the original
-        does; both texts when the sentence alone does not fit). Text cut anywhere in the call gives
-        one TruncationWarning with the counts, unless warn_truncation=False."""
-        examples, pairs = self._plan(contexts, claims)
+    def score(self, contexts: Sequence[str], claims: Sequence[str], *, mode: str | Sequence[str] | None = None,
+              return_details: bool = False, progress: bool = False, warn_truncation: bool = True,
+              tally: Truncation | None = None) -> list[float] | list[dict]:
+        """One score per (context, claim). mode: one of MODES (default: the scorer's), or one per
+        example; the model runs the same, only the column read and the splitting differ. With
+        return_details, one dict per example: the score, the chunks and sentences, chunk x sentence
+        matrices of every probability (COLUMNS), and `truncated`: the tokens of each pair cut by the
+        window (the chunk's tail, as the original does; both texts when the sentence alone does not
+        fit). Text cut anywhere in the call gives one TruncationWarning with the counts, unless
+        warn_truncation=False; tally (self.tally()) adds the counts to a running total."""
+        examples, pairs = self._plan(contexts, claims, mode)
         results = self.score_pairs(pairs, progress=progress)
-        if warn_truncation:
-            cut = results.truncated
-            report_truncation(int((cut > 0).sum()), cut.numel(), int(cut.sum()), self.max_length,
-                              what=self.truncation_unit, original=self.reference_name)
-        column = _MODE_COLUMN[self.mode.removesuffix("_sp")]
+        self._count(results.truncated, warn_truncation, tally)
         out = []
         for ex in examples:
             shape = (len(ex.chunks), len(ex.sentences))
             table = results.values[ex.pair_ids].view(*shape, len(COLUMNS))
-            score = table[..., column].max(dim=0).values.mean().item()
+            score = table[..., _MODE_COLUMN[ex.mode.removesuffix("_sp")]].max(dim=0).values.mean().item()
             if not return_details:
                 out.append(score)
                 continue
@@ -148,29 +149,43 @@ class AlignScorer:
             out.append(details)
         return out
 
-    def _plan(self, contexts: Sequence[str], claims: Sequence[str]) -> tuple[list[Example], list[tuple[str, str]]]:
+    def _plan(self, contexts: Sequence[str], claims: Sequence[str],
+              mode: str | Sequence[str] | None) -> tuple[list[Example], list[tuple[str, str]]]:
         """Validate everything first, then split and chunk: every example's (chunk, sentence) pairs."""
         split_claims = validate_inputs(contexts, claims, self.splitter)
+        modes = [mode or self.mode] * len(contexts) if mode is None or isinstance(mode, str) else list(mode)
+        if len(modes) != len(contexts):
+            raise ValueError(f"mode: give one, or one per example ({len(contexts)}), got {len(modes)}")
+        for m in dict.fromkeys(modes):
+            check_mode(m)
         examples, pairs = [], []
-        for context, claim, sentences in zip(contexts, claims, split_claims):
-            if self.mode.endswith("_sp"):
+        for context, claim, sentences, m in zip(contexts, claims, split_claims, modes):
+            if m.endswith("_sp"):
                 chunks = chunk_context(context, self.splitter(context))
             else:
                 chunks, sentences = [context], [claim]
             start = len(pairs)
             pairs += [(c, s) for c in chunks for s in sentences]
-            examples.append(Example(chunks, sentences, list(range(start, len(pairs)))))
+            examples.append(Example(chunks, sentences, list(range(start, len(pairs))), m))
         return examples, pairs
 
-    @torch.inference_mode()
+    def check(self, context, claim, *, null: str = "None") -> list[tuple[str, str]]:
+        """What is wrong with one (context, claim), as ("context" | "claim", problem) pairs: texts the
+        tokenizer refuses, a claim with no sentence (check_example)."""
+        return check_example(context, claim, self.splitter, null=null)[0]
+
+    def settings(self, *, mode: str | None = None) -> dict:
+        return {**super().settings(), "mode": mode or self.mode}
+
     def score_pairs(self, pairs: list[tuple[str, str]], *, progress: bool = False) -> Results:
         """For each (chunk, sentence) pair: values (N, 5) float32, the COLUMNS, and truncated (N,),
         the tokens the window cut; identical pairs run once."""
         if not pairs:
             return Results(torch.empty(0, len(COLUMNS)), torch.empty(0, dtype=torch.long))
-        return self.engine.run(pairs, self._columns, progress="scoring" if progress else False)
+        return self.run(pairs, progress=progress)
 
-    def _columns(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The COLUMNS of each pair of one batch: every head's probability, whatever the mode."""
         out = self.model(**batch, unpad=self.unpad)
         tri = torch.softmax(out.tri_label_logits.float(), dim=-1)
         bin_ = torch.softmax(out.seq_relationship_logits.float(), dim=-1)[:, 1:]
@@ -214,17 +229,19 @@ def check_example(context, claim, splitter: Callable[[str], list[str]], *,
 
 
 def _find_tokenizer(tokenizer, ckpt, backbone, cache_dir) -> Tokenizer:
+    """tokenizer= if given; else the checkpoint's tokenizer source (a .ckpt's: its backbone's, the only
+    place to look); else the backbone named (backbone=, or a .ckpt's preset: from the hub)."""
     if tokenizer is not None:
         return Tokenizer.from_pretrained(tokenizer, cache_dir=cache_dir)
-    if ckpt.tokenizer_dir is not None and any((ckpt.tokenizer_dir / n).is_file() for n in TOKENIZER_FILES):
-        return Tokenizer.from_dir(ckpt.tokenizer_dir)
-    name = backbone or ckpt.backbone_name
-    if name:
-        try:
+    source, name = ckpt.tokenizer, backbone or ckpt.backbone_name
+    try:
+        if source is not None and (ckpt.backbone_name or source.present(TOKENIZER_FILES)):
+            return Tokenizer.from_source(source)
+        if name:
             return Tokenizer.from_pretrained(name, cache_dir=cache_dir)
-        except (HubUnavailableError, FileNotFoundError) as e:
-            raise FileNotFoundError(f"no tokenizer for {ckpt.origin}: {e} Pass tokenizer= (a directory "
-                                    f"with tokenizer.json or vocab.json + merges.txt).") from None
+    except FileNotFoundError as e:  # HubUnavailableError too
+        raise FileNotFoundError(f"no tokenizer for {ckpt.origin}: {e} Pass tokenizer= (a directory "
+                                f"with tokenizer.json or vocab.json + merges.txt).") from None
     raise FileNotFoundError(f"no tokenizer files found for {ckpt.origin}; pass tokenizer=")
 
 
@@ -246,11 +263,9 @@ def published_checkpoint(name: str, *, cache_dir: str | Path | None = None) -> P
     if (native / "config.json").is_file() and (native / "model.safetensors").is_file():
         return native
     try:
-        ckpt_path = hub_file(HUB_REPO, filename, cache_dir=cache_dir)
-        tokenizer_dir = None
-        for tokenizer_file in TOKENIZER_FILES:
-            found = hub_file(backbone, tokenizer_file, cache_dir=cache_dir, optional=True)
-            tokenizer_dir = tokenizer_dir or (found.parent if found else None)
+        ckpt_path = resolve(HUB_REPO, cache_dir=cache_dir).file(filename)
+        tokenizer = resolve(backbone, cache_dir=cache_dir)  # the backbone's config (unless a preset) and tokenizer
+        tokenizer.present(TOKENIZER_FILES)
     except HubUnavailableError as e:
         raise HubUnavailableError(
             f"{name} is not in the cache and could not be downloaded ({e}). Offline, pass local files: "
@@ -259,8 +274,7 @@ def published_checkpoint(name: str, *, cache_dir: str | Path | None = None) -> P
             f"`--model path/{filename} --backbone path/{backbone}` (Python: "
             f"AlignScorer.from_pretrained('path/{filename}', backbone='path/{backbone}'))."
         ) from None
-    ckpt = read_checkpoint(ckpt_path, backbone=backbone, cache_dir=cache_dir)
-    ckpt.tokenizer_dir = tokenizer_dir
+    ckpt = read_checkpoint(ckpt_path, backbone=tokenizer, cache_dir=cache_dir)
     native.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=native.parent, prefix=f".{name}-"))
     try:

@@ -6,8 +6,10 @@
     clf.rerank("query", ["doc 1", "doc 2"])                # [(index, score), ...] best first
 
 Pairs are cut to the window longest-first, as transformers' tokenizers (truncation=True) and
-CrossEncoder do. Batches go through the shared batching engine (deduplicated, sorted by length,
-packed).
+CrossEncoder do, and the cut is reported as by every runner (products/runner.py). Batches go through
+the shared batching engine (deduplicated, sorted by length, packed). One call may mix single texts
+and pairs (pairs[i] None); rows come back in input order. The activation is chosen per call;
+`activate`, `label_ranking` and `rank` turn logits into the answers predict and rerank give.
 """
 
 from __future__ import annotations
@@ -19,35 +21,26 @@ import torch
 from torch import Tensor
 
 from minialign import convert
-from minialign.runtime.engine import BatchEngine
-from minialign.sources.hub import hub_file
+from minialign.nn.activations import ACTIVATIONS as FUNCTIONS, TORCH_MODULES
+from minialign.products.runner import Runner, inputs_of
+from minialign.runtime.engine import Results, Truncation
+from minialign.sources import resolve
 from minialign.loading import build, read_checkpoint
 from minialign.models.encoder import ClassifierModel
-from minialign.text.tokenizer import Tokenizer, check_texts, value_problem
+from minialign.text.tokenizer import Tokenizer
+from minialign.text.validation import check_texts, value_problem
 
-ACTIVATIONS = ("auto", "none", "softmax", "sigmoid", "tanh")
-# The weights predictions read, which a checkpoint must hold (loading.build refuses it otherwise).
+ACTIVATIONS = ("auto", "none", "softmax", "sigmoid", "tanh")  # what predict applies (nn/activations.py's functions)
+# The weights predictions read, which a checkpoint must hold (loading.weights.build refuses it otherwise).
 TRAINED = ("encoder.pooler.", "classifier.")
 NO_HEAD = ("A Classifier needs a fine-tuned *ForSequenceClassification or CrossEncoder checkpoint; this looks like a "
            "plain encoder (a backbone or an embedding model: use SentenceEncoder / `minialign embed` for that). "
            "To fine-tune a new head, load ma.ClassifierModel, whose new head starts the same in every run.")
-# sentence-transformers CrossEncoder activations (the class path it saves) -> ours.
-_CROSSENCODER_ACTIVATIONS = {
-    "torch.nn.modules.activation.Sigmoid": "sigmoid",
-    "torch.nn.modules.linear.Identity": "none",
-    "torch.nn.modules.activation.Softmax": "softmax",
-    "torch.nn.modules.activation.Tanh": "tanh",
-}
 
 
 def apply_activation(logits: Tensor, activation: str) -> Tensor:
-    if activation == "softmax":
-        return torch.softmax(logits, dim=-1)
-    if activation == "sigmoid":
-        return torch.sigmoid(logits)
-    if activation == "tanh":
-        return torch.tanh(logits)
-    return logits
+    """One of ACTIVATIONS (but "auto", which Classifier.activation resolves) on logits (N, num_labels)."""
+    return FUNCTIONS[activation](logits)
 
 
 def pipeline_activation(num_labels: int, problem_type: str | None) -> str:
@@ -65,46 +58,45 @@ def crossencoder_activation(path: str | None) -> str | None:
     a path outside torch (custom code, not trusted) falls back to its default."""
     if path is None or not path.startswith("torch."):
         return None
-    if path not in _CROSSENCODER_ACTIVATIONS:
-        raise ValueError(f"CrossEncoder activation {path!r} is not supported; supported: "
-                         f"{', '.join(_CROSSENCODER_ACTIVATIONS)}")
-    return _CROSSENCODER_ACTIVATIONS[path]
+    if TORCH_MODULES.get(path) not in ACTIVATIONS:
+        supported = [module for module, name in TORCH_MODULES.items() if name in ACTIVATIONS]
+        raise ValueError(f"CrossEncoder activation {path!r} is not supported; supported: {', '.join(supported)}")
+    return TORCH_MODULES[path]
 
 
-class Classifier:
+class Classifier(Runner):
+    truncation_unit, truncation_like = "text(s) or pair(s)", "a transformers tokenizer with truncation=True"
+    progress_label = "classifying"
+
     def __init__(self, model: ClassifierModel, tokenizer: Tokenizer, *, batch_size: int = 32,
                  max_tokens: int | None = None, max_length: int | None = None, unpad: bool = True,
-                 saved_activation: str | None = None, workers: int = 1):
+                 saved_activation: str | None = None, workers: int = 1, compile: bool = False):
         """saved_activation: the activation a sentence-transformers CrossEncoder saved with the model
-        (its class path), used by activation="auto". workers: model processes on the CPU (workers.py)."""
-        self.model, self.tokenizer = model.eval(), tokenizer
-        self.max_length = min(max_length or tokenizer.model_max_length, model.config.max_seq_len)
-        self.unpad = unpad
+        (its class path), used by activation="auto". The other options: Runner._start."""
         self.saved_activation = crossencoder_activation(saved_activation)
-        self.engine = BatchEngine.for_model(tokenizer, model, batch_size=batch_size, packed=unpad,
-                                            max_length=self.max_length, max_tokens=max_tokens,
-                                            truncation="longest_first", workers=workers)
+        self._start(model, tokenizer, max_length=max_length, batch_size=batch_size, max_tokens=max_tokens,
+                    unpad=unpad, compile=compile, workers=workers, truncation="longest_first")
 
     @classmethod
     def from_pretrained(cls, src: str | Path, *, tokenizer: str | Path | Tokenizer | None = None,
                         device: str | torch.device | None = None, dtype: torch.dtype | None = None,
                         batch_size: int = 32, max_tokens: int | None = None, max_length: int | None = None,
                         attn_backend: str = "sdpa", revision: str | None = None, workers: int = 1,
-                        cache_dir: str | Path | None = None) -> Classifier:
+                        cache_dir: str | Path | None = None, compile: bool = False,
+                        unpad: bool = True) -> Classifier:
         """A transformers *ForSequenceClassification directory or hub id (a CrossEncoder dir too),
-        or a minialign directory of one."""
-        ckpt = read_checkpoint(src, revision=revision, cache_dir=cache_dir)
-        if not Path(src).expanduser().exists():  # a hub id: CrossEncoder's saved activation, if any
-            hub_file(str(src), "config_sentence_transformers.json", revision=revision, cache_dir=cache_dir,
-                     optional=True)
+        or a minialign directory of one. The keywords every runner takes are products/runner.py's."""
+        source = resolve(src, revision=revision, cache_dir=cache_dir)  # every file below is read from it
+        ckpt = read_checkpoint(source)
         model = build(ClassifierModel, ckpt, device=device, dtype=dtype, attn_backend=attn_backend, require=TRAINED,
                       advice=NO_HEAD)
         if not isinstance(tokenizer, Tokenizer):
-            tokenizer = Tokenizer.from_pretrained(tokenizer or ckpt.tokenizer_dir or src, revision=revision,
-                                                  cache_dir=cache_dir)
-        saved = convert.crossencoder_activation(ckpt.tokenizer_dir) if ckpt.tokenizer_dir else None
-        return cls(model, tokenizer, batch_size=batch_size, max_tokens=max_tokens, max_length=max_length,
-                   saved_activation=saved, workers=workers)
+            tokenizer = Tokenizer.from_pretrained(tokenizer or ckpt.tokenizer or source, revision=revision, cache_dir=cache_dir)
+        saved = convert.crossencoder_activation(source)  # a CrossEncoder's saved activation, if any
+        classifier = cls(model, tokenizer, batch_size=batch_size, max_tokens=max_tokens, max_length=max_length,
+                         saved_activation=saved, workers=workers, compile=compile, unpad=unpad)
+        classifier.source = str(src)
+        return classifier
 
     @property
     def labels(self) -> list[str]:
@@ -120,37 +112,68 @@ class Classifier:
             return activation
         return self.saved_activation or pipeline_activation(len(self.labels), self.model.config.problem_type)
 
-    @torch.inference_mode()
-    def predict(self, texts: Sequence[str], pairs: Sequence[str] | None = None, *, activation: str = "auto",
-                progress: bool = False) -> Tensor:
-        """(N, num_labels) float32 scores of texts (or text pairs), or (N,) for a one-label model."""
+    @property
+    def reranker(self) -> bool:
+        """A one-label model: a cross-encoder reranker (or a regressor), which `rerank` takes."""
+        return len(self.labels) == 1
+
+    def settings(self, *, activation: str = "auto") -> dict:
+        return {**super().settings(), "activation": self.activation(activation)}
+
+    def predict(self, texts: Sequence[str], pairs: Sequence[str | None] | None = None, *, activation: str = "auto",
+                progress: bool = False, warn_truncation: bool = True, tally: Truncation | None = None) -> Tensor:
+        """(N, num_labels) float32 scores of texts, or text pairs, or both in one call (pairs[i] None:
+        texts[i] alone), row i for input i; (N,) for a one-label model. Text cut by the window is
+        reported as by every runner (warn_truncation, tally: products/runner.py)."""
         function = self.activation(activation)
         texts = check_texts("texts", texts)
-        if pairs is not None:
-            pairs = check_texts("pairs", pairs)
+        if pairs is not None:  # None items are single texts: checked as "" for the others' indices
+            check_texts("pairs", pairs if isinstance(pairs, str) or not isinstance(pairs, Sequence)
+                        else ["" if p is None else p for p in pairs])
             if len(pairs) != len(texts):
                 raise ValueError(f"texts and pairs must have equal length, got {len(texts)} and {len(pairs)}")
-        inputs = texts if pairs is None else list(zip(texts, pairs))
-        n = len(self.labels)
-        if not inputs:
-            return torch.empty(0) if n == 1 else torch.empty(0, n)
-        logits = self.engine.run(inputs, self.logits, progress="classifying" if progress else False).values
-        scores = apply_activation(logits, function)
-        return scores[:, 0] if n == 1 else scores
+        results = self._logits(inputs_of(texts, pairs), progress)
+        self._count(results.truncated, warn_truncation, tally)
+        return self.activate(results.values, function)
 
-    def logits(self, batch: dict[str, Tensor]) -> Tensor:
+    def _logits(self, inputs: list, progress: bool = False) -> Results:
+        if not inputs:
+            return Results(torch.empty(0, len(self.labels)), torch.empty(0, dtype=torch.long))
+        return self.run(inputs, progress=progress)
+
+    def forward(self, batch: dict[str, Tensor]) -> Tensor:
         """float32 logits of one padded batch (what the batching engine calls)."""
         return self.model(**batch, unpad=self.unpad).logits.float()
 
-    def rerank(self, query: str, documents: Sequence[str], *, top_k: int | None = None,
-               activation: str = "auto") -> list[tuple[int, float]]:
+    logits = forward  # its name before the runner contract
+
+    def activate(self, logits: Tensor, activation: str = "auto") -> Tensor:
+        """Scores from logits (N, num_labels): the activation applied (see `activation`); (N,) for a
+        one-label model."""
+        scores = apply_activation(logits, self.activation(activation))
+        return scores[:, 0] if self.reranker else scores
+
+    def label_ranking(self, scores: Tensor, *, top_k: int | None = None) -> list[list[tuple[str, float]]]:
+        """Per row of scores (N, num_labels) or (N,), every label and its score, best first (the top_k;
+        ties in label order)."""
+        rows = scores.reshape(scores.size(0), len(self.labels)).tolist()
+        return [[(self.labels[i], s) for i, s in self.rank(row, top_k=top_k)] for row in rows]
+
+    @staticmethod
+    def rank(scores: Sequence[float], *, top_k: int | None = None) -> list[tuple[int, float]]:
+        """(index, score) best first, the top_k of them; ties keep their order."""
+        ranked = sorted(enumerate(scores), key=lambda item: item[1], reverse=True)
+        return ranked if top_k is None else ranked[:top_k]
+
+    def rerank(self, query: str, documents: Sequence[str], *, top_k: int | None = None, activation: str = "auto",
+               warn_truncation: bool = True, tally: Truncation | None = None) -> list[tuple[int, float]]:
         """(index, score) of each document for the query, best first (a one-label model: a reranker)."""
-        if len(self.labels) != 1:
+        if not self.reranker:
             raise ValueError(f"rerank needs a one-label model (a cross-encoder reranker); this one has "
                              f"{len(self.labels)} labels: use predict")
         if problem := value_problem(query):
             raise ValueError(f"invalid input: query {problem}")
-        documents = check_texts("documents", documents)
-        scores = self.predict([query] * len(documents), documents, activation=activation).tolist()
-        ranked = sorted(enumerate(scores), key=lambda item: item[1], reverse=True)
-        return ranked if top_k is None else ranked[:top_k]
+        function = self.activation(activation)
+        results = self._logits([(query, d) for d in check_texts("documents", documents)])
+        self._count(results.truncated, warn_truncation, tally)
+        return self.rank(self.activate(results.values, function).tolist(), top_k=top_k)

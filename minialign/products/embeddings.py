@@ -7,8 +7,9 @@ The pipeline is the directory's modules.json, module by module (sentence-transfo
 `SentenceTransformer.encode`): Transformer (our Encoder), Pooling (one or several modes,
 concatenated in the order the config lists them), Dense (Linear + activation), Normalize.
 A plain transformers directory pools by mean, as sentence-transformers does. Texts longer than
-max_seq_length are cut at the end, as sentence-transformers does. Batches go through the shared
-batching engine (deduplicated, sorted by length, packed).
+max_seq_length are cut at the end, as sentence-transformers does, and the cut is reported as by
+every runner (products/runner.py). Pooling, every mode of it, is products/pooling.py's. Batches go
+through the shared batching engine (deduplicated, sorted by length, packed).
 """
 
 from __future__ import annotations
@@ -22,43 +23,15 @@ from torch import Tensor, nn
 from tokenizers import normalizers
 
 from minialign import convert
-from minialign.runtime.engine import BatchEngine
-from minialign.sources.hub import hub_file, looks_like_path
+from minialign.nn.activations import ACTIVATIONS, TORCH_MODULES
+from minialign.products import pooling as pooling_modes
+from minialign.products.runner import Runner
+from minialign.runtime.engine import Truncation
+from minialign.sources import resolve
 from minialign.loading import build, read_checkpoint, resolve_device
 from minialign.models.encoder import Encoder
-from minialign.text.tokenizer import Tokenizer, check_texts
-
-
-
-# -- pooling: sentence_transformers Pooling, one formula per mode --------------------------------------
-
-def pool(hidden: Tensor, mask: Tensor, mode: str) -> Tensor:
-    """(B, C) from token states (B, L, C) under a right-padded (B, L) mask of real tokens."""
-    keep = mask.unsqueeze(-1).to(hidden.dtype)  # (B, L, 1)
-    if mode == "cls":
-        return hidden[:, 0]
-    if mode == "max":
-        return hidden.masked_fill(keep == 0, float("-inf")).max(dim=1).values
-    if mode in ("mean", "mean_sqrt_len_tokens"):
-        total = (hidden * keep).sum(dim=1)
-        count = keep.sum(dim=1).clamp(min=1e-9)
-        return total / (count if mode == "mean" else count.sqrt())
-    if mode == "weightedmean":  # token i (1-based) weighs i
-        weights = keep * torch.arange(1, hidden.size(1) + 1, device=hidden.device, dtype=hidden.dtype)[None, :, None]
-        return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
-    if mode == "lasttoken":
-        last = mask.sum(dim=1).long().clamp(min=1) - 1  # (B,)
-        return hidden[torch.arange(hidden.size(0), device=hidden.device), last]
-    raise ValueError(f"unknown pooling mode {mode!r}; choose from {convert.sbert.POOLING_MODES}")
-
-
-_DENSE_ACTIVATIONS = {
-    "torch.nn.modules.activation.Tanh": torch.tanh,
-    "torch.nn.modules.linear.Identity": lambda x: x,
-    "torch.nn.modules.activation.ReLU": F.relu,
-    "torch.nn.modules.activation.GELU": F.gelu,
-    "torch.nn.modules.activation.Sigmoid": torch.sigmoid,
-}
+from minialign.text.tokenizer import Tokenizer
+from minialign.text.validation import check_texts
 
 
 class Dense(nn.Module):
@@ -66,115 +39,116 @@ class Dense(nn.Module):
 
     def __init__(self, weight: Tensor, bias: Tensor | None, activation: str):
         super().__init__()
-        if activation not in _DENSE_ACTIVATIONS:
-            raise ValueError(f"Dense activation {activation!r} is not supported; supported: {', '.join(_DENSE_ACTIVATIONS)}")
+        if activation not in TORCH_MODULES:  # the class path it saved
+            raise ValueError(f"Dense activation {activation!r} is not supported; supported: {', '.join(TORCH_MODULES)}")
         self.linear = nn.Linear(weight.size(1), weight.size(0), bias=bias is not None)
         self.linear.load_state_dict({"weight": weight, **({"bias": bias} if bias is not None else {})}, assign=True)
-        self.activation = _DENSE_ACTIVATIONS[activation]
+        self.activation = ACTIVATIONS[TORCH_MODULES[activation]]
 
     def forward(self, x: Tensor) -> Tensor:
         return self.activation(self.linear(x))
 
 
-class SentenceEncoder:
+class SentenceEncoder(Runner):
+    truncation_unit, truncation_like = "text(s)", "sentence-transformers"
+    progress_label = "embedding"
+
     def __init__(self, encoder: Encoder, tokenizer: Tokenizer, *, pooling: Sequence[str] = ("mean",),
                  dense: Sequence[Dense] = (), normalize: bool = False, max_seq_length: int | None = None,
-                 batch_size: int = 32, max_tokens: int | None = None, unpad: bool = True, workers: int = 1):
-        """workers: model processes on the CPU, each with cores / workers threads (workers.py)."""
-        for mode in pooling:
-            if mode not in convert.sbert.POOLING_MODES:
-                raise ValueError(f"unknown pooling mode {mode!r}; choose from {convert.sbert.POOLING_MODES}")
-        self.encoder, self.tokenizer = encoder.eval(), tokenizer
-        self.pooling, self.dense, self.normalize = list(pooling), list(dense), normalize
-        self.max_seq_length = min(max_seq_length or tokenizer.model_max_length, encoder.config.max_seq_len)
-        self.unpad = unpad
-        self.batch_size = batch_size
-        self.engine = BatchEngine.for_model(tokenizer, encoder, batch_size=batch_size, packed=unpad,
-                                            max_length=self.max_seq_length, max_tokens=max_tokens, workers=workers)
+                 batch_size: int = 32, max_tokens: int | None = None, unpad: bool = True, workers: int = 1,
+                 compile: bool = False):
+        """pooling: modes of products/pooling.py, concatenated in order; dense: Dense modules after it;
+        normalize: a Normalize module last. The other options: Runner._start."""
+        self.pooling, self.dense, self.normalize = pooling_modes.check(pooling), list(dense), normalize
+        self._start(encoder, tokenizer, max_length=max_seq_length, batch_size=batch_size, max_tokens=max_tokens,
+                    unpad=unpad, compile=compile, workers=workers)
 
     @classmethod
     def from_pretrained(cls, src: str | Path, *, device: str | torch.device | None = None,
                         dtype: torch.dtype | None = None, batch_size: int = 32, max_tokens: int | None = None,
                         attn_backend: str = "sdpa", revision: str | None = None, workers: int = 1,
-                        cache_dir: str | Path | None = None) -> SentenceEncoder:
-        """A sentence-transformers directory (modules.json) or a plain transformers one (mean pooling)."""
-        path = Path(src).expanduser()
-        if not path.is_dir() and not looks_like_path(str(src)):  # a hub id: its sentence-transformers files first
-            path = fetch_sentence_files(str(src), revision=revision, cache_dir=cache_dir) or path
-        modules = convert.read_modules(path) if path.is_dir() else None
-        pooling, dense, normalize, root = ["mean"], [], False, path
+                        cache_dir: str | Path | None = None, tokenizer: str | Path | Tokenizer | None = None,
+                        compile: bool = False, unpad: bool = True) -> SentenceEncoder:
+        """A sentence-transformers directory (modules.json) or a plain transformers one (mean pooling).
+        The keywords every runner takes are products/runner.py's (LOAD_KEYWORDS)."""
+        source = resolve(src, revision=revision, cache_dir=cache_dir)  # every file below is read from it
+        modules = convert.read_modules(source)
+        pooling, dense, normalize, model, settings = ["mean"], [], False, source, {}
         if modules is not None:
             if not modules or modules[0][0] != "Transformer":
-                raise ValueError(f"{path}/modules.json: the first module must be a Transformer")
-            root, pooling = modules[0][1], []
+                raise ValueError(f"{source}/modules.json: the first module must be a Transformer")
+            pooling = []
             for kind, folder in modules[1:]:
                 if kind == "Pooling":
-                    pooling += convert.read_pooling(folder)
+                    pooling += pooling_modes.read(source, folder)
                 elif kind == "Dense":
-                    dense.append(Dense(**convert.read_dense(folder)))
+                    dense.append(Dense(**convert.read_dense(source, folder)))
                 elif kind == "Normalize":
                     normalize = True
                 else:
-                    raise ValueError(f"{path}/modules.json: a second Transformer module is not supported")
+                    raise ValueError(f"{source}/modules.json: a second Transformer module is not supported")
             if not pooling:
-                raise ValueError(f"{path}/modules.json: no Pooling module; minialign embeds pooled sentences")
-        ckpt = read_checkpoint(root if modules is not None and root.is_dir() and (root / "config.json").is_file()
-                               else src, revision=revision, cache_dir=cache_dir)
+                raise ValueError(f"{source}/modules.json: no Pooling module; minialign embeds pooled sentences")
+            inner = source.subfolder(modules[0][1])  # an old layout keeps the Transformer in 0_Transformer/
+            model = inner if inner.file("config.json", optional=True) else source
+            settings = convert.read_sentence_config(inner)
+        ckpt = read_checkpoint(model)
         encoder = build(Encoder, ckpt, device=device, dtype=dtype, attn_backend=attn_backend)
-        tokenizer = Tokenizer.from_pretrained(ckpt.tokenizer_dir or src, revision=revision, cache_dir=cache_dir)
-        settings = convert.read_sentence_config(root) if modules is not None else {}
+        if not isinstance(tokenizer, Tokenizer):
+            tokenizer = Tokenizer.from_pretrained(tokenizer or ckpt.tokenizer or model, revision=revision, cache_dir=cache_dir)
         if settings.get("do_lower_case"):
             lowercase(tokenizer)
         device = resolve_device(device)
         dense = [d.to(device=device, dtype=next(encoder.parameters()).dtype) for d in dense]
-        return cls(encoder, tokenizer, pooling=pooling, dense=dense, normalize=normalize,
-                   max_seq_length=settings.get("max_seq_length"), batch_size=batch_size, max_tokens=max_tokens,
-                   workers=workers)
+        embedder = cls(encoder, tokenizer, pooling=pooling, dense=dense, normalize=normalize,
+                       max_seq_length=settings.get("max_seq_length"), batch_size=batch_size, max_tokens=max_tokens,
+                       workers=workers, compile=compile, unpad=unpad)
+        embedder.source = str(src)
+        return embedder
+
+    @property
+    def encoder(self) -> Encoder:
+        """The model (the runner's `model`)."""
+        return self.model
+
+    @property
+    def max_seq_length(self) -> int:
+        """The window (the runner's `max_length`), sentence-transformers' name for it."""
+        return self.max_length
+
+    def settings(self, *, normalize: bool = False) -> dict:
+        return {**super().settings(), "normalize": normalize, "max_seq_length": self.max_seq_length}
 
     @property
     def dimension(self) -> int:
         """Size of one embedding."""
         if self.dense:
             return self.dense[-1].linear.out_features
-        return self.encoder.config.hidden_size * len(self.pooling)
+        return self.model.config.hidden_size * len(self.pooling)
 
-    @torch.inference_mode()
     def encode(self, texts: Sequence[str], *, batch_size: int | None = None, normalize_embeddings: bool = False,
-               show_progress_bar: bool = False) -> Tensor:
-        """(N, dimension) float32 embeddings on the CPU, row i for texts[i]."""
+               show_progress_bar: bool = False, warn_truncation: bool = True,
+               tally: Truncation | None = None) -> Tensor:
+        """(N, dimension) float32 embeddings on the CPU, row i for texts[i]. Text cut by the window
+        is reported as by every runner (warn_truncation, tally: products/runner.py)."""
         texts = check_texts("texts", texts)
         if not texts:
             return torch.empty(0, self.dimension)
-        embeddings = self.engine.run(texts, self._embed, progress="embedding" if show_progress_bar else False,
-                                     batch_size=batch_size).values
-        return F.normalize(embeddings, p=2, dim=1) if normalize_embeddings else embeddings
+        results = self.run(texts, progress=show_progress_bar, batch_size=batch_size)
+        self._count(results.truncated, warn_truncation, tally)
+        return F.normalize(results.values, p=2, dim=1) if normalize_embeddings else results.values
 
-    def _embed(self, batch: dict[str, Tensor]) -> Tensor:
-        final = "first" if self.pooling == ["cls"] else "all"
-        hidden = self.encoder(**batch, unpad=self.unpad, final_tokens=final).last_hidden_state
+    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+        """The embeddings of one padded batch: pooled, then each Dense, then Normalize."""
+        final = pooling_modes.final_tokens(self.pooling)
+        hidden = self.model(**batch, unpad=self.unpad, final_tokens=final).last_hidden_state
         mask = batch["attention_mask"][:, :hidden.size(1)]
-        x = torch.cat([pool(hidden, mask, mode) for mode in self.pooling], dim=-1)
+        x = pooling_modes.pool(hidden, mask, self.pooling)
         for layer in self.dense:
             x = layer(x)
         if self.normalize:
             x = F.normalize(x, p=2, dim=1)
         return x.float()
-
-
-def fetch_sentence_files(repo_id: str, *, revision: str | None = None, cache_dir: str | Path | None = None) -> Path | None:
-    """A hub repo's sentence-transformers files (modules.json, each module's config and weights,
-    sentence_bert_config.json) and its transformers files, into the local cache; the snapshot
-    directory holding them, or None when the repo has no modules.json."""
-    modules = hub_file(repo_id, "modules.json", revision=revision, cache_dir=cache_dir, optional=True)
-    if modules is None:
-        return None
-    entries = convert.read_json(modules, expect=list)
-    folders = [str(e.get("path", "")) for e in entries if isinstance(e, dict) and e.get("path")]
-    for name in ["sentence_bert_config.json"] + [f"{folder}/{file}" for folder in folders
-                                                 for file in ("config.json", "model.safetensors", "pytorch_model.bin")]:
-        hub_file(repo_id, name, revision=revision, cache_dir=cache_dir, optional=True)
-    read_checkpoint(repo_id, revision=revision, cache_dir=cache_dir)  # config, weights, tokenizer beside them
-    return modules.parent
 
 
 def lowercase(tokenizer: Tokenizer) -> None:

@@ -10,7 +10,8 @@ variant):
   3. each chunk is scored with the claim as ONE text, `chunk + eos + claim` (eos: "</s>"), cut to
      max_length at its end; P(supported) = softmax(logits)[:, 1]; the score is the max over chunks.
 The claim is not split. A document with no text at all is scored as one empty chunk (where the
-original fails on an empty batch).
+original fails on an empty batch). The runner contract is products/runner.py's: MiniCheck runs its
+classifier's model through that classifier's engine.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from pathlib import Path
 import torch
 
 from minialign.products.classifier import Classifier
-from minialign.runtime.engine import report_truncation
+from minialign.products.runner import PairScorer
+from minialign.runtime.engine import Truncation
 from minialign.text.sentences import split_sentences
-from minialign.text.tokenizer import Tokenizer, check_texts
+from minialign.text.tokenizer import Tokenizer
+from minialign.text.validation import check_texts
 
 CHUNK_SIZE = 400  # MiniCheck.score's default for roberta-large and deberta-v3-large
 MAX_LENGTH = 512
@@ -31,9 +34,10 @@ SUPPORTED = 1  # label index of "supported"
 NEWLINE = "\n"  # the block marker
 
 
-class MiniCheckScorer:
+class MiniCheckScorer(PairScorer):
     mode = "minicheck"  # what batch-scoring outputs record as the method
-    truncation_unit, reference_name = "chunk + claim text(s)", "MiniCheck"  # for the truncation warning
+    truncation_unit, truncation_like = "chunk + claim text(s)", "the original MiniCheck"
+    progress_label = "checking"
 
     def __init__(self, classifier: Classifier, *, chunk_size: int = CHUNK_SIZE,
                  splitter: Callable[[str], list[str]] | None = None, eos_token: str | None = None):
@@ -43,36 +47,33 @@ class MiniCheckScorer:
         if not isinstance(chunk_size, int) or chunk_size < 1:
             raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
         self.classifier, self.chunk_size = classifier, chunk_size
+        self.model, self.tokenizer, self.engine, self.unpad = (classifier.model, classifier.tokenizer,
+                                                               classifier.engine, classifier.unpad)
         self.splitter = splitter or split_sentences
-        self.eos_token = eos_token or ("</s>" if classifier.model.config.arch == "roberta" else "[SEP]")
-        self.source: str | None = None
+        # MiniCheck joins chunk and claim with its tokenizer's eos token (RoBERTa </s>; BERT-style: [SEP])
+        self.eos_token = eos_token or classifier.tokenizer.end_token or "[SEP]"
 
     @classmethod
     def from_pretrained(cls, src: str | Path, *, tokenizer: str | Path | Tokenizer | None = None,
                         device: str | torch.device | None = None, dtype: torch.dtype | None = None,
                         chunk_size: int = CHUNK_SIZE, batch_size: int = 32, max_tokens: int | None = None,
                         splitter: Callable[[str], list[str]] | None = None, workers: int = 1,
-                        cache_dir: str | Path | None = None) -> MiniCheckScorer:
-        """A MiniCheck classifier directory or hub id (e.g. lytang/MiniCheck-RoBERTa-Large)."""
+                        cache_dir: str | Path | None = None, attn_backend: str = "sdpa", compile: bool = False,
+                        unpad: bool = True, revision: str | None = None) -> MiniCheckScorer:
+        """A MiniCheck classifier directory or hub id (e.g. lytang/MiniCheck-RoBERTa-Large). The
+        keywords every runner takes are products/runner.py's (LOAD_KEYWORDS)."""
         classifier = Classifier.from_pretrained(src, tokenizer=tokenizer, device=device, dtype=dtype,
                                                 batch_size=batch_size, max_tokens=max_tokens,
-                                                max_length=MAX_LENGTH, workers=workers, cache_dir=cache_dir)
+                                                max_length=MAX_LENGTH, workers=workers, cache_dir=cache_dir,
+                                                attn_backend=attn_backend, compile=compile, unpad=unpad,
+                                                revision=revision)
         scorer = cls(classifier, chunk_size=chunk_size, splitter=splitter)
         scorer.source = str(src)
         return scorer
 
-    # what batch scoring (jobs.score_job) reads, as on AlignScorer
-    @property
-    def model(self):
-        return self.classifier.model
-
-    @property
-    def engine(self):
-        return self.classifier.engine
-
-    @property
-    def max_length(self) -> int:
-        return self.classifier.max_length
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The classifier's logits of one batch of chunk + claim texts."""
+        return self.classifier.forward(batch)
 
     def chunks(self, document: str) -> list[str]:
         """The document's chunks (steps 1 and 2)."""
@@ -95,10 +96,12 @@ class MiniCheckScorer:
         return [c for c in chunks if c] or [""]
 
     def score(self, documents: Sequence[str], claims: Sequence[str], *, return_details: bool = False,
-              progress: bool = False, warn_truncation: bool = True) -> list[float] | list[dict]:
+              progress: bool = False, warn_truncation: bool = True,
+              tally: Truncation | None = None) -> list[float] | list[dict]:
         """P(supported) per (document, claim): the max over the document's chunks. With
         return_details, per example: the score, the chunks, `supported` (each chunk's probability)
-        and `truncated` (tokens each chunk + claim text lost to the window), as chunk x 1 lists."""
+        and `truncated` (tokens each chunk + claim text lost to the window), as chunk x 1 lists.
+        Truncation is reported as by every runner (warn_truncation, tally: products/runner.py)."""
         documents, claims = check_texts("documents", documents), check_texts("claims", claims)
         if len(documents) != len(claims):
             raise ValueError(f"documents and claims must have equal length, got {len(documents)} and {len(claims)}")
@@ -106,13 +109,9 @@ class MiniCheckScorer:
         texts = [chunk + self.eos_token + claim for chunks, claim in zip(chunked, claims) for chunk in chunks]
         if not texts:
             return []
-        results = self.classifier.engine.run(texts, self.classifier.logits,
-                                             progress="checking" if progress else False)
+        results = self.run(texts, progress=progress)
         supported = torch.softmax(results.values, dim=-1)[:, SUPPORTED]
-        if warn_truncation:
-            cut = results.truncated
-            report_truncation(int((cut > 0).sum()), cut.numel(), int(cut.sum()), self.max_length,
-                              what=self.truncation_unit, original=self.reference_name)
+        self._count(results.truncated, warn_truncation, tally)
         out, start = [], 0
         for chunks in chunked:
             probs, cut = supported[start:start + len(chunks)], results.truncated[start:start + len(chunks)]

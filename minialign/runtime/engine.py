@@ -10,7 +10,8 @@ to its own longest sequence (rounded up to a multiple of `bucket`, for compiled 
 gets the padded tensors on the device and returns one row of results per sequence; the rows come
 back in input order, with the number of tokens each input lost to the window. A sequence longer
 than the budget runs in a batch of its own. With workers > 1 the batches run in that many model
-processes (workers.py) and are merged the same way.
+processes (process_pool.py) and are merged the same way. The counts of what the window cut are
+reported by `Truncation` (one TruncationWarning per call, or per run of many calls).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class BatchEngine:
         """packed: the forward runs real tokens only (unpad=True), so the budget counts real tokens.
         bucket: round each batch's length up to a multiple of it (compiled models see few shapes).
         truncation: how pairs are cut to max_length (Tokenizer.encode).
-        workers: model processes on the CPU (workers.py), each with this process's threads / workers."""
+        workers: model processes on the CPU (process_pool.py), each with this process's threads / workers."""
         for name, value in (("batch_size", batch_size), ("max_tokens", max_tokens), ("workers", workers)):
             positive_int(name, value)
         self.tokenizer = tokenizer
@@ -73,6 +74,13 @@ class BatchEngine:
         if max_tokens is None:
             max_tokens = CPU_BATCH_TOKENS if device.type == "cpu" else 65536
         return cls(tokenizer, max_tokens=max_tokens, device=device, **options)
+
+    def set_budget(self, *, max_tokens: int | None = None, batch_size: int | None = None) -> None:
+        """Change the most tokens and sequences of a batch (None: keep)."""
+        if max_tokens is not None:
+            self.max_tokens = positive_int("max_tokens", max_tokens)
+        if batch_size is not None:
+            self.batch_size = positive_int("batch_size", batch_size)
 
     def __getstate__(self) -> dict:  # what a worker process receives with its runner: no pool of its own
         return {**self.__dict__, "_pool": None, "workers": 1}
@@ -158,13 +166,41 @@ class BatchEngine:
 
 
 class TruncationWarning(UserWarning):
-    """Text was cut by the model's window (AlignScore cuts it the same way)."""
+    """Text was cut by the model's window (as the original each runner matches cuts it)."""
+
+
+@dataclass
+class Truncation:
+    """What the window cut: inputs cut, inputs seen, tokens lost; counted over one call or many (a file
+    job adds each block's and warns once at the end). `what` names the inputs, `original` what cuts them
+    the same way, `details` whether the runner's return_details holds each one's count."""
+
+    window: int
+    what: str = "(chunk, sentence) pair(s)"
+    original: str = "the original AlignScore"
+    details: bool = True
+    cut: int = 0
+    inputs: int = 0
+    tokens: int = 0
+
+    def add(self, truncated: Tensor) -> Truncation:
+        """Count one run's `Results.truncated` (tokens each input lost)."""
+        self.cut += int((truncated > 0).sum())
+        self.inputs += truncated.numel()
+        self.tokens += int(truncated.sum())
+        return self
+
+    def warn(self, *, stacklevel: int = 2) -> None:
+        """One TruncationWarning with the counts, when anything was cut (stacklevel as warnings.warn's)."""
+        report_truncation(self.cut, self.inputs, self.tokens, self.window, what=self.what, original=self.original,
+                          details=self.details, stacklevel=stacklevel + 1)
 
 
 def report_truncation(cut_pairs: int, pairs: int, cut_tokens: int, window: int, *,
-                      what: str = "(chunk, sentence) pair(s)", original: str = "AlignScore") -> None:
+                      what: str = "(chunk, sentence) pair(s)", original: str = "the original AlignScore",
+                      details: bool = True, stacklevel: int = 3) -> None:
     """One warning with the counts when any input lost tokens to the window."""
     if cut_pairs:
+        where = "; return_details=True gives each one's count under 'truncated'" if details else ""
         warnings.warn(f"{cut_pairs} of {pairs} {what} were cut by the {window}-token window ({cut_tokens} tokens "
-                      f"in all), as the original {original} does; return_details=True gives each one's count "
-                      f"under 'truncated'", TruncationWarning, stacklevel=3)
+                      f"in all), as {original} does{where}", TruncationWarning, stacklevel=stacklevel)

@@ -1,2 +1,7 @@
-"""Where model files come from: a local directory or file, or a Hugging Face hub snapshot (fetched once,
-from the cache when offline). May import: convert."""
+"""Where model files come from, decided once by `resolve`: a local directory or file, or a Hugging Face
+hub snapshot (files fetched as readers ask for them, from the cache when offline). May import: convert."""
+
+from minialign.sources.hub import HubUnavailableError, looks_like_path
+from minialign.sources.source import Source, resolve
+
+__all__ = ["HubUnavailableError", "Source", "looks_like_path", "resolve"]

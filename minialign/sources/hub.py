@@ -57,24 +57,14 @@ def hub_file(repo_id: str, filename: str, *, revision: str | None = None, cache_
         RevisionNotFoundError,
     )
 
-    from huggingface_hub import constants
-
-    offline = bool(constants.HF_HUB_OFFLINE)
-    unreachable = not offline and not hub_reachable()
+    why = not_asked_why()
     try:
         return Path(hf_hub_download(repo_id, filename, revision=revision, cache_dir=cache_dir,
-                                    local_files_only=offline or unreachable))
+                                    local_files_only=why is not None))
     except LocalEntryNotFoundError:  # offline, or the hub unreachable, and nothing cached
-        if optional and _cached_repo_exists(repo_id, cache_dir):
+        if optional and cached_repo_exists(repo_id, cache_dir):
             return None
-        why = ("HF_HUB_OFFLINE is set" if offline else
-               f"the hub ({constants.ENDPOINT}) cannot be reached from this machine; set HF_HUB_OFFLINE=1 "
-               f"to skip the hub when working offline")
-        raise HubUnavailableError(
-            f"{repo_id!r} is not a local directory, and {filename} is not in the local Hugging Face cache "
-            f"({why}). Pass a local path instead: a directory holding config.json and "
-            f"model.safetensors (or pytorch_model.bin), a minialign directory, or an AlignScore .ckpt file."
-        ) from None
+        raise _not_cached(repo_id, why or _unreachable(), filename) from None
     except EntryNotFoundError:
         if optional:
             return None
@@ -86,8 +76,40 @@ def hub_file(repo_id: str, filename: str, *, revision: str | None = None, cache_
         ) from None
 
 
-def _cached_repo_exists(repo_id: str, cache_dir: str | Path | None) -> bool:
+def check_cached(repo_id: str, cache_dir: str | Path | None = None) -> None:
+    """Where the hub is not asked (HF_HUB_OFFLINE, or unreachable): a HubUnavailableError unless the
+    cache holds the repo. Asks nothing of the network beyond the one reachability check."""
+    why = not_asked_why()
+    if why is not None and not cached_repo_exists(repo_id, cache_dir):
+        raise _not_cached(repo_id, why)
+
+
+def not_asked_why() -> str | None:
+    """Why the hub is not asked (files come from the cache only), or None when it is asked."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return "HF_HUB_OFFLINE is set"
+    return None if hub_reachable() else _unreachable()
+
+
+def cached_repo_exists(repo_id: str, cache_dir: str | Path | None) -> bool:
     from huggingface_hub import constants
 
     root = Path(cache_dir) if cache_dir is not None else Path(constants.HF_HUB_CACHE)
     return (root / f"models--{repo_id.replace('/', '--')}").is_dir()
+
+
+def _unreachable() -> str:
+    from huggingface_hub import constants
+
+    return (f"the hub ({constants.ENDPOINT}) cannot be reached from this machine; set HF_HUB_OFFLINE=1 "
+            f"to skip the hub when working offline")
+
+
+def _not_cached(repo_id: str, why: str, filename: str | None = None) -> HubUnavailableError:
+    missing = f"{filename} is not" if filename else "nothing of it is"
+    return HubUnavailableError(
+        f"{repo_id!r} is not a local directory, and {missing} in the local Hugging Face cache "
+        f"({why}). Pass a local path instead: a directory holding config.json and "
+        f"model.safetensors (or pytorch_model.bin), a minialign directory, or an AlignScore .ckpt file.")

@@ -1,1 +1,2 @@
-"""Text before the model: the tokenizer (+ pad), the sentence splitter, input checks. Imports nothing of minialign."""
+"""Text before the model: the tokenizer (+ pad; files read from a resolved source), the sentence
+splitter, input checks (validation). May import: sources."""

@@ -14,43 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch import Tensor
 from tokenizers import AddedToken, Tokenizer as HFTokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
-from minialign.sources.hub import hub_file, looks_like_path
+from minialign.sources import Source, resolve
+# re-exported: minialign.tokenizer (the old path of this module) is public
+from minialign.text.validation import check_texts, text_problem, value_problem  # noqa: F401
 
 TRUNCATIONS = ("only_first", "longest_first")  # for pairs; a single text always loses its end
 ENCODE_BLOCK = 1024  # distinct texts tokenized per call: bounds the memory of the encodings in flight
-
-
-def text_problem(text: str) -> str | None:
-    """Why `tokenizers` cannot take this string, or None. Python strings may hold lone surrogates
-    (from JSON escapes such as "\\ud83d"), which are not encodable text; everything else is taken
-    (NUL and control characters are dropped or mapped to the unknown token by the normalizer)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        return f"holds a lone surrogate (U+{ord(text[e.start]):04X} at character {e.start}), which is not encodable text"
-    return None
-
-
-def value_problem(value, *, null: str = "None") -> str | None:
-    """Why a value is not text the tokenizer takes (null, not a string, not encodable), or None.
-    `null` names a missing value (None in Python, null in JSON)."""
-    if value is None:
-        return f"is {null}"
-    if not isinstance(value, str):
-        return f"is {type(value).__name__}, not a string"
-    return text_problem(value)
-
-
-def check_texts(name: str, texts) -> list[str]:
-    """The texts as a list, or a ValueError naming every item that is not encodable text."""
-    if isinstance(texts, str) or not isinstance(texts, Sequence):
-        raise ValueError(f"{name} must be a sequence of strings (a list), got {type(texts).__name__}")
-    problems = [f"{name}[{i}] {problem}" for i, t in enumerate(texts) if (problem := value_problem(t))]
-    if problems:
-        raise ValueError("invalid input: " + "; ".join(problems))
-    return list(texts)
 
 
 @dataclass
@@ -82,20 +54,17 @@ class Tokenizer:
         self._templates: dict[bool, tuple[tuple, ...]] = {}  # _template's, per pair / single
 
     @classmethod
-    def from_pretrained(cls, src: str | Path, *, revision: str | None = None,
+    def from_pretrained(cls, src: str | Path | Source, *, revision: str | None = None,
                         cache_dir: str | Path | None = None) -> Tokenizer:
-        """From a directory (HF, minialign) or a hub repo id."""
-        directory = Path(src).expanduser()
-        if not directory.is_dir():
-            if looks_like_path(str(src)):
-                raise FileNotFoundError(f"{src}: no such directory")
-            found = [hub_file(str(src), name, revision=revision, cache_dir=cache_dir, optional=True)
-                     for name in TOKENIZER_FILES]
-            found = [p for p in found if p is not None]
-            if not found:
-                raise FileNotFoundError(f"hub repo {src!r} has no tokenizer files")
-            directory = found[0].parent
-        return cls.from_dir(directory)
+        """From a directory (HF, minialign) or a hub repo id (sources.resolve decides which)."""
+        return cls.from_source(resolve(src, revision=revision, cache_dir=cache_dir))
+
+    @classmethod
+    def from_source(cls, source: Source) -> Tokenizer:
+        """From a resolved source: its tokenizer files (from the hub, those the repo has, fetched)."""
+        if not source.present(TOKENIZER_FILES):
+            raise FileNotFoundError(f"{source}: no tokenizer.json, vocab.json + merges.txt, or vocab.txt")
+        return cls.from_dir(source.path)
 
     @classmethod
     def from_dir(cls, directory: str | Path) -> Tokenizer:
@@ -224,6 +193,14 @@ class Tokenizer:
                 items.append(("ab"[sequence], kind))
         self._templates[pair] = tuple(items)
         return self._templates[pair]
+
+    @property
+    def end_token(self) -> str | None:
+        """The special token that closes a single text (BERT's [SEP], RoBERTa's </s>), read off the
+        post-processor; None when it adds none."""
+        specials = [item for item in self._template(False) if item[0] == "special"]
+        last = self._template(False)[-1]
+        return self.backend.id_to_token(last[1]) if specials and last[0] == "special" else None
 
     def pad(self, encodings) -> dict[str, torch.Tensor]:
         """Pad Encodings to the longest: input_ids, attention_mask (and token_type_ids for BERT)."""

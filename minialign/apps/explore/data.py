@@ -163,7 +163,8 @@ def explore(model: nn.Module, tokenizer, text: str, pair: str | None = None, att
     function, or another mask); the page then shows both and the cosine of each token's states.
     A text longer than the window (max_length, default the model's) loses its end, as in scoring: the
     page holds the part the model saw and says how many tokens were cut from which text (`cut_note`)."""
-    from minialign.text.tokenizer import pad, text_problem
+    from minialign.text.tokenizer import pad
+    from minialign.text.validation import text_problem
 
     for name, value in (("text", text), ("pair", pair)):
         if value is None and name == "pair":
@@ -241,7 +242,7 @@ def _seen(tokenizer, ids: list[int], text: str, pair: str | None) -> tuple[tuple
 
 
 def with_score_function(model: nn.Module, score_fn: str) -> nn.Module:
-    """A copy of `model` whose attention uses another alignment-score function (scores.py): every
+    """A copy of `model` whose attention uses another alignment-score function (nn/score_functions.py): every
     weight shared but the new function's own parameters, which start from their initialisation."""
     import dataclasses
 

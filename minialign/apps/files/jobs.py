@@ -1,69 +1,60 @@
-"""The file jobs of the command line (batchfile.Job): score, embed, classify.
+"""The file jobs of the command line (rows.Job): score, embed, classify.
 
-Each says which fields a row has, how a block of rows becomes output records, and the settings a
-resumed run must share with the run that made the file.
+Each says which fields a row has and how a block of rows becomes output records; the runner says the
+rest (products/runner.py): what is wrong with a row (`check`), the settings a resumed run must share
+(`settings`), and what its window cut, counted over the run and reported once at the end (`tally`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from minialign.apps.files.rows import Job, Row
 from minialign.products.classifier import Classifier
 from minialign.products.embeddings import SentenceEncoder
-from minialign.runtime.engine import report_truncation
+from minialign.products.runner import PairScorer, Runner
 
-
-# What each command writes (batchfile.FORMATS' values), known before a model is loaded: the command
-# line checks its --output against it first (batchfile.check_output), and each job declares it.
+# What each command writes (rows.FORMATS' values), known before a model is loaded: the command line
+# checks its --output against it first (rows.check_output), and each job declares it.
 OUTPUT_FORMATS = {"score": ("jsonl", "csv"), "embed": ("jsonl", "safetensors"), "classify": ("jsonl", "csv")}
 
 
-def _dtype(model: torch.nn.Module) -> str:
-    return str(next(model.parameters()).dtype).removeprefix("torch.")
+def _job(runner: Runner, command: str, *, model: str | None, settings: dict[str, Any], **job: Any) -> Job:
+    """A Job of `command` run by `runner`: its batch size, the settings a resumed run must share, and one
+    truncation warning per run (job["run"] takes the tally and adds each block's counts to it)."""
+    totals = runner.tally()
+    run = job.pop("run")
+    return Job(run=lambda rows: run(rows, totals), finish=totals.warn, batch_size=runner.batch_size,
+               outputs=OUTPUT_FORMATS[command], settings={"model": model, **settings}, **job)
 
 
-def score_job(scorer, *, context_field: str = "context", claim_field: str = "claim", model: str | None = None) -> Job:
+def score_job(scorer: PairScorer, *, context_field: str = "context", claim_field: str = "claim",
+              model: str | None = None) -> Job:
     """AlignScorer or MiniCheckScorer: {"score": float} per (context, claim) row."""
-    totals = {"cut": 0, "inputs": 0, "tokens": 0}
 
-    def run(rows: list[Row]) -> list[dict[str, Any]]:
-        details = scorer.score([r.values["context"] for r in rows], [r.values["claim"] for r in rows],
-                               return_details=True, warn_truncation=False)
-        for result in details:
-            cuts = [n for per_chunk in result["truncated"] for n in per_chunk]
-            totals["cut"] += sum(n > 0 for n in cuts)
-            totals["inputs"] += len(cuts)
-            totals["tokens"] += sum(cuts)
-        return [{"score": result["score"]} for result in details]
+    def run(rows: list[Row], totals) -> list[dict[str, Any]]:
+        scores = scorer.score([r.values["context"] for r in rows], [r.values["claim"] for r in rows],
+                              warn_truncation=False, tally=totals)
+        return [{"score": score} for score in scores]
 
-    def check(values: dict[str, str | None]) -> list[tuple[str, str]]:
-        return [] if list(scorer.splitter(values["claim"])) else [("claim", "has no sentence")]
-
-    def finish() -> None:  # one warning per run
-        report_truncation(totals["cut"], totals["inputs"], totals["tokens"], scorer.max_length,
-                          what=scorer.truncation_unit, original=scorer.reference_name)
-
-    return Job(fields={"context": context_field, "claim": claim_field},
-               flags={"context": "--context-field", "claim": "--claim-field"}, run=run, check=check,
-               columns=["score"], finish=finish, batch_size=scorer.engine.batch_size, outputs=OUTPUT_FORMATS["score"],
-               settings={"model": model or scorer.source, "mode": scorer.mode, "dtype": _dtype(scorer.model)})
+    return _job(scorer, "score", model=model or scorer.source, settings=scorer.settings(), run=run,
+                fields={"context": context_field, "claim": claim_field},
+                flags={"context": "--context-field", "claim": "--claim-field"},
+                check=lambda values: scorer.check(values["context"], values["claim"], null="null"),
+                columns=["score"])
 
 
 def embed_job(encoder: SentenceEncoder, *, text_field: str = "text", normalize: bool = False,
               model: str | None = None) -> Job:
     """SentenceEncoder: {"embedding": [floats]} per text row (.jsonl), or one (N, D) tensor (.safetensors)."""
 
-    def run(rows: list[Row]) -> list[dict[str, Any]]:
-        vectors = encoder.encode([r.values["text"] for r in rows], normalize_embeddings=normalize)
+    def run(rows: list[Row], totals) -> list[dict[str, Any]]:
+        vectors = encoder.encode([r.values["text"] for r in rows], normalize_embeddings=normalize,
+                                 warn_truncation=False, tally=totals)
         return [{"embedding": v} for v in vectors.tolist()]
 
-    return Job(fields={"text": text_field}, flags={"text": "--text-field"}, run=run, tensor="embedding",
-               batch_size=encoder.batch_size, outputs=OUTPUT_FORMATS["embed"],
-               settings={"model": model, "normalize": normalize, "dtype": _dtype(encoder.encoder),
-                         "max_seq_length": encoder.max_seq_length})
+    return _job(encoder, "embed", model=model, settings=encoder.settings(normalize=normalize), run=run,
+                fields={"text": text_field}, flags={"text": "--text-field"}, tensor="embedding")
 
 
 def classify_job(classifier: Classifier, *, text_field: str = "text", pair_field: str = "pair",
@@ -71,28 +62,16 @@ def classify_job(classifier: Classifier, *, text_field: str = "text", pair_field
     """Classifier: per row (a text, and a pair text when the row has one), the best label and every
     label's score; a one-label model (a reranker, a regressor) gives {"score"}."""
     labels = classifier.labels
-    function = classifier.activation(activation)
 
-    def run(rows: list[Row]) -> list[dict[str, Any]]:
-        records: list[dict[str, Any] | None] = [None] * len(rows)
-        singles = [i for i, r in enumerate(rows) if r.values["pair"] is None]
-        pairs = [i for i, r in enumerate(rows) if r.values["pair"] is not None]
-        for indices, with_pair in ((singles, False), (pairs, True)):
-            if not indices:
-                continue
-            scores = classifier.predict([rows[i].values["text"] for i in indices],
-                                        [rows[i].values["pair"] for i in indices] if with_pair else None,
-                                        activation=function)
-            for i, row_scores in zip(indices, scores.view(len(indices), -1).tolist()):
-                if len(labels) == 1:
-                    records[i] = {"score": row_scores[0]}
-                else:
-                    best = max(range(len(labels)), key=row_scores.__getitem__)
-                    records[i] = {"label": labels[best], **{f"score_{label}": s for label, s in zip(labels, row_scores)}}
-        return records
+    def run(rows: list[Row], totals) -> list[dict[str, Any]]:
+        scores = classifier.predict([r.values["text"] for r in rows], [r.values["pair"] for r in rows],
+                                    activation=activation, warn_truncation=False, tally=totals)
+        if classifier.reranker:
+            return [{"score": score} for score in scores.tolist()]
+        return [{"label": ranked[0][0], **{f"score_{label}": s for label, s in zip(labels, row)}}
+                for ranked, row in zip(classifier.label_ranking(scores), scores.tolist())]
 
-    columns = ["score"] if len(labels) == 1 else ["label", *(f"score_{label}" for label in labels)]
-    return Job(fields={"text": text_field, "pair": pair_field}, flags={"text": "--text-field", "pair": "--pair-field"},
-               optional=("pair",), run=run, columns=columns, batch_size=classifier.engine.batch_size,
-               outputs=OUTPUT_FORMATS["classify"],
-               settings={"model": model, "activation": function, "dtype": _dtype(classifier.model)})
+    columns = ["score"] if classifier.reranker else ["label", *(f"score_{label}" for label in labels)]
+    return _job(classifier, "classify", model=model, settings=classifier.settings(activation=activation), run=run,
+                fields={"text": text_field, "pair": pair_field}, flags={"text": "--text-field", "pair": "--pair-field"},
+                optional=("pair",), columns=columns)

@@ -23,13 +23,13 @@ import os
 import sys
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from minialign.text.tokenizer import value_problem
+from minialign.text.validation import value_problem
 
 SETTINGS_SUFFIX = ".settings.json"  # beside the output: what produced it
 SHOWN_PROBLEMS = 20  # malformed rows listed in an error; the rest are counted
@@ -292,10 +292,10 @@ class ResultWriter:
         if path.exists() and path.stat().st_size > 0:
             if not resume:
                 raise InputError(f"{path} exists; pass --resume to continue it, or remove it")
-            _check_settings(path, settings)
+            settings_record(settings_path(path), settings, output=path, begun=True)
             self.done = self._read_done()
         else:
-            _write_settings(path, settings)
+            settings_record(settings_path(path), settings, output=path, begun=False)
         self.file = open(path, "a", encoding="utf-8", newline="")
         if self.fmt == "csv" and path.stat().st_size == 0:
             self._write_csv(["id", *columns])
@@ -365,32 +365,50 @@ def _complete_length(data: bytes, *, csv_quotes: bool) -> int:
 
 
 def settings_path(output: Path) -> Path:
+    """Where a file output's settings record goes: beside it (a --ray output directory holds its own)."""
     return output.with_name(output.name + SETTINGS_SUFFIX)
 
 
-def _write_settings(output: Path, settings: dict[str, Any]) -> None:
-    target = settings_path(output)
-    staging = target.with_name(f".{target.name}.tmp")
-    staging.write_text(json.dumps({"minialign_scores": 1, "settings": settings}, indent=1) + "\n", encoding="utf-8")
-    os.replace(staging, target)
-
-
-def _check_settings(output: Path, settings: dict[str, Any]) -> None:
-    """Refuse to resume a file made with other settings (another model, mode, dtype or fields)."""
-    target = settings_path(output)
+def read_settings(record: Path) -> dict[str, Any]:
+    """The settings a record holds. FileNotFoundError when there is none; InputError when it is not a
+    record minialign wrote."""
     try:
-        recorded = json.loads(target.read_text(encoding="utf-8"))["settings"]
+        data = json.loads(record.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("settings"), dict):
+        return data["settings"]
+    if isinstance(data, dict) and "mapper" in data:  # a --ray output's record as written before: flat
+        return data
+    raise InputError(f"{record}: unreadable settings record")
+
+
+def settings_record(record: Path, settings: dict[str, Any], *, output: Path, begun: bool) -> None:
+    """The one record of the settings that made an output (the model, mode, dtype, fields, ...: what
+    must match for a later run to continue it). When the output is new (not `begun`) the record is
+    written, whole or not at all; when a run continues an output, the record is read and compared with
+    `settings`: a missing or unreadable record, or any setting that differs, refuses the run with an
+    InputError naming each difference with both values."""
+    settings = json.loads(json.dumps(settings, default=str))  # as the record holds them (lists, strings)
+    if not begun:
+        staging = record.with_name(f".{record.name}.tmp")
+        staging.write_text(json.dumps({"minialign_scores": 1, "settings": settings}, indent=1, sort_keys=True) + "\n",
+                           encoding="utf-8")
+        os.replace(staging, record)
+        return
+    try:
+        recorded = read_settings(record)
     except FileNotFoundError:
-        raise InputError(f"{output} has no record of the settings that made it ({target.name} is missing), so "
-                         f"resuming could mix two metrics in one file; remove {output} to start over") from None
-    except (ValueError, KeyError, TypeError):
-        raise InputError(f"{target}: unreadable settings record; remove {output} and {target.name} to start over") \
-            from None
-    differ = [f"{key}: the file was made with {recorded.get(key)!r}, this run has {value!r}"
-              for key, value in settings.items() if recorded.get(key) != value]
+        raise InputError(f"{output} has no record of the settings that made it ({record.name} is missing), so "
+                         f"resuming could mix two metrics in one output; remove {output} to start over") from None
+    except InputError as e:
+        beside = "" if record.parent == output else f" and {record.name}"
+        raise InputError(f"{e}; remove {output}{beside} to start over") from None
+    differ = sorted(k for k in set(recorded) | set(settings) if recorded.get(k) != settings.get(k))
     if differ:
-        raise InputError(f"refusing to resume {output}: its settings differ ({'; '.join(differ)}). Rerun with "
-                         f"the same settings, or write to another --output")
+        raise InputError(f"refusing to resume {output}: it was made with other settings ("
+                         + "; ".join(f"{k}: {recorded.get(k)!r} then, {settings.get(k)!r} now" for k in differ)
+                         + "). Rerun with the same settings, or write to another --output")
 
 
 def run_file(job: Job, input_path: Path, output_path: Path, *, id_field: str = "id", resume: bool = False,

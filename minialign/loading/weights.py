@@ -1,6 +1,6 @@
 """Checkpoint -> model: check the tensors against what the class declares, materialise them on the
 device in the dtype (peak memory near one copy of the weights), initialise what a checkpoint may
-lack; and the device / dtype decisions loading makes (resolve_device, dtype="auto")."""
+lack (devices.py makes the device and dtype decisions)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from torch import Tensor, nn
 from minialign import convert
 from minialign.convert import CheckpointError
 from minialign.loading.checkpoints import Checkpoint, read_checkpoint
+from minialign.loading.devices import auto_compute_dtype, resolve_device, warn_if_emulated
 from minialign.nn.config import Config
 from minialign.nn.init import init_parameter
-from minialign.nn.linear import ONEDNN_PROBES
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def build(cls: type[nn.Module], ckpt: Checkpoint, *, device: str | torch.device 
     if dtype == "auto":  # fp32 weights; bf16 matmuls where bf16 is native (see auto_dtype)
         dtype, compute_dtype = torch.float32, auto_compute_dtype(device)
     dtype = dtype or torch.float32
-    _warn_if_emulated(device, dtype)
+    warn_if_emulated(device, dtype)
     tensors = own_tensors(cls, ckpt)
     with torch.device("meta"):
         model = cls(ckpt.config, attn_backend=attn_backend)
@@ -109,12 +109,13 @@ def build(cls: type[nn.Module], ckpt: Checkpoint, *, device: str | torch.device 
 
 
 def own_tensors(cls: type[nn.Module], ckpt: Checkpoint) -> dict[str, Tensor]:
-    """The checkpoint's tensors under `cls.checkpoint_prefix`, renamed to the class's own names."""
-    prefix = getattr(cls, "checkpoint_prefix", None)
-    if prefix is None:
-        raise TypeError(f"cannot load into {cls.__name__}: it declares no checkpoint_prefix")
-    skipped = cls.skipped_weights(ckpt.config)
-    read = {k: v for k, v in ckpt.tensors.items() if k.startswith(prefix) and not (skipped and k.startswith(skipped))}
+    """The checkpoint's tensors under the modules `cls` owns (`cls.owns(config)`, below its
+    `checkpoint_prefix`), renamed to the class's own names; the others are logged as not used."""
+    prefix, owns = getattr(cls, "checkpoint_prefix", None), getattr(cls, "owns", None)
+    if prefix is None or owns is None:
+        raise TypeError(f"cannot load into {cls.__name__}: it declares no checkpoint_prefix / owns (Pretrained)")
+    owned = tuple(f"{prefix}{part}." for part in owns(ckpt.config))
+    read = {k: v for k, v in ckpt.tensors.items() if k.startswith(owned)}
     unused = sorted(set(ckpt.tensors) - set(read))
     if unused:
         log.info("%s: weights not used by %s: %s", ckpt.origin, cls.__name__, unused)
@@ -136,56 +137,6 @@ def materialise(model: nn.Module, tensors: dict[str, Tensor], device: torch.devi
     for tensor in tensors.values():
         if tensor.data_ptr() not in kept:
             convert.release(tensor)
-
-
-def auto_compute_dtype(device: torch.device) -> torch.dtype | None:
-    """dtype="auto": bf16 matmuls where the hardware runs them natively (a CPU with AVX512-BF16 / AMX,
-    a GPU that supports bf16), else None (fp32 throughout). BENCHMARKS.md ("Precision") has the
-    score deviations of this recipe against fp32."""
-    if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else None
-    if device.type == "cpu":
-        return torch.bfloat16 if cpu_has_native(torch.bfloat16, unknown=False) else None
-    return None
-
-
-def resolve_device(device: str | torch.device | None) -> torch.device:
-    """The torch.device named, checked to exist on this machine (default: cpu)."""
-    try:
-        resolved = torch.device(device or "cpu")
-    except (RuntimeError, TypeError) as e:
-        raise ValueError(f"unknown device {device!r} ({e}); use cpu, cuda, cuda:N or mps") from None
-    if resolved.type == "cpu":
-        return resolved
-    if resolved.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0:
-            why = "this torch was built without CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
-            raise ValueError(f"device {str(device)!r} is not available on this machine ({why}); use cpu")
-        if resolved.index is not None and resolved.index >= count:
-            raise ValueError(f"device {str(device)!r} does not exist: this machine has {count} CUDA device(s)")
-        return resolved
-    if resolved.type == "mps":
-        if not torch.backends.mps.is_available():
-            raise ValueError(f"device {str(device)!r} is not available on this machine (no Apple MPS); use cpu")
-        return resolved
-    raise ValueError(f"device {str(device)!r} is not supported; use cpu, cuda, cuda:N or mps")
-
-
-def _warn_if_emulated(device: torch.device, dtype: torch.dtype) -> None:
-    if device.type == "cpu" and dtype in (torch.bfloat16, torch.float16) and not cpu_has_native(dtype):
-        warnings.warn(f"this CPU has no native {dtype} matmul (no AVX512-BF16/FP16 or AMX), so {dtype} is "
-                      f"emulated and runs several times slower than float32 here (BENCHMARKS.md); "
-                      f"float32 is the faster choice on this machine", stacklevel=4)
-
-
-def cpu_has_native(dtype: torch.dtype, *, unknown: bool = True) -> bool:
-    """Whether oneDNN reports hardware matmul support for bf16 / fp16 on this CPU; `unknown` for a
-    torch build that cannot tell (True: do not warn; dtype="auto" asks False: do not pick it)."""
-    try:
-        return bool(getattr(torch.ops.mkldnn, ONEDNN_PROBES[dtype])())
-    except (AttributeError, RuntimeError):
-        return unknown
 
 
 def cast(t: Tensor, device: torch.device, dtype: torch.dtype) -> Tensor:

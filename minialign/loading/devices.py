@@ -1,0 +1,61 @@
+"""The device and dtype decisions loading makes: which device a name means on this machine, whether
+this CPU runs bf16 / fp16 natively (oneDNN's own probes, nn.linear.ONEDNN_PROBES), and what
+dtype="auto" picks."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from minialign.nn.linear import ONEDNN_PROBES
+
+
+def auto_compute_dtype(device: torch.device) -> torch.dtype | None:
+    """dtype="auto": bf16 matmuls where the hardware runs them natively (a CPU with AVX512-BF16 / AMX,
+    a GPU that supports bf16), else None (fp32 throughout). BENCHMARKS.md ("Precision") has the
+    score deviations of this recipe against fp32."""
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else None
+    if device.type == "cpu":
+        return torch.bfloat16 if cpu_has_native(torch.bfloat16, unknown=False) else None
+    return None
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """The torch.device named, checked to exist on this machine (default: cpu)."""
+    try:
+        resolved = torch.device(device or "cpu")
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"unknown device {device!r} ({e}); use cpu, cuda, cuda:N or mps") from None
+    if resolved.type == "cpu":
+        return resolved
+    if resolved.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            why = "this torch was built without CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
+            raise ValueError(f"device {str(device)!r} is not available on this machine ({why}); use cpu")
+        if resolved.index is not None and resolved.index >= count:
+            raise ValueError(f"device {str(device)!r} does not exist: this machine has {count} CUDA device(s)")
+        return resolved
+    if resolved.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError(f"device {str(device)!r} is not available on this machine (no Apple MPS); use cpu")
+        return resolved
+    raise ValueError(f"device {str(device)!r} is not supported; use cpu, cuda, cuda:N or mps")
+
+
+def warn_if_emulated(device: torch.device, dtype: torch.dtype) -> None:
+    if device.type == "cpu" and dtype in (torch.bfloat16, torch.float16) and not cpu_has_native(dtype):
+        warnings.warn(f"this CPU has no native {dtype} matmul (no AVX512-BF16/FP16 or AMX), so {dtype} is "
+                      f"emulated and runs several times slower than float32 here (BENCHMARKS.md); "
+                      f"float32 is the faster choice on this machine", stacklevel=4)
+
+
+def cpu_has_native(dtype: torch.dtype, *, unknown: bool = True) -> bool:
+    """Whether oneDNN reports hardware matmul support for bf16 / fp16 on this CPU; `unknown` for a
+    torch build that cannot tell (True: do not warn; dtype="auto" asks False: do not pick it)."""
+    try:
+        return bool(getattr(torch.ops.mkldnn, ONEDNN_PROBES[dtype])())
+    except (AttributeError, RuntimeError):
+        return unknown

@@ -1,0 +1,88 @@
+"""BERT, the family the others derive from (transformers models/bert/modeling_bert.py): absolute
+positions, token types, the shared post-LN layers (nn/layers.py), a pooler, and a classification
+head on the pooled first token. Its config.json and weight names: convert/hf_config.py BERT,
+convert/names.py BERT.
+
+Shapes: B batch, L sequence length (a packed batch is one row of T tokens, (1, T)), C hidden size.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from minialign.models.family import Family
+from minialign.nn.capture import record
+from minialign.nn.config import Config
+from minialign.nn.linear import Linear
+
+if TYPE_CHECKING:
+    from minialign.models.encoder import EncoderOutput
+
+
+class Embeddings(nn.Module):
+    """LayerNorm(word + position + token_type), then dropout (BertEmbeddings)."""
+
+    def __init__(self, config: Config):
+        super().__init__()
+        self.config = config
+        self.word = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.position = nn.Embedding(config.max_position_embeddings, config.hidden_size,
+                                     padding_idx=self.position_padding_idx(config))
+        self.token_type = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    @staticmethod
+    def position_padding_idx(config: Config) -> int | None:
+        """The position table's padding row (None: none)."""
+        return None
+
+    def position_ids(self, input_ids: Tensor) -> Tensor:
+        """(B, L) -> (B, L): 0, 1, ..., L - 1 in every row (BertEmbeddings' position_ids buffer)."""
+        return torch.arange(input_ids.size(1), device=input_ids.device).expand_as(input_ids)
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor) -> Tensor:
+        """(B, L) each, or a packed (1, T); the Encoder fills token types and positions once."""
+        word, token_type, position = self.word(input_ids), self.token_type(token_type_ids), self.position(position_ids)
+        x = word + token_type + position  # (B, L, C)
+        record("word", word)
+        record("position", position)
+        record("token_type", token_type)
+        record("sum", x)
+        x = self.norm(x)
+        record("norm", x)
+        return self.dropout(x)
+
+
+def head_dropout(config: Config) -> nn.Dropout:
+    """A classification head's dropout: classifier_dropout, else hidden_dropout (transformers' rule)."""
+    return nn.Dropout(config.hidden_dropout if config.classifier_dropout is None else config.classifier_dropout)
+
+
+def check_labels(config: Config) -> None:
+    if not config.labels:
+        raise ValueError("a classification head needs labels (Config.labels, from id2label / num_labels)")
+
+
+class ClassificationHead(nn.Module):
+    """BertForSequenceClassification's head: logits = out_proj(dropout(pooled))."""
+
+    def __init__(self, config: Config):
+        super().__init__()
+        check_labels(config)
+        self.dropout = head_dropout(config)
+        self.out_proj = Linear(config.hidden_size, len(config.labels))
+
+    def forward(self, encoded: EncoderOutput) -> Tensor:
+        """pooler_output (B, C) -> (B, num_labels)."""
+        return self.out_proj(self.dropout(encoded.pooler_output))
+
+
+class Bert(Family):
+    arch = "bert"
+    Embeddings = Embeddings
+    ClassificationHead = ClassificationHead

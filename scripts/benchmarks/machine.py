@@ -1,0 +1,73 @@
+"""The machine a run measures, and the one timer every section uses."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+
+import torch
+
+from minialign.nn import linear
+from minialign.loading import cpu_has_native
+
+
+def machine() -> dict[str, str]:
+    """What the figures hold for: CPU model and features, cores, threads, library versions, the GPU,
+    and the Linear kernel minialign runs on this kind of CPU."""
+    cpu = platform.processor() or "unknown"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        flags = next((line for line in open("/proc/cpuinfo") if line.startswith("flags")), "")
+        isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f" {f}" in flags]
+    except OSError:
+        isa = []
+    info = {"cpu": cpu, "cores": str(os.cpu_count()), "torch threads": str(torch.get_num_threads()),
+            "cpu features": " ".join(isa) or "unknown", "torch": torch.__version__, "python": platform.python_version()}
+    try:
+        import transformers
+
+        info["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    info["gpu"] = torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
+    most = linear.PACKED_ROWS.get(linear.cpu_kind(), 0)
+    info["kernel kind"] = (f"{linear.cpu_kind()} (minialign's fp32 Linear: oneDNN packed "
+                           + ("at every shape" if most is None else f"up to {most} rows, F.linear above" if most
+                              else "never, F.linear") + f"; bf16 packed: {linear.onednn_has(torch.bfloat16)})")
+    return info
+
+
+def cpu_kind_label() -> str:
+    """The CPU kind a run's figures hold for: its section of BENCHMARKS.md."""
+    native = cpu_has_native(torch.bfloat16, unknown=False)
+    return {"AVX512": "AVX-512" + (" with native bf16" if native else "")}.get(linear.cpu_kind(), linear.cpu_kind())
+
+
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def interleaved(calls: dict, *, rounds: int, warm_up: dict | None = None,
+                outputs: dict | None = None) -> dict[str, float]:
+    """Best seconds of each call over `rounds` rounds, every call once per round, the order reversed
+    every other round: the machine's drift hits all implementations alike (a shared VM varies by
+    10-20%). First each call of `warm_up` runs once (default: each of `calls`; {}: none). `outputs`,
+    when given, gets each call's last result."""
+    for call in (calls if warm_up is None else warm_up).values():
+        call()
+    best = {label: float("inf") for label in calls}
+    for r in range(rounds):
+        for label, call in list(calls.items())[::1 if r % 2 == 0 else -1]:  # alternate the order: no seat is favoured
+            sync()
+            start = time.perf_counter()
+            result = call()
+            sync()
+            best[label] = min(best[label], time.perf_counter() - start)
+            if outputs is not None:
+                outputs[label] = result
+    return best

@@ -1,0 +1,113 @@
+"""The command line as a user meets it: where a command writes is checked before any model loads; a bad
+device or destination is one line of error, never a traceback; warnings are one line; numpy is not
+needed."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from minialign.apps.cli import main as cli
+
+
+def _alignscore(tiny_alignscore) -> list[str]:
+    """The options naming the tiny AlignScore checkpoint (conftest)."""
+    return ["--model", str(tiny_alignscore[0]), "--backbone", str(tiny_alignscore[1])]
+
+
+@pytest.mark.parametrize("device,message", [("cuda", "not available on this machine"), ("cuda:7", "not available"),
+                                            ("mps", "not available on this machine"), ("gpu0", "unknown device")])
+def test_unavailable_devices_are_errors_not_tracebacks(tmp_path, tiny_alignscore, capsys, device, message):
+    if torch.cuda.is_available() and device.startswith("cuda"):
+        pytest.skip("this machine has CUDA")
+    assert cli(["score", "--context", "A.", "--claim", "B.", "--device", device, *_alignscore(tiny_alignscore)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_convert_onto_a_file_is_refused(tmp_path, save_hf, capsys):
+    _, directory = save_hf("bert")
+    (tmp_path / "taken").write_text("keep me")
+    assert cli(["convert", str(directory), str(tmp_path / "taken")]) == 2
+    assert "exists and is not a directory" in capsys.readouterr().err
+    assert (tmp_path / "taken").read_text() == "keep me"
+
+
+def test_every_destination_is_checked_before_any_model_loads(tmp_path, capsys):
+    """The model named does not exist: an error about the destination proves it came first."""
+    model = str(tmp_path / "no-such-model")
+    rows = tmp_path / "in.jsonl"
+    rows.write_text(json.dumps({"id": 1, "text": "A text.", "context": "A.", "claim": "B."}) + "\n")
+    (tmp_path / "x.safetensors").mkdir()
+    (tmp_path / "somedir").mkdir()
+    (tmp_path / "done.jsonl").write_text('{"id": 1, "score": 0.5}\n')
+    (tmp_path / "a-file").write_text("keep me")
+    files = ["--input", str(rows), "--output"]
+    cases = [
+        (["embed", "--model", model, *files, str(tmp_path / "x.safetensors")],
+         f"--output {tmp_path / 'x.safetensors'} is a directory; --output names a .jsonl or .safetensors file"),
+        (["score", "--model", model, *files, str(tmp_path / "somedir")],
+         f"--output {tmp_path / 'somedir'} is a directory"),
+        (["score", "--model", model, *files, str(tmp_path / "scores")],
+         f"--output {tmp_path / 'scores'} has no extension; name a .jsonl or .csv file"),
+        (["classify", "--model", model, *files, str(tmp_path / "out.parquet")],
+         "has an unknown format '.parquet'; name a .jsonl or .csv file"),
+        (["classify", "--model", model, *files, str(tmp_path / "missing" / "out.jsonl")],
+         f"the directory {tmp_path / 'missing'} does not exist"),
+        (["score", "--model", model, *files, str(rows)], f"--output {rows} is the input file"),
+        (["score", "--model", model, *files, str(tmp_path / "done.jsonl")], "exists; pass --resume"),
+        (["embed", "--model", model, *files, str(tmp_path / "new.safetensors"), "--resume"], "cannot be resumed"),
+        (["embed", "--model", model, "--ray", *files, str(tmp_path / "a-file")],
+         f"--output {tmp_path / 'a-file'} exists and is not a directory"),
+        (["embed", "--model", model, "--ray", *files, str(tmp_path / "shards.jsonl")],
+         "looks like a file name (.jsonl), but this command writes a directory"),
+        (["embed", "--model", model, "--input", str(tmp_path / "nothing.jsonl"), "--output", str(tmp_path / "o.jsonl")],
+         f"--input {tmp_path / 'nothing.jsonl'}: no such file"),
+        (["convert", model, str(tmp_path / "a-file")], f"DST {tmp_path / 'a-file'} exists and is not a directory"),
+        (["convert", model, str(tmp_path / "a-file" / "native")], f"{tmp_path / 'a-file'} is not a directory"),
+        (["explore", "--model", model, "--text", "Hello.", "--output", str(tmp_path / "page")],
+         "has no extension; name a .html file"),
+    ]
+    for command, message in cases:
+        assert cli(command) == 2, command
+        err = capsys.readouterr().err
+        assert message in err and "no-such-model" not in err, (command, err)
+    assert (tmp_path / "a-file").read_text() == "keep me" and (tmp_path / "done.jsonl").read_text().count("\n") == 1
+
+
+# The entry point as a user runs it (`python -m minialign`), numpy hidden as if it were not installed:
+# a finder ahead of every other refuses it, as an absent module is refused.
+WITHOUT_NUMPY = """
+import runpy, sys
+
+class NoNumpy:
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy" or name.startswith("numpy."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+sys.meta_path.insert(0, NoNumpy())
+sys.argv = ["minialign", *sys.argv[1:]]
+runpy.run_module("minialign", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_no_numpy_warning_when_numpy_is_absent(tmp_path):
+    result = subprocess.run([sys.executable, "-c", WITHOUT_NUMPY, "convert", str(tmp_path / "missing"),
+                             str(tmp_path / "out")], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr == f"minialign convert: error: {tmp_path / 'missing'}: no such file or directory\n"
+    check = subprocess.run([sys.executable, "-c", WITHOUT_NUMPY.replace('runpy.run_module("minialign", run_name='
+                                                                        '"__main__", alter_sys=True)', "import numpy")],
+                           capture_output=True, text=True)
+    assert "No module named 'numpy'" in check.stderr  # the finder does hide it
+
+
+def test_cli_warnings_are_one_line_without_their_source(tmp_path, tiny_alignscore):
+    (tmp_path / "empty.jsonl").write_text("")
+    result = subprocess.run([sys.executable, "-m", "minialign", "score", "--input", str(tmp_path / "empty.jsonl"),
+                             "--output", str(tmp_path / "out.jsonl"), *_alignscore(tiny_alignscore)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    said = [line for line in result.stderr.splitlines() if "no rows" in line or line.startswith(" ")]
+    assert said == [f"warning: UserWarning: {tmp_path / 'empty.jsonl'}: no rows; the output holds none"], result.stderr

@@ -1,0 +1,119 @@
+"""The runner contract (products/runner.py) held by all four runners: the same from_pretrained keywords,
+one forward the engine calls, truncation counted and reported the same way, which inputs exceed the
+window, a budget changed through a method."""
+
+import inspect
+import re
+import warnings
+
+import pytest
+import torch
+from conftest import save_classifier
+
+import minialign as ma
+from minialign.products.runner import LOAD_KEYWORDS, Runner
+from minialign.runtime.engine import TruncationWarning
+
+RUNNERS = (ma.AlignScorer, ma.MiniCheckScorer, ma.SentenceEncoder, ma.Classifier)
+LONG = "word " * 700  # over every window here (512 tokens, MiniLM's 256)
+
+
+@pytest.fixture(scope="module")
+def sources(tiny_alignscore, minicheck_dir, minilm_dir, tmp_path_factory):
+    """Per runner: (src, its own keywords, its tokenizer's directory)."""
+    path, backbone, _ = tiny_alignscore
+    reranker = tmp_path_factory.mktemp("runner") / "reranker"
+    save_classifier(reranker, "bert", 1, minilm_dir)
+    return {ma.AlignScorer: (path, {"backbone": str(backbone)}, backbone),
+            ma.MiniCheckScorer: (minicheck_dir, {}, minicheck_dir),
+            ma.SentenceEncoder: (minilm_dir, {}, minilm_dir),
+            ma.Classifier: (reranker, {}, reranker)}
+
+
+def call(runner, texts, **options):
+    """The runner's own call on texts (the scorers pair each with a short claim)."""
+    if isinstance(runner, (ma.AlignScorer, ma.MiniCheckScorer)):
+        return runner.score(texts, ["A claim."] * len(texts), **options)
+    if isinstance(runner, ma.SentenceEncoder):
+        return runner.encode(texts, **options)
+    return runner.predict(texts, **options)
+
+
+def test_every_from_pretrained_takes_the_same_keywords_with_the_same_defaults():
+    defaults = {}
+    for cls in RUNNERS:
+        parameters = inspect.signature(cls.from_pretrained).parameters
+        missing = [k for k in LOAD_KEYWORDS if k not in parameters]
+        assert not missing, (cls.__name__, missing)
+        for k in LOAD_KEYWORDS:
+            assert parameters[k].kind is inspect.Parameter.KEYWORD_ONLY, (cls.__name__, k)
+            defaults.setdefault(k, parameters[k].default)
+            assert parameters[k].default == defaults[k], (cls.__name__, k)
+        assert issubclass(cls, Runner) and "forward" in vars(cls)  # the one method the engine calls
+
+
+@pytest.mark.parametrize("cls", RUNNERS, ids=lambda c: c.__name__)
+def test_each_runner_loads_with_the_shared_keywords(cls, sources):
+    src, own, tokenizer = sources[cls]
+    runner = cls.from_pretrained(src, **own, tokenizer=tokenizer, device="cpu", dtype=torch.float32,
+                                 attn_backend="eager", compile=False, unpad=False, batch_size=3, max_tokens=700,
+                                 workers=1, revision=None, cache_dir=None)
+    assert runner.batch_size == 3 and runner.engine.max_tokens == 700 and not runner.unpad
+    assert runner.source == str(src) and runner.dtype_name == "float32"
+    runner.set_budget(max_tokens=900, batch_size=5)
+    assert (runner.engine.max_tokens, runner.batch_size) == (900, 5)
+    with pytest.raises(ValueError, match="max_tokens"):
+        runner.set_budget(max_tokens=0)
+    out = call(runner, ["A short text.", "Another one."], warn_truncation=False)
+    assert len(out) == 2
+
+
+@pytest.mark.parametrize("cls", RUNNERS, ids=lambda c: c.__name__)
+def test_every_runner_reports_truncation_the_same_way(cls, sources):
+    src, own, _ = sources[cls]
+    runner = cls.from_pretrained(src, **own)
+    texts = ["A short text.", LONG]
+    with pytest.warns(TruncationWarning) as caught:
+        call(runner, texts)
+    assert len(caught) == 1 and caught[0].filename == __file__  # one warning, at the caller's line
+    message = str(caught[0].message)
+    shape = rf"^1 of 2 .+ were cut by the {runner.max_length}-token window \((\d+) tokens in all\), as .+ does"
+    assert re.match(shape, message), message
+    assert message.endswith("under 'truncated'") == runner.has_details  # where calls return details
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TruncationWarning)
+        call(runner, texts, warn_truncation=False)
+        tally = runner.tally()
+        call(runner, texts, warn_truncation=False, tally=tally)
+        call(runner, texts[:1], warn_truncation=False, tally=tally)
+    assert (tally.cut, tally.inputs, tally.tokens) == (1, 3, int(re.match(shape, message).group(1)))
+    with pytest.warns(TruncationWarning, match=r"^1 of 3 "):
+        tally.warn()
+    if runner.has_details:
+        details = call(runner, texts, return_details=True, warn_truncation=False)
+        assert sum(n for d in details for row in d["truncated"] for n in row) == tally.tokens
+
+
+def test_over_window_names_the_inputs_a_call_would_cut(sources):
+    src, _, _ = sources[ma.Classifier]
+    classifier = ma.Classifier.from_pretrained(src)
+    window = classifier.max_length  # a BERT WordPiece tokenizer: "word" is one token, [CLS] and [SEP] two more
+    half = "word " * (window // 2)
+    inputs = ["short", LONG, ("short", "pair"), (half, half), "word " * (window - 2), "word " * (window - 1)]
+    (long,) = classifier.tokenizer.encode([LONG], max_length=10_000)
+    (pair,) = classifier.tokenizer.encode([half], [half], max_length=10_000)
+    assert classifier.over_window(inputs) == [(1, len(long.ids)), (3, len(pair.ids)), (5, window + 1)]
+    assert classifier.over_window(["short", ("a", "b")]) == []
+    cut = classifier.predict([t if isinstance(t, str) else t[0] for t in inputs],
+                             [None if isinstance(t, str) else t[1] for t in inputs], warn_truncation=False)
+    assert cut.shape == (len(inputs),)
+
+
+def test_mixed_singles_and_pairs_run_in_one_call_in_input_order(sources):
+    src, _, _ = sources[ma.Classifier]
+    classifier = ma.Classifier.from_pretrained(src)
+    results = classifier.run(["one text", ("a text", "its pair"), "another text"])
+    alone = classifier.run(["one text", "another text"])
+    paired = classifier.run([("a text", "its pair")])
+    torch.testing.assert_close(results.values[[0, 2]], alone.values, atol=1e-6, rtol=0)
+    torch.testing.assert_close(results.values[[1]], paired.values, atol=1e-6, rtol=0)
