@@ -1,5 +1,5 @@
 """The original AlignScore pipeline (src/alignscore/inference.py, Inferencer), re-implemented on
-transformers modules: the reference that tests/test_scorer.py checks minialign's scores against and
+transformers modules: the reference that tests/products/test_scorer.py checks minialign's scores against and
 that scripts/bench.py times minialign against.
 
 Deliberately independent of minialign (its own chunking, tokenization and aggregation), so that

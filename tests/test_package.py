@@ -212,3 +212,12 @@ def test_every_old_path_is_importable():
 
     assert ma.attention is importlib.import_module("minialign.nn.attention").attention
     assert ma.explore is importlib.import_module("minialign.apps.explore").explore
+
+
+def test_tests_mirror_the_folders():
+    """tests/<folder>/ holds the tests of minialign/<folder>/ (convert/ too); cross-cutting ones stay at the top."""
+    library = set(MAY_IMPORT) | {"convert"}
+    folders = {p.name for p in (ROOT / "tests").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders <= library, folders - library
+    names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
+    assert len(names) == len(set(names)), "test modules are imported by name: no two may share one"

@@ -1,4 +1,4 @@
-"""loading/build.py: a checkpoint that does not fit its configuration is refused with a short error that
+"""loading/weights.py: a checkpoint that does not fit its configuration is refused with a short error that
 says why."""
 
 import pytest

@@ -131,13 +131,20 @@ def test_bad_input_names_every_index_before_model_work(tiny_alignscore, monkeypa
         scorer.score("a context", "a claim.")
 
 
-def test_long_context_scores_in_bounded_batches(tiny_alignscore):
-    """A 100,000-word context: 286 chunks, scored batch by batch."""
+def test_long_context_scores_in_bounded_batches(tiny_alignscore, monkeypatch):
+    """A 100,000-word context: every chunk AlignScore's rule makes is scored, batch by batch, each
+    batch within the batch size and the token budget."""
     path, backbone, _ = tiny_alignscore
     scorer = ma.AlignScorer.from_pretrained(path, backbone=str(backbone), batch_size=16)
     context = " ".join(_sentence(i, 20) for i in range(5000))
+    expected = chunk_context(context, ma.split_sentences(context))
+    batches, forward = [], scorer.forward
+    monkeypatch.setattr(scorer, "forward", lambda batch: batches.append(batch["attention_mask"]) or forward(batch))
     (details,) = scorer.score([context], ["Police said the company grew."], return_details=True)
-    assert len(details["chunks"]) >= 286 and 0.0 <= details["score"] <= 1.0
+    assert details["chunks"] == expected and len(expected) > 200 and 0.0 <= details["score"] <= 1.0
+    assert sum(len(mask) for mask in batches) == len(set(expected))  # one pair per distinct chunk, run once
+    assert all(len(mask) <= 16 and int(mask.sum()) <= scorer.engine.max_tokens for mask in batches)
+    assert len(batches) >= len(set(expected)) / 16
 
 
 def test_custom_splitter(tiny_alignscore):
