@@ -14,6 +14,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import CheckpointError
+
 
 @dataclass(frozen=True)
 class ConfigRow:
@@ -27,6 +29,7 @@ class ConfigRow:
     written: dict[str, Any] = field(default_factory=dict)  # further HF fields written back as they are
     positions_after_pad: bool = False  # position ids start at pad_token_id + 1 (fairseq's make_positions)
     presets: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> the HF config.json it mirrors
+    unset_as: dict[str, str] = field(default_factory=dict)  # HF field written as another when its value is None
 
     def reserved_positions(self, pad_token_id: int) -> int:
         """Rows of the position table no token's position can use (Config.max_seq_len)."""
@@ -51,6 +54,7 @@ _BERT_FIELDS = {
     "tie_word_embeddings": "tie_word_embeddings",
 }
 _SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+_SIZES_OURS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size")  # every row maps these
 
 
 def _base(hidden: int, layers: int, heads: int, intermediate: int) -> dict[str, Any]:
@@ -90,7 +94,75 @@ ROBERTA = dataclasses.replace(
     },
 )
 
-FAMILIES: dict[str, ConfigRow] = {row.model_type: row for row in (BERT, ROBERTA)}
+# configuration_distilbert.py (DistilBertConfig): its own names; no token types and no layer_norm_eps
+# (modeling_distilbert.py fixes every LayerNorm's eps at 1e-12, Config's default); seq_classif_dropout
+# is DistilBertForSequenceClassification's dropout.
+DISTILBERT = ConfigRow(
+    model_type="distilbert", base_class="DistilBertModel", classifier_class="DistilBertForSequenceClassification",
+    fields={"vocab_size": "vocab_size", "dim": "hidden_size", "n_layers": "num_layers", "n_heads": "num_heads",
+            "hidden_dim": "intermediate_size", "max_position_embeddings": "max_position_embeddings",
+            "sinusoidal_pos_embds": "sinusoidal_positions", "pad_token_id": "pad_token_id",
+            "dropout": "hidden_dropout", "attention_dropout": "attention_dropout", "activation": "activation",
+            "initializer_range": "initializer_range", "tie_word_embeddings": "tie_word_embeddings",
+            "seq_classif_dropout": "classifier_dropout"},
+    defaults={"pad_token_id": 0, "max_position_embeddings": 512, "sinusoidal_pos_embds": False, "dropout": 0.1,
+              "attention_dropout": 0.1, "activation": "gelu", "initializer_range": 0.02, "seq_classif_dropout": 0.2,
+              "tie_word_embeddings": True},
+    presets={
+        # https://huggingface.co/distilbert/distilbert-base-uncased/blob/main/config.json
+        "distilbert-base-uncased": {"vocab_size": 30522, "dim": 768, "n_layers": 6, "n_heads": 12, "hidden_dim": 3072,
+                                    "max_position_embeddings": 512, "sinusoidal_pos_embds": False,
+                                    "pad_token_id": 0},
+    },
+)
+
+# configuration_electra.py (ElectraConfig): BERT's names plus embedding_size, the embeddings' width
+# (ElectraConfig's default 128; a projection to hidden_size follows when they differ). Config's None
+# (no projection) is written back as hidden_size.
+ELECTRA = dataclasses.replace(
+    BERT, model_type="electra", base_class="ElectraModel", classifier_class="ElectraForSequenceClassification",
+    fields={**_BERT_FIELDS, "embedding_size": "embedding_size"},
+    defaults={**BERT.defaults, "embedding_size": 128},
+    written={},  # ElectraConfig has no position_embedding_type
+    unset_as={"embedding_size": "hidden_size"},
+    presets={
+        # https://huggingface.co/google/electra-small-discriminator/blob/main/config.json
+        "electra-small-discriminator": {"vocab_size": 30522, "embedding_size": 128, **_base(256, 12, 4, 1024),
+                                        "max_position_embeddings": 512, "type_vocab_size": 2,
+                                        "layer_norm_eps": 1e-12, "pad_token_id": 0},
+        # https://huggingface.co/google/electra-base-discriminator/blob/main/config.json
+        "electra-base-discriminator": {"vocab_size": 30522, "embedding_size": 768, **_base(768, 12, 12, 3072),
+                                       "max_position_embeddings": 512, "type_vocab_size": 2,
+                                       "layer_norm_eps": 1e-12, "pad_token_id": 0},
+    },
+)
+
+# XLM-RoBERTa and CamemBERT: RoBERTa's config exactly (configuration_xlm_roberta.py / configuration_camembert.py
+# have RobertaConfig's fields and defaults), their own model_type and classes.
+XLM_ROBERTA = dataclasses.replace(
+    ROBERTA, model_type="xlm-roberta", base_class="XLMRobertaModel",
+    classifier_class="XLMRobertaForSequenceClassification",
+    presets={
+        # https://huggingface.co/FacebookAI/xlm-roberta-base/blob/main/config.json
+        "xlm-roberta-base": {"vocab_size": 250002, **_base(768, 12, 12, 3072), "max_position_embeddings": 514,
+                             "type_vocab_size": 1, "layer_norm_eps": 1e-5, "pad_token_id": 1},
+        # https://huggingface.co/FacebookAI/xlm-roberta-large/blob/main/config.json
+        "xlm-roberta-large": {"vocab_size": 250002, **_base(1024, 24, 16, 4096), "max_position_embeddings": 514,
+                              "type_vocab_size": 1, "layer_norm_eps": 1e-5, "pad_token_id": 1},
+    },
+)
+CAMEMBERT = dataclasses.replace(
+    ROBERTA, model_type="camembert", base_class="CamembertModel",
+    classifier_class="CamembertForSequenceClassification",
+    presets={
+        # https://huggingface.co/almanach/camembert-base/blob/main/config.json
+        "camembert-base": {"vocab_size": 32005, **_base(768, 12, 12, 3072), "max_position_embeddings": 514,
+                           "type_vocab_size": 1, "layer_norm_eps": 1e-5, "pad_token_id": 1},
+    },
+)
+
+FAMILIES: dict[str, ConfigRow] = {row.model_type: row for row in (BERT, ROBERTA, XLM_ROBERTA, CAMEMBERT,
+                                                                    DISTILBERT, ELECTRA)}
 
 
 def family(arch: str, *, source: str = "config") -> ConfigRow:
@@ -102,6 +174,32 @@ def family(arch: str, *, source: str = "config") -> ConfigRow:
                          f"{', '.join(map(repr, FAMILIES))})") from None
 
 
+def _architecture(hf: dict[str, Any]) -> str:
+    """What a config.json says its model is: `architectures`, else the classes its auto_map names."""
+    names = hf.get("architectures") or []
+    if not names and isinstance(hf.get("auto_map"), dict):
+        names = list(hf["auto_map"].values())
+    return ", ".join(map(str, names if isinstance(names, list) else [names])) or "no architectures field"
+
+
+def refuse_foreign(hf: dict[str, Any], *, source: str = "config.json") -> None:
+    """A CheckpointError for a config.json minialign cannot run: custom code (an `auto_map`, whatever
+    its model_type says: jina-embeddings-v2 says "bert" but is ALiBi + GLU) or an unknown model_type;
+    the message names the architecture and the supported families."""
+    supported = ", ".join(map(repr, FAMILIES))
+    auto_map = hf.get("auto_map")
+    if auto_map:
+        classes = ", ".join(f"{k} -> {v}" for k, v in auto_map.items()) if isinstance(auto_map, dict) else auto_map
+        raise CheckpointError(
+            f"{source}: {_architecture(hf)} is custom code (auto_map: {classes}); minialign does not run a "
+            f"checkpoint's own code, and its model_type {hf.get('model_type')!r} does not describe that "
+            f"architecture (minialign runs the transformers families {supported})")
+    arch = hf.get("model_type")
+    if not isinstance(arch, str) or arch not in FAMILIES:
+        raise CheckpointError(f"{source}: model_type {arch!r} ({_architecture(hf)}) is not supported; "
+                              f"minialign runs {supported}")
+
+
 def presets() -> dict[str, dict[str, Any]]:
     """Every family's presets as minialign Config fields, by exact name."""
     return {name: config_from_hf({"model_type": arch, **hf}, source=f"preset {name}")
@@ -111,8 +209,9 @@ def presets() -> dict[str, dict[str, Any]]:
 def config_from_hf(hf: dict[str, Any], *, source: str = "config.json") -> dict[str, Any]:
     """Map an HF config dict to minialign field names. Dispatches on `model_type`, never on a name."""
     arch = hf.get("model_type")
+    refuse_foreign(hf, source=source)
     row = family(arch, source=source)
-    missing = [k for k in _SIZES if k not in hf]
+    missing = [k for k, dst in row.fields.items() if dst in _SIZES_OURS and k not in hf]  # the row's names
     if missing:
         raise ValueError(f"{source}: missing field(s) {missing}")
     position_type = hf.get("position_embedding_type", "absolute")
@@ -150,7 +249,9 @@ def config_to_hf(fields: dict[str, Any], *, classifier: bool = False) -> dict[st
     """Map minialign config fields back to an HF config dict that transformers' AutoConfig reads;
     `classifier`: the weights are a *ForSequenceClassification's."""
     row = family(fields["arch"])
-    hf = {src: fields[dst] for src, dst in row.fields.items() if dst in fields}
+    hf = {src: fields[dst] for src, dst in row.fields.items() if fields.get(dst) is not None}
+    for src, other in row.unset_as.items():
+        hf.setdefault(src, hf[other])
     if fields.get("labels"):
         hf["id2label"] = {str(i): label for i, label in enumerate(fields["labels"])}
         hf["label2id"] = {label: i for i, label in enumerate(fields["labels"])}

@@ -97,6 +97,54 @@ ROBERTA: dict[str, str | None] = {
 }
 
 
+# DistilBertModel (modeling_distilbert.py): its own names under `transformer.`, no token types, no pooler;
+# DistilBertForMaskedLM's head is vocab_transform -> activation -> vocab_layer_norm -> vocab_projector.
+_DISTILBERT_LAYER = {
+    "attention.q_lin": "attention.query", "attention.k_lin": "attention.key", "attention.v_lin": "attention.value",
+    "attention.out_lin": "attention.output", "sa_layer_norm": "attention_norm",
+    "ffn.lin1": "ffn.up", "ffn.lin2": "ffn.down", "output_layer_norm": "ffn_norm",
+}
+DISTILBERT: dict[str, str | None] = {
+    "embeddings.word_embeddings.weight": "encoder.embeddings.word.weight",
+    "embeddings.position_embeddings.weight": "encoder.embeddings.position.weight",  # learned or sinusoidal
+    "embeddings.LayerNorm.weight": "encoder.embeddings.norm.weight",
+    "embeddings.LayerNorm.bias": "encoder.embeddings.norm.bias",
+    "embeddings.position_ids": None,  # stale buffer saved by old transformers versions
+    **{f"transformer.layer.{{}}.{src}.{p}": f"encoder.layers.{{}}.{dst}.{p}"
+       for src, dst in _DISTILBERT_LAYER.items() for p in ("weight", "bias")},
+    "vocab_transform.weight": "mlm_head.dense.weight",
+    "vocab_transform.bias": "mlm_head.dense.bias",
+    "vocab_layer_norm.weight": "mlm_head.norm.weight",
+    "vocab_layer_norm.bias": "mlm_head.norm.bias",
+    "vocab_projector.weight": "mlm_head.decoder.weight",
+    "vocab_projector.bias": "mlm_head.bias",
+    **_ALIGN_HEADS,
+    # DistilBertForSequenceClassification: classifier(dropout(relu(pre_classifier(h_0)))), no pooler.
+    "pre_classifier.weight": "classifier.dense.weight",
+    "pre_classifier.bias": "classifier.dense.bias",
+    "classifier.weight": "classifier.out_proj.weight",
+    "classifier.bias": "classifier.out_proj.bias",
+}
+
+# ElectraModel (modeling_electra.py): BERT's backbone without a pooler, plus embeddings_project (the
+# embeddings' width -> hidden_size, present only when they differ). The pretraining heads (the
+# discriminator's replaced-token head, the generator's MLM head of embedding_size) have no minialign model.
+ELECTRA: dict[str, str | None] = {
+    **{k: v for k, v in _BACKBONE.items() if not k.startswith("pooler.")},
+    "embeddings_project.weight": "encoder.embeddings.project.weight",
+    "embeddings_project.bias": "encoder.embeddings.project.bias",
+    **{f"discriminator_predictions.{m}.{p}": None for m in ("dense", "dense_prediction") for p in ("weight", "bias")},
+    **{f"generator_predictions.{m}.{p}": None for m in ("dense", "LayerNorm") for p in ("weight", "bias")},
+    "generator_lm_head.weight": None,
+    "generator_lm_head.bias": None,
+    # ElectraForSequenceClassification: ElectraClassificationHead on the first token (no pooler).
+    "classifier.dense.weight": "classifier.dense.weight",
+    "classifier.dense.bias": "classifier.dense.bias",
+    "classifier.out_proj.weight": "classifier.out_proj.weight",
+    "classifier.out_proj.bias": "classifier.out_proj.bias",
+}
+
+
 @dataclass(frozen=True)
 class Names:
     """One family's names: its table, the prefix of the backbone inside HF's *ForMaskedLM /
@@ -106,12 +154,19 @@ class Names:
     table: dict[str, str | None]
     model_prefix: str
     mlm_prefix: str
+    classifier_prefixes: tuple[str, ...] = ("classifier.",)  # *ForSequenceClassification's head, beside the backbone
 
 
 # Config.arch -> names (the same families as hf_config.FAMILIES; tests/test_convert.py checks it).
 NAMES: dict[str, Names] = {
     "bert": Names(BERT, model_prefix="bert.", mlm_prefix="cls.predictions."),
     "roberta": Names(ROBERTA, model_prefix="roberta.", mlm_prefix="lm_head."),
+    # XLMRoberta* / Camembert*: RoBERTa's modules and names (base_model_prefix "roberta")
+    "xlm-roberta": Names(ROBERTA, model_prefix="roberta.", mlm_prefix="lm_head."),
+    "camembert": Names(ROBERTA, model_prefix="roberta.", mlm_prefix="lm_head."),
+    "electra": Names(ELECTRA, model_prefix="electra.", mlm_prefix="generator_predictions."),
+    "distilbert": Names(DISTILBERT, model_prefix="distilbert.", mlm_prefix="vocab_",
+                        classifier_prefixes=("pre_classifier.", "classifier.")),
 }
 # Views of NAMES by arch
 TABLES = {arch: names.table for arch, names in NAMES.items()}
@@ -201,14 +256,14 @@ def split_hf_backbone(hf_state_dict: dict[str, torch.Tensor], arch: str) -> tupl
     names it (`mlm_head.*`, `bin_layer.*`, ...), so the pair is a lossless view of an AlignScore checkpoint.
     """
     model, heads = {}, {}
-    mlm = NAMES[arch].mlm_prefix
-    classifier = any(name.startswith(CLASSIFIER_PREFIX) for name in hf_state_dict)
+    mlm, head = NAMES[arch].mlm_prefix, NAMES[arch].classifier_prefixes
+    classifier = any(name.startswith(head) for name in hf_state_dict)
     for name, tensor in hf_state_dict.items():
         if name.startswith(mlm):
             heads[ALIGNSCORE_MLM_PREFIX + name[len(mlm):]] = tensor
         elif name in _ALIGN_HEADS:
             heads[name] = tensor
-        elif classifier and not name.startswith(CLASSIFIER_PREFIX):
+        elif classifier and not name.startswith(head):
             model[NAMES[arch].model_prefix + name] = tensor
         else:
             model[name] = tensor

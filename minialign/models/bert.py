@@ -29,12 +29,18 @@ class Embeddings(nn.Module):
     def __init__(self, config: Config):
         super().__init__()
         self.config = config
-        self.word = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
-        self.position = nn.Embedding(config.max_position_embeddings, config.hidden_size,
+        width = self.width(config)
+        self.word = nn.Embedding(config.vocab_size, width, padding_idx=config.pad_token_id)
+        self.position = nn.Embedding(config.max_position_embeddings, width,
                                      padding_idx=self.position_padding_idx(config))
-        self.token_type = nn.Embedding(config.type_vocab_size, config.hidden_size)
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.token_type = nn.Embedding(config.type_vocab_size, width)
+        self.norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout)
+
+    @staticmethod
+    def width(config: Config) -> int:
+        """The tables' and the norm's width (ELECTRA's embedding_size; BERT: hidden_size)."""
+        return config.hidden_size
 
     @staticmethod
     def position_padding_idx(config: Config) -> int | None:

@@ -30,6 +30,7 @@ class Config:
     num_heads: int
     intermediate_size: int
     max_position_embeddings: int = 512
+    sinusoidal_positions: bool = False  # a fixed sinusoidal position table (DistilBERT's sinusoidal_pos_embds)
     type_vocab_size: int = 2
     layer_norm_eps: float = 1e-12
     pad_token_id: int = 0
@@ -46,6 +47,8 @@ class Config:
     labels: tuple[str, ...] = ()
     problem_type: str | None = None
     classifier_dropout: float | None = None
+    # The embeddings' width when it differs from hidden_size (ELECTRA: a projection follows). None: hidden_size.
+    embedding_size: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
@@ -53,6 +56,9 @@ class Config:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"Config.{name} must be a positive int, got {value!r}")
+        if self.embedding_size is not None and (not isinstance(self.embedding_size, int)
+                                                or isinstance(self.embedding_size, bool) or self.embedding_size < 1):
+            raise ValueError(f"Config.embedding_size must be None or a positive int, got {self.embedding_size!r}")
         if self.hidden_size % self.num_heads:
             raise ValueError(f"Config.hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads})")
         if not isinstance(self.arch, str) or self.arch not in FAMILIES:
@@ -82,6 +88,8 @@ class Config:
         if self.classifier_dropout is not None and not (isinstance(self.classifier_dropout, (int, float))
                                                         and 0.0 <= self.classifier_dropout < 1.0):
             raise ValueError(f"Config.classifier_dropout must be None or in [0, 1), got {self.classifier_dropout!r}")
+        if not isinstance(self.sinusoidal_positions, bool):
+            raise ValueError(f"Config.sinusoidal_positions must be a bool, got {self.sinusoidal_positions!r}")
 
     @property
     def head_dim(self) -> int:

@@ -1,0 +1,127 @@
+"""DistilBERT, as BERT but for what differs (transformers models/distilbert/modeling_distilbert.py):
+no token types (the embeddings are LayerNorm(word + position); token_type_ids a tokenizer returns are
+ignored), optionally a fixed sinusoidal position table (config.json `sinusoidal_pos_embds`), no
+dropout on the attention output before its residual, no pooler, and a classification head of its own
+on the first token: classifier(dropout(relu(pre_classifier(h_0)))). LayerNorm eps is 1e-12 in every
+norm (hard-coded there; Config's default). Its config.json and weight names: convert/hf_config.py
+DISTILBERT, convert/names.py DISTILBERT.
+
+Shapes: B batch, L sequence length (a packed batch is one row of T tokens, (1, T)), C hidden size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+from minialign.models.bert import Bert, Embeddings, check_labels, head_dropout
+from minialign.nn.attention import PreparedMask
+from minialign.nn.capture import record
+from minialign.nn.config import Config
+from minialign.nn.layers import EncoderLayer
+from minialign.nn.linear import Linear
+
+if TYPE_CHECKING:
+    from minialign.models.encoder import EncoderOutput
+
+
+def sinusoidal_table(num_positions: int, dim: int) -> Tensor:
+    """(num_positions, dim): sin at even columns, cos at odd, angle pos / 10000^(2 (j // 2) / dim),
+    computed in float64 and rounded to float32 (modeling_distilbert.py _create_sinusoidal_embeddings)."""
+    pos = torch.arange(num_positions, dtype=torch.float64)[:, None]
+    j = torch.arange(dim, dtype=torch.float64)
+    angle = pos / torch.pow(10000.0, 2 * torch.div(j, 2, rounding_mode="floor") / dim)  # (P, dim)
+    table = torch.empty(num_positions, dim, dtype=torch.float32)
+    table[:, 0::2] = torch.sin(angle[:, 0::2]).float()
+    table[:, 1::2] = torch.cos(angle[:, 1::2]).float()
+    return table
+
+
+class SinusoidalPositions(nn.Module):
+    """The fixed position table, as a buffer named `weight` (transformers saves it under
+    position_embeddings.weight; a buffer is not trained, and BERT's initialisation leaves it alone)."""
+
+    def __init__(self, num_positions: int, dim: int):
+        super().__init__()
+        self.register_buffer("weight", sinusoidal_table(num_positions, dim))
+
+    def forward(self, position_ids: Tensor) -> Tensor:
+        return F.embedding(position_ids, self.weight)
+
+
+class DistilBertEmbeddings(Embeddings):
+    """LayerNorm(word + position), then dropout (modeling_distilbert.py Embeddings): BERT's without
+    the token-type table; positions 0, 1, ..., L - 1 as BERT's."""
+
+    def __init__(self, config: Config):
+        super().__init__(config)
+        del self.token_type  # DistilBERT has no token types
+        if config.sinusoidal_positions:
+            self.position = SinusoidalPositions(config.max_position_embeddings, config.hidden_size)
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor) -> Tensor:
+        """(B, L) each, or a packed (1, T); token_type_ids are ignored."""
+        word, position = self.word(input_ids), self.position(position_ids)
+        x = word + position  # (B, L, C)
+        record("word", word)
+        record("position", position)
+        record("sum", x)
+        x = self.norm(x)
+        record("norm", x)
+        return self.dropout(x)
+
+
+class DistilBertLayer(EncoderLayer):
+    """TransformerBlock: BERT's post-LN layer (the same parts and names) without the dropout on the
+    attention output: x = LN(x + attn(x)); x = LN(x + drop(ffn(x)))."""
+
+    def forward(self, x: Tensor, mask: PreparedMask,
+                queries: Callable[[Tensor], Tensor] | None = None) -> tuple[Tensor, Tensor | None]:
+        record("input", x)
+        a, probs = self.attention(x, mask, queries)
+        if queries is not None:
+            x = queries(x)
+        x = x + a
+        record("attention_residual", x)
+        x = self.attention_norm(x)
+        record("attention_norm", x)
+        f = self.ffn(x)
+        record("ffn_output", f)
+        x = x + self.dropout(f)
+        record("ffn_residual", x)
+        x = self.ffn_norm(x)
+        record("output", x)
+        return x, probs
+
+
+class DistilBertClassificationHead(nn.Module):
+    """DistilBertForSequenceClassification's head on the first token:
+    logits = out_proj(dropout(relu(dense(h_0)))) (pre_classifier, classifier; dropout seq_classif_dropout)."""
+
+    def __init__(self, config: Config):
+        super().__init__()
+        check_labels(config)
+        self.dense = Linear(config.hidden_size, config.hidden_size, activation="relu")
+        self.dropout = head_dropout(config)
+        self.out_proj = Linear(config.hidden_size, len(config.labels))
+
+    def forward(self, encoded: EncoderOutput) -> Tensor:
+        """last_hidden_state[:, 0] (B, C) -> (B, num_labels)."""
+        return self.out_proj(self.dropout(self.dense(encoded.last_hidden_state[:, 0])))
+
+
+class DistilBert(Bert):
+    arch = "distilbert"
+    Embeddings = DistilBertEmbeddings
+    ClassificationHead = DistilBertClassificationHead
+    pooler = False
+    classifier_pooler = False
+
+    @classmethod
+    def layers(cls, config: Config) -> list[nn.Module]:
+        return [DistilBertLayer(config) for _ in range(config.num_layers)]

@@ -1,0 +1,75 @@
+"""ELECTRA, as BERT but for what differs (transformers models/electra/modeling_electra.py): the
+embeddings are `embedding_size` wide (ElectraEmbeddings: LayerNorm(word + position + token_type) ->
+dropout, at that width), and ElectraModel projects them to hidden_size (`embeddings_project`, a
+Linear that exists only when the two differ) before BERT's layers; no pooler; the classification
+head reads the first token: out_proj(dropout(gelu(dense(dropout(h_0))))), exact GELU whatever
+hidden_act says. Its config.json and weight names: convert/hf_config.py ELECTRA, convert/names.py ELECTRA.
+
+No AlignScore or MLM model: ELECTRA's generator head (generator_predictions, generator_lm_head) is
+embedding_size wide, unlike minialign's MLMHead; converting drops it, as it drops the
+discriminator's replaced-token head.
+
+Shapes: B batch, L sequence length (a packed batch is one row of T tokens, (1, T)), E embedding
+size, C hidden size.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch.nn as nn
+from torch import Tensor
+
+from minialign.models.bert import Bert, Embeddings, check_labels, head_dropout
+from minialign.nn.capture import record
+from minialign.nn.config import Config
+from minialign.nn.linear import Linear
+
+if TYPE_CHECKING:
+    from minialign.models.encoder import EncoderOutput
+
+
+class ElectraEmbeddings(Embeddings):
+    """BERT's embeddings at embedding_size, then `project` to hidden_size where the two differ
+    (ElectraEmbeddings, and ElectraModel.embeddings_project; the projection follows the dropout)."""
+
+    def __init__(self, config: Config):
+        super().__init__(config)
+        width = self.width(config)
+        self.project = Linear(width, config.hidden_size) if width != config.hidden_size else None
+
+    @staticmethod
+    def width(config: Config) -> int:
+        return config.hidden_size if config.embedding_size is None else config.embedding_size
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor) -> Tensor:
+        """(B, L) each, or a packed (1, T) -> (B, L, C)."""
+        x = super().forward(input_ids, token_type_ids, position_ids)  # (B, L, E)
+        if self.project is not None:
+            x = self.project(x)  # (B, L, C)
+            record("project", x)
+        return x
+
+
+class ElectraClassificationHead(nn.Module):
+    """ElectraClassificationHead: logits = out_proj(dropout(gelu(dense(dropout(h_0))))) on the first token."""
+
+    def __init__(self, config: Config):
+        super().__init__()
+        check_labels(config)
+        self.dropout = head_dropout(config)
+        self.dense = Linear(config.hidden_size, config.hidden_size, activation="gelu")  # get_activation("gelu")
+        self.out_proj = Linear(config.hidden_size, len(config.labels))
+
+    def forward(self, encoded: EncoderOutput) -> Tensor:
+        """last_hidden_state[:, 0] (B, C) -> (B, num_labels)."""
+        x = self.dense(self.dropout(encoded.last_hidden_state[:, 0]))  # (B, C), GELU fused
+        return self.out_proj(self.dropout(x))
+
+
+class Electra(Bert):
+    arch = "electra"
+    Embeddings = ElectraEmbeddings
+    ClassificationHead = ElectraClassificationHead
+    pooler = False  # ElectraModel has none
+    classifier_pooler = False
