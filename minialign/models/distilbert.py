@@ -11,7 +11,6 @@ Shapes: B batch, L sequence length (a packed batch is one row of T tokens, (1, T
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -20,7 +19,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from minialign.models.bert import Bert, Embeddings, check_labels, head_dropout
-from minialign.nn.attention import PreparedMask
 from minialign.nn.capture import record
 from minialign.nn.config import Config
 from minialign.nn.layers import EncoderLayer
@@ -80,23 +78,9 @@ class DistilBertLayer(EncoderLayer):
     """TransformerBlock: BERT's post-LN layer (the same parts and names) without the dropout on the
     attention output: x = LN(x + attn(x)); x = LN(x + drop(ffn(x)))."""
 
-    def forward(self, x: Tensor, mask: PreparedMask,
-                queries: Callable[[Tensor], Tensor] | None = None) -> tuple[Tensor, Tensor | None]:
-        record("input", x)
-        a, probs = self.attention(x, mask, queries)
-        if queries is not None:
-            x = queries(x)
-        x = x + a
-        record("attention_residual", x)
-        x = self.attention_norm(x)
-        record("attention_norm", x)
-        f = self.ffn(x)
-        record("ffn_output", f)
-        x = x + self.dropout(f)
-        record("ffn_residual", x)
-        x = self.ffn_norm(x)
-        record("output", x)
-        return x, probs
+    def __init__(self, config: Config):
+        super().__init__(config)
+        self.attention_dropout = nn.Identity()
 
 
 class DistilBertClassificationHead(nn.Module):

@@ -112,6 +112,7 @@ class EncoderLayer(nn.Module):
         self.ffn = FeedForward(config)
         self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout)
+        self.attention_dropout = self.dropout  # on the attention output (a family may have none there)
 
     def forward(self, x: Tensor, mask: PreparedMask,
                 queries: Callable[[Tensor], Tensor] | None = None) -> tuple[Tensor, Tensor | None]:
@@ -121,7 +122,7 @@ class EncoderLayer(nn.Module):
         a, probs = self.attention(x, mask, queries)
         if queries is not None:
             x = queries(x)
-        x = x + self.dropout(a)
+        x = x + self.attention_dropout(a)
         record("attention_residual", x)
         x = self.attention_norm(x)
         record("attention_norm", x)
