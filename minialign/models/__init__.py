@@ -7,6 +7,7 @@ from minialign.models.electra import Electra  # noqa: F401  (registers the famil
 from minialign.models.encoder import (AlignModel, AlignOutput, ClassifierModel, ClassifierOutput, Encoder,
                                       EncoderOutput, MLMHead)
 from minialign.models.family import FAMILIES, Family, family_of
+from minialign.models.mpnet import MPNet  # noqa: F401  (registers the family)
 from minialign.models.roberta import Roberta, RobertaClassificationHead, RobertaEmbeddings, roberta_position_ids
 from minialign.models.xlm_roberta import Camembert, XLMRoberta  # noqa: F401  (registers the families)
 from minialign.nn.init import init_parameter, init_weights

@@ -24,7 +24,10 @@ if TYPE_CHECKING:
 
 
 class Embeddings(nn.Module):
-    """LayerNorm(word + position + token_type), then dropout (BertEmbeddings)."""
+    """LayerNorm(word + position + token_type), then dropout (BertEmbeddings); a family without token
+    types (`token_types = False`: DistilBERT, MPNet) has no table and ignores token_type_ids."""
+
+    token_types = True
 
     def __init__(self, config: Config):
         super().__init__()
@@ -33,7 +36,7 @@ class Embeddings(nn.Module):
         self.word = nn.Embedding(config.vocab_size, width, padding_idx=config.pad_token_id)
         self.position = nn.Embedding(config.max_position_embeddings, width,
                                      padding_idx=self.position_padding_idx(config))
-        self.token_type = nn.Embedding(config.type_vocab_size, width)
+        self.token_type = nn.Embedding(config.type_vocab_size, width) if self.token_types else None
         self.norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout)
 
@@ -53,11 +56,15 @@ class Embeddings(nn.Module):
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor) -> Tensor:
         """(B, L) each, or a packed (1, T); the Encoder fills token types and positions once."""
-        word, token_type, position = self.word(input_ids), self.token_type(token_type_ids), self.position(position_ids)
-        x = word + token_type + position  # (B, L, C)
+        word, position = self.word(input_ids), self.position(position_ids)
         record("word", word)
         record("position", position)
-        record("token_type", token_type)
+        x = word
+        if self.token_type is not None:
+            token_type = self.token_type(token_type_ids)
+            record("token_type", token_type)
+            x = x + token_type
+        x = x + position  # (B, L, C), summed in BertEmbeddings' order
         record("sum", x)
         x = self.norm(x)
         record("norm", x)

@@ -19,7 +19,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from minialign.models.bert import Bert, Embeddings, check_labels, head_dropout
-from minialign.nn.capture import record
 from minialign.nn.config import Config
 from minialign.nn.layers import EncoderLayer
 from minialign.nn.linear import Linear
@@ -56,22 +55,12 @@ class DistilBertEmbeddings(Embeddings):
     """LayerNorm(word + position), then dropout (modeling_distilbert.py Embeddings): BERT's without
     the token-type table; positions 0, 1, ..., L - 1 as BERT's."""
 
+    token_types = False
+
     def __init__(self, config: Config):
         super().__init__(config)
-        del self.token_type  # DistilBERT has no token types
         if config.sinusoidal_positions:
             self.position = SinusoidalPositions(config.max_position_embeddings, config.hidden_size)
-
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor) -> Tensor:
-        """(B, L) each, or a packed (1, T); token_type_ids are ignored."""
-        word, position = self.word(input_ids), self.position(position_ids)
-        x = word + position  # (B, L, C)
-        record("word", word)
-        record("position", position)
-        record("sum", x)
-        x = self.norm(x)
-        record("norm", x)
-        return self.dropout(x)
 
 
 class DistilBertLayer(EncoderLayer):

@@ -109,10 +109,12 @@ class Encoder(Pretrained):
             position_ids = self.embeddings.position_ids(input_ids)
         position_ids = layout.pack(position_ids)
         x = self.embeddings(layout.pack(input_ids), layout.pack(token_type_ids), position_ids)
+        relative = self.family.relative_bias(self, L)  # (H, 2L - 1) or None
         every = prepare_mask(backend, attention_mask, layout, queries="all", dtype=x.dtype,
-                             num_heads=self.config.num_heads)
+                             num_heads=self.config.num_heads, relative=relative)
         last = prepare_mask(self._backend(probabilities=False, query_subset=True), attention_mask, layout,
-                            queries="first", dtype=x.dtype, num_heads=self.config.num_heads) if first_only else every
+                            queries="first", dtype=x.dtype, num_heads=self.config.num_heads,
+                            relative=relative) if first_only else every
         inputs = self.family.layer_inputs(self, position_ids, layout)
         out = self._layers(x, every, last, layout, inputs, first_only, output_hidden_states, output_attentions)
         if self.pooler is not None:

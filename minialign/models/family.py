@@ -20,7 +20,10 @@ What a family declares (the defaults are BERT's, or nothing):
   parts               further encoder-level modules by name -> builder(config): a pre-LN family's
                       final norm, a relative-position table shared by every layer
   layer_inputs(...)   per forward, once: keyword arguments every layer receives besides the mask
-                      (rotary tables, a relative-position bias)
+                      (rotary tables)
+  relative_bias(...)  per forward, once: an additive relative-position bias, one value per head and
+                      offset j - i (MPNet's), which every attention backend adds to the scaled scores
+                      (nn/attention.py Backend says how); default none
   finish(encoder, x)  after the last layer: a pre-LN family's final norm
   pooler              whether the bare model has a pooler (BertModel does)
   classifier_pooler   whether *ForSequenceClassification keeps it (RoBERTa's head reads h_0 instead)
@@ -68,6 +71,12 @@ class Family:
     def layer_inputs(cls, encoder: nn.Module, position_ids: Tensor, layout: Layout) -> dict[str, Tensor]:
         """position_ids in the forward's layout ((B, L) padded, (1, T) packed)."""
         return {}
+
+    @classmethod
+    def relative_bias(cls, encoder: nn.Module, length: int) -> Tensor | None:
+        """(H, 2L - 1): the bias of each offset j - i = -(L - 1) .. L - 1 for sequences up to `length`
+        tokens, added to every layer's scaled scores; None: the family has none."""
+        return None
 
     @classmethod
     def finish(cls, encoder: nn.Module, x: Tensor) -> Tensor:

@@ -37,9 +37,9 @@ from torch import Tensor, nn
 
 from minialign.nn import flex
 from minialign.nn.capture import capturing, record
-from minialign.nn.layout import Layout
+from minialign.nn.layout import Layout, padded
 # attention_bias and keep_mask are also read from here (ma.attention_bias), as before they moved to masks.py
-from minialign.nn.masks import attention_bias, first_query_only, keep_mask  # noqa: F401
+from minialign.nn.masks import attention_bias, first_query_only, keep_mask, offset_bias  # noqa: F401
 from minialign.nn.score_functions import DENSE, DOT, OFFSET, ScaledDot
 
 _SCALED_DOT = ScaledDot()
@@ -73,9 +73,14 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, score: nn.Module,
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=scale), None
 
 
-def additive_bias(mask: Tensor | None, layout: Layout, queries: str, dtype: torch.dtype, heads: int) -> Tensor | None:
-    """What eager and sdpa read: an additive (B|1, H|1, Lq|1, L) bias, or None (attend everywhere)."""
+def additive_bias(mask: Tensor | None, layout: Layout, queries: str, dtype: torch.dtype, heads: int,
+                  relative: Tensor | None = None) -> Tensor | None:
+    """What eager and sdpa read: an additive (B|1, H|1, Lq|1, L) bias, or None (attend everywhere):
+    the mask's bias plus the relative-position bias materialised (masks.offset_bias)."""
     bias = attention_bias(mask, layout.batch, layout.length, dtype)
+    if relative is not None:
+        positions = offset_bias(relative.to(dtype), layout.length)  # (1, H, L, L)
+        bias = positions if bias is None else bias + positions
     return first_query_only(bias) if queries == "first" else bias
 
 
@@ -83,7 +88,10 @@ def additive_bias(mask: Tensor | None, layout: Layout, queries: str, dtype: torc
 class Backend:
     """A row of the table. `run(q, k, v, mask, score, dropout_p) -> (output (B, H, Lq, D),
     probabilities (B, H, Lq, L) or None)`, where `mask` is what `prepare(user_mask, layout, queries,
-    dtype, num_heads)` made, or None for a sequence attending everywhere."""
+    dtype, num_heads, relative)` made, or None for a sequence attending everywhere. `relative` is a
+    family's relative-position bias, one value per head and offset j - i ((H, 2R + 1), offsets -R..R,
+    R >= L - 1; None: none): every row takes it, added to the scores after scaling (eager and sdpa in
+    their additive bias, flex in a score_mod)."""
 
     name: str
     run: Callable
@@ -110,8 +118,10 @@ def recording(row: Backend) -> Backend:
     (scores_raw, scores_masked, probs) for the record only, so a capture changes no result. Padded
     layout, every query (`whole`): every layer records full (B, H, L, L) maps."""
 
-    def prepare(mask: Tensor | None, layout: Layout, queries: str, dtype: torch.dtype, heads: int):
-        return row.prepare(mask, layout, queries, dtype, heads), additive_bias(mask, layout, queries, dtype, heads)
+    def prepare(mask: Tensor | None, layout: Layout, queries: str, dtype: torch.dtype, heads: int,
+                relative: Tensor | None = None):
+        return (row.prepare(mask, layout, queries, dtype, heads, relative),
+                additive_bias(mask, layout, queries, dtype, heads, relative))
 
     def run(q: Tensor, k: Tensor, v: Tensor, prepared, score: nn.Module, dropout_p: float):
         value, bias = prepared if prepared is not None else (None, None)
@@ -146,20 +156,23 @@ class PreparedMask:
     """One forward's mask for one backend row, built once and read by every layer.
 
     value:        what the row's run() reads (None when `per_sequence` is set)
-    per_sequence: (query counts, key counts) of a packed row on a backend that runs sequences alone
+    per_sequence: (query counts, key counts, what run() reads for each sequence) of a packed row on a
+                  backend that runs sequences alone
     """
 
     backend: Backend
     value: Any = None
-    per_sequence: tuple[list[int], list[int]] | None = None
+    per_sequence: tuple[list[int], list[int], list[Any]] | None = None
 
 
 def prepare_mask(backend: Backend, mask: Tensor | None, layout: Layout, *, queries: str, dtype: torch.dtype,
-                 num_heads: int) -> PreparedMask:
+                 num_heads: int, relative: Tensor | None = None) -> PreparedMask:
+    """One forward's mask on `backend`; `relative`: the family's relative-position bias by offset (Backend)."""
     if layout.packed and not backend.packed:
         keys = layout.host_lengths
-        return PreparedMask(backend, per_sequence=([1] * len(keys) if queries == "first" else keys, keys))
-    return PreparedMask(backend, backend.prepare(mask, layout, queries, dtype, num_heads))
+        alone = [backend.prepare(None, padded(1, n), queries, dtype, num_heads, relative) for n in keys]
+        return PreparedMask(backend, per_sequence=([1] * len(keys) if queries == "first" else keys, keys, alone))
+    return PreparedMask(backend, backend.prepare(mask, layout, queries, dtype, num_heads, relative))
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, mask: PreparedMask, *, score: nn.Module | None = None,
@@ -181,10 +194,11 @@ def _matching(value: Any, q: Tensor) -> Any:
     return value.to(q.dtype) if isinstance(value, Tensor) and value.dtype != q.dtype else value
 
 
-def _per_sequence(row: Backend, q: Tensor, k: Tensor, v: Tensor, counts: tuple[list[int], list[int]],
+def _per_sequence(row: Backend, q: Tensor, k: Tensor, v: Tensor, counts: tuple[list[int], list[int], list[Any]],
                   score: nn.Module, dropout_p: float) -> Tensor:
     """A packed row (1, H, T, D), attended sequence by sequence: no token sees another sequence."""
-    queries, keys = counts
-    outputs = [row.run(qi, ki, vi, None, score, dropout_p)[0]
-               for qi, ki, vi in zip(q.split(queries, dim=2), k.split(keys, dim=2), v.split(keys, dim=2))]
+    queries, keys, values = counts
+    outputs = [row.run(qi, ki, vi, _matching(value, qi), score, dropout_p)[0]
+               for qi, ki, vi, value in zip(q.split(queries, dim=2), k.split(keys, dim=2), v.split(keys, dim=2),
+                                            values)]
     return torch.cat(outputs, dim=2)

@@ -49,6 +49,9 @@ class Config:
     classifier_dropout: float | None = None
     # The embeddings' width when it differs from hidden_size (ELECTRA: a projection follows). None: hidden_size.
     embedding_size: int | None = None
+    # Rows of a relative-position bias table shared by every layer (MPNet's relative_attention_num_buckets).
+    # None: the family has none.
+    relative_attention_buckets: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
@@ -56,9 +59,10 @@ class Config:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"Config.{name} must be a positive int, got {value!r}")
-        if self.embedding_size is not None and (not isinstance(self.embedding_size, int)
-                                                or isinstance(self.embedding_size, bool) or self.embedding_size < 1):
-            raise ValueError(f"Config.embedding_size must be None or a positive int, got {self.embedding_size!r}")
+        for name in ("embedding_size", "relative_attention_buckets"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"Config.{name} must be None or a positive int, got {value!r}")
         if self.hidden_size % self.num_heads:
             raise ValueError(f"Config.hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads})")
         if not isinstance(self.arch, str) or self.arch not in FAMILIES:

@@ -37,22 +37,34 @@ def _compiled():
 
 def flex_attention(q: Tensor, k: Tensor, v: Tensor, *, block_mask: BlockMask | None = None,
                    score_bias: Tensor | None = None, scale: float | None = None,
-                   location: tuple[Tensor, int] | None = None) -> Tensor:
+                   location: tuple[Tensor, int] | None = None, relative: Tensor | None = None) -> Tensor:
     """Fused attention for q (B, H, Lq, D), k, v (B, H, L, D) under a BlockMask and/or an additive
     bias. `location` = (scores by offset (B, H, Lq, 2R + 1), R) replaces the dot product with
-    location-based scores (scores.Location), looked up by the clipped offset j - i."""
-    score_mod = None
-    if location is not None:
-        table, r = location
-
-        def score_mod(score, b, h, q_idx, kv_idx):
-            e = table[b, h, q_idx, (kv_idx - q_idx).clamp(-r, r) + r]
-            return e + score_bias[b, h, q_idx, kv_idx] if score_bias is not None else e
-    elif score_bias is not None:
-        def score_mod(score, b, h, q_idx, kv_idx):
-            return score + score_bias[b, h, q_idx, kv_idx]
+    location-based scores (scores.Location), looked up by the clipped offset j - i. `relative`
+    (H, 2R + 1): a relative-position bias by offset j - i (attention.Backend), added to the scores;
+    in a packed row j - i is the offset inside a sequence for every pair the BlockMask keeps, and the
+    clamp keeps the lookup in the table for the pairs it drops."""
+    score_mod = _score_mod(location, relative, score_bias)
     with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
         return _compiled()(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+
+
+def _score_mod(location: tuple[Tensor, int] | None, relative: Tensor | None, score_bias: Tensor | None):
+    """flex_attention's score_mod for these terms; None when there are none (the plain scaled dot product)."""
+    if location is None and relative is None and score_bias is None:
+        return None
+    table, r = location if location is not None else (None, 0)
+    center = (relative.size(-1) - 1) // 2 if relative is not None else 0
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        if table is not None:
+            score = table[b, h, q_idx, (kv_idx - q_idx).clamp(-r, r) + r]
+        if relative is not None:
+            score = score + relative[h, (kv_idx - q_idx).clamp(-center, center) + center]
+        if score_bias is not None:
+            score = score + score_bias[b, h, q_idx, kv_idx]
+        return score
+    return score_mod
 
 
 @dataclass(frozen=True)
@@ -62,6 +74,7 @@ class FlexMask:
 
     block_mask: BlockMask | None = None
     score_bias: Tensor | None = None  # (B, H, L, L)
+    relative: Tensor | None = None  # (H, 2R + 1): a relative-position bias by offset (attention.Backend)
 
 
 # -- the backend's row: run and prepare, with the signatures of attention.py's Backend -------------------
@@ -70,30 +83,34 @@ def run(q: Tensor, k: Tensor, v: Tensor, mask: FlexMask | None, score: nn.Module
         dropout_p: float) -> tuple[Tensor, None]:
     """Flex's `run`: q (B, H, Lq, D), k, v (B, H, L, D) -> (B, H, Lq, D); a DOT score as ordinary
     attention on its projected queries and keys, an OFFSET score as a score_mod (no dropout)."""
-    block_mask, score_bias = (mask.block_mask, mask.score_bias) if mask is not None else (None, None)
+    if mask is None:
+        mask = FlexMask()
     if score.form == OFFSET:
-        return flex_attention(q, k, v, block_mask=block_mask, score_bias=score_bias,
-                              location=(score.by_offset(q), score.max_distance)), None
+        return flex_attention(q, k, v, block_mask=mask.block_mask, score_bias=mask.score_bias,
+                              location=(score.by_offset(q), score.max_distance), relative=mask.relative), None
     q, k, scale = score.project(q, k)
-    return flex_attention(q, k, v, block_mask=block_mask, score_bias=score_bias, scale=scale), None
+    return flex_attention(q, k, v, block_mask=mask.block_mask, score_bias=mask.score_bias, scale=scale,
+                          relative=mask.relative), None
 
 
-def prepare(mask: Tensor | None, layout: Layout, queries: str, dtype: torch.dtype, num_heads: int) -> FlexMask:
+def prepare(mask: Tensor | None, layout: Layout, queries: str, dtype: torch.dtype, num_heads: int,
+            relative: Tensor | None = None) -> FlexMask:
     """Flex's `prepare`, one forward's FlexMask (every query: flex declares no query subset): a document
     mask for a packed layout, a padding mask for a right-padded 2-D mask, a score_mod bias for a
-    floating mask, a looked-up BlockMask for any other boolean one."""
+    floating mask, a looked-up BlockMask for any other boolean one; `relative` kept for the score_mod."""
+    relative = relative.to(dtype) if relative is not None else None
     if layout.packed:
-        return FlexMask(document_block_mask(layout.document))
+        return FlexMask(document_block_mask(layout.document), relative=relative)
     B, L = layout.batch, layout.length
     keep = keep_mask(mask, B, L)
     if keep is None:
-        return FlexMask()
+        return FlexMask(relative=relative)
     if keep.is_floating_point():
-        return FlexMask(score_bias=keep.to(dtype).expand(B, num_heads, L, L))
+        return FlexMask(score_bias=keep.to(dtype).expand(B, num_heads, L, L), relative=relative)
     lengths = right_padded_lengths(mask) if mask.dim() == 2 else None
     if lengths is not None:
-        return FlexMask(padding_block_mask(lengths, L, L))
-    return FlexMask(boolean_block_mask(keep.expand(-1, -1, L, L), B, L))
+        return FlexMask(padding_block_mask(lengths, L, L), relative=relative)
+    return FlexMask(boolean_block_mask(keep.expand(-1, -1, L, L), B, L), relative=relative)
 
 
 def _block_mask(partial: Tensor, full: Tensor, mask_mod, q_len: int, kv_len: int) -> BlockMask:

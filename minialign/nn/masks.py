@@ -5,6 +5,7 @@ The user's mask, as every backend reads it (attention.py and flex.py both import
     keep_mask(mask, B, L)                  (B|1, 1|H, 1|L, L) bool: the accepted layouts, checked
     attention_bias(mask, B, L, dtype)      the same as an additive bias (0 attend, dtype's min blocked)
     first_query_only(t)                    the first query row of a mask or bias
+    offset_bias(by_offset, L)              (1, H, L, L) additive bias of key j for query i: by_offset[:, j - i]
     right_padded_lengths(mask)             (B,) lengths of a (B, L) mask of 1s then 0s, else None
 
 Masks for experiments, in shapes the Encoder accepts:
@@ -69,6 +70,15 @@ def attention_bias(mask: Tensor | None, batch: int, length: int, dtype: torch.dt
 def first_query_only(t: Tensor | None) -> Tensor | None:
     """Keep the first query row of a (B|1, H|1, L|1, L) mask or bias."""
     return t if t is None or t.size(2) == 1 else t[:, :, :1]
+
+
+def offset_bias(by_offset: Tensor, length: int) -> Tensor:
+    """The (1, H, L, L) additive bias whose entry (h, i, j) is by_offset[h, center + j - i], from one value
+    per head and relative offset: by_offset (H, 2R + 1) covers offsets -R..R with R >= L - 1 (center R).
+    A family's relative-position bias (MPNet's), materialised for the backends that add a bias."""
+    center = (by_offset.size(-1) - 1) // 2
+    positions = torch.arange(length, device=by_offset.device)
+    return by_offset[:, positions[None, :] - positions[:, None] + center][None]  # (1, H, L, L)
 
 
 def right_padded_lengths(mask: Tensor) -> Tensor | None:
