@@ -206,9 +206,42 @@ def _lookup(name: str, compiled: list[tuple[re.Pattern, str | None]]) -> tuple[b
     return False, None
 
 
+def _unknown_names(names, table: dict[str, str | None]) -> list[str]:
+    compiled = _compile(table)
+    return [name for name in names if not _lookup(name, compiled)[0]]
+
+
+def _fits(names: list[str], arch: str) -> list[str]:
+    """The families other than `arch` whose names (their backbone prefix taken off, as hf_to_minialign
+    does) cover every one of `names`; families sharing a table (RoBERTa's) are listed together."""
+    fits = []
+    for other, family in NAMES.items():
+        if other != arch:
+            bare = [n[len(family.model_prefix):] if n.startswith(family.model_prefix) else n for n in names]
+            if not _unknown_names(bare, family.table):
+                fits.append(other)
+    return fits
+
+
+def _unknown_error(source: str, unknown: list[str], arch: str | None, names: list[str], shown: int = 5) -> str:
+    """The first `shown` names that do not fit, how many more, and which family's names they fit."""
+    unknown = sorted(unknown)
+    listed = "; ".join(unknown[:shown]) + (f"; ... and {len(unknown) - shown} more" if len(unknown) > shown else "")
+    if arch is None:
+        return f"{source}: {len(unknown)} unknown weight name(s): {listed}"
+    text = (f"{source}: {len(unknown)} weight name(s) do not fit the family its config names, {arch!r}: {listed}")
+    fits = _fits(names, arch)
+    if fits:
+        text += (f". Every weight name fits {' / '.join(repr(f) for f in fits)}: the weights look like that "
+                 f"family's, so the config (config.json's model_type, or backbone=) likely belongs to another model")
+    return text
+
+
 def _rename(
-    state_dict: dict[str, torch.Tensor], table: dict[str, str | None], source: str
+    state_dict: dict[str, torch.Tensor], table: dict[str, str | None], source: str, arch: str | None = None,
+    original: list[str] | None = None,
 ) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """`original`: the checkpoint's own names (before a prefix was taken off), to say which family they fit."""
     compiled = _compile(table)
     out: dict[str, torch.Tensor] = {}
     dropped, unknown = [], []
@@ -221,7 +254,7 @@ def _rename(
         else:
             out[dst] = tensor
     if unknown:
-        raise CheckpointError(f"{source}: unknown weight name(s) {sorted(unknown)}")
+        raise CheckpointError(_unknown_error(source, unknown, arch, original or list(state_dict)))
     return out, dropped
 
 
@@ -235,7 +268,7 @@ def hf_to_minialign(
     """
     prefix = NAMES[arch].model_prefix
     bare = {(k[len(prefix):] if k.startswith(prefix) else k): v for k, v in state_dict.items()}
-    return _rename(bare, NAMES[arch].table, source)
+    return _rename(bare, NAMES[arch].table, source, arch, list(state_dict))
 
 
 def alignscore_to_minialign(
@@ -249,7 +282,7 @@ def alignscore_to_minialign(
         elif name.startswith(ALIGNSCORE_MLM_PREFIX):
             name = NAMES[arch].mlm_prefix + name[len(ALIGNSCORE_MLM_PREFIX):]
         hf[name] = tensor
-    return _rename(hf, NAMES[arch].table, source)
+    return _rename(hf, NAMES[arch].table, source, arch)
 
 
 def inverse(table: dict[str, str | None]) -> dict[str, str]:

@@ -3,7 +3,17 @@ pairs, truncate, pad to the longest in the batch, return tensors.
 
 Files, in order of preference: tokenizer.json; vocab.json + merges.txt (byte-level BPE, RoBERTa
 special tokens, pair template `<s> A </s></s> B </s>`); vocab.txt (WordPiece, `[CLS] A [SEP] B [SEP]`
-with token types 0/1). Ids equal transformers' fast tokenizers on the same files.
+with token types 0/1; MPNet's `<s> A </s></s> B </s>` when tokenizer_config.json names MPNetTokenizer).
+Ids equal transformers' fast tokenizers on the same files.
+
+A tokenizer.json is run as written, normaliser and pre-tokenizer included, as `tokenizers` and
+text-embeddings-inference run it. transformers 5 rebuilds both for some classes instead
+(XLMRobertaTokenizer, CamembertTokenizer: a Precompiled normaliser is kept, any other is dropped, and
+the pre-tokenizer is always WhitespaceSplit + Metaspace; BertTokenizer, MPNetTokenizer: a BertNormalizer
+from tokenizer_config.json). On the files these models were published with the two agree, and equal
+SentencePiece, which XLM-R and CamemBERT were trained with; where a file declares something else
+(an NFKC normaliser), minialign follows the file and transformers 5 does not
+(tests/text/test_family_tokenizers.py).
 """
 
 from __future__ import annotations
@@ -33,6 +43,16 @@ class Encoded:
     type_ids: list[list[int]]
     truncated: list[int]  # tokens cut from each input (pairs: from the first text, or both on fallback)
 
+
+# transformers' tokenizer classes (tokenizer_config.json's tokenizer_class) whose model_input_names leave
+# out token_type_ids: their batches have none. Any other tokenizer returns them when its pair template
+# gives the second text type 1 (BERT's), as transformers' do.
+NO_TOKEN_TYPES = frozenset({"RobertaTokenizer", "XLMRobertaTokenizer", "CamembertTokenizer", "DistilBertTokenizer",
+                            "MPNetTokenizer"})
+# The special tokens a vocab.txt of these classes defaults to (transformers MPNetTokenizer.__init__); the
+# pair is then RoBERTa's `<s> A </s></s> B </s>` (RobertaProcessing) with one token type.
+WORDPIECE_CLASSES = {"MPNetTokenizer": {"bos_token": "<s>", "eos_token": "</s>", "cls_token": "<s>", "sep_token": "</s>",
+                                        "unk_token": "[UNK]", "pad_token": "<pad>", "mask_token": "<mask>"}}
 
 # Every file a tokenizer may be read from (copied beside converted checkpoints, fetched from the hub).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "vocab.txt",
@@ -70,6 +90,8 @@ class Tokenizer:
     def from_dir(cls, directory: str | Path) -> Tokenizer:
         directory = Path(directory)
         settings = _read_settings(directory)
+        tokenizer_class = _tokenizer_class(settings)
+        settings = {**WORDPIECE_CLASSES.get(tokenizer_class, {}), **settings}
         max_len = settings.get("model_max_length")
         max_len = max_len if isinstance(max_len, int) and 0 < max_len < 1_000_000 else 512
         if (directory / "tokenizer.json").is_file():
@@ -77,14 +99,22 @@ class Tokenizer:
             roberta = backend.token_to_id("<s>") is not None and backend.token_to_id("[CLS]") is None
             pad = _token_str(settings.get("pad_token")) or ("<pad>" if roberta else "[PAD]")
         elif (directory / "vocab.json").is_file() and (directory / "merges.txt").is_file():
-            backend, roberta = _byte_level_bpe(directory, settings), True
+            backend = _byte_level_bpe(directory, settings)
             pad = _token_str(settings.get("pad_token")) or "<pad>"
         elif (directory / "vocab.txt").is_file():
-            backend, roberta = _wordpiece(directory, settings), False
+            backend = _wordpiece(directory, settings, tokenizer_class)
             pad = _token_str(settings.get("pad_token")) or "[PAD]"
         else:
             raise FileNotFoundError(f"{directory}: no tokenizer.json, vocab.json + merges.txt, or vocab.txt")
-        return cls(backend, pad_token=pad, model_max_length=max_len, return_token_type_ids=not roberta)
+        tok = cls(backend, pad_token=pad, model_max_length=max_len)
+        names = settings.get("model_input_names")
+        if isinstance(names, list):
+            tok.return_token_type_ids = "token_type_ids" in names
+        elif tokenizer_class in NO_TOKEN_TYPES:
+            tok.return_token_type_ids = False
+        else:  # BERT's template types the second text 1; RoBERTa's types nothing
+            tok.return_token_type_ids = any(item[-1] != 0 for item in tok._template(True))
+        return tok
 
     def __call__(self, text: str | Sequence[str], text_pair: str | Sequence[str] | None = None, *,
                  max_length: int | None = None) -> dict[str, torch.Tensor]:
@@ -289,6 +319,12 @@ def _read_settings(directory: Path) -> dict:
     return settings
 
 
+def _tokenizer_class(settings: dict) -> str | None:
+    """tokenizer_config.json's tokenizer_class without transformers 4's "Fast" suffix."""
+    name = settings.get("tokenizer_class")
+    return name.removesuffix("Fast") if isinstance(name, str) else None
+
+
 def _token_str(token) -> str | None:
     if isinstance(token, dict):  # serialized AddedToken
         return token.get("content")
@@ -314,8 +350,9 @@ def _byte_level_bpe(directory: Path, settings: dict) -> HFTokenizer:
     return tok
 
 
-def _wordpiece(directory: Path, settings: dict) -> HFTokenizer:
-    """BERT's tokenizer (transformers convert_slow_tokenizer.py BertConverter)."""
+def _wordpiece(directory: Path, settings: dict, tokenizer_class: str | None = None) -> HFTokenizer:
+    """BERT's tokenizer (transformers convert_slow_tokenizer.py BertConverter); MPNet's (MPNetTokenizer:
+    the same WordPiece, `<s> A </s></s> B </s>`, a mask token that takes the space before it)."""
     vocab = {}
     with open(directory / "vocab.txt", encoding="utf-8") as f:
         for index, line in enumerate(f):
@@ -330,10 +367,16 @@ def _wordpiece(directory: Path, settings: dict) -> HFTokenizer:
     cls_, sep = _token_str(settings.get("cls_token")) or "[CLS]", _token_str(settings.get("sep_token")) or "[SEP]"
     specials = [unk, sep, _token_str(settings.get("pad_token")) or "[PAD]", cls_,
                 _token_str(settings.get("mask_token")) or "[MASK]"]
-    tok.add_special_tokens([AddedToken(t, special=True) for t in dict.fromkeys(specials) if t in vocab])
+    mpnet = tokenizer_class == "MPNetTokenizer"
+    tok.add_special_tokens([AddedToken(t, special=True, lstrip=mpnet and t == specials[-1])
+                            for t in dict.fromkeys(specials) if t in vocab])
     for token in (cls_, sep):
         if token not in vocab:
             raise ValueError(f"{directory}: special token {token!r} is not in vocab.txt")
+    if mpnet:
+        tok.post_processor = processors.RobertaProcessing((sep, vocab[sep]), (cls_, vocab[cls_]), trim_offsets=True,
+                                                          add_prefix_space=False)
+        return tok
     tok.post_processor = processors.TemplateProcessing(
         single=f"{cls_}:0 $A:0 {sep}:0", pair=f"{cls_}:0 $A:0 {sep}:0 $B:1 {sep}:1",
         special_tokens=[(cls_, vocab[cls_]), (sep, vocab[sep])])
