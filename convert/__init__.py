@@ -25,7 +25,8 @@ from .mapped import release
 from .hf_config import config_from_hf, config_to_hf
 from .names import alignscore_to_minialign, hf_to_minialign, minialign_to_hf, split_hf_backbone
 from .pickles import load_pickle
-from .sbert import crossencoder_activation, read_dense, read_modules, read_pooling, read_sentence_config
+from .sbert import (crossencoder_activation, read_dense, read_include_prompt, read_modules, read_pooling,
+                    read_prompts, read_sentence_config)
 
 __all__ = [
     "CheckpointError",
@@ -43,9 +44,11 @@ __all__ = [
     "minialign_to_hf",
     "read_alignscore_ckpt",
     "read_dense",
+    "read_include_prompt",
     "read_json",
     "read_modules",
     "read_pooling",
+    "read_prompts",
     "read_sentence_config",
     "read_safetensors",
     "read_state_dict",

@@ -5,12 +5,14 @@ a directory or any `Files` (a hub snapshot fetched file by file).
 Files (sentence-transformers v2 to v6 write them; both the old and the new names are read):
   modules.json                        [{"idx", "name", "path", "type"}], applied in order
   <path>/config.json of a Pooling     {"pooling_mode": "mean" | [...]} (v6) or
-                                      {"pooling_mode_cls_token": bool, ...} (before)
+                                      {"pooling_mode_cls_token": bool, ...} (before);
+                                      "include_prompt": false leaves the prompt's tokens out of it
   <path>/config.json of a Dense       {"in_features", "out_features", "bias", "activation_function"},
                                       weights in <path>/model.safetensors or pytorch_model.bin
                                       under linear.weight / linear.bias
   sentence_bert_config.json           {"max_seq_length", "do_lower_case"}
-  config_sentence_transformers.json   {"activation_fn": "torch.nn.modules.activation.Sigmoid", ...}
+  config_sentence_transformers.json   {"prompts": {name: prefix}, "default_prompt_name": name | null} (v2.4+);
+                                      {"activation_fn": "torch.nn.modules.activation.Sigmoid", ...}
                                       (CrossEncoder, v6); before: config.json
                                       "sentence_transformers": {"activation_fn"} or
                                       "sbert_ce_default_activation_function"
@@ -69,9 +71,33 @@ def read_pooling(where: str | Path | Files, folder: str = "") -> list[str]:
         modes = [mode] if isinstance(mode, str) else list(mode)
     else:
         modes = [mode for key, mode in _LEGACY_POOLING.items() if config.get(key)] or ["mean"]
-    if config.get("include_prompt") is False:
-        raise CheckpointError(f"{path}: include_prompt=false (prompt-excluding pooling) is not supported")
     return modes
+
+
+def read_include_prompt(where: str | Path | Files, folder: str = "") -> bool:
+    """Whether a Pooling module pools the prompt's tokens too (its config's include_prompt, default
+    true); false: they are left out (INSTRUCTOR-style models)."""
+    path = as_files(where).file(_inside(folder, "config.json"))
+    include = read_json(path).get("include_prompt", True)
+    if not isinstance(include, bool):
+        raise CheckpointError(f"{path}: include_prompt must be true or false, got {include!r}")
+    return include
+
+
+def read_prompts(where: str | Path | Files) -> tuple[dict[str, str], str | None]:
+    """The prompts config_sentence_transformers.json saves (name -> the text put before every input)
+    and its default_prompt_name, as written ({} and None when absent). Which prompt a call uses is the
+    embedding product's rule (minialign/products/embeddings.py)."""
+    path = as_files(where).file("config_sentence_transformers.json", optional=True)
+    if path is None:
+        return {}, None
+    config = read_json(path)
+    prompts, default = config.get("prompts") or {}, config.get("default_prompt_name")
+    if not isinstance(prompts, dict) or not all(isinstance(v, str) for v in prompts.values()):
+        raise CheckpointError(f"{path}: prompts must be an object of name -> prompt text, got {prompts!r}")
+    if default is not None and not isinstance(default, str):
+        raise CheckpointError(f"{path}: default_prompt_name must be a string or null, got {default!r}")
+    return dict(prompts), default
 
 
 def read_dense(where: str | Path | Files, folder: str = "") -> dict[str, Any]:

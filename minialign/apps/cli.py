@@ -163,17 +163,19 @@ def _embed(args: argparse.Namespace) -> int:
     from minialign.products.embeddings import SentenceEncoder
     from minialign.apps.files.jobs import embed_job
 
-    if args.ray is not None:
+    prompts = {k: v for k, v in (("prompt_name", args.prompt_name), ("prompt", args.prompt)) if v is not None}
+    if args.ray is not None:  # (the prompt options only when given: an output begun without them resumes)
         return _run_ray("EmbedBatches", {"model": args.model, "text_field": args.text_field,
-                                         "normalize": args.normalize}, args, "embedded")
+                                         "normalize": args.normalize, **prompts}, args, "embedded")
     files = _files(args)
     if files == (args.text is not None):
         raise ValueError("give either --text, or --input and --output")
     encoder = SentenceEncoder.from_pretrained(args.model, **_loading(args))
     if not files:
-        print(json.dumps(encoder.encode([args.text], normalize_embeddings=args.normalize)[0].tolist()))
+        print(json.dumps(encoder.encode([args.text], normalize_embeddings=args.normalize, **prompts)[0].tolist()))
         return 0
-    job = embed_job(encoder, text_field=args.text_field, normalize=args.normalize, model=_named(args, "model"))
+    job = embed_job(encoder, text_field=args.text_field, normalize=args.normalize, model=_named(args, "model"),
+                    **prompts)
     return _run_file(job, args, "embedded")
 
 
@@ -345,6 +347,10 @@ def main(argv: list[str] | None = None) -> int:
     _texts(p, text="one text: prints its embedding as a JSON list",
            model="a sentence-transformers or HF directory, or a hub id")
     p.add_argument("--normalize", action="store_true", help="unit-length embeddings")
+    prompt = p.add_mutually_exclusive_group()
+    prompt.add_argument("--prompt-name", help="one of the model's prompts (config_sentence_transformers.json), put "
+                                              "before every text (default: the model's default_prompt_name, if any)")
+    prompt.add_argument("--prompt", help="a prompt text put before every text (\"\": none, not even the default)")
     p.set_defaults(run=_embed)
 
     p = sub.add_parser("classify", help="classify a text or pair, or a JSONL/CSV file (labels and scores)")

@@ -128,14 +128,14 @@ class MiniCheckBatches(JobBatches):
 class EmbedBatches(JobBatches):
     """Adds "embedding" (float32, the model's dimension) to rows with a text (SentenceEncoder)."""
 
-    def __init__(self, model: str, *, text_field: str = "text", normalize: bool = False, id_field: str = "id",
-                 **options: Any):
+    def __init__(self, model: str, *, text_field: str = "text", normalize: bool = False,
+                 prompt_name: str | None = None, prompt: str | None = None, id_field: str = "id", **options: Any):
         from minialign.products.embeddings import SentenceEncoder
         from minialign.apps.files.jobs import embed_job
 
         encoder = SentenceEncoder.from_pretrained(model, **_loading(options))
-        super().__init__(embed_job(encoder, text_field=text_field, normalize=normalize, model=str(model)),
-                         id_field=id_field)
+        super().__init__(embed_job(encoder, text_field=text_field, normalize=normalize, prompt_name=prompt_name,
+                                   prompt=prompt, model=str(model)), id_field=id_field)
 
 
 class ClassifyBatches(JobBatches):

@@ -106,8 +106,21 @@ def _alignscore_run(scorer: AlignScorer) -> Callable[[list], list]:
 
 
 def _embed_run(embedder: SentenceEncoder) -> Callable[[list], list]:
-    """Texts -> their embeddings, unnormalized."""
-    return lambda texts: list(embedder.encode(texts, warn_truncation=False))
+    """Items (prompt, text) -> their embeddings, unnormalized: one call per prompt among the items (each
+    request's prompt text, resolved by the embedder when the request came in; "" for none)."""
+
+    def run(items: list[tuple[str, str]]) -> list[torch.Tensor]:
+        by_prompt: dict[str, list[int]] = {}
+        for i, (prompt, _) in enumerate(items):
+            by_prompt.setdefault(prompt, []).append(i)
+        out: list[torch.Tensor] = [None] * len(items)  # type: ignore[list-item]
+        for prompt, where in by_prompt.items():
+            vectors = embedder.encode([items[i][1] for i in where], prompt=prompt, warn_truncation=False)
+            for i, vector in zip(where, vectors):
+                out[i] = vector
+        return out
+
+    return run
 
 
 def _classify_run(classifier: Classifier) -> Callable[[list], list]:
@@ -219,9 +232,10 @@ class Service:
                                                   f"size {self.limits.max_client_batch_size}")
 
     @staticmethod
-    def _check_length(runner: Runner, inputs: list[Input], truncate: bool) -> None:
-        """With truncate false, an input the runner's window would cut is refused, as TEI does."""
-        if not truncate and (long := runner.over_window(inputs)):
+    def _check_length(runner: Runner, inputs: list[Input], truncate: bool, **options: Any) -> None:
+        """With truncate false, an input the runner's window would cut is refused, as TEI does (options:
+        the call's, such as the embedder's prompt, which counts)."""
+        if not truncate and (long := runner.over_window(inputs, **options)):
             _, total = long[0]
             raise ServiceError(413, "Validation", f"Input validation error: `inputs` must have less than "
                                                   f"{runner.max_length} tokens. Given: {total}")
@@ -268,13 +282,25 @@ class Service:
             out["details"] = [{k: d[k] for k in ("score", "chunks", "sentences", *COLUMNS, "truncated")} for d in details]
         return out
 
+    @staticmethod
+    def _prompt(embedder: SentenceEncoder, name: Any, field: str = "prompt_name") -> str:
+        """The prompt text a request's `prompt_name` asks for (absent or null: the model's default prompt,
+        if any), as the embedder resolves it; "" for none. An unknown name is TEI's 413 Validation."""
+        if name is not None and not isinstance(name, str):
+            raise bad_request(f"`{field}` must be a string, got {type(name).__name__}")
+        try:
+            return embedder.resolve_prompt(prompt_name=name) or ""
+        except ValueError as e:
+            raise ServiceError(413, "Validation", f"Input validation error: `{field}`: {e}") from None
+
     async def embed(self, body: dict) -> list:
         embedder = self._require("embed")
         texts = _texts(body.get("inputs"), "inputs")
         self._check_batch(len(texts))
         _refuse_empty([(t,) for t in texts], "inputs", not isinstance(body["inputs"], str))
-        self._check_length(embedder, texts, _flag(body, "truncate", False))
-        vectors = await self._run("embed", texts)
+        prompt = self._prompt(embedder, body.get("prompt_name"))
+        self._check_length(embedder, texts, _flag(body, "truncate", False), prompt=prompt)
+        vectors = await self._run("embed", [(prompt, t) for t in texts])
         if _flag(body, "normalize", True):
             vectors = [torch.nn.functional.normalize(v, dim=0) for v in vectors]
         return [v.tolist() for v in vectors]
@@ -313,7 +339,7 @@ class Service:
 
     async def similarity(self, body: dict) -> list:
         """TEI's /similarity, huggingface_hub's sentence_similarity: {"inputs": {"source_sentence",
-        "sentences"}, "parameters": {"truncate"}} -> the cosine similarity of each sentence to the source
+        "sentences"}, "parameters": {"truncate", "prompt_name"}} -> the cosine similarity of each sentence to the source
         (router/src/http/server.rs, similarity: 1 - cosine distance of the unnormalized embeddings)."""
         embedder = self._require("embed")
         inputs, parameters = body.get("inputs"), _parameters(body)
@@ -328,8 +354,9 @@ class Service:
         self._check_batch(len(sentences) + 1, "inputs.sentences")  # the source counts, as in TEI
         _refuse_empty([(source,)], "inputs.source_sentence", False)
         _refuse_empty([(t,) for t in sentences], "inputs.sentences", True)
-        self._check_length(embedder, [source, *sentences], _flag(parameters, "truncate", False))
-        vectors = torch.stack(await self._run("embed", [source, *sentences])).float()
+        prompt = self._prompt(embedder, parameters.get("prompt_name"), "parameters.prompt_name")
+        self._check_length(embedder, [source, *sentences], _flag(parameters, "truncate", False), prompt=prompt)
+        vectors = torch.stack(await self._run("embed", [(prompt, t) for t in [source, *sentences]])).float()
         return torch.nn.functional.cosine_similarity(vectors[:1], vectors[1:]).tolist()
 
     async def text_classification(self, body: dict) -> list:
@@ -413,7 +440,8 @@ class Service:
         if m.embedder is not None:
             info.update(model_dtype=m.embedder.dtype_name,
                         model_type={"embedding": {"pooling": pooling.tei_name(m.embedder.pooling)}},
-                        max_input_length=m.embedder.max_length)
+                        max_input_length=m.embedder.max_length, prompts=m.embedder.prompts,
+                        default_prompt_name=m.embedder.default_prompt_name)
         elif m.classifier is not None:
             labels = m.classifier.labels
             kind = "reranker" if m.classifier.reranker else "classifier"

@@ -10,12 +10,20 @@ A plain transformers directory pools by mean, as sentence-transformers does. Tex
 max_seq_length are cut at the end, as sentence-transformers does, and the cut is reported as by
 every runner (products/runner.py). Pooling, every mode of it, is products/pooling.py's. Batches go
 through the shared batching engine (deduplicated, sorted by length, packed).
+
+Prompts, as sentence-transformers has them (SentenceTransformer.encode, _resolve_prompt; v6): the
+model's `prompts` (config_sentence_transformers.json, with "query" and "document" always there, "" unless
+saved) and `default_prompt_name`; a call's `prompt` wins over its `prompt_name`, which wins over the
+default; the prompt text is put before every text, and the whole is tokenized and cut to the window.
+A Pooling module with include_prompt=false leaves the prompt's first `prompt_length` tokens out.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -55,11 +63,20 @@ class SentenceEncoder(Runner):
 
     def __init__(self, encoder: Encoder, tokenizer: Tokenizer, *, pooling: Sequence[str] = ("mean",),
                  dense: Sequence[Dense] = (), normalize: bool = False, max_seq_length: int | None = None,
-                 batch_size: int = 32, max_tokens: int | None = None, unpad: bool = True, workers: int = 1,
-                 compile: bool = False):
+                 prompts: dict[str, str] | None = None, default_prompt_name: str | None = None,
+                 include_prompt: bool = True, batch_size: int = 32, max_tokens: int | None = None,
+                 unpad: bool = True, workers: int = 1, compile: bool = False):
         """pooling: modes of products/pooling.py, concatenated in order; dense: Dense modules after it;
-        normalize: a Normalize module last. The other options: Runner._start."""
+        normalize: a Normalize module last. prompts (name -> text), default_prompt_name: as
+        config_sentence_transformers.json saves them; include_prompt: whether pooling reads the
+        prompt's tokens (the Pooling module's). The other options: Runner._start."""
         self.pooling, self.dense, self.normalize = pooling_modes.check(pooling), list(dense), normalize
+        # sentence-transformers v6 (BaseModel._default_prompts): "query" and "document" are always prompts
+        self.prompts: dict[str, str] = {"query": "", "document": "", **(prompts or {})}
+        if default_prompt_name is not None and default_prompt_name not in self.prompts:
+            raise ValueError(f"default prompt name {default_prompt_name!r} is not one of the prompts "
+                             f"{list(self.prompts)}")
+        self.default_prompt_name, self.include_prompt = default_prompt_name, include_prompt
         self._start(encoder, tokenizer, max_length=max_seq_length, batch_size=batch_size, max_tokens=max_tokens,
                     unpad=unpad, compile=compile, workers=workers)
 
@@ -73,14 +90,15 @@ class SentenceEncoder(Runner):
         The keywords every runner takes are products/runner.py's (LOAD_KEYWORDS)."""
         source = resolve(src, revision=revision, cache_dir=cache_dir)  # every file below is read from it
         modules = convert.read_modules(source)
-        pooling, dense, normalize, model, settings = ["mean"], [], False, source, {}
+        pooling, dense, normalize, model, settings, include_prompt = ["mean"], [], False, source, {}, True
         if modules is not None:
             if not modules or modules[0][0] != "Transformer":
                 raise ValueError(f"{source}/modules.json: the first module must be a Transformer")
-            pooling = []
+            pooling, includes = [], set()
             for kind, folder in modules[1:]:
                 if kind == "Pooling":
                     pooling += pooling_modes.read(source, folder)
+                    includes.add(convert.read_include_prompt(source, folder))
                 elif kind == "Dense":
                     dense.append(Dense(**convert.read_dense(source, folder)))
                 elif kind == "Normalize":
@@ -89,9 +107,13 @@ class SentenceEncoder(Runner):
                     raise ValueError(f"{source}/modules.json: a second Transformer module is not supported")
             if not pooling:
                 raise ValueError(f"{source}/modules.json: no Pooling module; minialign embeds pooled sentences")
+            if len(includes) > 1:
+                raise ValueError(f"{source}/modules.json: its Pooling modules differ in include_prompt")
+            (include_prompt,) = includes
             inner = source.subfolder(modules[0][1])  # an old layout keeps the Transformer in 0_Transformer/
             model = inner if inner.file("config.json", optional=True) else source
             settings = convert.read_sentence_config(inner)
+        prompts, default_prompt_name = convert.read_prompts(source)
         ckpt = read_checkpoint(model)
         encoder = build(Encoder, ckpt, device=device, dtype=dtype, attn_backend=attn_backend)
         if not isinstance(tokenizer, Tokenizer):
@@ -101,8 +123,10 @@ class SentenceEncoder(Runner):
         device = resolve_device(device)
         dense = [d.to(device=device, dtype=next(encoder.parameters()).dtype) for d in dense]
         embedder = cls(encoder, tokenizer, pooling=pooling, dense=dense, normalize=normalize,
-                       max_seq_length=settings.get("max_seq_length"), batch_size=batch_size, max_tokens=max_tokens,
-                       workers=workers, compile=compile, unpad=unpad)
+                       max_seq_length=settings.get("max_seq_length"), prompts=prompts,
+                       default_prompt_name=default_prompt_name,
+                       include_prompt=include_prompt,
+                       batch_size=batch_size, max_tokens=max_tokens, workers=workers, compile=compile, unpad=unpad)
         embedder.source = str(src)
         return embedder
 
@@ -116,8 +140,43 @@ class SentenceEncoder(Runner):
         """The window (the runner's `max_length`), sentence-transformers' name for it."""
         return self.max_length
 
-    def settings(self, *, normalize: bool = False) -> dict:
-        return {**super().settings(), "normalize": normalize, "max_seq_length": self.max_seq_length}
+    def settings(self, *, normalize: bool = False, prompt_name: str | None = None, prompt: str | None = None) -> dict:
+        """With the prompt text a call with these options puts before every text (None: none)."""
+        return {**super().settings(), "normalize": normalize, "max_seq_length": self.max_seq_length,
+                "prompt": self.resolve_prompt(prompt_name=prompt_name, prompt=prompt) or None}
+
+    def resolve_prompt(self, *, prompt_name: str | None = None, prompt: str | None = None) -> str | None:
+        """The prompt text a call uses, by sentence-transformers' rule (_resolve_prompt): `prompt` if
+        given (with `prompt_name` too: a warning, and `prompt` wins); else the prompt named `prompt_name`,
+        an unknown name being a ValueError that names it and lists the model's prompts; else the
+        default prompt, if the model has one. None or "": no prompt."""
+        if prompt is not None:
+            if not isinstance(prompt, str):
+                raise ValueError(f"prompt must be a string, got {type(prompt).__name__}")
+            if prompt_name is not None:
+                warnings.warn("give either prompt or prompt_name, not both: prompt_name is ignored", stacklevel=3)
+            return prompt
+        if prompt_name is not None:
+            if prompt_name not in self.prompts:
+                raise ValueError(f"prompt name {prompt_name!r} is not one of this model's prompts {list(self.prompts)}")
+            return self.prompts[prompt_name]
+        return self.prompts.get(self.default_prompt_name) if self.default_prompt_name is not None else None
+
+    def _prompted(self, texts: list[str], prompt: str | None) -> tuple[list[str], dict[str, int] | None]:
+        """The texts with the prompt before each, and what every batch must carry for pooling to leave
+        the prompt out (include_prompt=False), as sentence-transformers prepends and measures it."""
+        if not prompt:  # sentence-transformers: `if prompt`, so "" is no prompt
+            return texts, None
+        texts = [prompt + text for text in texts]
+        if self.include_prompt:
+            return texts, None
+        return texts, {"prompt_length": prompt_length(self.tokenizer, prompt, self.max_length)}
+
+    def over_window(self, inputs: Sequence[str], *, prompt_name: str | None = None,
+                    prompt: str | None = None) -> list[tuple[int, int]]:
+        """Runner.over_window, with the prompt a call with these options puts before each text counted."""
+        texts, _ = self._prompted(list(inputs), self.resolve_prompt(prompt_name=prompt_name, prompt=prompt))
+        return super().over_window(texts)
 
     @property
     def dimension(self) -> int:
@@ -126,29 +185,47 @@ class SentenceEncoder(Runner):
             return self.dense[-1].linear.out_features
         return self.model.config.hidden_size * len(self.pooling)
 
-    def encode(self, texts: Sequence[str], *, batch_size: int | None = None, normalize_embeddings: bool = False,
-               show_progress_bar: bool = False, warn_truncation: bool = True,
-               tally: Truncation | None = None) -> Tensor:
-        """(N, dimension) float32 embeddings on the CPU, row i for texts[i]. Text cut by the window
-        is reported as by every runner (warn_truncation, tally: products/runner.py)."""
+    def encode(self, texts: Sequence[str], *, prompt_name: str | None = None, prompt: str | None = None,
+               batch_size: int | None = None, normalize_embeddings: bool = False, show_progress_bar: bool = False,
+               warn_truncation: bool = True, tally: Truncation | None = None) -> Tensor:
+        """(N, dimension) float32 embeddings on the CPU, row i for texts[i]. prompt_name (one of
+        `prompts`) or prompt (its text): put before every text, as sentence-transformers does
+        (resolve_prompt; neither: the default prompt, if any). Text cut by the window is reported as by
+        every runner (warn_truncation, tally: products/runner.py); the prompt counts towards the window."""
+        prompt = self.resolve_prompt(prompt_name=prompt_name, prompt=prompt)
         texts = check_texts("texts", texts)
         if not texts:
             return torch.empty(0, self.dimension)
-        results = self.run(texts, progress=show_progress_bar, batch_size=batch_size)
+        texts, constants = self._prompted(texts, prompt)
+        results = self.run(texts, progress=show_progress_bar, batch_size=batch_size, constants=constants)
         self._count(results.truncated, warn_truncation, tally)
         return F.normalize(results.values, p=2, dim=1) if normalize_embeddings else results.values
 
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
-        """The embeddings of one padded batch: pooled, then each Dense, then Normalize."""
-        final = pooling_modes.final_tokens(self.pooling)
+        """The embeddings of one padded batch: pooled (less the prompt's tokens when the batch carries
+        a prompt_length), then each Dense, then Normalize."""
+        batch = dict(batch)
+        skip = int(batch.pop("prompt_length", 0))
+        final = pooling_modes.final_tokens(self.pooling, prompt_length=skip)
         hidden = self.model(**batch, unpad=self.unpad, final_tokens=final).last_hidden_state
         mask = batch["attention_mask"][:, :hidden.size(1)]
-        x = pooling_modes.pool(hidden, mask, self.pooling)
+        x = pooling_modes.pool(hidden, mask, self.pooling, prompt_length=skip)
         for layer in self.dense:
             x = layer(x)
         if self.normalize:
             x = F.normalize(x, p=2, dim=1)
         return x.float()
+
+
+def prompt_length(tokenizer: Tokenizer, prompt: str, max_length: int) -> int:
+    """How many leading tokens of a prompted text are the prompt's, as sentence-transformers counts them
+    (Transformer._get_prompt_length): the prompt tokenized alone, with the special tokens and under the
+    window, less its last token when that is a special one (the [SEP] / </s> that closes it). The count
+    does not look at the text after it: with a BPE prompt ending in a space ("query: "), the first word
+    of the text, which takes that space, is counted as the prompt's too, as sentence-transformers does."""
+    (ids,) = tokenizer.encode_ids([prompt], max_length=max_length).ids
+    specials = {i for i, token in tokenizer.backend.get_added_tokens_decoder().items() if token.special}
+    return len(ids) - (ids[-1] in specials)
 
 
 def lowercase(tokenizer: Tokenizer) -> None:

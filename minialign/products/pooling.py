@@ -3,6 +3,9 @@
 The modes are sentence-transformers' (sentence_transformers/models/Pooling.py, `pooling_mode`), with
 its formulas; several modes are concatenated in the order given. convert/sbert.py only reads the
 names from a Pooling module's config.json; this module says which it knows and what each computes.
+A Pooling module with include_prompt=false leaves the prompt's tokens out: `pool(..., prompt_length=n)`
+takes the first n positions out of the mask before any mode runs, as its `_exclude_prompt_from_mask`
+does (how n is counted is products/embeddings.py's `prompt_length`).
 TEI reports the pooling of an embedding model in GET /info under its own names
 (text-embeddings-inference router/src/lib.rs, Pool: cls, mean, splade, last_token).
 """
@@ -18,8 +21,8 @@ from torch import Tensor
 from minialign import convert
 
 
-def _cls(hidden: Tensor, mask: Tensor) -> Tensor:
-    return hidden[:, 0]
+def _cls(hidden: Tensor, mask: Tensor) -> Tensor:  # the first token the mask keeps (none kept: the first)
+    return hidden[torch.arange(hidden.size(0), device=hidden.device), mask.int().argmax(dim=1)]
 
 
 def _max(hidden: Tensor, mask: Tensor) -> Tensor:
@@ -38,9 +41,11 @@ def _weighted_mean(hidden: Tensor, mask: Tensor) -> Tensor:  # token i (1-based)
     return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
 
 
-def _last_token(hidden: Tensor, mask: Tensor) -> Tensor:
-    last = mask.sum(dim=1).long().clamp(min=1) - 1  # (B,): right padding
-    return hidden[torch.arange(hidden.size(0), device=hidden.device), last]
+def _last_token(hidden: Tensor, mask: Tensor) -> Tensor:  # the last token the mask keeps (none kept: zeros)
+    kept, from_end = mask.flip(1).max(dim=1)  # (B,), (B,)
+    last = torch.where(kept == 0, 0, hidden.size(1) - 1 - from_end)
+    rows = torch.arange(hidden.size(0), device=hidden.device)
+    return hidden[rows, last] * mask[rows, last].unsqueeze(-1).to(hidden.dtype)
 
 
 # mode -> (B, C) from token states (B, L, C) under a right-padded (B, L) mask of real tokens
@@ -73,15 +78,20 @@ def read(where: str | Path | convert.Files, folder: str = "") -> list[str]:
         raise convert.CheckpointError(f"Pooling module {folder or '.'} of {where}: {e}") from None
 
 
-def pool(hidden: Tensor, mask: Tensor, modes: Sequence[str]) -> Tensor:
-    """(B, C x len(modes)): each mode's vector, concatenated in order."""
+def pool(hidden: Tensor, mask: Tensor, modes: Sequence[str], *, prompt_length: int = 0) -> Tensor:
+    """(B, C x len(modes)): each mode's vector, concatenated in order. prompt_length: the first tokens
+    of every row (a prompt and the special token before it) are left out; a row with nothing left
+    pools as sentence-transformers' padded path does (cls: the first token; mean, lasttoken: zeros)."""
+    if prompt_length:
+        mask = mask.clone()
+        mask[:, :prompt_length] = 0  # right padding: a row's tokens start at position 0
     return torch.cat([MODES[mode](hidden, mask) for mode in modes], dim=-1)
 
 
-def final_tokens(modes: Sequence[str]) -> str:
+def final_tokens(modes: Sequence[str], *, prompt_length: int = 0) -> str:
     """What the encoder's last layer must compute (Encoder.forward final_tokens): CLS pooling reads
-    the first token only."""
-    return "first" if list(modes) == ["cls"] else "all"
+    the first token only, unless a prompt is left out (then it reads the first token after it)."""
+    return "first" if list(modes) == ["cls"] and not prompt_length else "all"
 
 
 def tei_name(modes: Sequence[str]) -> str:

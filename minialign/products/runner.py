@@ -116,15 +116,18 @@ class Runner:
     # -- running --
 
     @torch.inference_mode()
-    def run(self, inputs: Sequence[Input], *, progress: bool = False, batch_size: int | None = None) -> Results:
+    def run(self, inputs: Sequence[Input], *, progress: bool = False, batch_size: int | None = None,
+            constants: dict[str, int] | None = None) -> Results:
         """`forward` over the inputs through the engine: texts, (text, pair) tuples, or both (each kind
-        runs on its own); rows and the tokens each input lost come back in input order."""
+        runs on its own); rows and the tokens each input lost come back in input order. constants: what
+        every batch carries beside its tensors (BatchEngine.run)."""
         label = self.progress_label if progress else False
+        options = {"progress": label, "batch_size": batch_size, "constants": constants}
         pairs = [i for i, x in enumerate(inputs) if isinstance(x, tuple)]
         if not pairs or len(pairs) == len(inputs):
-            return self.engine.run(inputs, self.forward, progress=label, batch_size=batch_size)
+            return self.engine.run(inputs, self.forward, **options)
         singles = [i for i, x in enumerate(inputs) if not isinstance(x, tuple)]
-        parts = [(kind, self.engine.run([inputs[i] for i in kind], self.forward, progress=label, batch_size=batch_size))
+        parts = [(kind, self.engine.run([inputs[i] for i in kind], self.forward, **options))
                  for kind in (singles, pairs)]
         first = parts[0][1].values
         values, truncated = first.new_empty((len(inputs), *first.shape[1:])), torch.empty(len(inputs), dtype=torch.long)

@@ -92,10 +92,13 @@ class BatchEngine:
             self._pool = None
 
     def run(self, inputs: Sequence[Hashable], forward: Callable[[dict[str, Tensor]], Tensor], *,
-            progress: bool | str = False, batch_size: int | None = None) -> Results:
+            progress: bool | str = False, batch_size: int | None = None,
+            constants: dict[str, int] | None = None) -> Results:
         """forward(batch) -> (b, ...) results for the b sequences of the batch. Returns every input's
         row, in input order, on the CPU. progress: a tqdm bar over batches (a string is its label).
-        batch_size: this run's most sequences per batch (default: the engine's)."""
+        batch_size: this run's most sequences per batch (default: the engine's). constants: values every
+        batch of this run carries beside its tensors, under their names (a per-call option forward reads,
+        such as the length of a prompt pooling leaves out); they travel to worker processes with it."""
         unique: dict[Hashable, int] = {}
         where = torch.tensor([unique.setdefault(x, len(unique)) for x in inputs], dtype=torch.long)
         encoded = self.tokenize(list(unique))
@@ -110,7 +113,9 @@ class BatchEngine:
             bar = tqdm(total=len(batches), desc=progress if isinstance(progress, str) else "batches", unit="batch",
                        leave=False)
         results = None
-        for index, out in self.execute(forward, ((i, self.collate(b, ids, types)) for i, b in enumerate(batches))):
+        extra = constants or {}
+        for index, out in self.execute(forward, ((i, {**self.collate(b, ids, types), **extra})
+                                                 for i, b in enumerate(batches))):
             out = out.float().cpu()
             if results is None:
                 results = out.new_empty((len(ids), *out.shape[1:]))

@@ -45,15 +45,19 @@ def score_job(scorer: PairScorer, *, context_field: str = "context", claim_field
 
 
 def embed_job(encoder: SentenceEncoder, *, text_field: str = "text", normalize: bool = False,
-              model: str | None = None) -> Job:
-    """SentenceEncoder: {"embedding": [floats]} per text row (.jsonl), or one (N, D) tensor (.safetensors)."""
+              prompt_name: str | None = None, prompt: str | None = None, model: str | None = None) -> Job:
+    """SentenceEncoder: {"embedding": [floats]} per text row (.jsonl), or one (N, D) tensor (.safetensors).
+    prompt_name / prompt: as SentenceEncoder.encode takes them; the prompt text is a setting (an unknown
+    prompt_name fails here, before any row is read)."""
+    settings = encoder.settings(normalize=normalize, prompt_name=prompt_name, prompt=prompt)
+    text = settings["prompt"] or ""  # the prompt resolved once: each block uses the same
 
     def run(rows: list[Row], totals) -> list[dict[str, Any]]:
-        vectors = encoder.encode([r.values["text"] for r in rows], normalize_embeddings=normalize,
+        vectors = encoder.encode([r.values["text"] for r in rows], prompt=text, normalize_embeddings=normalize,
                                  warn_truncation=False, tally=totals)
         return [{"embedding": v} for v in vectors.tolist()]
 
-    return _job(encoder, "embed", model=model, settings=encoder.settings(normalize=normalize), run=run,
+    return _job(encoder, "embed", model=model, settings=settings, run=run,
                 fields={"text": text_field}, flags={"text": "--text-field"}, tensor="embedding")
 
 
