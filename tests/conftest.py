@@ -132,6 +132,14 @@ def bpe_json_dir(bpe_dir, tmp_path_factory) -> Path:
     return directory
 
 
+@pytest.fixture(scope="session")
+def tiny_family(tmp_path_factory, minilm_dir, bpe_dir):
+    """Tiny random models of every family with fitting tokenizers, each built once (tests/family_builders.py)."""
+    from family_builders import Builder
+
+    return Builder(tmp_path_factory.mktemp("families"), minilm_dir=minilm_dir, bpe_dir=bpe_dir)
+
+
 class _FakeLightning:
     """Installs a stand-in `pytorch_lightning.utilities.parsing.AttributeDict` while a checkpoint is
     pickled, so the file names that global exactly as a real Lightning checkpoint does."""

@@ -25,6 +25,7 @@ from minialign.apps.raydata import (AlignScoreBatches, ClassifyBatches, EmbedBat
                                run_sharded, shard_of)
 from conftest import save_classifier  # noqa: E402
 from conftest import CORPUS  # noqa: E402
+from family_builders import family_params  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -203,3 +204,23 @@ def test_cli_default_shards_are_said_recorded_and_kept(tmp_path, minilm_dir, loc
     assert main(command) == 0
     err = capsys.readouterr().err
     assert f"1 shard(s), as {out / '_minialign.json'} records" in err and "1 already there" in err
+
+
+@pytest.mark.parametrize("family", family_params(["camembert"]))
+def test_cli_classify_on_ray_on_another_family_equals_one_process(family, tiny_family, tmp_path, local_ray):
+    """`classify --ray` on CamemBERT (a SentencePiece tokenizer, `<s> A </s></s> B </s>` pairs, no pooler in
+    the head) writes what Classifier.predict gives, every id once (tests/family_builders.py)."""
+    classifier, _ = tiny_family.classifier(family, 3)
+    texts = TEXTS[:12]
+    rows = tmp_path / "pairs.jsonl"
+    rows.write_text("".join(json.dumps({"id": f"t{i}", "text": t, "pair": "A tower."}) + "\n"
+                            for i, t in enumerate(texts)))
+    clf = ma.Classifier.from_pretrained(classifier)
+    probs = clf.predict(texts, ["A tower."] * len(texts), warn_truncation=False)
+    assert main(["classify", "--ray", "--model", str(classifier), "--input", str(rows), "--pair-field", "pair",
+                 "--output", str(tmp_path / "out"), "--shards", "1", "--batch-rows", "4"]) == 0
+    got = {row["id"]: row for row in _rows(tmp_path / "out")}
+    assert sorted(got) == sorted(f"t{i}" for i in range(len(texts))) and len(_rows(tmp_path / "out")) == len(texts)
+    scores = torch.tensor([[got[f"t{i}"][f"score_{label}"] for label in clf.labels] for i in range(len(texts))])
+    torch.testing.assert_close(scores, probs, atol=1e-5, rtol=0)
+    assert all(got[f"t{i}"]["label"] == clf.labels[int(probs[i].argmax())] for i in range(len(texts)))

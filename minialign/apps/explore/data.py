@@ -10,6 +10,17 @@ norms by layer, the embedding decomposition (word / position / token type: their
 much of each every layer's state still points along, as cosines), AlignScore's head probabilities
 for an AlignModel, and for two runs the cosine between the same token's states, layer by layer.
 
+The decomposition shows the parts the model's embeddings record and no other (`ma.capture`: a family
+without token types, DistilBERT's or MPNet's, records none). Embeddings narrower than the layers and
+projected to them (ELECTRA's `embedding_size`, the Embeddings' `project`) are shown at their own width,
+with the projection: the parts' norms and the "emb" cosines at the embedding width, the layers' cosines
+against each part mapped by the projection's weight (W p, no bias), the residual stream from the
+projection's output (what the first layer reads). `Exploration.data["embedding"]["note"]` says which.
+
+The score-function swap (`with_score_function`) replaces the alignment score q.k / sqrt(d); it does
+not apply to a model whose family adds a relative-position bias to that score (its declared
+`Family.relative_bias`, MPNet's), and says so.
+
 Every number on the page is a captured tensor (ma.capture) of the real tokens (a single input has no
 padding). A text longer than the window is shown as far as the model saw it, never whole, with the
 number of tokens cut from each text (`Exploration.cut_note`, which the CLI prints). Attention is stored
@@ -40,6 +51,7 @@ THUMB = 64  # the model view's maps: at most THUMB x THUMB block means
 PAGE_LIMIT = 10_000_000  # what a page of up to 512 tokens on 12 x 12 heads stays under (tests)
 QUANT = 65535  # attention weights are stored as round(p * QUANT) in uint16
 ALIGN_LABELS = ("aligned", "neutral", "contradiction")  # AlignScore's tri head
+PARTS = ("word", "position", "token_type")  # the embedding parts a family may record (nn/capture.py)
 
 
 def _b64(t: Tensor, code: str) -> str:
@@ -80,8 +92,12 @@ def _run(model: nn.Module, batch: dict[str, Tensor], mask: Tensor | None, label:
     with torch.inference_mode(), capture(model) as cap:
         out = model(**inputs)
     layers = model.config.num_layers
-    states = [cap[f"{prefix}embeddings.norm"][0]] + [cap[f"{prefix}layers.{i}.output"][0] for i in range(layers)]
-    parts = {name: cap[f"{prefix}embeddings.{name}"][0] for name in ("word", "position", "token_type")}
+    embedded = cap[f"{prefix}embeddings.norm"][0]  # (T, E): the LayerNorm's output at the embeddings' width
+    projected = cap.tensors.get(f"{prefix}embeddings.project")  # (1, T, C) where a projection follows
+    first = embedded if projected is None else projected[0]  # what the first layer reads
+    states = [first] + [cap[f"{prefix}layers.{i}.output"][0] for i in range(layers)]
+    parts = {name: cap[f"{prefix}embeddings.{name}"][0] for name in PARTS if f"{prefix}embeddings.{name}" in cap}
+    into_layers = _projection(model, prefix) if projected is not None else None
     probs = torch.cat([cap[f"{prefix}layers.{i}.attention.probs"] for i in range(layers)])  # (layers, H, T, T)
     run = {
         "label": label,
@@ -90,16 +106,61 @@ def _run(model: nn.Module, batch: dict[str, Tensor], mask: Tensor | None, label:
                                                for i in range(layers)]))
                    for role in ("attention_residual", "ffn_residual")},
         "parts": {name: [round(float(v), 5) for v in t.float().norm(dim=-1)] for name, t in parts.items()},
-        "part_cosines": {name: _rounded(torch.stack([F.cosine_similarity(s.float(), t.float().expand_as(s), dim=-1)
-                                                     for s in states])) for name, t in parts.items()},
+        "part_cosines": {name: _rounded(torch.stack(_part_cosines(embedded, states[1:], t, into_layers)))
+                         for name, t in parts.items()},
         "attention": _attention(probs.float()),
     }
+    if projected is not None:
+        run["projected_norms"] = [round(float(v), 5) for v in first.float().norm(dim=-1)]
     if isinstance(model, AlignModel):
         tri = torch.softmax(out.tri_label_logits.float(), dim=-1)[0]
         run["heads"] = {**{f"tri: {name}": float(p) for name, p in zip(ALIGN_LABELS, tri)},
                         "bin: aligned": float(torch.softmax(out.seq_relationship_logits.float(), dim=-1)[0, 1]),
                         "reg": float(out.reg_label_logits.float()[0, 0])}
     return run, {"states": states}
+
+
+def _part_cosines(embedded: Tensor, layer_states: list[Tensor], part: Tensor,
+                  into_layers: Tensor | None) -> list[Tensor]:
+    """cos(state, part) per token: the embeddings' output against the part at the embeddings' width, each
+    layer's state against it at the layers' width (mapped by the projection's weight where there is one)."""
+    wide = part.float() if into_layers is None else part.float() @ into_layers.float().T  # (T, C)
+    return ([F.cosine_similarity(embedded.float(), part.float(), dim=-1)]
+            + [F.cosine_similarity(s.float(), wide, dim=-1) for s in layer_states])
+
+
+def _projection(model: nn.Module, prefix: str) -> Tensor:
+    """The weight (C, E) of the linear layer that projects the embeddings to the layers' width."""
+    return model.get_submodule(f"{prefix}embeddings").project.weight.detach()
+
+
+def _embedding(model: nn.Module, run: dict) -> dict:
+    """What the page's decomposition shows, and one sentence saying it (the parts this model has; its widths)."""
+    config = model.config
+    parts = list(run["parts"])
+    width = config.embedding_size or config.hidden_size
+    projected = "projected_norms" in run
+    named = {"word": "word", "position": "position", "token_type": "token type"}
+    said = " + ".join(named[p] for p in parts)
+    note = f"The embeddings are LayerNorm({said})"
+    missing = [named[p] for p in PARTS if p not in parts]
+    if missing:
+        note += f"; this model ({config.arch}) has no {' or '.join(missing)} embeddings"
+    if projected:
+        note += (f". They are {width} wide and projected to the layers' {config.hidden_size} by a linear layer W: "
+                 f"the parts' norms and the emb column's cosines are at width {width}; the layers' columns compare "
+                 f"each state with the part mapped by W (W p, no bias); the residual stream starts at the "
+                 f"projection's output")
+    return {"parts": parts, "width": width, "hidden": config.hidden_size, "projected": projected, "note": note + "."}
+
+
+def has_relative_bias(model: nn.Module) -> bool:
+    """Whether the model's attention adds a relative-position bias to its scores (what its family declares:
+    Family.relative_bias gives one, or None)."""
+    prefix = _encoder_prefix(model)
+    encoder = model.get_submodule(prefix.rstrip(".")) if prefix else model
+    with torch.no_grad():
+        return encoder.family.relative_bias(encoder, 1) is not None
 
 
 def _attention(probs: Tensor) -> dict:
@@ -191,7 +252,9 @@ def explore(model: nn.Module, tokenizer, text: str, pair: str | None = None, att
     first, raw_first = _run(model, batch, attention_mask, names[0])
     config = model.config
     data = {"model": {"class": type(model).__name__, "arch": config.arch, "layers": config.num_layers,
-                      "heads": config.num_heads, "hidden": config.hidden_size, "score_fn": config.score_fn},
+                      "heads": config.num_heads, "hidden": config.hidden_size, "score_fn": config.score_fn,
+                      "relative_bias": has_relative_bias(model)},
+            "embedding": _embedding(model, first),
             "text": seen[0], "pair": seen[1], "tokens": tokens, "token_types": list(encoded.type_ids[0]),
             "truncated": int(encoded.truncated[0]), "cut": cut,
             "cut_note": _cut_note(cut, "the model's window" if max_length is None else "the window (max_length)"),
@@ -246,6 +309,10 @@ def with_score_function(model: nn.Module, score_fn: str) -> nn.Module:
     weight shared but the new function's own parameters, which start from their initialisation."""
     import dataclasses
 
+    if has_relative_bias(model):
+        raise ValueError(f"the score-function swap does not apply to {type(model).__name__} ({model.config.arch}): "
+                         f"its attention adds a relative-position bias to the scaled dot product (its family's "
+                         f"relative_bias), which a swapped score function would be added to, untrained")
     config = dataclasses.replace(model.config, score_fn=score_fn)
     other = type(model)(config).eval()
     missing, unexpected = other.load_state_dict(model.state_dict(), strict=False)

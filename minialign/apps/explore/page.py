@@ -62,7 +62,8 @@ function legend(id, scale, lo, hi, what, loText, hiText) {  // a bar from lo (le
 // -- summary ---------------------------------------------------------------------------------------
 const M = D.model, A0 = D.runs[0].attention;
 el("summary").textContent = `${M.class} (${M.arch}, ${M.layers} layers x ${M.heads} heads, hidden ${M.hidden}, ` +
-  `score function ${M.score_fn}); ${T} tokens` + (D.truncated ? " (all the window holds; the rest was cut)" : "") +
+  `score function ${M.score_fn}` + (M.relative_bias ? ", plus a relative-position bias by offset, so the " +
+  "score-function swap does not apply" : "") + `); ${T} tokens` + (D.truncated ? " (all the window holds; the rest was cut)" : "") +
   (D.runs.length > 1 ? `; two runs: ${D.runs.map(r => r.label).join(" vs ")}` : "");
 el("storage").textContent = A0.storage === "full"
   ? `Attention: every weight of every head, stored as uint16 (p x ${A0.quant}, rounded; error <= ${(0.5 / A0.quant).toExponential(1)}).`
@@ -187,13 +188,21 @@ function drawNorms() {
     (x, t, v) => `${label(D.tokens[t])}, ${x === 0 ? "embeddings" : "after layer " + (x - 1)}: |x| = ${v.toFixed(3)}` +
       (x > 0 ? `; before the LayerNorms: |x + attn| = ${run.stream.attention_residual[x - 1][t].toFixed(3)}, |x + ffn| = ${run.stream.ffn_residual[x - 1][t].toFixed(3)}` : ""));
 }
+// the parts this model's embeddings have (D.embedding.parts), and the projection where there is one
+const E = D.embedding, PART_NAMES = {word: "word", position: "position", token_type: "token type"};
+el("embedding-note").textContent = E.note;
+el("part-head").replaceChildren(...["token", ...E.parts.map(p => `|${PART_NAMES[p]}|`), ...(E.projected ? ["|projected|"] : [])]
+  .map(h => Object.assign(document.createElement("th"), {textContent: h})));
+for (const p of E.parts) el("part").add(new Option(PART_NAMES[p], p));
 function drawParts() {
-  const run = D.runs[+el("norm-run").value], part = el("part").value;
-  heatmap("parts", "parts-readout", run.part_cosines[part], rdbu, -1, 1, `cos(state, ${part} embedding):`,
-    (x, t, v) => `${label(D.tokens[t])}, ${x === 0 ? "embeddings" : "after layer " + (x - 1)}: cos(x, ${part} embedding) = ${v.toFixed(4)}`);
+  const run = D.runs[+el("norm-run").value], part = el("part").value, name = PART_NAMES[part];
+  const mapped = E.projected ? " (layers: W p)" : "";
+  heatmap("parts", "parts-readout", run.part_cosines[part], rdbu, -1, 1, `cos(state, ${name} embedding${mapped}):`,
+    (x, t, v) => `${label(D.tokens[t])}, ${x === 0 ? "embeddings" : "after layer " + (x - 1)}: cos(x, ${name} embedding${x > 0 && E.projected ? " mapped by W" : ""}) = ${v.toFixed(4)}`);
   const body = el("part-norms"); body.innerHTML = "";
   D.tokens.forEach((tok, t) => { const tr = body.insertRow(); tr.insertCell().textContent = label(tok);
-    for (const p of ["word", "position", "token_type"]) tr.insertCell().textContent = run.parts[p][t].toFixed(3); });
+    for (const p of E.parts) tr.insertCell().textContent = run.parts[p][t].toFixed(3);
+    if (E.projected) tr.insertCell().textContent = run.projected_norms[t].toFixed(3); });
 }
 ["norm-run"].forEach(id => D.runs.forEach((r, i) => el(id).add(new Option(r.label, i))));
 el("norm-run").onchange = () => { drawNorms(); drawParts(); }; el("part").onchange = drawParts;
@@ -241,12 +250,12 @@ Hover a query to see only its lines.</p>
 for the norms before each LayerNorm.</p>
 <div class="legend" id="norms-legend"></div><div class="readout" id="norms-readout"></div><canvas id="norms"></canvas>
 <h2>Embedding decomposition</h2>
-<p class="note">Norms of each token's three embedding parts, and the cosine between every layer's state and
+<p class="note">Norms of each token's embedding parts, and the cosine between every layer's state and
 one part (blue: along it, red: against it).</p>
-<table><thead><tr><th>token</th><th>|word|</th><th>|position|</th><th>|token type|</th></tr></thead>
+<p class="note" id="embedding-note"></p>
+<table><thead><tr id="part-head"></tr></thead>
 <tbody id="part-norms"></tbody></table>
-<div class="controls"><label>part <select id="part"><option>word</option><option>position</option>
-<option>token_type</option></select></label></div>
+<div class="controls"><label>part <select id="part"></select></label></div>
 <div class="legend" id="parts-legend"></div><div class="readout" id="parts-readout"></div><canvas id="parts"></canvas>
 <section id="probs-section"><h2>AlignScore heads</h2><div id="probs"></div></section>
 <section id="diff-section"><h2>Two runs: the same token's states</h2>

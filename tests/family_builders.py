@@ -1,0 +1,239 @@
+"""Tiny random models of every encoder family, for the product tests: one row per family, so a new family
+is one row in FAMILIES. Each row says how transformers builds the family (its config, bare model and
+*ForSequenceClassification classes, its tiny sizes under the family's own config names) and which
+tokenizer fits it, made here from the session fixtures (nothing is downloaded):
+
+  wordpiece   all-MiniLM-L6-v2's WordPiece (the `minilm_dir` fixture): bert, electra, distilbert
+  bpe         the byte-level BPE trained in conftest (`bpe_dir`, vocab.json + merges.txt): roberta
+  unigram     a SentencePiece Unigram tokenizer.json trained here, `<s> A </s></s> B </s>`: xlm-roberta, camembert
+  mpnet       MiniLM's WordPiece vocabulary under MPNet's special tokens (<s> <pad> </s> <unk> first, <mask>
+              last; tokenizer_class MPNetTokenizer, `<s> A </s></s> B </s>`): mpnet
+
+Every model gets non-zero biases and LayerNorm parameters (a swapped weight name cannot pass). Rows
+also hold what a test may expect of the family's encoder (`token_types`, `projected`, `relative_bias`). A row whose
+family minialign does not declare yet (`"arch" not in minialign.convert.hf_config.FAMILIES`) is
+skipped by `family_params`.
+
+Used through the session fixture `tiny_family` (conftest.py), which builds each directory once:
+
+    directory, hf = tiny_family.hf("electra")                       # the bare model + its tokenizer
+    directory, hf = tiny_family.classifier("distilbert", 3)          # *ForSequenceClassification, 3 labels
+    directory = tiny_family.sentence_transformers("mpnet")           # Transformer + Pooling(mean)
+    directory = tiny_family.sentence_transformers("camembert", pooling="cls", dense=True, normalize=True)
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+
+SHARED = dict(hidden_size=36, num_hidden_layers=2, num_attention_heads=3, intermediate_size=53, hidden_act="gelu")
+WINDOW = 64  # every tokenizer's model_max_length; the position table holds it (plus the rows a family reserves)
+ST_WINDOW = 24  # sentence-transformers' max_seq_length: long texts are cut
+UNIGRAM_CORPUS = ["The tower was built in Paris and opened in 1889.", "La tour a été construite à Paris en 1889.",
+                  "Der Turm wurde in Paris gebaut.", "El ministro dijo que la empresa creció.",
+                  "Police said the company grew; officials reported on Monday.",
+                  "Zürich, Genève et Bâle sont des villes.", "A short claim.",
+                  "Numbers 3.14 and $5,000 in the report."] * 20
+SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # XLM-R's and MPNet's first ids: <s> 0, <pad> 1, </s> 2, <unk> 3
+
+
+@dataclass(frozen=True)
+class FamilyRow:
+    model_type: str  # config.json's model_type, and minialign's Config.arch
+    config: str  # transformers class names
+    base: str
+    classifier: str
+    tokenizer: str  # wordpiece | bpe | unigram | mpnet (module docstring)
+    tokenizer_config: dict = field(default_factory=dict)  # written to tokenizer_config.json (besides the window)
+    fields: dict = field(default_factory=dict)  # the family's config fields, its own names (SHARED's by default)
+    reserved: int = 0  # position rows before the first token (RoBERTa's positions start after pad_token_id)
+    token_types: bool = True  # the encoder has a token-type table
+    projected: bool = False  # the embeddings are narrower than the layers and projected (ELECTRA)
+    relative_bias: bool = False  # attention adds a relative-position bias (MPNet's)
+
+    def classes(self):
+        return tuple(getattr(transformers, name) for name in (self.config, self.base, self.classifier))
+
+
+FAMILIES = {row.model_type: row for row in [
+    FamilyRow("bert", "BertConfig", "BertModel", "BertForSequenceClassification", "wordpiece",
+              {"tokenizer_class": "BertTokenizer", "do_lower_case": True}, dict(type_vocab_size=2, pad_token_id=0)),
+    FamilyRow("roberta", "RobertaConfig", "RobertaModel", "RobertaForSequenceClassification", "bpe", {},
+              dict(type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2, layer_norm_eps=1e-5), reserved=2),
+    FamilyRow("xlm-roberta", "XLMRobertaConfig", "XLMRobertaModel", "XLMRobertaForSequenceClassification", "unigram",
+              {"tokenizer_class": "XLMRobertaTokenizer"},
+              dict(type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2, layer_norm_eps=1e-5), reserved=2),
+    FamilyRow("camembert", "CamembertConfig", "CamembertModel", "CamembertForSequenceClassification", "unigram",
+              {"tokenizer_class": "CamembertTokenizer"},
+              dict(type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2, layer_norm_eps=1e-5), reserved=2),
+    FamilyRow("electra", "ElectraConfig", "ElectraModel", "ElectraForSequenceClassification", "wordpiece",
+              {"do_lower_case": True},  # as google/electra-small-discriminator's: no tokenizer_class
+              dict(embedding_size=20, type_vocab_size=2, pad_token_id=0), projected=True),
+    FamilyRow("distilbert", "DistilBertConfig", "DistilBertModel", "DistilBertForSequenceClassification", "wordpiece",
+              {"do_lower_case": True},  # as distilbert-base-uncased's: no tokenizer_class, a BERT tokenizer.json
+              dict(dim=36, n_layers=2, n_heads=3, hidden_dim=53, activation="gelu", pad_token_id=0),
+              token_types=False),
+    # MPNet (minialign/models/mpnet.py): RoBERTa's positions, no token types, a relative-position bias
+    FamilyRow("mpnet", "MPNetConfig", "MPNetModel", "MPNetForSequenceClassification", "mpnet",
+              {"tokenizer_class": "MPNetTokenizer", "do_lower_case": True},
+              dict(pad_token_id=1, bos_token_id=0, eos_token_id=2, layer_norm_eps=1e-5), reserved=2,
+              token_types=False, relative_bias=True),
+]}
+NEW = [name for name in FAMILIES if name not in ("bert", "roberta")]  # the families bert/roberta tests do not cover
+
+
+def supported(model_type: str) -> bool:
+    from minialign.convert.hf_config import FAMILIES as DECLARED
+
+    return model_type in DECLARED
+
+
+def family_params(names=None) -> list:
+    """pytest params over families (default NEW), a family minialign lacks skipped."""
+    return [pytest.param(name, id=name, marks=() if supported(name) else
+                         pytest.mark.skip(reason=f"minialign has no {name!r} family yet"))
+            for name in (NEW if names is None else names)]
+
+
+# -- tokenizers ------------------------------------------------------------------------------------
+
+def _unigram(directory: Path) -> None:
+    """A SentencePiece Unigram tokenizer.json as XLM-R's (Metaspace, `<s> A </s></s> B </s>`), trained here."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
+                                                 pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")])
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    tok.train_from_iterator(UNIGRAM_CORPUS, trainers.UnigramTrainer(vocab_size=180, special_tokens=SPECIALS,
+                                                                    unk_token="<unk>"))
+    assert [tok.token_to_id(t) for t in SPECIALS] == [0, 1, 2, 3, 4]
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>",
+                                                       special_tokens=[("<s>", 0), ("</s>", 2)])
+    tok.save(str(directory / "tokenizer.json"))
+
+
+def _mpnet_vocab(minilm_dir: Path, directory: Path) -> None:
+    """MiniLM's vocab.txt under MPNet's special tokens: <s> <pad> </s> <unk> first, <mask> last (as
+    microsoft/mpnet-base's vocab.txt; its [UNK] stays MPNetTokenizer's unk_token)."""
+    words = (minilm_dir / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    lines = SPECIALS[:4] + words + ["<mask>"]
+    (directory / "vocab.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def write_tokenizer(row: FamilyRow, directory: Path, *, minilm_dir: Path, bpe_dir: Path) -> int:
+    """The row's tokenizer files in `directory`; returns the vocabulary size."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if row.tokenizer == "wordpiece":
+        for name in ("vocab.txt", "tokenizer.json", "special_tokens_map.json"):
+            shutil.copyfile(minilm_dir / name, directory / name)
+    elif row.tokenizer == "bpe":
+        for name in ("vocab.json", "merges.txt"):
+            shutil.copyfile(bpe_dir / name, directory / name)
+    elif row.tokenizer == "unigram":
+        _unigram(directory)
+    elif row.tokenizer == "mpnet":
+        _mpnet_vocab(minilm_dir, directory)
+    else:
+        raise ValueError(f"unknown tokenizer kind {row.tokenizer!r}")
+    settings = {"model_max_length": WINDOW, **row.tokenizer_config}
+    if row.tokenizer in ("unigram", "mpnet"):
+        settings.update(bos_token="<s>", eos_token="</s>", sep_token="</s>", cls_token="<s>", pad_token="<pad>",
+                        mask_token="<mask>", unk_token="<unk>" if row.tokenizer == "unigram" else "[UNK]")
+    (directory / "tokenizer_config.json").write_text(json.dumps(settings))
+    if (directory / "vocab.json").is_file():
+        return len(json.loads((directory / "vocab.json").read_text()))
+    if (directory / "tokenizer.json").is_file():
+        from tokenizers import Tokenizer
+
+        return Tokenizer.from_file(str(directory / "tokenizer.json")).get_vocab_size()
+    return len((directory / "vocab.txt").read_text(encoding="utf-8").splitlines())
+
+
+# -- models ----------------------------------------------------------------------------------------
+
+def hf_model(row: FamilyRow, vocab_size: int, *, num_labels: int | None = None, seed: int = 0):
+    """A tiny random transformers model of the family (bare, or *ForSequenceClassification with
+    `num_labels`), eager attention, non-zero biases and LayerNorm parameters."""
+    config_cls, base_cls, classifier_cls = row.classes()
+    if row.model_type == "distilbert":
+        sizes = dict(max_position_embeddings=WINDOW + row.reserved)
+    else:
+        sizes = dict(SHARED, max_position_embeddings=WINDOW + row.reserved)
+    extra = {} if num_labels is None else {"num_labels": num_labels}
+    config = config_cls(**{**sizes, **row.fields, **extra, "vocab_size": vocab_size})
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = (base_cls if num_labels is None else classifier_cls)(config).eval()
+    with torch.no_grad():  # non-zero biases and LayerNorm params, so a swapped name cannot pass
+        for name, p in model.named_parameters():
+            if "LayerNorm" in name or "layer_norm" in name or name.endswith("bias"):
+                p.add_(torch.randn_like(p) * 0.1)
+            elif "relative_attention_bias" in name:
+                p.mul_(30)  # MPNet's bias large enough to move the outputs
+    return model
+
+
+class Builder:
+    """Each family's directories, built once per session under `root` (conftest.py `tiny_family`)."""
+
+    def __init__(self, root: Path, *, minilm_dir: Path, bpe_dir: Path):
+        self.root, self.minilm_dir, self.bpe_dir = root, minilm_dir, bpe_dir
+        self._built: dict[tuple, object] = {}
+
+    def _once(self, key: tuple, make):
+        if key not in self._built:
+            self._built[key] = make()
+        return self._built[key]
+
+    def _model_dir(self, model_type: str, num_labels: int | None, seed: int):
+        row = FAMILIES[model_type]
+        directory = self.root / f"{model_type}-{'base' if num_labels is None else f'labels{num_labels}'}-{seed}"
+        vocab = write_tokenizer(row, directory, minilm_dir=self.minilm_dir, bpe_dir=self.bpe_dir)
+        model = hf_model(row, vocab, num_labels=num_labels, seed=seed)
+        model.save_pretrained(directory)
+        return directory, model
+
+    def hf(self, model_type: str, *, seed: int = 0) -> tuple[Path, torch.nn.Module]:
+        """(a transformers directory of the bare model with its tokenizer, the model)."""
+        return self._once(("hf", model_type, seed), lambda: self._model_dir(model_type, None, seed))
+
+    def classifier(self, model_type: str, num_labels: int, *, seed: int = 0) -> tuple[Path, torch.nn.Module]:
+        """(a transformers directory of *ForSequenceClassification with its tokenizer, the model)."""
+        return self._once(("classifier", model_type, num_labels, seed),
+                          lambda: self._model_dir(model_type, num_labels, seed))
+
+    def sentence_transformers(self, model_type: str, *, pooling: str | tuple = "mean", dense: bool = False,
+                              normalize: bool = False) -> Path:
+        """A sentence-transformers directory: models.Transformer over `hf(model_type)`, Pooling, and
+        optionally Dense (to 10) and Normalize."""
+        key = ("st", model_type, pooling, dense, normalize)
+
+        def make():
+            from sentence_transformers import SentenceTransformer, models
+
+            base, _ = self.hf(model_type)
+            transformer = models.Transformer(str(base), max_seq_length=ST_WINDOW)
+            width = getattr(transformer, "get_embedding_dimension", None) or transformer.get_word_embedding_dimension
+            modules = [transformer, models.Pooling(width(), pooling_mode=pooling)]
+            if dense:
+                torch.manual_seed(1)
+                pooled = modules[-1]
+                size = getattr(pooled, "get_embedding_dimension", None) or pooled.get_sentence_embedding_dimension
+                modules.append(models.Dense(size(), 10))
+            if normalize:
+                modules.append(models.Normalize())
+            name = "-".join([model_type, "st", "_".join([pooling] if isinstance(pooling, str) else pooling),
+                             *(["dense"] if dense else []), *(["normalize"] if normalize else [])])
+            directory = self.root / name
+            SentenceTransformer(modules=modules, device="cpu").save(str(directory))
+            return directory
+
+        return self._once(key, make)

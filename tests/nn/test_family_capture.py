@@ -1,0 +1,48 @@
+"""`ma.capture` on every family beyond BERT and RoBERTa (tests/family_builders.py): it records the
+embedding parts the family has and no other (no token_type for DistilBERT and MPNet, ELECTRA's
+projection), the parts sum to what the LayerNorm reads, each layer's output and attention probabilities
+are transformers' hidden states and attentions, and capturing changes no result."""
+
+import pytest
+import torch
+from family_builders import FAMILIES, family_params
+
+import minialign as ma
+
+TOL = dict(atol=1e-5, rtol=0)
+TEXTS = ["The tower was built in Paris.", "La tour a été construite à Paris en 1889, dit le ministre."]
+PAIRS = ["It opened in 1889.", "Short."]
+
+
+@pytest.mark.parametrize("family", family_params())
+def test_capture_records_the_parts_the_family_has(family, tiny_family):
+    row = FAMILIES[family]
+    directory, hf = tiny_family.hf(family)
+    model = ma.Encoder.from_pretrained(directory, attn_backend="sdpa")
+    batch = ma.Tokenizer.from_pretrained(directory)(TEXTS, PAIRS)
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        plain = model(**batch)
+        with ma.capture(model) as cap:
+            out = model(**batch)
+        theirs = hf(**{k: v for k, v in batch.items() if k != "token_type_ids" or row.token_types},
+                    output_hidden_states=True, output_attentions=True)
+    assert torch.equal(out.last_hidden_state, plain.last_hidden_state)  # a capture changes no result
+
+    parts = [p for p in ("word", "position", "token_type") if f"embeddings.{p}" in cap]
+    assert parts == ["word", "position", "token_type"][:3 if row.token_types else 2]
+    width = row.fields.get("embedding_size", model.config.hidden_size)
+    assert cap["embeddings.word"].shape == (*batch["input_ids"].shape, width)
+    total = sum(cap[f"embeddings.{p}"] for p in parts)
+    torch.testing.assert_close(cap["embeddings.sum"], total, **TOL)
+    torch.testing.assert_close(model.embeddings.norm(cap["embeddings.sum"]), cap["embeddings.norm"], **TOL)
+    assert ("embeddings.project" in cap) == row.projected
+    first = cap["embeddings.project" if row.projected else "embeddings.norm"]  # what the first layer reads
+    assert torch.equal(first, cap["layers.0.input"])
+    torch.testing.assert_close(first[real], theirs.hidden_states[0][real], **TOL)
+
+    for i in range(model.config.num_layers):
+        torch.testing.assert_close(cap[f"layers.{i}.output"][real], theirs.hidden_states[i + 1][real], **TOL)
+        probs = cap[f"layers.{i}.attention.probs"]  # (B, H, L, L): real query rows
+        torch.testing.assert_close(probs.transpose(1, 2)[real], theirs.attentions[i].transpose(1, 2)[real], **TOL)
+    assert ("relative_position_bias.by_offset" in cap) == row.relative_bias

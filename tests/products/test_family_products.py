@@ -1,0 +1,91 @@
+"""Every product on every family beyond BERT and RoBERTa (tests/family_builders.py, one row each):
+SentenceEncoder against SentenceTransformer.encode, Classifier.predict against transformers'
+*ForSequenceClassification logits, rerank and predict against CrossEncoder. Tiny random models with the
+tokenizer each family ships (WordPiece, SentencePiece Unigram, MPNet's WordPiece), built once per session."""
+
+import pytest
+import torch
+import transformers
+from family_builders import ST_WINDOW, WINDOW, family_params
+
+import minialign as ma
+from minialign.runtime.engine import TruncationWarning
+
+TOL = dict(atol=1e-5, rtol=0)
+TEXTS = ["The Eiffel Tower is in Paris.", "", "Unicode: café naïve 東京 😀 — “quotes”", "word " * 300, "Short.",
+         "La tour a été construite à Paris en 1889.", "The Eiffel Tower is in Paris."]
+PAIRS = [("The tower was built in Paris.", "It is in France."), ("A short one.", "Tiny."),
+         ("Unicode: café naïve 東京 😀 — “quotes”", "Numbers 3.14 and $5,000."), ("", "An empty first text."),
+         ("the minister said " * 40, "a long first text, cut by the window"), ("short", "a long second text " * 30)]
+
+
+def _close(got, expected):
+    expected = torch.as_tensor(expected)
+    assert got.shape == expected.shape and got.dtype == torch.float32
+    assert (got - expected).abs().max() <= 1e-5
+    assert torch.nn.functional.cosine_similarity(got, expected).min() >= 0.99999
+
+
+@pytest.mark.parametrize("family", family_params())
+def test_sentence_encoder_equals_sentence_transformers(family, tiny_family):
+    from sentence_transformers import SentenceTransformer
+
+    directory = tiny_family.sentence_transformers(family)
+    reference = SentenceTransformer(str(directory), device="cpu")
+    emb = ma.SentenceEncoder.from_pretrained(directory)
+    assert emb.model.config.arch == family and emb.max_seq_length == ST_WINDOW and emb.pooling == ["mean"]
+    with pytest.warns(TruncationWarning):  # "word " * 300 is cut by the window, as sentence-transformers does
+        got = emb.encode(TEXTS, batch_size=3)
+    _close(got, reference.encode(TEXTS, batch_size=3))
+    _close(ma.SentenceEncoder.from_pretrained(directory, unpad=False).encode(TEXTS[:3]), reference.encode(TEXTS[:3]))
+
+
+@pytest.mark.parametrize("family", family_params(["electra", "xlm-roberta"]))
+def test_cls_pooling_dense_and_normalize(family, tiny_family):
+    """ELECTRA's projected embeddings and XLM-R's `<s>` under cls pooling, a Dense layer and Normalize."""
+    from sentence_transformers import SentenceTransformer
+
+    directory = tiny_family.sentence_transformers(family, pooling="cls", dense=True, normalize=True)
+    emb = ma.SentenceEncoder.from_pretrained(directory)
+    assert emb.dimension == 10 and emb.normalize
+    got = emb.encode(TEXTS[:3] + TEXTS[4:])
+    _close(got, SentenceTransformer(str(directory), device="cpu").encode(TEXTS[:3] + TEXTS[4:]))
+    torch.testing.assert_close(got.norm(dim=1), torch.ones(len(got)), **TOL)
+
+
+def _hf_logits(model, directory, *texts):
+    tok = transformers.AutoTokenizer.from_pretrained(directory)
+    batch = tok(*map(list, texts), truncation=True, max_length=WINDOW, padding=True, return_tensors="pt")
+    if "token_type_ids" not in tok.model_input_names:
+        batch.pop("token_type_ids", None)
+    with torch.no_grad():
+        return model(**batch).logits
+
+
+@pytest.mark.parametrize("family", family_params())
+def test_classifier_predict_equals_transformers(family, tiny_family):
+    directory, hf = tiny_family.classifier(family, 3)
+    clf = ma.Classifier.from_pretrained(directory)
+    assert clf.model.config.arch == family and clf.labels == [hf.config.id2label[i] for i in range(3)]
+    a, b = map(list, zip(*PAIRS))
+    with pytest.warns(TruncationWarning):
+        logits = clf.predict(a, b, activation="none")
+    torch.testing.assert_close(logits, _hf_logits(hf, directory, a, b), **TOL)
+    torch.testing.assert_close(clf.predict(a[:4], activation="none"), _hf_logits(hf, directory, a[:4]), **TOL)
+    torch.testing.assert_close(clf.predict(a, b), torch.softmax(logits, -1), **TOL)  # auto: transformers' rule
+
+
+@pytest.mark.parametrize("family", family_params())
+def test_rerank_and_predict_equal_crossencoder(family, tiny_family):
+    from sentence_transformers import CrossEncoder
+
+    directory, _ = tiny_family.classifier(family, 1)
+    reference = CrossEncoder(str(directory), device="cpu")
+    clf = ma.Classifier.from_pretrained(directory)
+    expected = torch.as_tensor(reference.predict(PAIRS[:4], batch_size=2))
+    torch.testing.assert_close(clf.predict(*map(list, zip(*PAIRS[:4]))), expected, **TOL)
+    docs = [b for _, b in PAIRS[:4]] + ["The tower is in Paris.", "Der Turm wurde in Paris gebaut."]
+    scores = torch.as_tensor(reference.predict([("which tower?", d) for d in docs]))
+    ranked = clf.rerank("which tower?", docs)
+    assert [i for i, _ in ranked] == sorted(range(len(docs)), key=lambda i: -scores[i])
+    torch.testing.assert_close(torch.tensor([s for _, s in ranked]), scores[[i for i, _ in ranked]], **TOL)
