@@ -300,8 +300,13 @@ def _explore(args: argparse.Namespace) -> int:
         batch = tokenizer([args.text], None if args.pair is None else [args.pair],
                           max_length=min(args.max_length or tokenizer.model_max_length, model.config.max_seq_len))
         padding = batch["attention_mask"].bool()
-        compare_mask = (masks.left_only_mask(padding) if args.mask == "left-only"
-                        else masks.segment_mask(batch["token_type_ids"], padding))[0]
+        if args.mask == "left-only":
+            compare_mask = masks.left_only_mask(padding)[0]
+        else:  # a tokenizer without token types (RoBERTa's, MPNet's): the segments from the first text's end
+            segments = batch.get("token_type_ids")
+            if segments is None:
+                segments = masks.pair_segments(batch["input_ids"], tokenizer.backend.token_to_id(tokenizer.end_token))
+            compare_mask = masks.segment_mask(segments, padding)[0]
     if args.mask or args.score_fn:
         labels = (f"bidirectional, {model.config.score_fn}",
                   f"{args.mask or 'bidirectional'}, {args.score_fn or model.config.score_fn}")

@@ -14,6 +14,7 @@ Masks for experiments, in shapes the Encoder accepts:
     left_only_mask(padding)                (B, L, L)  query i sees keys j <= i (causal), real keys only
     bidirectional_mask(padding)            (B, L, L)  every real key (the default, as a 3-D mask)
     segment_mask(token_type_ids, padding)  (B, L, L)  attention within a segment only
+    pair_segments(input_ids, end_id)       (B, L)     0/1 segments of pairs whose token types are all 0 (RoBERTa's)
     custom_mask(fn, B, L)                  (B, L, L)  fn(b, i, j) -> bool, any rule
 """
 
@@ -116,6 +117,13 @@ def segment_mask(token_type_ids: Tensor, padding: Tensor | None = None) -> Tenso
     """Query i attends key j only within the same segment (e.g. chunk or claim of a pair)."""
     same = token_type_ids[:, :, None] == token_type_ids[:, None, :]
     return same & bidirectional_mask(padding) if padding is not None else same
+
+
+def pair_segments(input_ids: Tensor, end_id: int) -> Tensor:
+    """Segments of a pair read off its tokens, for tokenizers that type every token 0 (RoBERTa's
+    `<s> A </s></s> B </s>`): 0 up to and including the first text's closing token `end_id`, 1 after it."""
+    ends = (input_ids == end_id).long()
+    return (ends.cumsum(1) - ends > 0).long()  # (B, L): an end token seen before this position
 
 
 def custom_mask(fn: Callable[[int, int, int], bool], batch: int, length: int) -> Tensor:

@@ -95,6 +95,22 @@ def test_the_score_function_swap_applies_or_says_why_not(family, tiny_family, tm
     assert len(same.data["runs"]) == 2 and torch.tensor(same.data["cosine"]).min() > 0.9999
 
 
+@pytest.mark.parametrize("family", family_params())
+def test_explore_segment_mask_on_every_family(family, tiny_family, tmp_path):
+    """--mask segment splits a pair after the first text's closing token, whether the tokenizer types the
+    second text 1 (BERT's) or every token 0 (RoBERTa's, MPNet's: masks.pair_segments)."""
+    directory, _ = tiny_family.hf(family)
+    tokenizer = ma.Tokenizer.from_pretrained(directory)
+    batch = tokenizer(["The bank raised rates."], ["Rates rose."])
+    first = tokenizer(["The bank raised rates."])["input_ids"].size(1)  # [CLS] A [SEP] / <s> A </s>: the first segment
+    segments = batch.get("token_type_ids")
+    if segments is None:
+        segments = ma.nn.masks.pair_segments(batch["input_ids"], tokenizer.backend.token_to_id(tokenizer.end_token))
+    assert segments[0].tolist() == [0] * first + [1] * (batch["input_ids"].size(1) - first)
+    assert cli(["explore", "--model", str(directory), "--text", "The bank raised rates.", "--pair", "Rates rose.",
+                "--mask", "segment", "--output", str(tmp_path / "x.html")]) == 0
+
+
 # -- one family each: files, workers, the service ---------------------------------------------------
 
 def _jsonl(path, rows):
