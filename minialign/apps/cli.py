@@ -30,14 +30,15 @@ def _convert(args: argparse.Namespace) -> int:
 
 def _validate(ckpt) -> None:
     """Every tensor must fit the config (names and shapes), before anything is written: checked against
-    the class the checkpoint is for, and an Encoder's checkpoint against AlignModel, which reads its every
-    weight and also the MLM head a pretraining checkpoint holds (convert writes that too)."""
+    the class the checkpoint is for, and an Encoder's checkpoint holding an MLM head (a pretraining
+    checkpoint's; convert writes it too) against AlignModel, which reads that head besides every weight."""
     from minialign.loading import check_tensors, own_tensors
     from minialign.models.auto import model_class
     from minialign.models.encoder import AlignModel, Encoder
 
     cls = model_class(ckpt)
-    cls = AlignModel if cls is Encoder else cls
+    if cls is Encoder and any(name.startswith("mlm_head.") for name in ckpt.tensors):
+        cls = AlignModel
     with torch.device("meta"):
         model = cls(ckpt.config)
     check_tensors(model, own_tensors(cls, ckpt), ckpt.origin)
