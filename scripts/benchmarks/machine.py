@@ -53,11 +53,11 @@ def sync() -> None:
 
 
 def interleaved(calls: dict, *, rounds: int, warm_up: dict | None = None,
-                outputs: dict | None = None) -> dict[str, float]:
+                outputs: dict | None = None, times: dict | None = None) -> dict[str, float]:
     """Best seconds of each call over `rounds` rounds, every call once per round, the order reversed
     every other round: the machine's drift hits all implementations alike (a shared VM varies by
     10-20%). First each call of `warm_up` runs once (default: each of `calls`; {}: none). `outputs`,
-    when given, gets each call's last result."""
+    when given, gets each call's last result; `times`, each call's seconds in every round (a list)."""
     for call in (calls if warm_up is None else warm_up).values():
         call()
     best = {label: float("inf") for label in calls}
@@ -67,7 +67,10 @@ def interleaved(calls: dict, *, rounds: int, warm_up: dict | None = None,
             start = time.perf_counter()
             result = call()
             sync()
-            best[label] = min(best[label], time.perf_counter() - start)
+            seconds = time.perf_counter() - start
+            best[label] = min(best[label], seconds)
+            if times is not None:
+                times.setdefault(label, []).append(seconds)
             if outputs is not None:
                 outputs[label] = result
     return best
