@@ -3,6 +3,9 @@ SentenceEncoder against SentenceTransformer.encode, Classifier.predict against t
 *ForSequenceClassification logits, rerank and predict against CrossEncoder. Tiny random models with the
 tokenizer each family ships (WordPiece, SentencePiece Unigram, MPNet's WordPiece), built once per session."""
 
+import json
+import shutil
+
 import pytest
 import torch
 import transformers
@@ -51,6 +54,31 @@ def test_cls_pooling_dense_and_normalize(family, tiny_family):
     got = emb.encode(TEXTS[:3] + TEXTS[4:])
     _close(got, SentenceTransformer(str(directory), device="cpu").encode(TEXTS[:3] + TEXTS[4:]))
     torch.testing.assert_close(got.norm(dim=1), torch.ones(len(got)), **TOL)
+
+
+@pytest.mark.parametrize("family", family_params())
+def test_prompts_on_every_family(family, tiny_family, tmp_path):
+    """Saved prompts, a default prompt and include_prompt=False (the prompt's tokens counted by each family's
+    tokenizer: SentencePiece's, MPNet's WordPiece) as SentenceTransformer.encode applies them."""
+    from sentence_transformers import SentenceTransformer
+
+    directory = tmp_path / "st"
+    shutil.copytree(tiny_family.sentence_transformers(family), directory)
+    settings = directory / "config_sentence_transformers.json"
+    saved = json.loads(settings.read_text()) if settings.exists() else {}
+    settings.write_text(json.dumps({**saved, "prompts": {"query": "query: ", "passage": "passage: "},
+                                    "default_prompt_name": "passage"}))
+    texts = [TEXTS[0], TEXTS[2], TEXTS[4], TEXTS[5]]
+    for include_prompt in (True, False):
+        pooling = next(directory / m["path"] for m in json.loads((directory / "modules.json").read_text())
+                       if m["type"].endswith("Pooling"))
+        config = json.loads((pooling / "config.json").read_text())
+        (pooling / "config.json").write_text(json.dumps({**config, "include_prompt": include_prompt}))
+        reference = SentenceTransformer(str(directory), device="cpu")
+        emb = ma.SentenceEncoder.from_pretrained(directory)
+        assert emb.default_prompt_name == "passage" and emb.include_prompt == include_prompt
+        for options in ({}, {"prompt_name": "query"}, {"prompt": "Represent this: "}, {"prompt": ""}):
+            _close(emb.encode(texts, **options), reference.encode(texts, **options))
 
 
 def _hf_logits(model, directory, *texts):
