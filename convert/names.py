@@ -60,6 +60,19 @@ _ALIGN_HEADS: dict[str, str | None] = {
     f"{head}.{p}": f"{head}.{p}" for head in ("bin_layer", "tri_layer", "reg_layer") for p in ("weight", "bias")
 }
 
+# A classification head of dense -> activation -> out_proj on the first token (RobertaClassificationHead,
+# ElectraClassificationHead): the same names on both sides.
+_DENSE_CLASSIFICATION_HEAD: dict[str, str | None] = {
+    f"classifier.{m}.{p}": f"classifier.{m}.{p}" for m in ("dense", "out_proj") for p in ("weight", "bias")
+}
+
+
+def _layers(prefix: str, parts: dict[str, str]) -> dict[str, str | None]:
+    """A family's per-layer names: `{prefix}.{i}.{hf part}.{weight,bias}` -> `encoder.layers.{i}.{our part}.*`."""
+    return {f"{prefix}.{{}}.{src}.{p}": f"encoder.layers.{{}}.{dst}.{p}" for src, dst in parts.items()
+            for p in ("weight", "bias")}
+
+
 # BertForPreTraining: cls.predictions (BertLMPredictionHead) and cls.seq_relationship (NSP).
 BERT: dict[str, str | None] = {
     **_BACKBONE,
@@ -90,10 +103,7 @@ ROBERTA: dict[str, str | None] = {
     "lm_head.decoder.bias": None,  # the same tensor as lm_head.bias
     **_ALIGN_HEADS,
     # RobertaForSequenceClassification: RobertaClassificationHead on the first token (no pooler).
-    "classifier.dense.weight": "classifier.dense.weight",
-    "classifier.dense.bias": "classifier.dense.bias",
-    "classifier.out_proj.weight": "classifier.out_proj.weight",
-    "classifier.out_proj.bias": "classifier.out_proj.bias",
+    **_DENSE_CLASSIFICATION_HEAD,
 }
 
 
@@ -110,8 +120,7 @@ DISTILBERT: dict[str, str | None] = {
     "embeddings.LayerNorm.weight": "encoder.embeddings.norm.weight",
     "embeddings.LayerNorm.bias": "encoder.embeddings.norm.bias",
     "embeddings.position_ids": None,  # stale buffer saved by old transformers versions
-    **{f"transformer.layer.{{}}.{src}.{p}": f"encoder.layers.{{}}.{dst}.{p}"
-       for src, dst in _DISTILBERT_LAYER.items() for p in ("weight", "bias")},
+    **_layers("transformer.layer", _DISTILBERT_LAYER),
     "vocab_transform.weight": "mlm_head.dense.weight",
     "vocab_transform.bias": "mlm_head.dense.bias",
     "vocab_layer_norm.weight": "mlm_head.norm.weight",
@@ -138,10 +147,7 @@ ELECTRA: dict[str, str | None] = {
     "generator_lm_head.weight": None,
     "generator_lm_head.bias": None,
     # ElectraForSequenceClassification: ElectraClassificationHead on the first token (no pooler).
-    "classifier.dense.weight": "classifier.dense.weight",
-    "classifier.dense.bias": "classifier.dense.bias",
-    "classifier.out_proj.weight": "classifier.out_proj.weight",
-    "classifier.out_proj.bias": "classifier.out_proj.bias",
+    **_DENSE_CLASSIFICATION_HEAD,
 }
 
 
@@ -155,8 +161,7 @@ _MPNET_LAYER = {
 }
 MPNET: dict[str, str | None] = {
     **{k: v for k, v in ROBERTA.items() if not k.startswith("encoder.layer.") and "token_type" not in k},
-    **{f"encoder.layer.{{}}.{src}.{p}": f"encoder.layers.{{}}.{dst}.{p}"
-       for src, dst in _MPNET_LAYER.items() for p in ("weight", "bias")},
+    **_layers("encoder.layer", _MPNET_LAYER),
     "encoder.relative_attention_bias.weight": "encoder.relative_position_bias.table.weight",
 }
 
