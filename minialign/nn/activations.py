@@ -40,6 +40,19 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
 # The ones that act on each element alone: what a layer's hidden_act (Config.activation) may be.
 ELEMENTWISE: tuple[str, ...] = tuple(name for name in ACTIVATIONS if name != "softmax")
 
+# The same functions writing into their input, for Linear to apply to the product it has just made (no second
+# buffer of the output's size; equal to the functions above bit for bit: tests/nn/test_activations.py).
+IN_PLACE: dict[str, Callable[[Tensor], Tensor]] = {
+    "gelu": torch.ops.aten.gelu_,
+    "gelu_new": partial(torch.ops.aten.gelu_, approximate="tanh"),
+    "gelu_pytorch_tanh": partial(torch.ops.aten.gelu_, approximate="tanh"),
+    "relu": torch.relu_,
+    "silu": partial(F.silu, inplace=True),
+    "swish": partial(F.silu, inplace=True),
+    "tanh": torch.tanh_,
+    "sigmoid": torch.sigmoid_,
+}
+
 # oneDNN's fused post-op (attr, algorithm) for torch.ops.mkldnn._linear_pointwise, where it has one and
 # matches the function to fp32 rounding (tests/test_linear.py); Linear applies the others after the product.
 ONEDNN_POST_OPS: dict[str, tuple[str, str]] = {

@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from minialign.nn.activations import ACTIVATIONS as FUNCTIONS
-from minialign.nn.activations import ONEDNN_POST_OPS
+from minialign.nn.activations import IN_PLACE, ONEDNN_POST_OPS
 
 # name -> (the function, oneDNN's fused post-op as (attr, algorithm), or None where it has none): the
 # names and functions of activations.py, which every other user of an activation reads too.
@@ -122,13 +122,20 @@ class Linear(nn.Linear):
                 flat = F.pad(flat, (0, 0, 0, packed_rows(rows) - rows))
             y = torch.ops.mkldnn._linear_pointwise(flat, self.inference_weight(), self.bias, attr, [], algorithm)
             y = y[:rows].reshape(*x.shape[:-1], self.out_features)
-            return y if fused or function is None else function(y)
+            return y if fused or function is None else self._activate(function, y)
         if self.compute_dtype is None:
             y = F.linear(x, self.weight, self.bias)
         else:
             weight = self.inference_weight() if kernel == "rounded" else self.weight.to(self.compute_dtype)
             y = F.linear(x, weight, None if self.bias is None else self.bias.to(self.compute_dtype))
-        return function(y) if function is not None else y
+        return self._activate(function, y) if function is not None else y
+
+    def _activate(self, function: Callable[[Tensor], Tensor], y: Tensor) -> Tensor:
+        """function(y), in place where autograd does not need y: the product is this call's own buffer,
+        and a second one of its size is a fresh allocation (page faults) on every call."""
+        if y.requires_grad or self.activation not in IN_PLACE:
+            return function(y)
+        return IN_PLACE[self.activation](y)
 
     def _kernel(self, x: Tensor) -> str:
         """"packed" (oneDNN, a weight packed once), "rounded" (F.linear on a weight rounded to
