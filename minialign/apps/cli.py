@@ -48,7 +48,13 @@ MINICHECK_DEFAULT = "lytang/MiniCheck-RoBERTa-Large"
 
 
 def _dtype(args: argparse.Namespace):
-    """--dtype as from_pretrained takes it; "auto" also says on stderr what it will pick."""
+    """--dtype as from_pretrained takes it; "auto" also says on stderr what it will pick, "int8" that the
+    results will be quantized."""
+    if args.dtype == "int8":
+        print("dtype int8: quantized (int8 products in every encoder layer's Linear layers, weights per output "
+              "channel, inputs per call; embeddings, attention, LayerNorm and heads fp32): results differ from "
+              "fp32 (BENCHMARKS.md, int8)", file=sys.stderr)
+        return "int8"
     if args.dtype != "auto":
         return DTYPES[args.dtype] if args.dtype else None
     from minialign.loading import auto_compute_dtype, resolve_device
@@ -251,9 +257,10 @@ def _common(p: argparse.ArgumentParser, *, batch: str) -> None:
     p.add_argument("--max-tokens", type=int, default=None,
                    help="most tokens in one forward pass (default: 2048 on CPU, 65536 on GPU)")
     p.add_argument("--device", default=None, help="cpu (default), cuda, cuda:N or mps")
-    p.add_argument("--dtype", choices=(*DTYPES, "auto"),
+    p.add_argument("--dtype", choices=(*DTYPES, "auto", "int8"),
                    help="weights' dtype (default fp32); auto: fp32 weights, the attention output and FFN down "
-                        "matmuls in bf16 where bf16 is native")
+                        "matmuls in bf16 where bf16 is native; int8: quantized products on CPU (embed and "
+                        "classify only; never chosen for you)")
     p.add_argument("--workers", type=int, default=1,
                    help="model processes on the CPU, each with cores/N threads (default 1; see BENCHMARKS.md)")
     ray = p.add_argument_group("Ray Data (the ray extra; README: Ray Data)")
@@ -399,7 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-client-batch-size", type=int, default=1024, help="inputs in one request")
     p.add_argument("--api-key", help="require Authorization: Bearer KEY on every route but /health")
     p.add_argument("--device", default=None)
-    p.add_argument("--dtype", choices=(*DTYPES, "auto"))
+    p.add_argument("--dtype", choices=(*DTYPES, "auto", "int8"),
+                   help="as the file commands' --dtype; int8 for --embed and --classify only")
     p.set_defaults(run=_serve)
 
     p = sub.add_parser("convert", help="convert a checkpoint to minialign's format or to transformers layout")

@@ -1,6 +1,6 @@
 """The device and dtype decisions loading makes: which device a name means on this machine, whether
-this CPU runs bf16 / fp16 natively (oneDNN's own probes, nn.linear.ONEDNN_PROBES), and what
-dtype="auto" picks."""
+this CPU runs bf16 / fp16 natively (oneDNN's own probes, nn.linear.ONEDNN_PROBES), what
+dtype="auto" picks, and where dtype="int8" runs."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import warnings
 
 import torch
 
+from minialign.nn import int8
 from minialign.nn.linear import ONEDNN_PROBES
 
 
@@ -20,6 +21,15 @@ def auto_compute_dtype(device: torch.device) -> torch.dtype | None:
     if device.type == "cpu":
         return torch.bfloat16 if cpu_has_native(torch.bfloat16, unknown=False) else None
     return None
+
+
+def check_int8(device: torch.device) -> None:
+    """dtype="int8" runs on CPUs with FBGEMM (nn/int8.py) and nowhere else: a ValueError saying why."""
+    if device.type != "cpu":
+        raise ValueError(f"dtype='int8' runs on CPU only (FBGEMM's int8 kernels), not on {device}; on a GPU use "
+                         f"dtype='auto' or bf16")
+    if not int8.available():
+        raise ValueError(int8.unavailable_reason())
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:

@@ -54,3 +54,18 @@ class Pretrained(nn.Module):
                 module.__dict__["_compute_dtype"] = dtype
             for name in getattr(module, "MIXED_PRECISION", ()):
                 module.get_submodule(name).compute_dtype = dtype
+
+    @property
+    def int8(self) -> bool:
+        """The quantized mode (loading's dtype="int8"): the Linear layers each layer names in its INT8 run
+        int8 products on CPU (nn/int8.py); everything else (embeddings, LayerNorm, attention, the pooler,
+        the heads) stays fp32. False: off."""
+        return self.__dict__.get("_int8_mode", False)
+
+    @int8.setter
+    def int8(self, on: bool) -> None:
+        for module in self.modules():
+            if isinstance(module, Pretrained):
+                module.__dict__["_int8_mode"] = bool(on)
+            for name in getattr(module, "INT8", ()):
+                module.get_submodule(name).int8 = bool(on)

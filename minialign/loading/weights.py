@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from minialign import convert
 from minialign.convert import CheckpointError
 from minialign.loading.checkpoints import Checkpoint, read_checkpoint
-from minialign.loading.devices import auto_compute_dtype, resolve_device, warn_if_emulated
+from minialign.loading.devices import auto_compute_dtype, check_int8, resolve_device, warn_if_emulated
 from minialign.nn.config import Config
 from minialign.nn.init import init_parameter
 
@@ -86,9 +86,12 @@ def build(cls: type[nn.Module], ckpt: Checkpoint, *, device: str | torch.device 
     require: prefixes of weights (the class's names) a product reads and must not be initialised: a
     checkpoint without them is refused before any weight is read, naming them and giving `advice`."""
     device = resolve_device(device)
-    compute_dtype = None
+    compute_dtype, int8 = None, dtype == "int8"
     if dtype == "auto":  # fp32 weights; bf16 matmuls where bf16 is native (see auto_dtype)
         dtype, compute_dtype = torch.float32, auto_compute_dtype(device)
+    elif int8:  # fp32 weights; int8 products in each layer's INT8 Linear layers (nn/int8.py)
+        check_int8(device)
+        dtype = torch.float32
     dtype = dtype or torch.float32
     warn_if_emulated(device, dtype)
     tensors = own_tensors(cls, ckpt)
@@ -101,6 +104,7 @@ def build(cls: type[nn.Module], ckpt: Checkpoint, *, device: str | torch.device 
                               f"one initialised at random would give scores that mean nothing. {advice}".rstrip())
     materialise(model, tensors, device, dtype)
     model.compute_dtype = compute_dtype  # loading.pretrained: every layer's MIXED_PRECISION matmuls
+    model.int8 = int8  # loading.pretrained: every layer's INT8 products
     if missing:
         initialise(model, missing, ckpt.config, device, dtype)
         warnings.warn(f"{ckpt.origin}: the checkpoint lacks {missing}: initialised (BERT's init, seeded by each "

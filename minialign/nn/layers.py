@@ -121,6 +121,13 @@ class EncoderLayer(nn.Module):
     # (BENCHMARKS.md, "Precision", has the recipes measured).
     MIXED_PRECISION = ("attention.output", "ffn.down")
 
+    # The quantized mode (loading's dtype="int8", nn/int8.py) runs these products in int8: all four, every
+    # Linear of the layer. Measured on the real all-MiniLM-L6-v2 and 512 paragraphs of Python's docs
+    # (BENCHMARKS.md, "int8"): the feed-forward's down projection, whose input is GELU's output with its
+    # outliers, is the most sensitive (alone: worst cosine 0.993; all four 0.983, three without it 0.991)
+    # but also a third of the layer's product work, and the four together meet the quality goals.
+    INT8 = ("attention.qkv", "attention.output", "ffn.up", "ffn.down")
+
     def __init__(self, config: Config):
         super().__init__()
         self.attention = SelfAttention(config)

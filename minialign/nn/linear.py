@@ -32,6 +32,11 @@ and the output is in it; the stored weight keeps its dtype. The rounded weight i
 kept like the packed one (packed, where oneDNN can). The model chooses which layers get it
 (nn/layers.py, EncoderLayer.MIXED_PRECISION).
 
+`int8` (False: off) is the opt-in quantized product (nn/int8.py: int8 weights per output channel, int8
+inputs per call, int32 accumulation, FBGEMM), set per layer by the model (EncoderLayer.INT8) when it is
+loaded with dtype="int8"; it applies to CPU float32 inference only, and its packed weight is kept and
+remade like the others.
+
 A Linear may carry the activation that follows it (the feed-forward's up projection, the MLM head's
 dense layer): oneDNN then applies it in the same pass.
 """
@@ -46,6 +51,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from minialign.nn.activations import ACTIVATIONS as FUNCTIONS
+from minialign.nn import int8 as int8_kernel
 from minialign.nn.activations import IN_PLACE, ONEDNN_POST_OPS
 
 # name -> (the function, oneDNN's fused post-op as (attr, algorithm), or None where it has none): the
@@ -107,6 +113,8 @@ class Linear(nn.Linear):
             raise ValueError(f"unknown activation {activation!r}; choose from {tuple(ACTIVATIONS)}")
         self.activation = activation
         self.compute_dtype: torch.dtype | None = None  # mixed precision (module docstring); None: the weight's
+        self.int8 = False  # the quantized product (module docstring)
+        self._int8: tuple[tuple, object] | None = None  # (the weight's and bias' identity, FBGEMM's packed form)
         self._packed: tuple[tuple, Tensor] | None = None  # (the weight's identity, its packed / rounded copy)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -114,6 +122,9 @@ class Linear(nn.Linear):
         if self.compute_dtype is not None or not torch.is_autocast_enabled(x.device.type):
             x = x.to(self.compute_dtype or self.weight.dtype)  # e.g. after a mixed-precision layer
         kernel = self._kernel(x)
+        if kernel == "int8":
+            y = int8_kernel.linear(x, self.int8_weight())
+            return self._activate(function, y) if function is not None else y
         if kernel == "packed":
             attr, algorithm = fused or ("none", "")
             rows = x.numel() // x.shape[-1]
@@ -138,12 +149,16 @@ class Linear(nn.Linear):
         return IN_PLACE[self.activation](y)
 
     def _kernel(self, x: Tensor) -> str:
-        """"packed" (oneDNN, a weight packed once), "rounded" (F.linear on a weight rounded to
-        compute_dtype once) or "plain" (F.linear on the weight as it is) for this call."""
+        """"int8" (FBGEMM, a weight quantized and packed once), "packed" (oneDNN, a weight packed once),
+        "rounded" (F.linear on a weight rounded to compute_dtype once) or "plain" (F.linear on the weight
+        as it is) for this call."""
         w = self.weight
         if torch.compiler.is_compiling() or x.numel() == 0 or (
                 torch.is_grad_enabled() and (w.requires_grad or x.requires_grad)):
             return "plain"
+        if self.int8 and x.device.type == "cpu" and w.device.type == "cpu" and x.dtype == torch.float32 \
+                and int8_kernel.available():
+            return "int8"
         rounded = "rounded" if self.compute_dtype not in (None, w.dtype) else "plain"
         if x.device.type != "cpu" or w.device.type != "cpu":
             return rounded
@@ -171,5 +186,14 @@ class Linear(nn.Linear):
                 self._packed = (key, torch.ops.mkldnn._reorder_linear_weight(rounded, None) if pack else rounded)
         return self._packed[1]
 
+    def int8_weight(self):
+        """The weight quantized and packed for FBGEMM, with the bias (nn/int8.py); made again whenever
+        either has changed."""
+        w, b = self.weight, self.bias
+        key = (w.data_ptr(), w._version, tuple(w.shape), None if b is None else (b.data_ptr(), b._version))
+        if self._int8 is None or self._int8[0] != key:
+            self._int8 = (key, int8_kernel.pack(w, b))
+        return self._int8[1]
+
     def __getstate__(self) -> dict:  # pickles and deep copies (worker processes) leave the packed copy out
-        return {**super().__getstate__(), "_packed": None}
+        return {**super().__getstate__(), "_packed": None, "_int8": None}

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from minialign.products.runner import PairScorer
+from minialign.products.runner import PairScorer, refuse_int8
 from minialign.runtime.engine import Results, Truncation, TruncationWarning  # noqa: F401  (TruncationWarning: re-exported)
 from minialign.sources import HubUnavailableError, resolve
 from minialign.loading import build, read_checkpoint, save_native
@@ -110,6 +110,7 @@ class AlignScorer(PairScorer):
         """`src`: anything AlignModel.from_pretrained takes, or `AlignScore-base` / `AlignScore-large`
         (downloaded from the hub once, converted to minialign's format in the cache, then reused).
         The keywords every runner takes are products/runner.py's (LOAD_KEYWORDS)."""
+        refuse_int8(dtype, "AlignScorer")
         if str(src) in PUBLISHED and not Path(src).exists():
             src = published_checkpoint(str(src), cache_dir=cache_dir)
         ckpt = read_checkpoint(src, backbone=backbone, revision=revision, cache_dir=cache_dir)

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from minialign.products.classifier import Classifier
-from minialign.products.runner import PairScorer
+from minialign.products.runner import PairScorer, refuse_int8
 from minialign.runtime.engine import Truncation
 from minialign.text.sentences import split_sentences
 from minialign.text.tokenizer import Tokenizer
@@ -62,6 +62,7 @@ class MiniCheckScorer(PairScorer):
                         unpad: bool = True, revision: str | None = None) -> MiniCheckScorer:
         """A MiniCheck classifier directory or hub id (e.g. lytang/MiniCheck-RoBERTa-Large). The
         keywords every runner takes are products/runner.py's (LOAD_KEYWORDS)."""
+        refuse_int8(dtype, "MiniCheckScorer")
         classifier = Classifier.from_pretrained(src, tokenizer=tokenizer, device=device, dtype=dtype,
                                                 batch_size=batch_size, max_tokens=max_tokens,
                                                 max_length=MAX_LENGTH, workers=workers, cache_dir=cache_dir,

@@ -36,6 +36,15 @@ COMPILE_BUCKET = 64  # compiled runners round batch lengths up to a multiple of 
 Input = str | tuple[str, str]  # a text, or a (text, pair) for pair models
 
 
+def refuse_int8(dtype, scorer: str) -> None:
+    """dtype="int8" is offered where its loss is measured (embeddings, classifiers and rerankers:
+    BENCHMARKS.md, "int8"); a scorer refuses it, naming why."""
+    if dtype == "int8":
+        raise ValueError(f"{scorer} does not run dtype='int8': its scores are fact-checking decisions, and torch's "
+                         f"dynamic int8 moved AlignScore scores by up to 3.2e-2; int8 is offered for embeddings, "
+                         f"classifiers and rerankers (use fp32 or dtype='auto')")
+
+
 def inputs_of(texts: Sequence[str], pairs: Sequence[str | None] | None) -> list[Input]:
     """Texts, each with its pair where it has one (pairs[i] None: a single text)."""
     if pairs is None:
@@ -98,7 +107,9 @@ class Runner:
 
     @property
     def dtype_name(self) -> str:
-        """The weights' dtype, e.g. "float32"."""
+        """The weights' dtype, e.g. "float32", or "int8" for the quantized mode (loading's dtype="int8")."""
+        if getattr(self.model, "int8", False):
+            return "int8"
         return str(next(self.model.parameters()).dtype).removeprefix("torch.")
 
     def set_budget(self, *, max_tokens: int | None = None, batch_size: int | None = None) -> None:

@@ -21,6 +21,7 @@ from conftest import save_classifier
 from conftest import CORPUS
 
 import minialign as ma
+from minialign.nn import int8
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
@@ -455,3 +456,20 @@ def test_one_scorer_per_model_serves_every_mode(models, monkeypatch):
         expected = scorer.score([p["context"] for p in pairs], [p["claim"] for p in pairs], mode=mode,
                                 warn_truncation=False)
         assert max(abs(a - b) for a, b in zip(answer["scores"], expected)) <= 1e-6
+
+
+@pytest.mark.skipif(not int8.available(), reason="no FBGEMM int8 kernels on this torch / CPU")
+def test_int8_is_said_in_info(minilm_dir):
+    """dtype int8 (opt-in, never chosen for the user) shows in TEI's /info; answers are the int8 encoder's."""
+    quantized = ma.SentenceEncoder.from_pretrained(minilm_dir, dtype="int8")
+    texts = ["The Eiffel Tower is in Paris.", "Unicode: café 東京 😀"]
+    proc, url = start(["--embed", str(minilm_dir), "--dtype", "int8"])
+    try:
+        status, info = call(url, "/info")
+        assert status == 200 and info["model_dtype"] == "int8"
+        status, body = call(url, "/embed", {"inputs": texts, "normalize": False})
+        assert status == 200
+        torch.testing.assert_close(torch.tensor(body), quantized.encode(texts), atol=1e-5, rtol=0)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)

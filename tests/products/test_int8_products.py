@@ -1,0 +1,91 @@
+"""dtype="int8" through the products: SentenceEncoder and Classifier quantized on request only, close to
+fp32 on the real all-MiniLM-L6-v2, said everywhere (dtype_name, settings, the CLI's start line, the
+service's /info, --resume), refused where it is not offered (scorers, GPUs)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import save_classifier
+
+import minialign as ma
+from minialign.apps.cli import main as cli
+from minialign.loading.devices import check_int8
+from minialign.nn import int8
+from minialign.nn.layers import EncoderLayer
+from minialign.nn.linear import Linear
+
+pytestmark = pytest.mark.skipif(not int8.available(), reason="no FBGEMM int8 kernels on this torch / CPU")
+
+TEXTS = ["The Eiffel Tower is in Paris.", "A decorator indicating abstract methods.",
+         "Return the number of items in a container; the argument may be a sequence or a collection. " * 4,
+         "Unicode: café 東京 😀", "Short."]
+
+
+@pytest.fixture(scope="module")
+def encoders(minilm_dir):
+    return ma.SentenceEncoder.from_pretrained(minilm_dir), ma.SentenceEncoder.from_pretrained(minilm_dir, dtype="int8")
+
+
+def test_int8_is_opt_in_and_quantizes_the_encoder_layers_only(encoders):
+    fp32, quantized = encoders
+    assert fp32.dtype_name == "float32" and not fp32.model.int8
+    assert quantized.dtype_name == "int8" and quantized.settings()["dtype"] == "int8"
+    flagged = {name for name, m in quantized.model.named_modules() if isinstance(m, Linear) and m.int8}
+    linears = {name for name, m in quantized.model.named_modules() if isinstance(m, Linear)}
+    layer_parts = {f"layers.{i}.{part}" for i in range(6) for part in EncoderLayer.INT8}
+    assert {n.removeprefix("encoder.") for n in flagged} == layer_parts
+    assert all(p.dtype == torch.float32 for p in quantized.model.parameters())  # the weights stay fp32
+    assert linears > flagged or linears == flagged
+
+
+def test_int8_embeddings_are_close_to_fp32_and_the_same_every_call(encoders):
+    fp32, quantized = encoders
+    reference, first = fp32.encode(TEXTS), quantized.encode(TEXTS)
+    assert torch.equal(quantized.encode(TEXTS), first)
+    cosine = F.cosine_similarity(first, reference)
+    assert cosine.min() >= 0.97 and cosine.mean() >= 0.98
+    assert not torch.equal(first, reference)  # quantized: not the fp32 answer
+
+
+def test_int8_classifier_predict_and_rerank(tmp_path, minilm_dir):
+    save_classifier(tmp_path / "reranker", "bert", 1, minilm_dir)
+    fp32 = ma.Classifier.from_pretrained(tmp_path / "reranker")
+    quantized = ma.Classifier.from_pretrained(tmp_path / "reranker", dtype="int8")
+    assert quantized.dtype_name == "int8" and quantized.settings()["dtype"] == "int8"
+    queries, docs = ["Eiffel Tower"] * 4, ["A tower in Paris.", "Bananas are yellow.", "It opened in 1889.", "Hi"]
+    reference = fp32.predict(queries, docs, activation="none")
+    logits = quantized.predict(queries, docs, activation="none")
+    assert (logits - reference).abs().max() <= 0.05 * reference.abs().max() + 1e-3
+    ranked = quantized.rerank("Eiffel Tower", docs)
+    assert sorted(index for index, _ in ranked) == [0, 1, 2, 3]
+
+
+def test_scorers_and_gpus_refuse_int8(tmp_path):
+    for runner in (ma.AlignScorer, ma.MiniCheckScorer):
+        with pytest.raises(ValueError, match="does not run dtype='int8'"):
+            runner.from_pretrained(tmp_path / "anything", dtype="int8")
+    with pytest.raises(ValueError, match="CPU only"):
+        check_int8(torch.device("cuda"))
+
+
+def test_cli_says_int8_and_resume_refuses_a_mix(tmp_path, minilm_dir, capsys, encoders):
+    assert cli(["embed", "--model", str(minilm_dir), "--text", TEXTS[0], "--dtype", "int8"]) == 0
+    captured = capsys.readouterr()
+    assert "dtype int8: quantized" in captured.err
+    torch.testing.assert_close(torch.tensor(json.loads(captured.out)), encoders[1].encode(TEXTS[:1])[0],
+                               atol=1e-6, rtol=0)
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS))
+    out = tmp_path / "out.jsonl"
+    args = ["embed", "--model", str(minilm_dir), "--input", str(tmp_path / "in.jsonl"), "--output", str(out)]
+    assert cli([*args, "--dtype", "int8"]) == 0
+    whole = out.read_text()
+    out.write_text("".join(whole.splitlines(keepends=True)[:2]))
+    capsys.readouterr()
+    assert cli([*args, "--resume"]) == 2  # the rest in fp32: refused
+    assert "dtype" in capsys.readouterr().err
+    assert cli([*args, "--resume", "--dtype", "int8"]) == 0
+    assert len(out.read_text().splitlines()) == len(TEXTS)
