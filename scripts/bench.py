@@ -1,7 +1,7 @@
 """Benchmarks: minialign against transformers and the original AlignScore pipeline, in one process.
 
     python scripts/bench.py [--quick] [--out BENCHMARKS.md] [--device cuda --models roberta-base roberta-large]
-                            [--mpnet DIR] [--only families]
+                            [--mpnet DIR] [--only families|int8]
 
 A tool beside the package, not part of it: run it from a checkout with the `test` extra installed
 (transformers). Random weights at real shapes (roberta-base); speed does not depend on the values.
@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ and the 
 from minialign.loading import auto_compute_dtype, cpu_has_native  # noqa: E402
 from minialign.nn.config import Config  # noqa: E402
 
-from benchmarks import (embeddings, encoder, families, kernels, loading_memory, parity, precision,  # noqa: E402
-                        scoring, service, workers)
+from benchmarks import (embeddings, encoder, families, int8, kernels, loading_memory, parity,  # noqa: E402
+                        precision, scoring, service, workers)
 from benchmarks.machine import cpu_kind_label, machine  # noqa: E402
 from benchmarks.report import render, table, write_section  # noqa: E402
 
@@ -71,6 +71,35 @@ def families_section(*, quick: bool = False, device: str = "cpu", mpnet: str | N
                   table=table(rows, families.TABLE), embeddings=embedding, **common)
 
 
+def int8_section(*, quick: bool = False, device: str = "cpu", echo=print) -> str:
+    """The int8 section (CPU only): dtype="int8" against fp32 and the ONNX qint8 peer on the real
+    all-MiniLM-L6-v2 and Python's own documentation (benchmarks/int8.py)."""
+    if torch.device(device).type != "cpu":
+        return render("int8-skipped", reason=f"int8 runs on CPU only; this run benchmarks {device}")
+    if reason := int8.missing():
+        echo(f"int8: skipped: {reason}")
+        return render("int8-skipped", reason=reason)
+    result = int8.measure(quick=quick, echo=echo)
+    size, config, goals = result["sizes"], result["config"], result["goals"]
+    onnx = (f"sentence-transformers' ONNX qint8 export (`export_dynamic_quantized_onnx_model(..., \"{config}\")`, "
+            f"the config for this CPU; scripts/benchmarks/onnx_int8.py), run by ONNX Runtime" if config else
+            "no ONNX qint8 peer (onnx and onnxruntime, the `bench` extra, are not installed)")
+    head = result["head"]
+    return render(
+        "int8", kind=int8.machine_kind(), threads=result["threads"], python=result["python"],
+        corpus_passages=result["passages"], corpus_queries=result["queries"], passages=size["passages"],
+        queries=size["queries"], texts=size["passages"] + size["queries"], layers=", ".join(int8.EncoderLayer.INT8),
+        onnx=onnx, met=sum(row["met"] == "met" for row in goals), goals=len(goals),
+        goal_table=table(goals, int8.GOAL_TABLE), quality_table=table(result["quality"], int8.QUALITY_TABLE),
+        head_steps=size["head_steps"], head_pairs=head["train pairs"], head_train=head["train"],
+        head_held_out=head["held out"], head_held_out_pairs=head["held-out pairs"], head_spread=head["logit std"],
+        rerank_queries=size["rerank_queries"], rerank_table=table(result["rerank"], int8.RERANK_TABLE),
+        sensitivity_passages=size["sensitivity_passages"], sensitivity_queries=size["sensitivity_queries"],
+        speed_texts=size["speed_texts"], rounds=size["rounds"],
+        sensitivity_table=table(result["sensitivity"], int8.SENSITIVITY_TABLE), speed_pairs=result["speed_pairs"],
+        speed_queries=size["speed_queries"], speed_table=table(result["speed"], int8.SPEED_TABLE))
+
+
 def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", models: tuple[str, ...] = ("roberta-base",),
         mpnet: str | None = None, echo=print) -> str:
     """The whole benchmark. On CPU: fp32 and bf16 (fp32 only with quick). On a GPU: bf16 only,
@@ -98,6 +127,7 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
     precision_rows = precision.measure(examples=size["precision_examples"], device=device, echo=echo)
     worker_rows = workers.measure(examples=size["worker_examples"], texts=size["worker_texts"], echo=echo)
     peer_rows = embeddings.measure(sizes=size["peer_sizes"], reps=size["peer_reps"], device=device, echo=echo)
+    quantized = int8_section(quick=quick, device=device, echo=echo)
 
     m, k, n = encoder.CEILING_SHAPE[torch.device(device).type]
     sections = [render("machine", machine="\n".join(f"- {k}: {v}" for k, v in info.items()), device=device,
@@ -116,6 +146,7 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
         render("loading", table=table(loading_rows, loading_memory.TABLE)),
         render("embeddings", rounds=size["peer_reps"],
                table=table(peer_rows, embeddings.TABLE) if peer_rows else render("embeddings-skipped")),
+        quantized,
         render("precision", examples=size["precision_examples"], trained_examples=5 * size["precision_examples"],
                table=table(precision_rows, precision.TABLE)),
         render("service", requests=size["requests"], clients=CLIENTS, cores=os.cpu_count(),
@@ -143,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mpnet", default=None, metavar="DIR",
                         help=f"the real all-mpnet-base-v2 (sentence-transformers directory) for the Encoder families "
                              f"section's embeddings row (default ${families.MPNET_ENV}; skipped without)")
-    parser.add_argument("--only", choices=["families"],
+    parser.add_argument("--only", choices=["families", "int8"],
                         help="run this section alone and print it (not with --out: a file's section is a whole run)")
     args = parser.parse_args(argv)
     try:
@@ -153,7 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         if args.out:
             parser.error("--only prints one section; --out writes a whole run")
-        print(families_section(quick=args.quick, device=args.device, mpnet=args.mpnet))
+        if args.only == "int8":
+            print(int8_section(quick=args.quick, device=args.device))
+        else:
+            print(families_section(quick=args.quick, device=args.device, mpnet=args.mpnet))
         return 0
     run(quick=args.quick, out=args.out, device=args.device, models=tuple(args.models), mpnet=args.mpnet)
     return 0

