@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from .errors import CheckpointError
@@ -30,6 +31,8 @@ class ConfigRow:
     positions_after_pad: bool = False  # position ids start at pad_token_id + 1 (fairseq's make_positions)
     presets: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> the HF config.json it mirrors
     unset_as: dict[str, str] = field(default_factory=dict)  # HF field written as another when its value is None
+    # config.json in a newer spelling -> the spelling `fields` names (ModernBERT's rope_parameters / layer_types)
+    read: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
     def reserved_positions(self, pad_token_id: int) -> int:
         """Rows of the position table no token's position can use (Config.max_seq_len)."""
@@ -178,8 +181,98 @@ MPNET = dataclasses.replace(
     },
 )
 
+
+def _modernbert_read(hf: dict[str, Any]) -> dict[str, Any]:
+    """transformers 5 writes ModernBERT's thetas as rope_parameters and its layer pattern as layer_types
+    (configuration_modernbert.py __post_init__, convert_rope_params_to_dict); older config.json files
+    (the Hub's) as global_rope_theta / local_rope_theta and global_attn_every_n_layers. Both become the
+    latter; a pattern or a rope type minialign cannot run is refused, naming the field."""
+    hf = dict(hf)
+    rope = hf.get("rope_parameters")
+    if isinstance(rope, dict):
+        for kind, name in (("full_attention", "global_rope_theta"), ("sliding_attention", "local_rope_theta")):
+            params = rope.get(kind) or {}
+            if params.get("rope_type", "default") != "default":
+                raise ValueError(f"config.json: rope_parameters[{kind!r}] rope_type {params['rope_type']!r} is not "
+                                 f"supported (only 'default')")
+            if params.get("rope_theta") is not None:
+                hf[name] = params["rope_theta"]
+    types = hf.get("layer_types")
+    if types is not None:
+        layers = len(types)
+        pattern = lambda n: ["sliding_attention" if i % n else "full_attention" for i in range(layers)]  # noqa: E731
+        given = hf.get("global_attn_every_n_layers")
+        choices = ([given] if isinstance(given, int) and given > 0 else []) + list(range(1, layers + 2))
+        every = next((n for n in choices if pattern(n) == list(types)), None)
+        if every is None:
+            raise ValueError(f"config.json: layer_types {types!r} is not a global layer every n layers (layer i "
+                             f"global iff i % n == 0), the only pattern minialign runs")
+        hf["global_attn_every_n_layers"] = every
+    return hf
+
+
+# configuration_modernbert.py (ModernBertConfig): its own names, pre-LN layers with rotary positions, a global
+# layer every global_attn_every_n_layers (the others attend |i - j| <= local_attention // 2), GeGLU MLPs, no
+# token types; its defaults (biases off, norm_eps 1e-5, thetas 160000 / 10000, window 128, every 3rd global).
+MODERNBERT = ConfigRow(
+    model_type="modernbert", base_class="ModernBertModel", classifier_class="ModernBertForSequenceClassification",
+    fields={"vocab_size": "vocab_size", "hidden_size": "hidden_size", "num_hidden_layers": "num_layers",
+            "num_attention_heads": "num_heads", "intermediate_size": "intermediate_size",
+            "max_position_embeddings": "max_position_embeddings", "norm_eps": "layer_norm_eps",
+            "pad_token_id": "pad_token_id", "embedding_dropout": "hidden_dropout",
+            "attention_dropout": "attention_dropout", "mlp_dropout": "mlp_dropout",
+            "hidden_activation": "activation", "initializer_range": "initializer_range",
+            "tie_word_embeddings": "tie_word_embeddings", "global_rope_theta": "rope_theta",
+            "local_rope_theta": "local_rope_theta", "local_attention": "local_attention",
+            "global_attn_every_n_layers": "global_attn_every_n_layers", "attention_bias": "attention_bias",
+            "mlp_bias": "mlp_bias", "norm_bias": "norm_bias", "classifier_bias": "classifier_bias",
+            "classifier_activation": "classifier_activation", "classifier_pooling": "classifier_pooling"},
+    defaults={"max_position_embeddings": 8192, "norm_eps": 1e-5, "pad_token_id": 50283, "embedding_dropout": 0.0,
+              "attention_dropout": 0.0, "mlp_dropout": 0.0, "hidden_activation": "gelu", "initializer_range": 0.02,
+              "tie_word_embeddings": True, "global_rope_theta": 160000.0, "local_rope_theta": 10000.0,
+              "local_attention": 128, "global_attn_every_n_layers": 3, "attention_bias": False, "mlp_bias": False,
+              "norm_bias": False, "classifier_bias": False, "classifier_activation": "gelu",
+              "classifier_pooling": "cls", "classifier_dropout": 0.0},
+    read=_modernbert_read,
+    presets={
+        # https://huggingface.co/answerdotai/ModernBERT-base/blob/main/config.json
+        "modernbert-base": {"vocab_size": 50368, **_base(768, 22, 12, 1152), "max_position_embeddings": 8192,
+                            "norm_eps": 1e-5, "pad_token_id": 50283, "global_rope_theta": 160000.0,
+                            "local_rope_theta": 10000.0, "local_attention": 128, "global_attn_every_n_layers": 3},
+    },
+)
+
+# configuration_deberta_v2.py (DebertaV2Config; v2 and v3 alike): BERT's names plus embedding_size (None:
+# hidden_size, written back as it) and the disentangled attention's fields, read by DebertaV2Model through
+# getattr with these defaults; cls_dropout is the classifier's dropout, pooler_hidden_act / pooler_dropout its
+# ContextPooler's. type_vocab_size 0: no token types (v3). No position_embedding_type.
+DEBERTA_V2 = dataclasses.replace(
+    BERT, model_type="deberta-v2", base_class="DebertaV2Model", classifier_class="DebertaV2ForSequenceClassification",
+    fields={**_BERT_FIELDS, "embedding_size": "embedding_size", "relative_attention": "relative_attention",
+            "pos_att_type": "pos_att_type", "max_relative_positions": "max_relative_positions",
+            "position_buckets": "position_buckets", "share_att_key": "share_att_key", "norm_rel_ebd": "norm_rel_ebd",
+            "position_biased_input": "position_biased_input", "conv_kernel_size": "conv_kernel_size",
+            "conv_groups": "conv_groups", "conv_act": "conv_act", "pooler_hidden_act": "pooler_activation",
+            "pooler_dropout": "pooler_dropout", "cls_dropout": "classifier_dropout"},
+    defaults={**BERT.defaults, "type_vocab_size": 0, "layer_norm_eps": 1e-7, "relative_attention": False,
+              "pos_att_type": [], "max_relative_positions": -1, "position_buckets": -1, "share_att_key": False,
+              "norm_rel_ebd": "none", "position_biased_input": True, "conv_kernel_size": 0, "conv_groups": 1,
+              "conv_act": "tanh", "pooler_hidden_act": "gelu", "pooler_dropout": 0.0},
+    written={},
+    unset_as={"embedding_size": "hidden_size"},
+    presets={
+        # https://huggingface.co/microsoft/deberta-v3-base/blob/main/config.json
+        "deberta-v3-base": {"vocab_size": 128100, **_base(768, 12, 12, 3072), "max_position_embeddings": 512,
+                            "type_vocab_size": 0, "layer_norm_eps": 1e-7, "pad_token_id": 0, "hidden_act": "gelu",
+                            "relative_attention": True, "max_relative_positions": -1, "position_buckets": 256,
+                            "norm_rel_ebd": "layer_norm", "share_att_key": True, "pos_att_type": "p2c|c2p",
+                            "position_biased_input": False, "pooler_hidden_size": 768, "pooler_dropout": 0,
+                            "pooler_hidden_act": "gelu"},
+    },
+)
+
 FAMILIES: dict[str, ConfigRow] = {row.model_type: row for row in (BERT, ROBERTA, XLM_ROBERTA, CAMEMBERT,
-                                                                    DISTILBERT, ELECTRA, MPNET)}
+                                                                    DISTILBERT, ELECTRA, MPNET, DEBERTA_V2, MODERNBERT)}
 
 
 def family(arch: str, *, source: str = "config") -> ConfigRow:
@@ -228,6 +321,8 @@ def config_from_hf(hf: dict[str, Any], *, source: str = "config.json") -> dict[s
     arch = hf.get("model_type")
     refuse_foreign(hf, source=source)
     row = family(arch, source=source)
+    if row.read is not None:
+        hf = row.read(hf)
     missing = [k for k, dst in row.fields.items() if dst in _SIZES_OURS and k not in hf]  # the row's names
     if missing:
         raise ValueError(f"{source}: missing field(s) {missing}")
@@ -266,7 +361,8 @@ def config_to_hf(fields: dict[str, Any], *, classifier: bool = False) -> dict[st
     """Map minialign config fields back to an HF config dict that transformers' AutoConfig reads;
     `classifier`: the weights are a *ForSequenceClassification's."""
     row = family(fields["arch"])
-    hf = {src: fields[dst] for src, dst in row.fields.items() if fields.get(dst) is not None}
+    hf = {src: list(fields[dst]) if isinstance(fields[dst], tuple) else fields[dst]  # JSON's lists (pos_att_type)
+          for src, dst in row.fields.items() if fields.get(dst) is not None}
     for src, other in row.unset_as.items():
         hf.setdefault(src, hf[other])
     if fields.get("labels"):

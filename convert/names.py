@@ -11,10 +11,12 @@ minialign's names (the AlignModel namespace; an Encoder holds the `encoder.` par
     encoder.embeddings.{word,position,token_type}.weight, encoder.embeddings.norm.*
     encoder.layers.{i}.attention.{query,key,value,output}.*, encoder.layers.{i}.attention_norm.*
     encoder.layers.{i}.ffn.{up,down}.*, encoder.layers.{i}.ffn_norm.*
-    encoder.pooler.dense.*
+    encoder.pooler.dense.*, encoder.final_norm.* (a pre-LN family's: ModernBERT)
+    encoder.layers.{i}.attention.qkv.* (ModernBERT's fused Wqkv, kept fused)
     mlm_head.{dense,norm}.*, mlm_head.bias, mlm_head.decoder.weight (only when untied)
     bin_layer.*, tri_layer.*, reg_layer.*
-    classifier.out_proj.*, classifier.dense.* (RoBERTa only): *ForSequenceClassification's head
+    classifier.out_proj.*, classifier.dense.* (RoBERTa only), classifier.norm.* (ModernBERT):
+    *ForSequenceClassification's head
 """
 
 from __future__ import annotations
@@ -165,6 +167,60 @@ MPNET: dict[str, str | None] = {
     "encoder.relative_attention_bias.weight": "encoder.relative_position_bias.table.weight",
 }
 
+# ModernBertModel (modeling_modernbert.py): its own names, no positions or token types; Wqkv is one fused
+# projection (q, k, v stacked on the output axis, as our attention.qkv: that layer keeps the fused name),
+# Wi the GeGLU's fused input and gate; attn_norm is absent from layer 0 (an Identity there); final_norm after
+# the stack. ModernBertForSequenceClassification's head (dense -> activation -> norm) and classifier keep
+# their names under `classifier.`; ModernBertForMaskedLM shares that head (transformers loads an MLM checkpoint's
+# head.* into the classifier's, as here) and adds the decoder, which no minialign model has.
+_MODERNBERT_LAYER = {
+    "attn_norm": "attention_norm", "attn.Wqkv": "attention.qkv", "attn.Wo": "attention.output",
+    "mlp_norm": "ffn_norm", "mlp.Wi": "ffn.up", "mlp.Wo": "ffn.down",
+}
+MODERNBERT: dict[str, str | None] = {
+    "embeddings.tok_embeddings.weight": "encoder.embeddings.word.weight",
+    "embeddings.norm.weight": "encoder.embeddings.norm.weight",
+    "embeddings.norm.bias": "encoder.embeddings.norm.bias",
+    **_layers("layers", _MODERNBERT_LAYER),
+    "final_norm.weight": "encoder.final_norm.weight",
+    "final_norm.bias": "encoder.final_norm.bias",
+    **{f"head.{m}.{p}": f"classifier.{m}.{p}" for m in ("dense", "norm") for p in ("weight", "bias")},
+    "classifier.weight": "classifier.out_proj.weight",
+    "classifier.bias": "classifier.out_proj.bias",
+    "decoder.weight": None,  # ModernBertForMaskedLM's decoder (tied to tok_embeddings)
+    "decoder.bias": None,
+}
+
+
+# DebertaV2Model (modeling_deberta_v2.py; v2 and v3): BERT's layout under its own attention names
+# (attention.self.{query,key,value}_proj, the position projections pos_key_proj / pos_query_proj when
+# share_att_key is off), embed_proj (no bias) when embedding_size differs from hidden_size, the relative
+# embeddings and their LayerNorm shared by every layer, v2's convolution after the first layer, no pooler.
+# DebertaV2ForSequenceClassification: ContextPooler (`pooler.dense`) and `classifier` beside the backbone.
+_DEBERTA_V2_LAYER = {
+    "attention.self.query_proj": "attention.query", "attention.self.key_proj": "attention.key",
+    "attention.self.value_proj": "attention.value", "attention.self.pos_key_proj": "attention.pos_key",
+    "attention.self.pos_query_proj": "attention.pos_query", "attention.output.dense": "attention.output",
+    "attention.output.LayerNorm": "attention_norm",
+    "intermediate.dense": "ffn.up", "output.dense": "ffn.down", "output.LayerNorm": "ffn_norm",
+}
+DEBERTA_V2: dict[str, str | None] = {
+    **{k: v for k, v in _BACKBONE.items() if k.startswith("embeddings.")},
+    "embeddings.embed_proj.weight": "encoder.embeddings.project.weight",
+    **_layers("encoder.layer", _DEBERTA_V2_LAYER),
+    "encoder.rel_embeddings.weight": "encoder.relative.table.weight",
+    "encoder.LayerNorm.weight": "encoder.relative.norm.weight",
+    "encoder.LayerNorm.bias": "encoder.relative.norm.bias",
+    "encoder.conv.conv.weight": "encoder.layers.0.conv.conv.weight",
+    "encoder.conv.conv.bias": "encoder.layers.0.conv.conv.bias",
+    "encoder.conv.LayerNorm.weight": "encoder.layers.0.conv.norm.weight",
+    "encoder.conv.LayerNorm.bias": "encoder.layers.0.conv.norm.bias",
+    "pooler.dense.weight": "classifier.dense.weight",
+    "pooler.dense.bias": "classifier.dense.bias",
+    "classifier.weight": "classifier.out_proj.weight",
+    "classifier.bias": "classifier.out_proj.bias",
+}
+
 
 @dataclass(frozen=True)
 class Names:
@@ -189,6 +245,10 @@ NAMES: dict[str, Names] = {
     "distilbert": Names(DISTILBERT, model_prefix="distilbert.", mlm_prefix="vocab_",
                         classifier_prefixes=("pre_classifier.", "classifier.")),
     "mpnet": Names(MPNET, model_prefix="mpnet.", mlm_prefix="lm_head."),
+    "deberta-v2": Names(DEBERTA_V2, model_prefix="deberta.", mlm_prefix="lm_predictions.",
+                        classifier_prefixes=("pooler.", "classifier.")),
+    "modernbert": Names(MODERNBERT, model_prefix="model.", mlm_prefix="decoder.",
+                        classifier_prefixes=("head.", "classifier.")),
 }
 # Views of NAMES by arch
 TABLES = {arch: names.table for arch, names in NAMES.items()}

@@ -8,6 +8,10 @@ tokenizer fits it, made here from the session fixtures (nothing is downloaded):
   unigram     a SentencePiece Unigram tokenizer.json trained here, `<s> A </s></s> B </s>`: xlm-roberta, camembert
   mpnet       MiniLM's WordPiece vocabulary under MPNet's special tokens (<s> <pad> </s> <unk> first, <mask>
               last; tokenizer_class MPNetTokenizer, `<s> A </s></s> B </s>`): mpnet
+  deberta     a SentencePiece Unigram tokenizer.json as transformers 5 writes DeBERTa-v3's ([PAD] [CLS] [SEP]
+              [UNK] first, [MASK] last; its normaliser; `[CLS] A [SEP] B [SEP]`, types 0/1): deberta-v2
+  modernbert  a byte-level BPE tokenizer.json as ModernBERT-base's ([UNK] [CLS] [SEP] [PAD] [MASK] first;
+              `[CLS] A [SEP] B [SEP]`, types 0/1, no token_type_ids in model_input_names): modernbert
 
 Every model gets non-zero biases and LayerNorm parameters (a swapped weight name cannot pass). Rows
 also hold what a test may expect of the family's encoder (`token_types`, `projected`, `relative_bias`). A row whose
@@ -57,6 +61,8 @@ class FamilyRow:
     token_types: bool = True  # the encoder has a token-type table
     projected: bool = False  # the embeddings are narrower than the layers and projected (ELECTRA)
     relative_bias: bool = False  # attention adds a relative-position bias (MPNet's)
+    positions: bool = True  # absolute positions are added to the embeddings (not DeBERTa-v3's)
+    own_score: bool = False  # the attention is its own score function (DeBERTa's disentangled one): no swap
 
     def classes(self):
         return tuple(getattr(transformers, name) for name in (self.config, self.base, self.classifier))
@@ -85,6 +91,22 @@ FAMILIES = {row.model_type: row for row in [
               {"tokenizer_class": "MPNetTokenizer", "do_lower_case": True},
               dict(pad_token_id=1, bos_token_id=0, eos_token_id=2, layer_norm_eps=1e-5), reserved=2,
               token_types=False, relative_bias=True),
+    # DeBERTa-v3 (minialign/models/deberta_v2.py): disentangled attention over log buckets (16 of them, so the
+    # 64-token window spans offsets past them), no absolute positions, no token types
+    FamilyRow("deberta-v2", "DebertaV2Config", "DebertaV2Model", "DebertaV2ForSequenceClassification", "deberta",
+              {"tokenizer_class": "DebertaV2Tokenizer"},
+              dict(type_vocab_size=0, pad_token_id=0, layer_norm_eps=1e-7, relative_attention=True,
+                   position_buckets=16, max_relative_positions=32, share_att_key=True, norm_rel_ebd="layer_norm",
+                   position_biased_input=False, pos_att_type="p2c|c2p"),
+              token_types=False, positions=False, own_score=True),
+    # ModernBERT (minialign/models/modernbert.py): rotary positions, pre-LN GeGLU layers, the second and last layer
+    # local (|i - j| <= 4 of the 64-token window), biases on so a swapped name cannot pass
+    FamilyRow("modernbert", "ModernBertConfig", "ModernBertModel", "ModernBertForSequenceClassification", "modernbert",
+              {"tokenizer_class": "PreTrainedTokenizerFast"},
+              dict(pad_token_id=3, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2, norm_eps=1e-5,
+                   local_attention=8, global_attn_every_n_layers=2, global_rope_theta=1000.0, local_rope_theta=100.0,
+                   attention_bias=True, mlp_bias=True, norm_bias=True, classifier_bias=True),
+              token_types=False, positions=False),
 ]}
 NEW = [name for name in FAMILIES if name not in ("bert", "roberta")]  # the families bert/roberta tests do not cover
 
@@ -120,6 +142,50 @@ def _unigram(directory: Path) -> None:
     tok.save(str(directory / "tokenizer.json"))
 
 
+DEBERTA_SPECIALS = ["[PAD]", "[CLS]", "[SEP]", "[UNK]"]  # microsoft/deberta-v3-base's first ids; [MASK] last
+
+
+def deberta_unigram(directory: Path, corpus: list[str] = UNIGRAM_CORPUS) -> None:
+    """A SentencePiece Unigram tokenizer.json as transformers 5 saves DeBERTa-v3's (tokenization_deberta_v2.py
+    DebertaV2Tokenizer.__init__: whitespace runs and tabs / newlines to one space, NFC, the right end stripped;
+    Metaspace; `[CLS] A [SEP] B [SEP]` with types 0 / 1), trained here."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.Sequence([normalizers.Replace(Regex(r"\s{2,}|[\n\r\t]"), " "), normalizers.NFC(),
+                                           normalizers.Strip(left=False, right=True)])
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")])
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    tok.train_from_iterator(corpus, trainers.UnigramTrainer(vocab_size=180, special_tokens=DEBERTA_SPECIALS,
+                                                            unk_token="[UNK]"))
+    assert [tok.token_to_id(t) for t in DEBERTA_SPECIALS] == [0, 1, 2, 3]
+    tok.add_special_tokens(["[MASK]"])
+    tok.post_processor = processors.TemplateProcessing(single="[CLS]:0 $A:0 [SEP]:0",
+                                                       pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+                                                       special_tokens=[("[CLS]", 1), ("[SEP]", 2)])
+    tok.save(str(directory / "tokenizer.json"))
+
+
+MODERNBERT_SPECIALS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]  # answerdotai/ModernBERT-base's order (from 50280)
+
+
+def modernbert_bpe(directory: Path, corpus: list[str] = UNIGRAM_CORPUS) -> None:
+    """A byte-level BPE tokenizer.json laid out as answerdotai/ModernBERT-base's (ByteLevel without a prefix
+    space, no normaliser, `[CLS] A [SEP] B [SEP]` with types 0 / 1, which the model ignores), trained here."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=400, special_tokens=MODERNBERT_SPECIALS,
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    assert [tok.token_to_id(t) for t in MODERNBERT_SPECIALS] == [0, 1, 2, 3, 4]
+    tok.post_processor = processors.TemplateProcessing(single="[CLS]:0 $A:0 [SEP]:0",
+                                                       pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+                                                       special_tokens=[("[CLS]", 1), ("[SEP]", 2)])
+    tok.save(str(directory / "tokenizer.json"))
+
+
 def _mpnet_vocab(minilm_dir: Path, directory: Path) -> None:
     """MiniLM's vocab.txt under MPNet's special tokens: <s> <pad> </s> <unk> first, <mask> last (as
     microsoft/mpnet-base's vocab.txt; its [UNK] stays MPNetTokenizer's unk_token)."""
@@ -141,12 +207,22 @@ def write_tokenizer(row: FamilyRow, directory: Path, *, minilm_dir: Path, bpe_di
         _unigram(directory)
     elif row.tokenizer == "mpnet":
         _mpnet_vocab(minilm_dir, directory)
+    elif row.tokenizer == "deberta":
+        deberta_unigram(directory)
+    elif row.tokenizer == "modernbert":
+        modernbert_bpe(directory)
     else:
         raise ValueError(f"unknown tokenizer kind {row.tokenizer!r}")
     settings = {"model_max_length": WINDOW, **row.tokenizer_config}
     if row.tokenizer in ("unigram", "mpnet"):
         settings.update(bos_token="<s>", eos_token="</s>", sep_token="</s>", cls_token="<s>", pad_token="<pad>",
                         mask_token="<mask>", unk_token="<unk>" if row.tokenizer == "unigram" else "[UNK]")
+    if row.tokenizer == "deberta":
+        settings.update(bos_token="[CLS]", eos_token="[SEP]", sep_token="[SEP]", cls_token="[CLS]", pad_token="[PAD]",
+                        mask_token="[MASK]", unk_token="[UNK]", do_lower_case=False, split_by_punct=False)
+    if row.tokenizer == "modernbert":  # as ModernBERT-base's tokenizer_config.json
+        settings.update(cls_token="[CLS]", sep_token="[SEP]", pad_token="[PAD]", mask_token="[MASK]", unk_token="[UNK]",
+                        model_input_names=["input_ids", "attention_mask"], clean_up_tokenization_spaces=True)
     (directory / "tokenizer_config.json").write_text(json.dumps(settings))
     if (directory / "vocab.json").is_file():
         return len(json.loads((directory / "vocab.json").read_text()))
@@ -174,7 +250,7 @@ def hf_model(row: FamilyRow, vocab_size: int, *, num_labels: int | None = None, 
     model = (base_cls if num_labels is None else classifier_cls)(config).eval()
     with torch.no_grad():  # non-zero biases and LayerNorm params, so a swapped name cannot pass
         for name, p in model.named_parameters():
-            if "LayerNorm" in name or "layer_norm" in name or name.endswith("bias"):
+            if "LayerNorm" in name or "layer_norm" in name or "norm." in name or name.endswith("bias"):
                 p.add_(torch.randn_like(p) * 0.1)
             elif "relative_attention_bias" in name:
                 p.mul_(30)  # MPNet's bias large enough to move the outputs

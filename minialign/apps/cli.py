@@ -344,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--context-field", default="context")
     p.add_argument("--claim-field", default="claim")
     p.add_argument("--method", default="alignscore", choices=("alignscore", "minicheck"),
-                   help="alignscore (default) or minicheck (a MiniCheck RoBERTa/BERT classifier as --model)")
+                   help="alignscore (default) or minicheck (a MiniCheck RoBERTa or DeBERTa-v3 classifier as --model)")
     p.add_argument("--model", default=None,
                    help="alignscore: AlignScore-base (default) / AlignScore-large, a .ckpt, or a minialign / HF "
                         f"directory; minicheck: a classifier directory or hub id (default {MINICHECK_DEFAULT})")

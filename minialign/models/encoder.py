@@ -110,31 +110,39 @@ class Encoder(Pretrained):
         position_ids = layout.pack(position_ids)
         x = self.embeddings(layout.pack(input_ids), layout.pack(token_type_ids), position_ids)
         relative = self.family.relative_bias(self, L)  # (H, 2L - 1) or None
-        every = prepare_mask(backend, attention_mask, layout, queries="all", dtype=x.dtype,
-                             num_heads=self.config.num_heads, relative=relative)
-        last = prepare_mask(self._backend(probabilities=False, query_subset=True), attention_mask, layout,
-                            queries="first", dtype=x.dtype, num_heads=self.config.num_heads,
-                            relative=relative) if first_only else every
-        inputs = self.family.layer_inputs(self, position_ids, layout)
-        out = self._layers(x, every, last, layout, inputs, first_only, output_hidden_states, output_attentions)
+        # one mask per distinct window (a local layer's reach; None: global), each layer handed its own
+        windows = self.family.attention_windows(self.config)
+        every = {window: prepare_mask(backend, attention_mask, layout, queries="all", dtype=x.dtype,
+                                      num_heads=self.config.num_heads, relative=relative, window=window,
+                                      device=x.device) for window in dict.fromkeys(windows)}
+        masks = [every[window] for window in windows]
+        if first_only:
+            masks[-1] = prepare_mask(self._backend(probabilities=False, query_subset=True), attention_mask, layout,
+                                     queries="first", dtype=x.dtype, num_heads=self.config.num_heads,
+                                     relative=relative, window=windows[-1], device=x.device)
+        inputs = {**self.family.layer_inputs(self, position_ids, layout),
+                  **self.family.mask_inputs(self, attention_mask, layout)}
+        out = self._layers(x, masks, layout, inputs, first_only, output_hidden_states, output_attentions)
         if self.pooler is not None:
             out.pooler_output = self.pooler(out.last_hidden_state)
         return out
 
-    def _layers(self, x: Tensor, every: PreparedMask, last: PreparedMask, layout: Layout, inputs: dict[str, Tensor],
+    def _layers(self, x: Tensor, masks: list[PreparedMask], layout: Layout, inputs: dict[str, Tensor],
                 first_only: bool, output_hidden_states: bool, output_attentions: bool) -> EncoderOutput:
-        """The stack, the last layer for the first tokens alone when `first_only`; x (B, L, C) or packed (1, T, C)."""
+        """The stack, each layer under its own mask, the last for the first tokens alone when `first_only`;
+        x (B, L, C) or packed (1, T, C)."""
         hidden_states = [layout.unpack(x)] if output_hidden_states else None  # embeddings, then each layer
         attentions = []
-        for i, layer in enumerate(self.layers):
+        for i, (layer, mask) in enumerate(zip(self.layers, masks, strict=True)):
             final = i == len(self.layers) - 1
-            x, probs = layer(x, last if final else every, layout.first_tokens if final and first_only else None,
-                             **inputs)
+            x, probs = layer(x, mask, layout.first_tokens if final and first_only else None, **inputs)
             if output_hidden_states:
                 hidden_states.append(layout.unpack(x))
             attentions.append(probs)
         x = self.family.finish(self, x)
         x = layout.batch_first(x) if first_only else layout.unpack(x)  # (B, 1, C) or (B, L, C)
+        if output_hidden_states:  # the last state is the finished one (transformers' tie_last_hidden_states)
+            hidden_states[-1] = x
         return EncoderOutput(
             last_hidden_state=x,
             pooler_output=None,  # forward adds it
@@ -283,10 +291,12 @@ class ClassifierModel(Pretrained):
         position_ids: Tensor | None = None, *, output_hidden_states: bool = False, output_attentions: bool = False,
         unpad: bool = False,
     ) -> ClassifierOutput:
-        """Logits on the first token; the last layer runs for it alone (Encoder final_tokens="first")."""
+        """Logits on the first token, the last layer running for it alone (Encoder final_tokens="first"); a
+        family whose head reads every token (Family.classifier_tokens "all") gets them and the mask."""
+        tokens = family_of(self.config).classifier_tokens(self.config)
         out = self.encoder(input_ids, attention_mask, token_type_ids, position_ids,
                            output_hidden_states=output_hidden_states, output_attentions=output_attentions,
-                           unpad=unpad, final_tokens="first")
-        return ClassifierOutput(self.classifier(out), out.last_hidden_state, out.pooler_output,
-                                out.hidden_states, out.attentions)
+                           unpad=unpad, final_tokens=tokens)
+        logits = self.classifier(out) if tokens == "first" else self.classifier(out, attention_mask)
+        return ClassifierOutput(logits, out.last_hidden_state, out.pooler_output, out.hidden_states, out.attentions)
 

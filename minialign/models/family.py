@@ -20,14 +20,23 @@ What a family declares (the defaults are BERT's, or nothing):
   parts               further encoder-level modules by name -> builder(config): a pre-LN family's
                       final norm, a relative-position table shared by every layer
   layer_inputs(...)   per forward, once: keyword arguments every layer receives besides the mask
-                      (rotary tables)
+                      (rotary tables: one per theta, each layer picking its own)
+  mask_inputs(...)    per forward, once: further keyword arguments read off the user's mask (DeBERTa-v2's
+                      convolution, which zeroes padded positions); default none
+  attention_windows   one per layer: how far its queries see, keys with |i - j| <= window, or None
+                      (every key, the default); the Encoder prepares one mask per distinct window and
+                      hands each layer its own (ModernBERT's local layers)
   relative_bias(...)  per forward, once: an additive relative-position bias, one value per head and
                       offset j - i (MPNet's), which every attention backend adds to the scaled scores
                       (nn/attention.py Backend says how); default none
   finish(encoder, x)  after the last layer: a pre-LN family's final norm
   pooler              whether the bare model has a pooler (BertModel does)
   classifier_pooler   whether *ForSequenceClassification keeps it (RoBERTa's head reads h_0 instead)
-  ClassificationHead  the sequence-classification head: module(config), forward(EncoderOutput) -> logits
+  ClassificationHead  the sequence-classification head: module(config), forward(EncoderOutput) -> logits;
+                      one reading every token's state (classifier_tokens "all") is called
+                      forward(EncoderOutput, attention_mask) and finds the real tokens there
+  classifier_tokens   whose final states the classification head reads: "first" (default; the last
+                      layer then runs for the first tokens alone) or "all" (ModernBERT's mean pooling)
   mlm_activation      the MLM head's activation; None: the config's hidden activation
 """
 
@@ -71,6 +80,21 @@ class Family:
     def layer_inputs(cls, encoder: nn.Module, position_ids: Tensor, layout: Layout) -> dict[str, Tensor]:
         """position_ids in the forward's layout ((B, L) padded, (1, T) packed)."""
         return {}
+
+    @classmethod
+    def mask_inputs(cls, encoder: nn.Module, attention_mask: Tensor | None, layout: Layout) -> dict[str, Tensor]:
+        """attention_mask as the forward holds it (None: no padding)."""
+        return {}
+
+    @classmethod
+    def attention_windows(cls, config: Config) -> list[int | None]:
+        """Each layer's window (keys with |i - j| <= window; None: every key)."""
+        return [None] * config.num_layers
+
+    @classmethod
+    def classifier_tokens(cls, config: Config) -> str:
+        """Whose final states the classification head reads (nn/layout.py FINAL_TOKENS)."""
+        return "first"
 
     @classmethod
     def relative_bias(cls, encoder: nn.Module, length: int) -> Tensor | None:

@@ -40,7 +40,7 @@ from minialign.nn.capture import capturing, record
 from minialign.nn.layout import Layout, padded
 # attention_bias and keep_mask are also read from here (ma.attention_bias), as before they moved to masks.py
 from minialign.nn.masks import attention_bias, first_query_only, keep_mask, offset_bias  # noqa: F401
-from minialign.nn.score_functions import DENSE, DOT, OFFSET, ScaledDot
+from minialign.nn.score_functions import DENSE, DISENTANGLED, DOT, OFFSET, ScaledDot
 
 _SCALED_DOT = ScaledDot()
 
@@ -69,15 +69,20 @@ def eager(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, score: nn.Module
 
 def sdpa(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, score: nn.Module,
          dropout_p: float) -> tuple[Tensor, None]:
+    if score.form == DISENTANGLED:  # DeBERTa's position terms depend on q and k: materialised into the bias
+        terms = score.position_scores(q, k)  # (B, H, Lq, L)
+        bias = terms if bias is None else bias + terms
     q, k, scale = score.project(q, k)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=scale), None
 
 
 def additive_bias(mask: Tensor | None, layout: Layout, queries: str, dtype: torch.dtype, heads: int,
-                  relative: Tensor | None = None) -> Tensor | None:
+                  relative: Tensor | None = None, *, window: int | None = None,
+                  device: torch.device | None = None) -> Tensor | None:
     """What eager and sdpa read: an additive (B|1, H|1, Lq|1, L) bias, or None (attend everywhere):
-    the mask's bias plus the relative-position bias materialised (masks.offset_bias)."""
-    bias = attention_bias(mask, layout.batch, layout.length, dtype)
+    the mask's bias (with a local layer's window materialised in it) plus the relative-position bias
+    materialised (masks.offset_bias)."""
+    bias = attention_bias(mask, layout.batch, layout.length, dtype, window=window, device=device)
     if relative is not None:
         positions = offset_bias(relative.to(dtype), layout.length)  # (1, H, L, L)
         bias = positions if bias is None else bias + positions
@@ -88,10 +93,13 @@ def additive_bias(mask: Tensor | None, layout: Layout, queries: str, dtype: torc
 class Backend:
     """A row of the table. `run(q, k, v, mask, score, dropout_p) -> (output (B, H, Lq, D),
     probabilities (B, H, Lq, L) or None)`, where `mask` is what `prepare(user_mask, layout, queries,
-    dtype, num_heads, relative)` made, or None for a sequence attending everywhere. `relative` is a
-    family's relative-position bias, one value per head and offset j - i ((H, 2R + 1), offsets -R..R,
-    R >= L - 1; None: none): every row takes it, added to the scores after scaling (eager and sdpa in
-    their additive bias, flex in a score_mod)."""
+    dtype, num_heads, relative, window=, device=)` made, or None for a sequence attending everywhere.
+    `relative` is a family's relative-position bias, one value per head and offset j - i ((H, 2R + 1),
+    offsets -R..R, R >= L - 1; None: none): every row takes it, added to the scores after scaling (eager
+    and sdpa in their additive bias, flex in a score_mod). `window`: a local layer's, keys j with
+    |i - j| <= window only (None: every key), on top of the user's mask (eager and sdpa materialise it in
+    the bias; flex in its BlockMask, which skips the blocks out of reach); `device`: where a mask made
+    from nothing but the window lives."""
 
     name: str
     run: Callable
@@ -105,10 +113,11 @@ class Backend:
 
 
 BACKENDS: dict[str, Backend] = {
-    "eager": Backend("eager", eager, additive_bias, probabilities=True, score_forms=frozenset({DOT, OFFSET, DENSE})),
-    "sdpa": Backend("sdpa", sdpa, additive_bias),
+    "eager": Backend("eager", eager, additive_bias, probabilities=True,
+                     score_forms=frozenset({DOT, OFFSET, DENSE, DISENTANGLED})),
+    "sdpa": Backend("sdpa", sdpa, additive_bias, score_forms=frozenset({DOT, DISENTANGLED})),
     "flex": Backend("flex", flex.run, flex.prepare, packed=True, query_subset=False,
-                    score_forms=frozenset({DOT, OFFSET}), dropout=False),
+                    score_forms=frozenset({DOT, OFFSET, DISENTANGLED}), dropout=False),
 }
 
 
@@ -119,9 +128,9 @@ def recording(row: Backend) -> Backend:
     layout, every query (`whole`): every layer records full (B, H, L, L) maps."""
 
     def prepare(mask: Tensor | None, layout: Layout, queries: str, dtype: torch.dtype, heads: int,
-                relative: Tensor | None = None):
-        return (row.prepare(mask, layout, queries, dtype, heads, relative),
-                additive_bias(mask, layout, queries, dtype, heads, relative))
+                relative: Tensor | None = None, *, window: int | None = None, device: torch.device | None = None):
+        return (row.prepare(mask, layout, queries, dtype, heads, relative, window=window, device=device),
+                additive_bias(mask, layout, queries, dtype, heads, relative, window=window, device=device))
 
     def run(q: Tensor, k: Tensor, v: Tensor, prepared, score: nn.Module, dropout_p: float):
         value, bias = prepared if prepared is not None else (None, None)
@@ -166,13 +175,16 @@ class PreparedMask:
 
 
 def prepare_mask(backend: Backend, mask: Tensor | None, layout: Layout, *, queries: str, dtype: torch.dtype,
-                 num_heads: int, relative: Tensor | None = None) -> PreparedMask:
-    """One forward's mask on `backend`; `relative`: the family's relative-position bias by offset (Backend)."""
+                 num_heads: int, relative: Tensor | None = None, window: int | None = None,
+                 device: torch.device | None = None) -> PreparedMask:
+    """One forward's mask on `backend`; `relative`: the family's relative-position bias by offset, `window`:
+    a local layer's reach, |i - j| <= window (None: global), `device`: the batch's (Backend)."""
+    extra = dict(window=window, device=device)
     if layout.packed and not backend.packed:
         keys = layout.host_lengths
-        alone = [backend.prepare(None, padded(1, n), queries, dtype, num_heads, relative) for n in keys]
+        alone = [backend.prepare(None, padded(1, n), queries, dtype, num_heads, relative, **extra) for n in keys]
         return PreparedMask(backend, per_sequence=([1] * len(keys) if queries == "first" else keys, keys, alone))
-    return PreparedMask(backend, backend.prepare(mask, layout, queries, dtype, num_heads, relative))
+    return PreparedMask(backend, backend.prepare(mask, layout, queries, dtype, num_heads, relative, **extra))
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, mask: PreparedMask, *, score: nn.Module | None = None,

@@ -19,6 +19,10 @@ from minialign.nn.score_functions import SCORE_FUNCTIONS
 ACTIVATIONS = ELEMENTWISE  # the hidden activations a layer may carry (activations.py)
 # transformers PretrainedConfig.problem_type
 PROBLEM_TYPES = (None, "regression", "single_label_classification", "multi_label_classification")
+# Config.max_seq_len of a family without absolute positions: any length a tokenizer window (< 1e6) allows.
+UNBOUNDED_POSITIONS = 1 << 20
+POSITION_TERMS = ("c2p", "p2c")  # DeBERTa's pos_att_type: content-to-position, position-to-content
+CLASSIFIER_POOLING = ("cls", "mean")  # what a classifier reads: the first token, or the mean of real ones
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # names on the command line
 
 
@@ -52,13 +56,53 @@ class Config:
     # Rows of a relative-position bias table shared by every layer (MPNet's relative_attention_num_buckets).
     # None: the family has none.
     relative_attention_buckets: int | None = None
+    # Rotary positions and local attention (ModernBERT, configuration_modernbert.py). rope_theta: the
+    # rotary base of the global layers (None: no rotary positions); local_rope_theta that of the local
+    # layers (None: rope_theta). local_attention: a local layer's whole window, keys with |i - j| <=
+    # local_attention // 2 (None: every layer global); every layer whose index % global_attn_every_n_layers
+    # != 0 is local.
+    rope_theta: float | None = None
+    local_rope_theta: float | None = None
+    local_attention: int | None = None
+    global_attn_every_n_layers: int = 1
+    # Which Linear / LayerNorm layers carry a bias (ModernBERT's attention_bias, mlp_bias, norm_bias,
+    # classifier_bias: its prediction head's dense layer), the MLP's dropout (None: hidden_dropout), the
+    # prediction head's activation (None: activation) and what a classifier pools: "cls" (the first token)
+    # or "mean" (the mean over real tokens; ModernBERT's classifier_pooling).
+    attention_bias: bool = True
+    mlp_bias: bool = True
+    norm_bias: bool = True
+    classifier_bias: bool = True
+    mlp_dropout: float | None = None
+    classifier_activation: str | None = None
+    classifier_pooling: str = "cls"
+    # DeBERTa-v2/v3's disentangled attention (configuration_deberta_v2.py, models/deberta_v2.py): content-to-
+    # position / position-to-content terms ("c2p", "p2c") from a relative-embedding table of 2 * span rows
+    # (span: position_buckets when > 0, else max_relative_positions, itself max_position_embeddings when < 1),
+    # LayerNorm'd when norm_rel_ebd says "layer_norm", projected by each layer's own query / key projections
+    # when share_att_key; absolute positions added to the embeddings only when position_biased_input; a
+    # convolution after the first layer when conv_kernel_size > 0; the classifier's ContextPooler activation
+    # and dropout (pooler_hidden_act, pooler_dropout).
+    relative_attention: bool = False
+    pos_att_type: tuple[str, ...] = ()
+    max_relative_positions: int = -1
+    position_buckets: int = -1
+    share_att_key: bool = False
+    norm_rel_ebd: str = "none"
+    position_biased_input: bool = True
+    conv_kernel_size: int = 0
+    conv_groups: int = 1
+    conv_act: str = "tanh"
+    pooler_activation: str = "gelu"
+    pooler_dropout: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
                      "max_position_embeddings", "type_vocab_size"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"Config.{name} must be a positive int, got {value!r}")
+            least = 0 if name == "type_vocab_size" else 1  # 0 token types: none (DeBERTa-v3)
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ValueError(f"Config.{name} must be {'a positive int' if least else 'an int >= 0'}, got {value!r}")
         for name in ("embedding_size", "relative_attention_buckets"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
@@ -94,6 +138,63 @@ class Config:
             raise ValueError(f"Config.classifier_dropout must be None or in [0, 1), got {self.classifier_dropout!r}")
         if not isinstance(self.sinusoidal_positions, bool):
             raise ValueError(f"Config.sinusoidal_positions must be a bool, got {self.sinusoidal_positions!r}")
+        for name in ("rope_theta", "local_rope_theta"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+                raise ValueError(f"Config.{name} must be None or a positive number, got {value!r}")
+        if self.local_attention is not None and (not isinstance(self.local_attention, int)
+                                                 or isinstance(self.local_attention, bool) or self.local_attention < 2):
+            raise ValueError(f"Config.local_attention must be None or an int >= 2 (a window of |i - j| <= "
+                             f"local_attention // 2), got {self.local_attention!r}")
+        if (not isinstance(self.global_attn_every_n_layers, int) or isinstance(self.global_attn_every_n_layers, bool)
+                or self.global_attn_every_n_layers < 1):
+            raise ValueError(f"Config.global_attn_every_n_layers must be a positive int, "
+                             f"got {self.global_attn_every_n_layers!r}")
+        for name in ("attention_bias", "mlp_bias", "norm_bias", "classifier_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"Config.{name} must be a bool, got {getattr(self, name)!r}")
+        if self.mlp_dropout is not None and not (isinstance(self.mlp_dropout, (int, float))
+                                                 and 0.0 <= self.mlp_dropout < 1.0):
+            raise ValueError(f"Config.mlp_dropout must be None or in [0, 1), got {self.mlp_dropout!r}")
+        if self.classifier_activation is not None and self.classifier_activation not in ACTIVATIONS:
+            raise ValueError(f"Config.classifier_activation must be None or one of {ACTIVATIONS}, "
+                             f"got {self.classifier_activation!r}")
+        if self.classifier_pooling not in CLASSIFIER_POOLING:
+            raise ValueError(f"Config.classifier_pooling must be one of {CLASSIFIER_POOLING}, "
+                             f"got {self.classifier_pooling!r}")
+        self._check_disentangled()
+
+    def _check_disentangled(self) -> None:
+        """DeBERTa's fields (pos_att_type from JSON: a list, or transformers' "p2c|c2p" string)."""
+        kinds = self.pos_att_type
+        kinds = [x.strip() for x in kinds.lower().split("|") if x.strip()] if isinstance(kinds, str) else kinds
+        if not isinstance(kinds, (tuple, list)) or not set(kinds) <= set(POSITION_TERMS):
+            raise ValueError(f"Config.pos_att_type must name terms among {POSITION_TERMS}, got {self.pos_att_type!r}")
+        object.__setattr__(self, "pos_att_type", tuple(kinds))
+        for name in ("relative_attention", "share_att_key", "position_biased_input"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"Config.{name} must be a bool, got {getattr(self, name)!r}")
+        for name in ("max_relative_positions", "position_buckets", "conv_kernel_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(f"Config.{name} must be an int, got {value!r}")
+        norms = ([x.strip() for x in self.norm_rel_ebd.lower().split("|")] if isinstance(self.norm_rel_ebd, str)
+                 else None)
+        if norms is None or not set(norms) <= {"none", "layer_norm"}:
+            raise ValueError(f"Config.norm_rel_ebd must be 'none', 'layer_norm' or both joined by '|', "
+                             f"got {self.norm_rel_ebd!r}")
+        if self.conv_kernel_size > 0 and self.conv_kernel_size % 2 == 0:
+            raise ValueError(f"Config.conv_kernel_size must be odd (padding (k - 1) // 2 keeps the length), "
+                             f"got {self.conv_kernel_size!r}")
+        if (not isinstance(self.conv_groups, int) or isinstance(self.conv_groups, bool) or self.conv_groups < 1
+                or self.hidden_size % self.conv_groups):
+            raise ValueError(f"Config.conv_groups must be a positive int dividing hidden_size ({self.hidden_size}), "
+                             f"got {self.conv_groups!r}")
+        for name in ("conv_act", "pooler_activation"):
+            if getattr(self, name) not in ACTIVATIONS:
+                raise ValueError(f"Config.{name} must be one of {ACTIVATIONS}, got {getattr(self, name)!r}")
+        if not isinstance(self.pooler_dropout, (int, float)) or not 0.0 <= self.pooler_dropout < 1.0:
+            raise ValueError(f"Config.pooler_dropout must be in [0, 1), got {self.pooler_dropout!r}")
 
     @property
     def head_dim(self) -> int:
@@ -102,7 +203,12 @@ class Config:
     @property
     def max_seq_len(self) -> int:
         """Longest input the position table allows (a family whose positions start after the padding
-        id, as RoBERTa's, spends pad_token_id + 1 rows: convert/hf_config.py ConfigRow.reserved_positions)."""
+        id, as RoBERTa's, spends pad_token_id + 1 rows: convert/hf_config.py ConfigRow.reserved_positions).
+        Without absolute positions (DeBERTa's position_biased_input false: relative buckets only) there is no
+        table to run out of and transformers takes any length (MiniCheck runs DeBERTa-v3 at 2048 tokens):
+        UNBOUNDED_POSITIONS, the runners' window then being the tokenizer's model_max_length."""
+        if not self.position_biased_input:
+            return UNBOUNDED_POSITIONS
         return self.max_position_embeddings - FAMILIES[self.arch].reserved_positions(self.pad_token_id)
 
     @classmethod

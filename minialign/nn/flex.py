@@ -20,8 +20,8 @@ from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 from torch.nn.attention.flex_attention import flex_attention as _flex_attention
 
 from minialign.nn.layout import Layout
-from minialign.nn.masks import keep_mask, right_padded_lengths
-from minialign.nn.score_functions import OFFSET
+from minialign.nn.masks import keep_mask, right_padded_lengths, window_keep
+from minialign.nn.score_functions import DISENTANGLED, OFFSET
 
 BLOCK = 128
 RECOMPILE_LIMIT = 64  # shapes per process before flex falls back to the unfused path
@@ -37,24 +37,30 @@ def _compiled():
 
 def flex_attention(q: Tensor, k: Tensor, v: Tensor, *, block_mask: BlockMask | None = None,
                    score_bias: Tensor | None = None, scale: float | None = None,
-                   location: tuple[Tensor, int] | None = None, relative: Tensor | None = None) -> Tensor:
+                   location: tuple[Tensor, int] | None = None, relative: Tensor | None = None,
+                   disentangled: tuple[Tensor | None, Tensor | None, Tensor] | None = None) -> Tensor:
     """Fused attention for q (B, H, Lq, D), k, v (B, H, L, D) under a BlockMask and/or an additive
     bias. `location` = (scores by offset (B, H, Lq, 2R + 1), R) replaces the dot product with
     location-based scores (scores.Location), looked up by the clipped offset j - i. `relative`
     (H, 2R + 1): a relative-position bias by offset j - i (attention.Backend), added to the scores;
     in a packed row j - i is the offset inside a sequence for every pair the BlockMask keeps, and the
-    clamp keeps the lookup in the table for the pairs it drops."""
-    score_mod = _score_mod(location, relative, score_bias)
+    clamp keeps the lookup in the table for the pairs it drops. `disentangled` = (by query (B, H, Lq, R'),
+    by key (B, H, L, R'), row (2M + 1,)): DeBERTa's c2p / p2c terms (score_functions.DISENTANGLED), the
+    query's and the key's entry at row[i - j + M] added (M >= L - 1: every pair of the row has one)."""
+    score_mod = _score_mod(location, relative, score_bias, disentangled)
     with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
         return _compiled()(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
 
 
-def _score_mod(location: tuple[Tensor, int] | None, relative: Tensor | None, score_bias: Tensor | None):
+def _score_mod(location: tuple[Tensor, int] | None, relative: Tensor | None, score_bias: Tensor | None,
+               disentangled: tuple[Tensor | None, Tensor | None, Tensor] | None = None):
     """flex_attention's score_mod for these terms; None when there are none (the plain scaled dot product)."""
-    if location is None and relative is None and score_bias is None:
+    if location is None and relative is None and score_bias is None and disentangled is None:
         return None
     table, r = location if location is not None else (None, 0)
     center = (relative.size(-1) - 1) // 2 if relative is not None else 0
+    by_query, by_key, rows = disentangled if disentangled is not None else (None, None, None)
+    middle = (rows.numel() - 1) // 2 if rows is not None else 0
 
     def score_mod(score, b, h, q_idx, kv_idx):
         if table is not None:
@@ -63,6 +69,10 @@ def _score_mod(location: tuple[Tensor, int] | None, relative: Tensor | None, sco
             score = score + relative[h, (kv_idx - q_idx).clamp(-center, center) + center]
         if score_bias is not None:
             score = score + score_bias[b, h, q_idx, kv_idx]
+        if by_query is not None:
+            score = score + by_query[b, h, q_idx, rows[q_idx - kv_idx + middle]]
+        if by_key is not None:
+            score = score + by_key[b, h, kv_idx, rows[q_idx - kv_idx + middle]]
         return score
     return score_mod
 
@@ -88,28 +98,40 @@ def run(q: Tensor, k: Tensor, v: Tensor, mask: FlexMask | None, score: nn.Module
     if score.form == OFFSET:
         return flex_attention(q, k, v, block_mask=mask.block_mask, score_bias=mask.score_bias,
                               location=(score.by_offset(q), score.max_distance), relative=mask.relative), None
+    disentangled = (*score.position_tables(q, k), score.index) if score.form == DISENTANGLED else None
     q, k, scale = score.project(q, k)
     return flex_attention(q, k, v, block_mask=mask.block_mask, score_bias=mask.score_bias, scale=scale,
-                          relative=mask.relative), None
+                          relative=mask.relative, disentangled=disentangled), None
 
 
 def prepare(mask: Tensor | None, layout: Layout, queries: str, dtype: torch.dtype, num_heads: int,
-            relative: Tensor | None = None) -> FlexMask:
+            relative: Tensor | None = None, *, window: int | None = None,
+            device: torch.device | None = None) -> FlexMask:
     """Flex's `prepare`, one forward's FlexMask (every query: flex declares no query subset): a document
     mask for a packed layout, a padding mask for a right-padded 2-D mask, a score_mod bias for a
-    floating mask, a looked-up BlockMask for any other boolean one; `relative` kept for the score_mod."""
+    floating mask, a looked-up BlockMask for any other boolean one; `relative` kept for the score_mod.
+    `window` (a local layer's |i - j| <= window) joins each BlockMask: the blocks out of its reach are
+    not visited; on a floating mask it is blocked in the bias."""
     relative = relative.to(dtype) if relative is not None else None
+    if window is not None and layout.length - 1 <= window:
+        window = None  # the band covers every pair
     if layout.packed:
-        return FlexMask(document_block_mask(layout.document), relative=relative)
+        return FlexMask(document_block_mask(layout.document, window), relative=relative)
     B, L = layout.batch, layout.length
     keep = keep_mask(mask, B, L)
     if keep is None:
-        return FlexMask(relative=relative)
+        return FlexMask(window_block_mask(L, window, device), relative=relative) if window is not None \
+            else FlexMask(relative=relative)
     if keep.is_floating_point():
-        return FlexMask(score_bias=keep.to(dtype).expand(B, num_heads, L, L), relative=relative)
+        bias = keep.to(dtype)
+        if window is not None:
+            bias = bias.masked_fill(~window_keep(L, window, keep.device), torch.finfo(dtype).min)
+        return FlexMask(score_bias=bias.expand(B, num_heads, L, L), relative=relative)
     lengths = right_padded_lengths(mask) if mask.dim() == 2 else None
     if lengths is not None:
-        return FlexMask(padding_block_mask(lengths, L, L), relative=relative)
+        return FlexMask(padding_block_mask(lengths, L, L, window), relative=relative)
+    if window is not None:
+        keep = keep & window_keep(L, window, keep.device)
     return FlexMask(boolean_block_mask(keep.expand(-1, -1, L, L), B, L), relative=relative)
 
 
@@ -131,28 +153,87 @@ def _block_starts(length: int, device) -> tuple[Tensor, Tensor]:
     return starts, starts + BLOCK  # ends may run past the sequence; such blocks count as partial
 
 
-def padding_block_mask(lengths: Tensor, q_len: int, kv_len: int) -> BlockMask:
-    """Key j of sequence b is visible iff j < lengths[b] (right padding), for every query."""
+def _window_blocks(q_len: int, kv_len: int, window: int, device) -> tuple[Tensor, Tensor]:
+    """(Qb, Kb) booleans for the band |i - j| <= window: blocks holding some pair within it (visible), and
+    blocks every pair of which is within it and inside the keys (full)."""
+    q0, q_end = _block_starts(q_len, device)
+    k0, k_end = _block_starts(kv_len, device)
+    q1, k1 = q_end - 1, k_end - 1  # last index of each block (may run past the sequence)
+    nearest = torch.maximum(k0[None, :] - q1[:, None], q0[:, None] - k1[None, :]).clamp(min=0)
+    farthest = torch.maximum((k1[None, :] - q0[:, None]).abs(), (q1[:, None] - k0[None, :]).abs())
+    return nearest <= window, (farthest <= window) & (k_end <= kv_len)[None, :]
+
+
+def _and(first, second):
+    """The mask_mod of both (second None: first)."""
+    if second is None:
+        return first
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return first(b, h, q_idx, kv_idx) & second(b, h, q_idx, kv_idx)
+    return mask_mod
+
+
+def _band_mod(window: int | None):
+    """A local layer's mask_mod, |q_idx - kv_idx| <= window (masks.window_keep); None: no window."""
+    if window is None:
+        return None
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return within(q_idx, kv_idx, window)
+    return mask_mod
+
+
+def within(q_idx: Tensor, kv_idx: Tensor, window: int) -> Tensor:
+    """|q_idx - kv_idx| <= window, as two comparisons: inductor's CPU flex kernel (torch 2.13) computes
+    `(q_idx - kv_idx).abs()` wrongly once the mask_mod also indexes a tensor by b (tests/models/test_modernbert.py)."""
+    return ((q_idx - kv_idx) <= window) & ((kv_idx - q_idx) <= window)
+
+
+def window_block_mask(length: int, window: int, device) -> BlockMask:
+    """Every sequence of `length` tokens: query i sees key j iff |i - j| <= window; the blocks out of
+    reach are never visited."""
+    visible, full = _window_blocks(length, length, window, device)
+    return _block_mask((visible & ~full)[None, None], full[None, None], _band_mod(window), length, length)
+
+
+def padding_block_mask(lengths: Tensor, q_len: int, kv_len: int, window: int | None = None) -> BlockMask:
+    """Key j of sequence b is visible iff j < lengths[b] (right padding), for every query; with a
+    `window`, only if also |i - j| <= window, for real queries: a padding query sees every real key, as
+    without a window (one out of every real key's reach would see none, and flex's output for an empty
+    row poisons the next layer's values; padding rows' outputs are discarded)."""
     lengths = lengths.to(torch.int64)
 
     def mask_mod(b, h, q_idx, kv_idx):
         return kv_idx < lengths[b]
+
+    def near_or_padding(b, h, q_idx, kv_idx):
+        return within(q_idx, kv_idx, window) | (q_idx >= lengths[b])
 
     starts, ends = _block_starts(kv_len, lengths.device)
     n_q = -(-q_len // BLOCK)
     visible = starts[None, :] < lengths[:, None]  # (B, Kb)
     full = ends[None, :] <= lengths[:, None]
     expand = lambda t: t[:, None, None, :].expand(-1, 1, n_q, -1)  # noqa: E731
-    return _block_mask(expand(visible & ~full), expand(full), mask_mod, q_len, kv_len)
+    visible, full = expand(visible), expand(full)  # (B, 1, Qb, Kb)
+    if window is None:
+        return _block_mask(visible & ~full, full, mask_mod, q_len, kv_len)
+    near, inside = _window_blocks(q_len, kv_len, window, lengths.device)
+    q_starts, q_ends = _block_starts(q_len, lengths.device)
+    padding_queries = q_ends[None, :] > lengths[:, None]  # (B, Qb): the block holds a padding query
+    visible, full = visible & (near | padding_queries[:, None, :, None]), full & inside
+    return _block_mask(visible & ~full, full, _and(mask_mod, near_or_padding), q_len, kv_len)
 
 
-def document_block_mask(document: Tensor) -> BlockMask:
-    """A packed row of T tokens: token i sees token j iff both belong to the same sequence.
+def document_block_mask(document: Tensor, window: int | None = None) -> BlockMask:
+    """A packed row of T tokens: token i sees token j iff both belong to the same sequence (and, with a
+    `window`, |i - j| <= window: a sequence's tokens are contiguous, so that is its own offset).
     `document` (T,) holds non-decreasing sequence indices."""
     length = document.numel()
 
-    def mask_mod(b, h, q_idx, kv_idx):
+    def same(b, h, q_idx, kv_idx):
         return document[q_idx] == document[kv_idx]
+    mask_mod = _and(same, _band_mod(window))
 
     padded = torch.nn.functional.pad(document, (0, -length % BLOCK), value=-1)  # -1: no sequence
     blocks = padded.view(-1, BLOCK)
@@ -162,6 +243,9 @@ def document_block_mask(document: Tensor) -> BlockMask:
     overlap = (first[:, None] <= last[None, :]) & (first[None, :] <= last[:, None])  # (Qb, Kb)
     single = (first == last) & real.all(-1)  # a whole block inside one sequence
     full = single[:, None] & single[None, :] & (first[:, None] == first[None, :])
+    if window is not None:
+        near, inside = _window_blocks(length, length, window, document.device)
+        overlap, full = overlap & near, full & inside
     return _block_mask((overlap & ~full)[None, None], full[None, None], mask_mod, length, length)
 
 

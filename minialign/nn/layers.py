@@ -20,6 +20,7 @@ from minialign.nn.attention import PreparedMask, attention
 from minialign.nn.capture import capturing, record
 from minialign.nn.config import Config
 from minialign.nn.linear import Linear
+from minialign.nn.rotary import apply_rotary
 from minialign.nn.score_functions import make_score_function
 
 
@@ -28,24 +29,28 @@ class SelfAttention(nn.Module):
 
     Q, K and V are one (3C, C) matmul; the state dict still names them query / key / value
     (split on save, fused on load: `split_qkv`, `fuse_qkv`), so checkpoints and the converter see
-    the usual names."""
+    the usual names; `fused_names`: it names the fused qkv, for a family whose checkpoints hold one
+    (ModernBERT's Wqkv). `rotary`: (cos, sin) tables (B, L, D) rotating queries and keys (nn/rotary.py)."""
 
-    def __init__(self, config: Config, *, bias: bool = True):
+    def __init__(self, config: Config, *, bias: bool = True, fused_names: bool = False):
         super().__init__()
         self.num_heads, self.dropout_p = config.num_heads, config.attention_dropout
         self.qkv = Linear(config.hidden_size, 3 * config.hidden_size, bias=bias)
         self.score = make_score_function(config.score_fn, config.num_heads, config.head_dim,
                                          config.max_relative_distance)
         self.output = Linear(config.hidden_size, config.hidden_size, bias=bias)
-        self._register_state_dict_hook(split_qkv)
-        self._register_load_state_dict_pre_hook(fuse_qkv)
+        if not fused_names:
+            self._register_state_dict_hook(split_qkv)
+            self._register_load_state_dict_pre_hook(fuse_qkv)
 
-    def forward(self, x: Tensor, mask: PreparedMask,
-                queries: Callable[[Tensor], Tensor] | None = None) -> tuple[Tensor, Tensor | None]:
+    def forward(self, x: Tensor, mask: PreparedMask, queries: Callable[[Tensor], Tensor] | None = None,
+                rotary: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor | None]:
         """x (B, L, C). `queries` picks the query tokens (default: all), e.g. Layout.first_tokens."""
         B, L, C = x.shape
         heads = lambda t: t.view(B, t.size(1), self.num_heads, -1).transpose(1, 2)  # noqa: E731  (B, H, L, D)
         q, k, v = self.qkv(x).split(C, dim=-1)  # (B, L, C) each
+        if rotary is not None:  # every token rotated at its own position, before any query is picked
+            q, k = (apply_rotary(t.view(B, L, self.num_heads, -1), *rotary).view(B, L, C) for t in (q, k))
         if queries is not None:
             q = queries(q)  # (B, Lq, C)
         q, k, v = heads(q), heads(k), heads(v)
@@ -122,10 +127,11 @@ class EncoderLayer(nn.Module):
     MIXED_PRECISION = ("attention.output", "ffn.down")
 
     # The quantized mode (loading's dtype="int8", nn/int8.py) runs these products in int8: all four, every
-    # Linear of the layer. Measured on the real all-MiniLM-L6-v2 and 512 paragraphs of Python's docs
-    # (BENCHMARKS.md, "int8"): the feed-forward's down projection, whose input is GELU's output with its
-    # outliers, is the most sensitive (alone: worst cosine 0.993; all four 0.983, three without it 0.991)
-    # but also a third of the layer's product work, and the four together meet the quality goals.
+    # Linear of the layer. Measured on the real all-MiniLM-L6-v2 and Python's documentation (BENCHMARKS.md,
+    # "int8"): the feed-forward's projections, ffn.down (GELU's outputs, with their outliers) most, cost the most
+    # quality (alone: worst cosine 0.988; all four 0.981, three without ffn.down 0.990) but are two thirds of
+    # the layer's product work (all four: 1.48x fp32's speed, three: 1.24x); all four equal the quality of
+    # sentence-transformers' ONNX qint8 export, which quantizes every MatMul.
     INT8 = ("attention.qkv", "attention.output", "ffn.up", "ffn.down")
 
     def __init__(self, config: Config):

@@ -4,6 +4,7 @@ The user's mask, as every backend reads it (attention.py and flex.py both import
 
     keep_mask(mask, B, L)                  (B|1, 1|H, 1|L, L) bool: the accepted layouts, checked
     attention_bias(mask, B, L, dtype)      the same as an additive bias (0 attend, dtype's min blocked)
+    window_keep(L, window, device)         (L, L) bool: key j within `window` of query i, |i - j| <= window
     first_query_only(t)                    the first query row of a mask or bias
     offset_bias(by_offset, L)              (1, H, L, L) additive bias of key j for query i: by_offset[:, j - i]
     right_padded_lengths(mask)             (B,) lengths of a (B, L) mask of 1s then 0s, else None
@@ -58,14 +59,29 @@ def keep_mask(mask: Tensor | None, batch: int, length: int) -> Tensor | None:
     raise ValueError(f"attention_mask must have 2, 3 or 4 dims, got shape {tuple(mask.shape)}")
 
 
-def attention_bias(mask: Tensor | None, batch: int, length: int, dtype: torch.dtype) -> Tensor | None:
+def attention_bias(mask: Tensor | None, batch: int, length: int, dtype: torch.dtype, *, window: int | None = None,
+                   device: torch.device | str | None = None) -> Tensor | None:
     """A user mask (any layout of `keep_mask`) as an additive bias broadcastable to (B, H, L, L).
     Blocked positions get the dtype's most negative finite value, as transformers' eager path does,
-    so a fully blocked row gives a uniform distribution rather than NaN."""
+    so a fully blocked row gives a uniform distribution rather than NaN. `window`: keys farther than
+    that from the query are blocked too (a local layer, `window_keep`), the band made on `device`
+    (the mask's, when there is one); both are blocked once, never min added twice (-inf)."""
     keep = keep_mask(mask, batch, length)
+    if window is not None and length - 1 > window:  # a window shorter than the sequence: the band blocks some
+        band = window_keep(length, window, keep.device if keep is not None else device)[None, None]  # (1, 1, L, L)
+        if keep is not None and keep.is_floating_point():
+            return keep.to(dtype).masked_fill(~band, torch.finfo(dtype).min)
+        keep = band if keep is None else keep & band
     if keep is None or keep.is_floating_point():
         return None if keep is None else keep.to(dtype)
     return torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill(~keep, torch.finfo(dtype).min)
+
+
+def window_keep(length: int, window: int, device: torch.device | str | None = None) -> Tensor:
+    """(L, L) bool: query i may attend key j iff |i - j| <= window (a local layer's band; ModernBERT's
+    sliding_window_bidirectional_overlay in transformers masking_utils.py, window = local_attention // 2)."""
+    positions = torch.arange(length, device=device)
+    return (positions[None, :] - positions[:, None]).abs() <= window
 
 
 def first_query_only(t: Tensor | None) -> Tensor | None:

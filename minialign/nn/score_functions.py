@@ -16,6 +16,10 @@ Each declares its `form`, which attention backends read to know whether they can
           gives (q', k', scale), so every backend runs it as ordinary attention
   OFFSET  a lookup by (query, clipped offset) (location): `by_offset`; flex runs it as a score_mod
   DENSE   a vector per (i, j) pair (additive): only the eager formula computes it
+  DISENTANGLED  a dot product plus terms looked up by (token, bucket of the offset i - j), DeBERTa's
+          content-to-position and position-to-content scores (models/deberta_v2.py): `project` gives
+          the content part as DOT does, `position_scores(q, k)` the other terms materialised (B, H, Lq, L)
+          (sdpa adds them to its bias), `position_tables(q, k)` them by bucket (flex's score_mod)
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import torch.nn as nn
 from torch import Tensor
 
 SCORE_FUNCTIONS = ("scaled_dot", "general", "bilinear", "additive", "location")
-DOT, OFFSET, DENSE = "dot", "offset", "dense"
+DOT, OFFSET, DENSE, DISENTANGLED = "dot", "offset", "dense", "disentangled"
 
 
 class _DotOfProjections(nn.Module):

@@ -1,17 +1,23 @@
-"""MiniCheckScorer: MiniCheck's grounding check with its RoBERTa (or BERT) classifier.
+"""MiniCheckScorer: MiniCheck's grounding check with its RoBERTa or DeBERTa-v3 (or a BERT) classifier.
 
-The algorithm is the original's (Liyan06/MiniCheck minicheck/inference.py, Inferencer, RoBERTa
-variant):
+The algorithm is the original's (Liyan06/MiniCheck minicheck/inference.py, Inferencer; the lines
+cited are those of its file), the same for both variants but for the window:
   1. the document is split into sentences block by block (blocks are its newline-separated lines),
-     with a "\\n" marker between blocks; no sentence gives one empty sentence;
+     with a "\\n" marker between blocks; no sentence gives one empty sentence (L17-26, L139-140);
   2. sentences are packed greedily into chunks of at most `chunk_size` tokens (each sentence counted
-     without special tokens, at most max_length), joined by a space; " \\n " becomes "\\n", chunks
-     are stripped and empty ones dropped;
-  3. each chunk is scored with the claim as ONE text, `chunk + eos + claim` (eos: "</s>"), cut to
-     max_length at its end; P(supported) = softmax(logits)[:, 1]; the score is the max over chunks.
-The claim is not split. A document with no text at all is scored as one empty chunk (where the
-original fails on an empty batch). The runner contract is products/runner.py's: MiniCheck runs its
-classifier's model through that classifier's engine.
+     without special tokens, at most the window), joined by a space; " \\n " becomes "\\n", chunks
+     are stripped and empty ones dropped (L122-137, L142-143);
+  3. each chunk is scored with the claim as ONE text, `chunk + eos + claim` (the tokenizer's eos:
+     RoBERTa's "</s>", DeBERTa-v3's "[SEP]", so `[CLS] chunk [SEP] claim [SEP]`, one token type;
+     L233), cut to the window at its end (L248-254); P(supported) = softmax(logits)[:, 1]; the score
+     is the max over chunks (L158, L211, L217-218).
+The window (max_model_len) is the variant's: 512 for roberta-large, 2048 for deberta-v3-large (L47-53),
+chosen by the checkpoint's family (config.json model_type "deberta-v2"); DeBERTa's relative positions
+have no table to outgrow. The claim is not split (L160-163). A document with no text at all is scored
+as one empty chunk (where the original fails on an empty batch). The chunks given with return_details
+are the chunks themselves (the original's used_chunks cut each text at "</s>", L257, which for DeBERTa
+drops the text's last character instead). The runner contract is products/runner.py's: MiniCheck runs
+its classifier's model through that classifier's engine.
 """
 
 from __future__ import annotations
@@ -29,6 +35,9 @@ from minialign.text.tokenizer import Tokenizer
 from minialign.text.validation import check_texts
 
 CHUNK_SIZE = 400  # MiniCheck.score's default for roberta-large and deberta-v3-large
+# Inferencer's max_model_len (inference.py L47-53) by the checkpoint's family (Config.arch, config.json's
+# model_type): deberta-v3-large 2048; roberta-large (and any other family) 512.
+MAX_LENGTHS = {"deberta-v2": 2048}
 MAX_LENGTH = 512
 SUPPORTED = 1  # label index of "supported"
 NEWLINE = "\n"  # the block marker
@@ -50,7 +59,8 @@ class MiniCheckScorer(PairScorer):
         self.model, self.tokenizer, self.engine, self.unpad = (classifier.model, classifier.tokenizer,
                                                                classifier.engine, classifier.unpad)
         self.splitter = splitter or split_sentences
-        # MiniCheck joins chunk and claim with its tokenizer's eos token (RoBERTa </s>; BERT-style: [SEP])
+        # MiniCheck joins chunk and claim with its tokenizer's eos token (L233: RoBERTa </s>; DeBERTa-v3 and
+        # BERT-style [SEP]), the token that closes a single text
         self.eos_token = eos_token or classifier.tokenizer.end_token or "[SEP]"
 
     @classmethod
@@ -60,14 +70,18 @@ class MiniCheckScorer(PairScorer):
                         splitter: Callable[[str], list[str]] | None = None, workers: int = 1,
                         cache_dir: str | Path | None = None, attn_backend: str = "sdpa", compile: bool = False,
                         unpad: bool = True, revision: str | None = None) -> MiniCheckScorer:
-        """A MiniCheck classifier directory or hub id (e.g. lytang/MiniCheck-RoBERTa-Large). The
-        keywords every runner takes are products/runner.py's (LOAD_KEYWORDS)."""
+        """A MiniCheck classifier directory or hub id (lytang/MiniCheck-RoBERTa-Large,
+        lytang/MiniCheck-DeBERTa-v3-Large). The window is MiniCheck's for the checkpoint's family
+        (MAX_LENGTHS). The keywords every runner takes are products/runner.py's (LOAD_KEYWORDS)."""
         refuse_int8(dtype, "MiniCheckScorer")
-        classifier = Classifier.from_pretrained(src, tokenizer=tokenizer, device=device, dtype=dtype,
-                                                batch_size=batch_size, max_tokens=max_tokens,
-                                                max_length=MAX_LENGTH, workers=workers, cache_dir=cache_dir,
-                                                attn_backend=attn_backend, compile=compile, unpad=unpad,
-                                                revision=revision)
+        loaded = Classifier.from_pretrained(src, tokenizer=tokenizer, device=device, dtype=dtype,
+                                            max_length=MAX_LENGTH, cache_dir=cache_dir, attn_backend=attn_backend,
+                                            revision=revision)
+        # the runner over the loaded model and tokenizer, with the window of the family the checkpoint is
+        max_length = MAX_LENGTHS.get(loaded.model.config.arch, MAX_LENGTH)
+        classifier = Classifier(loaded.model, loaded.tokenizer, batch_size=batch_size, max_tokens=max_tokens,
+                                max_length=max_length, workers=workers, compile=compile, unpad=unpad)
+        classifier.source = loaded.source
         scorer = cls(classifier, chunk_size=chunk_size, splitter=splitter)
         scorer.source = str(src)
         return scorer

@@ -10,7 +10,10 @@ A tokenizer.json is run as written, normaliser and pre-tokenizer included, as `t
 text-embeddings-inference run it. transformers 5 rebuilds both for some classes instead
 (XLMRobertaTokenizer, CamembertTokenizer: a Precompiled normaliser is kept, any other is dropped, and
 the pre-tokenizer is always WhitespaceSplit + Metaspace; BertTokenizer, MPNetTokenizer: a BertNormalizer
-from tokenizer_config.json). On the files these models were published with the two agree, and equal
+from tokenizer_config.json; DebertaV2Tokenizer: whitespace runs, tabs and newlines to one space, NFC, the
+right end stripped, then Metaspace, which is what it saves; a DeBERTa-v3 tokenizer.json converted by
+transformers 4 (Strip, SentencePiece's charsmap, runs of spaces to one) is run as written, as SentencePiece
+does: tests/models/test_deberta_v2.py). On the files these models were published with the two agree, and equal
 SentencePiece, which XLM-R and CamemBERT were trained with; where a file declares something else
 (an NFKC normaliser), minialign follows the file and transformers 5 does not
 (tests/text/test_family_tokenizers.py).
@@ -104,6 +107,11 @@ class Tokenizer:
         elif (directory / "vocab.txt").is_file():
             backend = _wordpiece(directory, settings, tokenizer_class)
             pad = _token_str(settings.get("pad_token")) or "[PAD]"
+        elif any(directory.glob("*.model")):  # DeBERTa-v3's spm.model, XLM-R's sentencepiece.bpe.model
+            raise FileNotFoundError(
+                f"{directory}: a SentencePiece model ({next(directory.glob('*.model')).name}) without tokenizer.json; "
+                f"minialign reads tokenizer.json only: write one once with transformers, "
+                f"AutoTokenizer.from_pretrained(dir).save_pretrained(dir)")
         else:
             raise FileNotFoundError(f"{directory}: no tokenizer.json, vocab.json + merges.txt, or vocab.txt")
         tok = cls(backend, pad_token=pad, model_max_length=max_len)

@@ -43,11 +43,12 @@ def test_explore_shows_the_embedding_parts_the_family_has(family, tiny_family):
     row = FAMILIES[family]
     model, tokenizer, page = _explore(family, tiny_family)
     data, run = page.data, page.data["runs"][0]
-    parts = ["word", "position", "token_type"] if row.token_types else ["word", "position"]
+    parts = ["word", *(["position"] if row.positions else []), *(["token_type"] if row.token_types else [])]
     assert data["embedding"]["parts"] == list(run["parts"]) == list(run["part_cosines"]) == parts
     assert data["embedding"]["projected"] == row.projected
     if not row.token_types:
-        assert "has no token type embeddings" in data["embedding"]["note"]
+        missing = " or ".join(["position"] * (not row.positions) + ["token type"])
+        assert f"has no {missing} embeddings" in data["embedding"]["note"]
     T, L = len(data["tokens"]), model.config.num_layers
     batch = tokenizer(["The bank raised rates."], ["Rates rose."])
     with torch.inference_mode(), ma.capture(model) as cap:
@@ -89,6 +90,10 @@ def test_the_score_function_swap_applies_or_says_why_not(family, tiny_family, tm
         assert cli(["explore", "--model", str(directory), "--text", "The bank.", "--score-fn", "general",
                     "--output", str(tmp_path / "x.html")]) == 2
         assert "does not apply" in capsys.readouterr().err and not (tmp_path / "x.html").exists()
+        return
+    if row.own_score:
+        with pytest.raises(ValueError, match="its own score function"):
+            with_score_function(model, "general")
         return
     general = with_score_function(model, "general")  # starts as the scaled dot product: the same states
     _, _, same = _explore(family, tiny_family, compare_model=general)

@@ -183,3 +183,12 @@ def test_a_max_length_without_room_for_text_is_refused(minilm_dir):
                  lambda: tok(["a b"], max_length=2)):
         with pytest.raises(ValueError, match="leaves no room for text"):
             call()
+
+
+def test_a_sentencepiece_model_without_tokenizer_json_is_named(tmp_path):
+    """DeBERTa-v3 checkpoints may ship spm.model alone: the error names it and says how to get a tokenizer.json."""
+    (tmp_path / "spm.model").write_bytes(b"\x0a\x00")
+    (tmp_path / "tokenizer_config.json").write_text('{"model_max_length": 512}')
+    with pytest.raises(FileNotFoundError, match=r"SentencePiece model \(spm.model\) without tokenizer.json.*"
+                                                r"save_pretrained"):
+        ma.Tokenizer.from_dir(tmp_path)

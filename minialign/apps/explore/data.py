@@ -8,7 +8,8 @@ the head view (tokens in two columns, lines weighted by attention, a layer selec
 by colour), the model view (layers x heads small maps, click to enlarge), per-token residual-stream
 norms by layer, the embedding decomposition (word / position / token type: their norms, and how
 much of each every layer's state still points along, as cosines), AlignScore's head probabilities
-for an AlignModel, and for two runs the cosine between the same token's states, layer by layer.
+for an AlignModel, for two runs the cosine between the same token's states, layer by layer, and for a model
+whose attention scores have position terms (DeBERTa's disentangled attention) the parts of its scores.
 
 The decomposition shows the parts the model's embeddings record and no other (`ma.capture`: a family
 without token types, DistilBERT's or MPNet's, records none). Embeddings narrower than the layers and
@@ -29,6 +30,15 @@ otherwise each query's TOP_K strongest keys (k as large as the budget allows, at
 weight of the keys left out; the page says which. The model view's small maps are block means of at most
 THUMB x THUMB, each scaled to its own largest (stored beside it). So a 512-token input on 12 layers x 12
 heads stays under PAGE_LIMIT bytes.
+
+Score terms (DeBERTa-v2/v3, whose capture records each layer's `attention.c2p` / `attention.p2c`; other families
+record none and get no `terms`): every layer's raw scores (before the mask) split into content-to-content (c2c =
+scores_raw - c2p - p2c, i.e. q.k / scale) and the position terms, each as the capture recorded it (already
+divided by the scale, so the parts add up to scores_raw). Stored as int16 per map (value / the map's largest
+|value| x 32767, rounded; the largest beside it): whole maps while terms x layers x heads x tokens^2 x 2 fits
+TERM_BYTES, otherwise block means over as many blocks a side as fit (at least MIN_TERM_BLOCKS; block means of
+the parts still add up to the block means of the scores). Beside the maps, each
+term's mean |value| per layer and head over the pairs the mask lets through, from the full-precision tensors.
 """
 
 from __future__ import annotations
@@ -52,10 +62,14 @@ PAGE_LIMIT = 10_000_000  # what a page of up to 512 tokens on 12 x 12 heads stay
 QUANT = 65535  # attention weights are stored as round(p * QUANT) in uint16
 ALIGN_LABELS = ("aligned", "neutral", "contradiction")  # AlignScore's tri head
 PARTS = ("word", "position", "token_type")  # the embedding parts a family may record (nn/capture.py)
+TERM_BYTES = 600_000  # raw bytes of score-term maps a run may hold (before base64): the page stays under PAGE_LIMIT
+MIN_TERM_BLOCKS = 16
+TERM_QUANT = 32767  # score terms are stored as round(v / largest |v| of the map * TERM_QUANT) in int16
 
 
 def _b64(t: Tensor, code: str) -> str:
-    """Little-endian bytes of an integer tensor as array typecode `code` ("B": uint8, "H": uint16), base64."""
+    """Little-endian bytes of an integer tensor as array typecode `code` ("B": uint8, "H": uint16, "h": int16),
+    base64."""
     values = array.array(code, t.flatten().to(torch.int64).tolist())
     if sys.byteorder == "big":
         values.byteswap()
@@ -96,6 +110,9 @@ def _run(model: nn.Module, batch: dict[str, Tensor], mask: Tensor | None, label:
     projected = cap.tensors.get(f"{prefix}embeddings.project")  # (1, T, C) where a projection follows
     first = embedded if projected is None else projected[0]  # what the first layer reads
     states = [first] + [cap[f"{prefix}layers.{i}.output"][0] for i in range(layers)]
+    encoder = model.get_submodule(prefix.rstrip(".")) if prefix else model
+    with torch.inference_mode():  # the last state after a pre-LN final norm (Family.finish; others: as it is)
+        states[-1] = encoder.family.finish(encoder, states[-1][None])[0]
     parts = {name: cap[f"{prefix}embeddings.{name}"][0] for name in PARTS if f"{prefix}embeddings.{name}" in cap}
     into_layers = _projection(model, prefix) if projected is not None else None
     probs = torch.cat([cap[f"{prefix}layers.{i}.attention.probs"] for i in range(layers)])  # (layers, H, T, T)
@@ -110,6 +127,8 @@ def _run(model: nn.Module, batch: dict[str, Tensor], mask: Tensor | None, label:
                          for name, t in parts.items()},
         "attention": _attention(probs.float()),
     }
+    if terms := _score_terms(cap, prefix, layers, mask):
+        run["terms"] = terms
     if projected is not None:
         run["projected_norms"] = [round(float(v), 5) for v in first.float().norm(dim=-1)]
     if isinstance(model, AlignModel):
@@ -181,6 +200,39 @@ def _attention(probs: Tensor) -> dict:
     rest = (1 - values.sum(-1)).clamp_min(0)  # the weight of the keys left out, per query
     return {**data, "storage": "topk", "k": k, "weights": _b64(_quantise(values), "H"),
             "index": _b64(index, "H"), "rest_max": float(rest.max())}
+
+
+def _score_terms(cap, prefix: str, layers: int, mask: Tensor | None) -> dict | None:
+    """The parts of every layer's raw scores, where the capture records position terms (DeBERTa's disentangled
+    attention, models/deberta_v2.py Disentangled: c2p, p2c, each already divided by sqrt(D (1 + n)) as
+    transformers' disentangled_attention_bias divides them), else None. c2c = scores_raw - the position terms:
+    q . k / sqrt(D (1 + n)) (DisentangledSelfAttention.forward's first matmul)."""
+    from minialign.nn.config import POSITION_TERMS
+
+    name = lambda i, role: f"{prefix}layers.{i}.attention.{role}"  # noqa: E731
+    present = [t for t in POSITION_TERMS if name(0, t) in cap]
+    if not present:
+        return None
+    raw = torch.cat([cap[name(i, "scores_raw")] for i in range(layers)]).float()  # (layers, H, T, T)
+    parts = {t: torch.cat([cap[name(i, t)] for i in range(layers)]).float() for t in present}
+    terms = {"c2c": raw - sum(parts.values()), **parts}
+    _, heads, T, _ = raw.shape
+    keep = torch.ones(T, T, dtype=torch.bool) if mask is None else mask.reshape(-1, T, T)[0].bool().cpu()
+    pairs = keep.sum().clamp_min(1)
+    size = T if len(terms) * layers * heads * T * T * 2 <= TERM_BYTES else \
+        min(T, max(MIN_TERM_BLOCKS, int((TERM_BYTES // (len(terms) * layers * heads * 2)) ** 0.5)))
+    data = {"names": list(terms), "storage": "full" if size == T else "blocks", "size": size, "quant": TERM_QUANT,
+            "head_dim": cap[name(0, "q")].size(-1), "maps": {}, "largest": {}, "mean_abs": {}}
+    for t, value in terms.items():  # value (layers, H, T, T)
+        value = value.cpu()
+        data["mean_abs"][t] = [[float(v) for v in row] for row in (value.abs() * keep).sum(dim=(-2, -1)) / pairs]
+        flat = value.reshape(layers * heads, T, T)
+        if size < T:
+            flat = F.adaptive_avg_pool2d(flat[:, None], size)[:, 0]  # (maps, size, size) block means
+        top = flat.abs().amax(dim=(1, 2))
+        data["largest"][t] = [float(v) for v in top]
+        data["maps"][t] = _b64((flat / top[:, None, None].clamp_min(1e-30) * TERM_QUANT).round(), "h")
+    return data
 
 
 def _cut_note(cut: dict, window: str) -> str | None:

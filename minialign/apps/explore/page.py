@@ -1,7 +1,9 @@
 """The HTML page of `ma.explore`: plain JavaScript and canvas, the data embedded as JSON, nothing
 fetched (a Content-Security-Policy forbids every request). Every heat map has a legend beside it (the
 quantity, its colour bar, the numbers at both ends); the enlarged attention map names its tokens on both
-axes (every token, or every k-th on long inputs so that labels never overlap)."""
+axes (every token, or every k-th on long inputs so that labels never overlap). A model whose scores have
+position terms (DeBERTa's c2p / p2c: data.py `terms`) gets one more section, the parts of its scores; other
+models' pages hold no such section."""
 
 from __future__ import annotations
 
@@ -224,7 +226,81 @@ function drawDiff() {
     (x, t, v) => `${label(D.tokens[t])}, ${x === 0 ? "embeddings" : "after layer " + (x - 1)}: cos(${D.runs[0].label}, ${D.runs[1].label}) = ${v.toFixed(5)}`,
     {CW: 46, RH: 16, digits: 3});
 }
-drawHeads(); drawGrid(); zoom(0, 0); drawNorms(); drawParts(); drawProbs(); drawDiff();
+// -- score terms (DeBERTa's disentangled attention): c2c + c2p + p2c = the raw scores, before the mask -----
+const TERM_COLORS = {c2c: "#4363d8", c2p: "#f58231", p2c: "#3cb44b"};
+function drawTermTable() {  // each term's mean |value| per layer (over heads and the pairs the mask lets through)
+  const S = D.runs[+runSel.value].terms, names = S.names, layer = +el("term-layer").value, body = el("terms-summary");
+  el("terms-head").replaceChildren(...["layer", ...names.map(n => `mean |${n}|`), `share (${names.join(" / ")})`]
+    .map(h => Object.assign(document.createElement("th"), {textContent: h})));
+  body.innerHTML = "";
+  for (let l = 0; l < M.layers; l++) {
+    const means = names.map(n => S.mean_abs[n][l].reduce((a, b) => a + b, 0) / M.heads);
+    const total = means.reduce((a, b) => a + b, 0) || 1, tr = body.insertRow();
+    tr.insertCell().textContent = `layer ${l}`; tr.style.cursor = "pointer"; tr.onclick = () => setLayer(l);
+    if (l === layer) tr.style.background = "#eef";
+    means.forEach(v => { tr.insertCell().textContent = v.toPrecision(4); });
+    const cell = tr.insertCell(), bar = document.createElement("div");
+    bar.style.cssText = "display:flex;width:160px;height:0.9em";
+    names.forEach((n, i) => bar.append(Object.assign(document.createElement("span"),
+      {title: `${n}: ${(100 * means[i] / total).toFixed(1)}%`, style: `background:${TERM_COLORS[n]};width:${100 * means[i] / total}%`})));
+    cell.append(bar, ` ${means.map(v => (100 * v / total).toFixed(0) + "%").join(" / ")}`);
+  }
+}
+function termAt(S, name, m, q, k) { return S.m[name][(m * S.size + q) * S.size + k] / S.quant * S.largest[name][m]; }
+function drawTerms() {  // the selected layer's and head's terms side by side, on one scale symmetric about 0
+  const run = D.runs[+runSel.value], S = run.terms, layer = +el("term-layer").value, head = +el("term-head").value;
+  const m = layer * M.heads + head, N = S.size, blocks = S.storage === "blocks", names = S.names, FONT = 10;
+  const first = b => Math.floor(b * T / N), last = b => Math.ceil((b + 1) * T / N) - 1;  // a block's tokens
+  const cell = Math.max(1, Math.floor(300 / N)), step = Math.ceil((FONT + 2) / cell), GAP = 16, c = el("terms");
+  const name = b => (blocks || step > 1 ? `${first(b)} ` : "") + short(D.tokens[first(b)]);
+  const g = c.getContext("2d"); g.font = `${FONT}px monospace`; let LW = 0;
+  for (let b = 0; b < N; b += step) LW = Math.max(LW, Math.ceil(g.measureText(name(b)).width) + 8);
+  const TOP = LW, W = cell * N, top = Math.max(1e-30, ...names.map(n => S.largest[n][m]));
+  c.width = LW + names.length * (W + GAP); c.height = TOP + W + 18;
+  g.fillStyle = "#fff"; g.fillRect(0, 0, c.width, c.height); g.font = `${FONT}px monospace`; g.textBaseline = "middle";
+  names.forEach((n, p) => {
+    const x0 = LW + p * (W + GAP);
+    for (let q = 0; q < N; q++) for (let k = 0; k < N; k++) {
+      g.fillStyle = css(rdbu((termAt(S, n, m, q, k) / top + 1) / 2)); g.fillRect(x0 + k * cell, TOP + q * cell, cell, cell); }
+    g.fillStyle = "#333";
+    for (let b = 0; b < N; b += step) {
+      if (p === 0) { g.textAlign = "right"; g.fillText(name(b), LW - 4, TOP + b * cell + cell / 2); }
+      g.save(); g.translate(x0 + b * cell + cell / 2, TOP - 4); g.rotate(-Math.PI / 2); g.textAlign = "left";
+      g.fillText(name(b), 0, 0); g.restore();
+    }
+    g.font = `bold 12px monospace`; g.textAlign = "center"; g.fillText(n, x0 + W / 2, TOP + W + 10); g.font = `${FONT}px monospace`;
+  });
+  const means = names.map(n => S.mean_abs[n][layer][head]), total = means.reduce((a, b) => a + b, 0) || 1;
+  el("terms-share").textContent = `${run.label}: layer ${layer}, head ${head} (rows: ${blocks ? "query blocks" : "queries"}, ` +
+    `columns: ${blocks ? "key blocks" : "keys"}): ` + names.map((n, i) => `${n} ${(100 * means[i] / total).toFixed(1)}%`).join(", ") +
+    ` of the sum of mean |term|` + (blocks ? `; ${N} x ${N} block means of the ${T} tokens` : "");
+  legend("terms-legend", rdbu, -top, top, "score term (red: negative, blue: positive), all three on one scale:");
+  Object.assign(c.dataset, {drawn: `${runSel.value}:${layer}:${head}`, size: N, cell, left: LW, top: TOP, panel: W + GAP});
+  c.onmousemove = e => { const r = c.getBoundingClientRect(), x = e.clientX - r.left - LW, y = e.clientY - r.top - TOP;
+    const k = Math.floor((x % (W + GAP)) / cell), q = Math.floor(y / cell);
+    if (x < 0 || q < 0 || q >= N || k >= N) return;
+    const v = names.map(n => termAt(S, n, m, q, k)), where = blocks
+      ? `queries ${first(q)}-${last(q)} -> keys ${first(k)}-${last(k)} (block means)` : `${label(D.tokens[q])} -> ${label(D.tokens[k])}`;
+    el("terms-readout").textContent = `${where}: ` + names.map((n, i) => `${n} ${v[i].toFixed(5)}`).join(" + ") +
+      ` = ${v.reduce((a, b) => a + b, 0).toFixed(5)}`; };
+}
+function setLayer(l) { layerSel.value = l; if (HAS_TERMS) el("term-layer").value = l; drawHeads(); if (HAS_TERMS) { drawTermTable(); drawTerms(); } }
+const HAS_TERMS = !!el("terms-section") && !!D.runs[0].terms;
+if (HAS_TERMS) {
+  for (const run of D.runs) { const S = run.terms; S.m = {};
+    for (const n of S.names) { const b = bytes(S.maps[n]); S.m[n] = new Int16Array(b.buffer, 0, b.length / 2); } }
+  const S0 = D.runs[0].terms, said = {c2c: "c2c (query content \u00b7 key content)",
+    c2p: "c2p (query content \u00b7 the key's relative position i \u2212 j)", p2c: "p2c (key content \u00b7 the query's relative position i \u2212 j)"};
+  el("terms-note").textContent = `Disentangled attention: each raw score (before the mask) is ${S0.names.map(n => said[n]).join(" + ")}, ` +
+    `each divided by \u221a(D \u00b7 ${S0.names.length}) = \u221a(${S0.head_dim} \u00b7 ${S0.names.length}); ` +
+    `the table: each term's mean |value| per layer (over heads and the pairs the mask lets through); click a row for its layer.`;
+  for (let l = 0; l < M.layers; l++) el("term-layer").add(new Option(`layer ${l}`, l));
+  for (let h = 0; h < M.heads; h++) el("term-head").add(new Option(`head ${h}`, h));
+  el("term-layer").onchange = () => setLayer(+el("term-layer").value); el("term-head").onchange = drawTerms;
+  layerSel.onchange = () => setLayer(+layerSel.value);
+  runSel.onchange = () => { drawHeads(); drawGrid(); drawTermTable(); drawTerms(); };
+}
+drawHeads(); drawGrid(); zoom(0, 0); drawNorms(); drawParts(); drawProbs(); drawDiff(); if (HAS_TERMS) { drawTermTable(); drawTerms(); }
 document.body.dataset.ready = "1";
 """
 
@@ -257,11 +333,20 @@ one part (blue: along it, red: against it).</p>
 <tbody id="part-norms"></tbody></table>
 <div class="controls"><label>part <select id="part"></select></label></div>
 <div class="legend" id="parts-legend"></div><div class="readout" id="parts-readout"></div><canvas id="parts"></canvas>
-<section id="probs-section"><h2>AlignScore heads</h2><div id="probs"></div></section>
+{terms}<section id="probs-section"><h2>AlignScore heads</h2><div id="probs"></div></section>
 <section id="diff-section"><h2>Two runs: the same token's states</h2>
 <p class="note">Cosine between the two runs' states of each token (rows), after the embeddings and each layer
 (columns); the colour runs from the smallest cosine on this page (darkest) to the largest (white).</p>
 <div class="legend" id="diff-legend"></div><div class="readout" id="diff-readout"></div><canvas id="diff"></canvas></section>
+"""
+
+
+_TERMS = """<section id="terms-section"><h2>Score terms: content and position</h2>
+<p class="note" id="terms-note"></p>
+<div class="controls"><label><select id="term-layer"></select></label><label><select id="term-head"></select></label></div>
+<table><thead><tr id="terms-head"></tr></thead><tbody id="terms-summary"></tbody></table>
+<p class="note" id="terms-share"></p>
+<div class="legend" id="terms-legend"></div><div class="readout" id="terms-readout"></div><canvas id="terms"></canvas></section>
 """
 
 
@@ -277,8 +362,9 @@ def render(data: dict) -> str:
     cut = data["cut"]
     note = f'<p class="cut" id="cut">{html.escape(data["cut_note"], quote=False)}.</p>\n' if data["cut_note"] else ""
     pair = _text_block("Pair", data["pair"], cut["pair"]) if data.get("pair") is not None else ""
-    parts = {"cut": note, "text": _text_block("Text", data["text"], cut["text"]), "pair": pair}
-    body = re.sub(r"\{(cut|text|pair)\}", lambda m: parts[m.group(1)], _BODY)  # one pass: a text may hold "{pair}"
+    terms = _TERMS if "terms" in data["runs"][0] else ""  # only a model whose scores have position terms
+    parts = {"cut": note, "text": _text_block("Text", data["text"], cut["text"]), "pair": pair, "terms": terms}
+    body = re.sub(r"\{(cut|text|pair|terms)\}", lambda m: parts[m.group(1)], _BODY)  # one pass: a text may say "{pair}"
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
             "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:\">\n"

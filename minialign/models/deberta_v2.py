@@ -1,0 +1,373 @@
+"""DeBERTa-v2 and v3, as BERT but for what differs (transformers models/deberta_v2/modeling_deberta_v2.py;
+v2 and v3 are the same code under other configs). Its config.json and weight names: convert/hf_config.py
+DEBERTA_V2, convert/names.py DEBERTA_V2.
+
+  embeddings   word (+ absolute positions only when position_biased_input, + token types when
+               type_vocab_size > 0), summed in that order, projected (no bias) when embedding_size
+               differs, LayerNorm, dropout (DebertaV2Embeddings). transformers then multiplies by the
+               padding mask: that zeroes padded positions only, which no real token reads, except through
+               the v2 convolution, which zeroes its own input there (ConvLayer below).
+  attention    disentangled (DisentangledSelfAttention): the scores are content-to-content plus, as
+               pos_att_type says, content-to-position (c2p: query i against the relative embedding of
+               the bucket of i - j) and position-to-content (p2c: key j against it), each divided by
+               sqrt(D * (1 + number of position terms)). The relative embeddings are one table shared by
+               every layer (DebertaV2Encoder.rel_embeddings, LayerNorm'd when norm_rel_ebd says so), read
+               once per forward (`layer_inputs`), projected by each layer's own query / key projections
+               (share_att_key) or by its pos_query_proj / pos_key_proj. The terms are an alignment-score
+               function of form DISENTANGLED (nn/score_functions.py): eager runs it whole, sdpa adds the
+               position terms, materialised per layer, to its bias (nn/attention.py sdpa), flex looks them up
+               by query / key and offset in its score_mod (nn/flex.py), a packed row included.
+  layers       BERT's post-LN layers; v2's ConvLayer (conv_kernel_size > 0) after the first one.
+  head         no pooler; DebertaV2ForSequenceClassification's head is ContextPooler (dense on the first
+               token, pooler_hidden_act) and a Linear.
+
+Offsets depend on positions only: transformers takes them from 0..L-1 whatever the mask, which inside a
+right-padded row is each token's offset in its sequence, as in a packed row (the index is built for offsets up
+to the row's length), so padded and packed agree.
+
+Shapes: B batch, L sequence length (a packed batch is one row of T tokens), Lq queries, H heads, D head dim,
+C hidden size, E embedding size, S span (the relative table has 2S rows).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+from minialign.models.bert import Bert, check_labels, head_dropout
+from minialign.nn.activations import activation
+from minialign.nn.attention import PreparedMask, attention
+from minialign.nn.capture import record
+from minialign.nn.config import Config
+from minialign.nn.layers import EncoderLayer, SelfAttention
+from minialign.nn.layout import Layout
+from minialign.nn.linear import Linear
+from minialign.nn.score_functions import DISENTANGLED
+
+if TYPE_CHECKING:
+    from minialign.models.encoder import EncoderOutput
+
+
+# -- relative positions --------------------------------------------------------------------------------
+
+def log_bucket(offset: Tensor, buckets: int, max_position: int) -> Tensor:
+    """make_log_bucket_position: offsets i - j inside (-buckets/2, buckets/2) kept, larger ones log-spaced up
+    to max_position. Step for step as transformers (the log and the ceil in float32 from a long offset), so
+    the bucket boundaries, where the ceil of a rounded log decides, are the same."""
+    sign = torch.sign(offset)
+    mid = buckets // 2
+    abs_pos = torch.where((offset < mid) & (offset > -mid), torch.tensor(mid - 1).type_as(offset), offset.abs())
+    log_pos = torch.ceil(torch.log(abs_pos / mid) / torch.log(torch.tensor((max_position - 1) / mid)) * (mid - 1)) + mid
+    return torch.where(abs_pos <= mid, offset.type_as(log_pos), log_pos * sign).long()
+
+
+def span(config: Config) -> int:
+    """S: the relative table has 2S rows (pos_ebd_size): position_buckets if > 0, else max_relative_positions
+    (max_position_embeddings when < 1)."""
+    return config.position_buckets if config.position_buckets > 0 else max_relative_positions(config)
+
+
+def max_relative_positions(config: Config) -> int:
+    return config.max_relative_positions if config.max_relative_positions >= 1 else config.max_position_embeddings
+
+
+def relative_index(config: Config, longest: int, device: torch.device) -> Tensor:
+    """(2 * longest - 1,) long: for each offset i - j = -(longest - 1) .. longest - 1, the row of the relative
+    table its c2p / p2c term reads: clamp(bucket(i - j) + S, 0, 2S - 1) (build_relative_position, then the
+    clamps of disentangled_attention_bias; p2c's -r_pos of j - i is the same row, the buckets being odd)."""
+    offsets = torch.arange(1 - longest, longest, dtype=torch.long, device=device)
+    if config.position_buckets > 0:
+        offsets = log_bucket(offsets, config.position_buckets, max_relative_positions(config))
+    s = span(config)
+    return (offsets + s).clamp(0, 2 * s - 1)
+
+
+class RelativeEmbeddings(nn.Module):
+    """DebertaV2Encoder.rel_embeddings (2S, C), and its LayerNorm when norm_rel_ebd holds "layer_norm"
+    (get_rel_embedding); empty without relative_attention."""
+
+    def __init__(self, config: Config):
+        super().__init__()
+        self.config = config
+        self.table = nn.Embedding(2 * span(config), config.hidden_size) if config.relative_attention else None
+        self.norm = (nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+                     if self.table is not None and "layer_norm" in config.norm_rel_ebd else None)
+
+    def forward(self) -> Tensor | None:
+        if self.table is None:
+            return None
+        rel = self.table.weight if self.norm is None else self.norm(self.table.weight)
+        record("table", rel)
+        return rel  # (2S, C)
+
+
+# -- embeddings ----------------------------------------------------------------------------------------
+
+class DebertaV2Embeddings(nn.Module):
+    """LayerNorm(project(word + position + token_type)), then dropout (DebertaV2Embeddings)."""
+
+    def __init__(self, config: Config):
+        super().__init__()
+        width = config.hidden_size if config.embedding_size is None else config.embedding_size
+        self.word = nn.Embedding(config.vocab_size, width, padding_idx=config.pad_token_id)
+        self.position = nn.Embedding(config.max_position_embeddings, width) if config.position_biased_input else None
+        self.token_type = nn.Embedding(config.type_vocab_size, width) if config.type_vocab_size > 0 else None
+        self.project = Linear(width, config.hidden_size, bias=False) if width != config.hidden_size else None
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def position_ids(self, input_ids: Tensor) -> Tensor:
+        """(B, L) -> (B, L): 0, 1, ..., L - 1 (the position_ids buffer)."""
+        return torch.arange(input_ids.size(1), device=input_ids.device).expand_as(input_ids)
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor) -> Tensor:
+        """(B, L) each, or a packed (1, T) -> (B, L, C)."""
+        x = self.word(input_ids)
+        record("word", x)
+        if self.position is not None:
+            position = self.position(position_ids)
+            record("position", position)
+            x = x + position
+        if self.token_type is not None:
+            token_type = self.token_type(token_type_ids)
+            record("token_type", token_type)
+            x = x + token_type
+        record("sum", x)
+        if self.project is not None:
+            x = self.project(x)
+            record("project", x)
+        x = self.norm(x)
+        record("norm", x)
+        return self.dropout(x)
+
+
+# -- disentangled attention ------------------------------------------------------------------------------
+
+@dataclass
+class Disentangled:
+    """The score function of one layer's forward: content-to-content plus the c2p / p2c terms (form
+    DISENTANGLED, nn/score_functions.py). pos_key, pos_query: the relative embeddings projected into each
+    head (H, 2S, D), None for a term the config leaves out; index (2R + 1,): the table row of each offset
+    i - j = -R..R. Queries sit at positions 0..Lq - 1 and keys at 0..L - 1 of their sequence (Lq = 1: the
+    first token), as every backend hands them over (a packed row to flex: in-sequence offsets wherever the
+    mask lets a pair through)."""
+
+    pos_key: Tensor | None
+    pos_query: Tensor | None
+    index: Tensor
+    scale: float  # sqrt(D * (1 + number of position terms)) (scaled_size_sqrt)
+    form = DISENTANGLED
+    recorded: bool = False
+
+    def project(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:
+        return q, k, 1.0 / self.scale
+
+    def position_tables(self, q: Tensor, k: Tensor) -> tuple[Tensor | None, Tensor | None]:
+        """(c2p by query (B, H, Lq, 2S), p2c by key (B, H, L, 2S)), divided by the scale before the product
+        (half precision then cannot overflow); None for a term the config leaves out."""
+        c2p = torch.matmul(q / self.scale, self.pos_key.transpose(-1, -2)) if self.pos_key is not None else None
+        p2c = torch.matmul(k / self.scale, self.pos_query.transpose(-1, -2)) if self.pos_query is not None else None
+        return c2p, p2c
+
+    def rows(self, queries: int, keys: int) -> Tensor:
+        """(Lq, L): the table row of each pair (query i, key j)."""
+        center = (self.index.numel() - 1) // 2
+        i = torch.arange(queries, device=self.index.device)[:, None]
+        j = torch.arange(keys, device=self.index.device)[None, :]
+        return self.index[i - j + center]
+
+    def position_scores(self, q: Tensor, k: Tensor) -> Tensor | None:
+        """c2p + p2c materialised (B, H, Lq, L) (disentangled_attention_bias); None without terms."""
+        c2p, p2c = self.position_tables(q, k)
+        rows = self.rows(q.size(2), k.size(2))  # (Lq, L)
+        terms = None
+        if c2p is not None:  # c2p[i, j] = q_i . pos_key[row(i, j)]
+            terms = torch.gather(c2p, -1, rows.expand(*c2p.shape[:2], -1, -1))
+            self._record("c2p", terms)
+        if p2c is not None:  # p2c[i, j] = k_j . pos_query[row(i, j)]
+            p2c = torch.gather(p2c, -1, rows.T.expand(*p2c.shape[:2], -1, -1)).transpose(-1, -2)
+            self._record("p2c", p2c)
+            terms = p2c if terms is None else terms + p2c
+        self.recorded = True
+        return terms
+
+    def __call__(self, q: Tensor, k: Tensor) -> Tensor:
+        """The whole score (B, H, Lq, L): q . (k / scale) + c2p + p2c, in transformers' order."""
+        scores = torch.matmul(q, (k / self.scale).transpose(-1, -2))
+        terms = self.position_scores(q, k)
+        return scores if terms is None else scores + terms
+
+    def _record(self, role: str, t: Tensor) -> None:
+        if not self.recorded:  # once per layer call (a capture's eager twin computes the score twice)
+            record(role, t)
+
+
+class DisentangledAttention(SelfAttention):
+    """DisentangledSelfAttention: BERT's projections (query_proj, key_proj, value_proj as the fused qkv),
+    the position projections unless share_att_key, the Disentangled score."""
+
+    def __init__(self, config: Config):
+        if config.score_fn != "scaled_dot":
+            raise ValueError(f"DeBERTa's attention is its own score function (content and position terms, "
+                             f"disentangled): Config.score_fn must be 'scaled_dot', got {config.score_fn!r}")
+        super().__init__(config)
+        del self.score  # the scaled dot product's module: replaced by the Disentangled score
+        self.score = Disentangled(None, None, torch.empty(0, dtype=torch.long), 1.0)  # its form, read at build
+        kinds = config.pos_att_type
+        self.relative = config.relative_attention
+        self.scale = math.sqrt(config.head_dim * (1 + len(kinds)))
+        self.c2p, self.p2c = "c2p" in kinds, "p2c" in kinds
+        own = self.relative and not config.share_att_key
+        self.pos_key = Linear(config.hidden_size, config.hidden_size) if own and self.c2p else None
+        self.pos_query = Linear(config.hidden_size, config.hidden_size) if own and self.p2c else None
+        self.pos_dropout = nn.Dropout(config.hidden_dropout)
+
+    def forward(self, x: Tensor, mask: DeBERTaMask, queries=None) -> tuple[Tensor, Tensor | None]:
+        """x (B, L, C); `mask` carries the forward's relative inputs beside the prepared mask."""
+        B, L, C = x.shape
+        heads = lambda t: t.view(B, t.size(1), self.num_heads, -1).transpose(1, 2)  # noqa: E731  (B, H, L, D)
+        q, k, v = self.qkv(x).split(C, dim=-1)  # (B, L, C) each
+        if queries is not None:
+            q = queries(q)
+        q, k, v = heads(q), heads(k), heads(v)
+        record("q", q)
+        record("k", k)
+        record("v", v)
+        score = self.bind(mask.rel_embeddings, mask.index)
+        y, probs = attention(q, k, v, mask.prepared, score=score,
+                             dropout_p=self.dropout_p if self.training else 0.0)
+        record("context", y)  # (B, H, Lq, D)
+        out = self.output(y.transpose(1, 2).reshape(B, q.size(2), C))
+        record("output", out)
+        return out, probs
+
+    def bind(self, rel: Tensor | None, index: Tensor) -> Disentangled:
+        """This forward's score: the relative embeddings through the position projections, (H, 2S, D) each."""
+        pos_key = pos_query = None
+        if self.relative and (self.c2p or self.p2c):
+            rel = self.pos_dropout(rel)
+            C = rel.size(-1)
+            heads = lambda t: t.view(t.size(0), self.num_heads, -1).transpose(0, 1)  # noqa: E731  (H, 2S, D)
+            w, b = self.qkv.weight, self.qkv.bias
+            if self.c2p:  # share_att_key: the layer's key_proj, else pos_key_proj
+                pos_key = heads(F.linear(rel, w[C:2 * C], b[C:2 * C]) if self.pos_key is None else self.pos_key(rel))
+            if self.p2c:
+                pos_query = heads(F.linear(rel, w[:C], b[:C]) if self.pos_query is None else self.pos_query(rel))
+        return Disentangled(pos_key, pos_query, index, self.scale)
+
+
+@dataclass(frozen=True)
+class DeBERTaMask:
+    """What a DeBERTa layer's attention reads: the forward's prepared mask and relative inputs."""
+
+    prepared: PreparedMask
+    rel_embeddings: Tensor | None
+    index: Tensor
+
+
+class ConvLayer(nn.Module):
+    """v2's ConvLayer after the first layer: LN(h_1 + act(conv(h_0))), with h_0 the embeddings (zero at
+    padding, as transformers' masked embeddings), the conv's output zero at padding, and the result too.
+    A packed row is convolved padded (sequence by sequence), then packed again."""
+
+    def __init__(self, config: Config):
+        super().__init__()
+        size = config.conv_kernel_size
+        self.conv = nn.Conv1d(config.hidden_size, config.hidden_size, size, padding=(size - 1) // 2,
+                              groups=config.conv_groups)
+        self.act = activation(config.conv_act)
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def forward(self, embeddings: Tensor, residual: Tensor, queries, padding: Tensor | None,
+                layout: Layout) -> Tensor:
+        """embeddings (B, L, C) or packed (1, T, C); residual: the first layer's output for the queries."""
+        keep = None if layout.packed or padding is None else padding[..., None].to(embeddings.dtype)  # (B, L, 1)
+        x = layout.unpack(embeddings) if keep is None else embeddings * keep
+        out = self.conv(x.transpose(1, 2)).transpose(1, 2)  # (B, L, C)
+        if layout.packed:
+            out = layout.pack(out)
+        elif keep is not None:
+            out = out * keep
+        if queries is not None:
+            out = queries(out)
+        out = self.act(self.dropout(out))
+        record("conv", out)
+        out = self.norm(residual + out)
+        if keep is not None:
+            out = out * (keep if queries is None else queries(keep))
+        record("output", out)
+        return out
+
+
+class DebertaV2Layer(EncoderLayer):
+    """DebertaV2Layer: BERT's post-LN layer over the disentangled attention; the first one of a v2 config with
+    conv_kernel_size > 0 ends with the ConvLayer (DebertaV2Encoder.conv, applied after layer 0)."""
+
+    def __init__(self, config: Config, *, conv: bool = False):
+        super().__init__(config)
+        self.attention = DisentangledAttention(config)
+        self.conv = ConvLayer(config) if conv else None
+
+    def forward(self, x: Tensor, mask: PreparedMask, queries=None, *, rel_embeddings: Tensor | None,
+                index: Tensor, padding: Tensor | None, layout: Layout) -> tuple[Tensor, Tensor | None]:
+        out, probs = super().forward(x, DeBERTaMask(mask, rel_embeddings, index), queries)
+        if self.conv is not None:
+            out = self.conv(x, out, queries, padding, layout)
+        return out, probs
+
+
+# -- the head --------------------------------------------------------------------------------------------
+
+class DebertaV2ClassificationHead(nn.Module):
+    """ContextPooler + classifier: out_proj(dropout(act(dense(dropout(h_0))))) (DebertaV2ForSequenceClassification:
+    pooler_dropout in the pooler, cls_dropout else hidden_dropout before the classifier)."""
+
+    def __init__(self, config: Config):
+        super().__init__()
+        check_labels(config)
+        self.pooler_dropout = nn.Dropout(config.pooler_dropout)
+        self.dense = Linear(config.hidden_size, config.hidden_size, activation=config.pooler_activation)
+        self.dropout = head_dropout(config)
+        self.out_proj = Linear(config.hidden_size, len(config.labels))
+
+    def forward(self, encoded: EncoderOutput) -> Tensor:
+        """last_hidden_state[:, 0] (B, C) -> (B, num_labels)."""
+        pooled = self.dense(self.pooler_dropout(encoded.last_hidden_state[:, 0]))  # (B, C), activation fused
+        record("pooled", pooled)
+        return self.out_proj(self.dropout(pooled))
+
+
+class DebertaV2(Bert):
+    arch = "deberta-v2"
+    Embeddings = DebertaV2Embeddings
+    ClassificationHead = DebertaV2ClassificationHead
+    parts = {"relative": RelativeEmbeddings}
+    pooler = False  # DebertaV2Model has none
+    classifier_pooler = False
+
+    @classmethod
+    def layers(cls, config: Config) -> list[nn.Module]:
+        return [DebertaV2Layer(config, conv=i == 0 and config.conv_kernel_size > 0) for i in range(config.num_layers)]
+
+    @classmethod
+    def layer_inputs(cls, encoder: nn.Module, position_ids: Tensor, layout: Layout) -> dict[str, Any]:
+        """Once per forward: the relative embeddings (get_rel_embedding), the table row of every offset within
+        this row's length, and the layout (the convolution's)."""
+        return {"rel_embeddings": encoder.relative(),
+                "index": relative_index(encoder.config, position_ids.size(1), position_ids.device), "layout": layout}
+
+    @classmethod
+    def mask_inputs(cls, encoder: nn.Module, attention_mask: Tensor | None, layout: Layout) -> dict[str, Any]:
+        """The convolution's padding, (B, L) True at real tokens (ConvLayer's input_mask: a 2-D mask, or the keys
+        some query of a 3-D one attends); None: none, or a packed row (no padding in it)."""
+        padding = None
+        if attention_mask is not None and not layout.packed and attention_mask.dim() in (2, 3):
+            padding = attention_mask.bool() if attention_mask.dim() == 2 else attention_mask.bool().any(-2)
+        return {"padding": padding}

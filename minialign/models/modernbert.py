@@ -1,0 +1,209 @@
+"""ModernBERT (transformers models/modernbert/modeling_modernbert.py; a second reading: candle
+candle-transformers models/modernbert.rs): BERT's encoder rebuilt, every difference declared here.
+
+  embeddings   LayerNorm(tok_embeddings(ids)), then dropout: no position table, no token types
+  positions    rotary (nn/rotary.py) on queries and keys, theta rope_theta on global layers and
+               local_rope_theta on local ones (ModernBertRotaryEmbedding, one table per layer type)
+  layers       pre-LN: x = x + Wo(attn(attn_norm(x))); x = x + mlp(mlp_norm(x)) (ModernBertEncoderLayer),
+               attn_norm an Identity on layer 0; the projections' biases (attention_bias, mlp_bias) and
+               the norms' (norm_bias) as the config says
+  mlp          GeGLU: Wi -> (input, gate), Wo(drop(act(input) * gate)) (ModernBertMLP)
+  windows      layer i is global when i % global_attn_every_n_layers == 0, else local: its queries see
+               keys with |i - j| <= local_attention // 2 (masking_utils.py sliding_window_bidirectional_overlay,
+               config.sliding_window), together with the padding mask; the Encoder prepares one mask per
+               window (family.py attention_windows), each backend takes it as nn/attention.py Backend says
+  final norm   after the stack (ModernBertModel.final_norm), the last hidden state included
+  classifier   ModernBertForSequenceClassification: pool (the first token, or the mean over real tokens:
+               classifier_pooling "cls" | "mean"), head = norm(act(dense(.))), dropout, classifier
+
+Padded and packed agree: a packed row gives each token its position inside its sequence (rotary) and
+the window is an offset inside one sequence. Its config.json and weight names: convert/hf_config.py
+MODERNBERT, convert/names.py MODERNBERT. The MLM head (ModernBertForMaskedLM's decoder) has no
+minialign model: an MLM checkpoint loads as an Encoder or ClassifierModel (its head.* is the
+classifier's, as transformers loads it).
+
+Shapes: B batch, L sequence length (a packed batch is one row of T tokens, (1, T)), C hidden size,
+I intermediate size, D head dim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from minialign.models.bert import check_labels, head_dropout
+from minialign.models.family import Family
+from minialign.nn.activations import activation
+from minialign.nn.attention import PreparedMask
+from minialign.nn.capture import record
+from minialign.nn.config import Config
+from minialign.nn.layout import Layout
+from minialign.nn.linear import Linear
+from minialign.nn.layers import SelfAttention
+from minialign.nn.rotary import rotary_tables
+
+if TYPE_CHECKING:
+    from minialign.models.encoder import EncoderOutput
+
+
+def norm(config: Config) -> nn.LayerNorm:
+    """ModernBERT's every LayerNorm: norm_eps, a bias only with norm_bias."""
+    return nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps, bias=config.norm_bias)
+
+
+def is_local(config: Config, index: int) -> bool:
+    """Layer `index` attends a window (configuration_modernbert.py layer_types: sliding_attention iff
+    index % global_attn_every_n_layers != 0); with no local_attention every layer is global."""
+    return config.local_attention is not None and index % config.global_attn_every_n_layers != 0
+
+
+def theta(config: Config, index: int) -> float:
+    """The rotary base of layer `index`: local_rope_theta on local layers, rope_theta on global ones."""
+    if is_local(config, index) and config.local_rope_theta is not None:
+        return float(config.local_rope_theta)
+    return float(config.rope_theta)
+
+
+class ModernBertEmbeddings(nn.Module):
+    """dropout(LayerNorm(tok_embeddings(ids))) (ModernBertEmbeddings): no positions, no token types."""
+
+    def __init__(self, config: Config):
+        super().__init__()
+        self.word = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.norm = norm(config)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def position_ids(self, input_ids: Tensor) -> Tensor:
+        """(B, L): 0, 1, ..., L - 1 in every row (ModernBertModel.forward), read by the rotary tables."""
+        return torch.arange(input_ids.size(1), device=input_ids.device).expand_as(input_ids)
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor) -> Tensor:
+        """Token types and positions are not added here (rotary positions are applied in attention)."""
+        word = self.word(input_ids)
+        record("word", word)
+        record("sum", word)  # the one part there is (capture's embeddings.sum: what the norm reads)
+        x = self.norm(word)
+        record("norm", x)
+        return self.dropout(x)
+
+
+class GatedFeedForward(nn.Module):
+    """GeGLU (ModernBertMLP): up = Wi (C -> 2I), input, gate = chunk(up), down = Wo(drop(act(input) * gate))."""
+
+    def __init__(self, config: Config):
+        super().__init__()
+        self.up = Linear(config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias)
+        self.act = activation(config.activation)
+        self.dropout = nn.Dropout(config.hidden_dropout if config.mlp_dropout is None else config.mlp_dropout)
+        self.down = Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        value, gate = self.up(x).chunk(2, dim=-1)  # (B, L, I) each
+        h = self.act(value) * gate
+        record("intermediate", h)
+        return self.down(self.dropout(h))  # (B, L, C)
+
+
+class ModernBertLayer(nn.Module):
+    """Pre-LN: x = x + attn(attn_norm(x)); x = x + mlp(mlp_norm(x)) (ModernBertEncoderLayer); attn_norm is an
+    Identity on layer 0 (the embeddings' norm precedes it). Its rotary table is the one of its theta."""
+
+    MIXED_PRECISION = ("attention.output", "ffn.down")  # as EncoderLayer's: the matmuls writing the residual
+    INT8 = ("attention.qkv", "attention.output", "ffn.up", "ffn.down")
+
+    def __init__(self, config: Config, index: int):
+        super().__init__()
+        self.theta = theta(config, index)
+        self.attention_norm = nn.Identity() if index == 0 else norm(config)
+        self.attention = SelfAttention(config, bias=config.attention_bias, fused_names=True)
+        self.attention_dropout = nn.Dropout(config.attention_dropout)  # ModernBertAttention.out_drop
+        self.ffn_norm = norm(config)
+        self.ffn = GatedFeedForward(config)
+
+    def forward(self, x: Tensor, mask: PreparedMask, queries: Callable[[Tensor], Tensor] | None = None, *,
+                rotary: dict[float, tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor | None]:
+        """x (B, L, C) -> the new states of the `queries` tokens (default: all) (B, Lq, C), and the
+        attention probabilities (B, H, Lq, L) when the backend gives them. rotary: (cos, sin) by theta."""
+        record("input", x)
+        a, probs = self.attention(self.attention_norm(x), mask, queries, rotary[self.theta])
+        if queries is not None:
+            x = queries(x)
+        x = x + self.attention_dropout(a)
+        record("attention_residual", x)
+        f = self.ffn(self.ffn_norm(x))
+        record("ffn_output", f)
+        x = x + f
+        record("ffn_residual", x)  # pre-LN: the residual is the layer's output (capture's names, as EncoderLayer's)
+        record("output", x)
+        return x, probs
+
+
+class ModernBertClassificationHead(nn.Module):
+    """ModernBertForSequenceClassification after the model: pool (classifier_pooling: "cls" the first token,
+    "mean" the mean over real tokens), then norm(act(dense(.))) (ModernBertPredictionHead), dropout, out_proj."""
+
+    def __init__(self, config: Config):
+        super().__init__()
+        check_labels(config)
+        self.pooling = config.classifier_pooling
+        self.dense = Linear(config.hidden_size, config.hidden_size, bias=config.classifier_bias,
+                            activation=config.classifier_activation or config.activation)
+        self.norm = norm(config)
+        self.dropout = head_dropout(config)
+        self.out_proj = Linear(config.hidden_size, len(config.labels))
+
+    def forward(self, encoded: EncoderOutput, attention_mask: Tensor | None = None) -> Tensor:
+        """last_hidden_state (B, L | 1, C) -> (B, num_labels); attention_mask (B, L): the real tokens of "mean"."""
+        h = encoded.last_hidden_state
+        if self.pooling == "cls":
+            pooled = h[:, 0]
+        else:
+            if attention_mask is None:
+                attention_mask = torch.ones(h.shape[:2], dtype=torch.bool, device=h.device)
+            if attention_mask.dim() != 2:
+                raise ValueError(f"classifier_pooling 'mean' needs a 2-D (B, L) attention_mask, got shape "
+                                 f"{tuple(attention_mask.shape)}")
+            keep = attention_mask.to(h.dtype)[..., None]  # (B, L, 1)
+            pooled = (h * keep).sum(dim=1) / attention_mask.sum(dim=1, keepdim=True)  # (B, C), as transformers
+        record("pooled", pooled)
+        return self.out_proj(self.dropout(self.norm(self.dense(pooled))))
+
+
+class ModernBert(Family):
+    arch = "modernbert"
+    Embeddings = ModernBertEmbeddings
+    ClassificationHead = ModernBertClassificationHead
+    parts = {"final_norm": norm}
+    pooler = False
+    classifier_pooler = False
+
+    @classmethod
+    def layers(cls, config: Config) -> list[nn.Module]:
+        if config.rope_theta is None:
+            raise ValueError("ModernBERT needs Config.rope_theta (config.json global_rope_theta): its positions "
+                             "are rotary")
+        return [ModernBertLayer(config, i) for i in range(config.num_layers)]
+
+    @classmethod
+    def attention_windows(cls, config: Config) -> list[int | None]:
+        return [config.local_attention // 2 if is_local(config, i) else None for i in range(config.num_layers)]
+
+    @classmethod
+    def classifier_tokens(cls, config: Config) -> str:
+        return "all" if config.classifier_pooling == "mean" else "first"
+
+    @classmethod
+    def layer_inputs(cls, encoder: nn.Module, position_ids: Tensor, layout: Layout) -> dict[str, object]:
+        """One (cos, sin) per distinct theta, in the weights' dtype (ModernBertRotaryEmbedding's cast)."""
+        dtype = encoder.embeddings.word.weight.dtype
+        thetas = dict.fromkeys(layer.theta for layer in encoder.layers)
+        dim = encoder.config.head_dim
+        return {"rotary": {t: tuple(table.to(dtype) for table in rotary_tables(position_ids, dim, t)) for t in thetas}}
+
+    @classmethod
+    def finish(cls, encoder: nn.Module, x: Tensor) -> Tensor:
+        return encoder.final_norm(x)

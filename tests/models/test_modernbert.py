@@ -1,0 +1,241 @@
+"""ModernBERT (minialign/models/modernbert.py) against transformers' ModernBertModel and
+ModernBertForSequenceClassification (eager attention, fp32): tiny random configs built and saved here,
+with and without biases, sequences longer than the local window (every local layer's band cuts), every
+backend, padded and packed, both classifier poolings; the windows as each backend takes them; the
+converter both ways; both config.json spellings (transformers 5's rope_parameters / layer_types and the
+Hub's global_rope_theta / global_attn_every_n_layers)."""
+
+import dataclasses
+
+import pytest
+import torch
+import transformers
+from conftest import pad_batch
+
+import minialign as ma
+from minialign import convert
+from minialign.apps.cli import main as cli
+from minialign.apps.parity import compare
+from minialign.models import Family
+from minialign.nn import flex
+from minialign.nn.attention import additive_bias
+from minialign.nn.layout import padded
+
+TOL = dict(atol=1e-5, rtol=0)
+BACKENDS = ["eager", "sdpa", pytest.param("flex", marks=pytest.mark.slow)]
+LENGTHS = (150, 131, 9)  # far past the local window (local_attention 16: |i - j| <= 8), one shorter than it
+BIASES = dict(attention_bias=True, mlp_bias=True, norm_bias=True, classifier_bias=True)
+NO_BIASES = dict(attention_bias=False, mlp_bias=False, norm_bias=False, classifier_bias=False)
+
+
+def hf_config(**overrides):
+    base = dict(vocab_size=97, hidden_size=32, num_hidden_layers=4, num_attention_heads=4, intermediate_size=37,
+                max_position_embeddings=256, pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1,
+                sep_token_id=2, global_attn_every_n_layers=2, local_attention=16, global_rope_theta=1000.0,
+                local_rope_theta=50.0, norm_eps=1e-5, **BIASES)
+    return transformers.ModernBertConfig(**{**base, **overrides})
+
+
+def hf_model(cls=transformers.ModernBertModel, **overrides):
+    config = hf_config(**overrides)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = cls(config).eval()
+    with torch.no_grad():  # non-zero biases and norm params, so a swapped name cannot pass
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                p.add_(torch.randn_like(p) * 0.1)
+    return model
+
+
+def _saved(tmp_path, cls=transformers.ModernBertModel, **overrides):
+    hf = hf_model(cls, **overrides)
+    hf.save_pretrained(tmp_path / "m")
+    return hf, tmp_path / "m"
+
+
+def _batch(config, lengths=LENGTHS):
+    torch.manual_seed(1)
+    ids = torch.randint(3, config.vocab_size, (len(lengths), max(lengths)))
+    return pad_batch(ids, list(lengths), config.pad_token_id)
+
+
+@pytest.mark.parametrize("biases", [BIASES, NO_BIASES], ids=["biases", "no-biases"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_encoder_parity_padded_and_packed(backend, biases, tmp_path):
+    hf, directory = _saved(tmp_path, **biases)
+    ours = ma.Encoder.from_pretrained(directory, attn_backend=backend)
+    assert ours.config.arch == "modernbert" and ours.pooler is None
+    assert Family.attention_windows(ours.config) == [None] * 4  # the default every family keeps
+    assert ours.family.attention_windows(ours.config) == [None, 8, None, 8]
+    assert (ours.layers[1].attention.qkv.bias is not None) == biases["attention_bias"]
+    ids, mask = _batch(hf.config)
+    real = mask.bool()
+    with torch.no_grad():
+        theirs = hf(ids, attention_mask=mask, output_hidden_states=True, output_attentions=True)
+        out = ours(ids, attention_mask=mask, output_hidden_states=True, output_attentions=True)
+        fast = ours(ids, attention_mask=mask)
+        packed = ours(ids, attention_mask=mask, unpad=True, output_hidden_states=True)
+        packed_fast = ours(ids, attention_mask=mask, unpad=True)
+    diffs = compare(theirs, out, real)
+    assert {f"hidden_{i}" for i in range(5)} | {f"attention_{i}" for i in range(4)} <= set(diffs)
+    worst = {name: d for name, d in diffs.items() if d > TOL["atol"]}
+    assert not worst, worst
+    # a local layer's probabilities are zero beyond the window, a global one's are not
+    assert out.attentions[1][0, :, 100, :92].abs().max() == 0 and out.attentions[0][0, :, 100, :92].min() > 0
+    for got in (fast, packed, packed_fast):
+        torch.testing.assert_close(got.last_hidden_state[real], theirs.last_hidden_state[real], **TOL)
+    for a, b in zip(packed.hidden_states, theirs.hidden_states, strict=True):
+        torch.testing.assert_close(a[real], b[real], **TOL)
+    torch.testing.assert_close(out.hidden_states[-1], out.last_hidden_state)  # the final norm's, as transformers
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_classifier_logits_padded_and_packed(backend, pooling, tmp_path):
+    hf, directory = _saved(tmp_path, transformers.ModernBertForSequenceClassification, num_labels=3,
+                           classifier_pooling=pooling, global_attn_every_n_layers=3, num_hidden_layers=3)
+    model = ma.ClassifierModel.from_pretrained(directory, attn_backend=backend)
+    assert model.config.classifier_pooling == pooling and model.encoder.family.attention_windows(model.config)[-1] == 8
+    ids, mask = _batch(hf.config)
+    with torch.no_grad():
+        expected = hf(ids, attention_mask=mask).logits
+        for unpad in (False, True):
+            got = model(ids, attention_mask=mask, unpad=unpad)
+            torch.testing.assert_close(got.logits, expected, **TOL)
+            assert got.last_hidden_state.shape[1] == (1 if pooling == "cls" else ids.size(1))
+        no_mask = ids[:1, :128]  # no mask: every token real (transformers' default); the band alone as the mask
+        torch.testing.assert_close(model(no_mask).logits, hf(no_mask).logits, **TOL)
+
+
+def test_the_window_joins_the_padding_mask_in_every_backend():
+    """Eager's and sdpa's additive bias blocks keys outside |i - j| <= window and padding keys, once each
+    (no -inf); flex's BlockMask allows the same pairs for real queries and skips blocks out of reach."""
+    L, window = 300, 8
+    lengths = torch.tensor([300, 200, 5])
+    mask = (torch.arange(L)[None] < lengths[:, None]).long()
+    bias = additive_bias(mask, padded(3, L), "all", torch.float32, 4, window=window)
+    keep = bias == 0
+    pos = torch.arange(L)
+    expected = mask.bool()[:, None, None, :] & ((pos[:, None] - pos[None, :]).abs() <= window)[None, None]
+    assert torch.equal(keep, expected) and torch.isfinite(bias).all()
+    block_mask = flex.prepare(mask, padded(3, L), "all", torch.float32, 4, window=window).block_mask
+    dense = torch.nn.attention.flex_attention.create_mask(block_mask.mask_mod, 3, 1, L, L)
+    real_queries = (pos[None, :] < lengths[:, None])[:, None, :, None]
+    assert torch.equal(dense & real_queries, expected & real_queries)
+    assert block_mask.kv_num_blocks[0].sum() + block_mask.full_kv_num_blocks[0].sum() < 3 * 3  # blocks skipped
+    assert additive_bias(mask[:, :9], padded(3, 9), "all", torch.float32, 4, window=window).shape == (3, 1, 1, 9)
+
+
+def test_window_and_theta_matter(tmp_path):
+    """A window wider than the batch, or one theta for every layer, gives another result."""
+    hf, directory = _saved(tmp_path)
+    ids, mask = _batch(hf.config)
+    ref = ma.Encoder.from_pretrained(directory, attn_backend="sdpa")
+    with torch.no_grad():  # sharper attention than the tiny initialisation's, so positions move the outputs
+        for layer in ref.layers:
+            layer.attention.qkv.weight.mul_(20)
+    for change in (dict(local_attention=None), dict(local_rope_theta=1000.0)):
+        other = ma.Encoder(dataclasses.replace(ref.config, **change), attn_backend="sdpa")
+        other.load_state_dict(ref.state_dict())
+        with torch.no_grad():
+            a, b = ref(ids, attention_mask=mask), other(ids, attention_mask=mask)
+        assert (a.last_hidden_state - b.last_hidden_state)[mask.bool()].abs().max() > 1e-3, change
+
+
+def test_masked_lm_names_and_its_head_as_the_classifiers(tmp_path):
+    """ModernBertForMaskedLM's names map both ways bit for bit but the decoder, which is dropped; its head
+    loads into a ClassifierModel's, as transformers does."""
+    hf = hf_model(transformers.ModernBertForMaskedLM)
+    sd = {k.removeprefix("model."): v for k, v in hf.state_dict().items()}
+    ours, dropped = convert.hf_to_minialign(sd, "modernbert")
+    assert set(dropped) == {"decoder.weight", "decoder.bias"}
+    back = convert.minialign_to_hf(ours, "modernbert")
+    assert set(back) | set(dropped) == set(sd)
+    for k in back:
+        assert torch.equal(back[k], sd[k]), k
+    hf.save_pretrained(tmp_path / "mlm")
+    encoder = ma.Encoder.from_pretrained(tmp_path / "mlm", attn_backend="eager")
+    assert set(encoder.state_dict()) == {k.removeprefix("encoder.") for k in ours if k.startswith("encoder.")}
+    ids, mask = _batch(hf.config, lengths=(40, 12))
+    with torch.no_grad():
+        torch.testing.assert_close(encoder(ids, attention_mask=mask).last_hidden_state[mask.bool()],
+                                   hf.model(ids, attention_mask=mask).last_hidden_state[mask.bool()], **TOL)
+
+
+@pytest.mark.parametrize("cls", [transformers.ModernBertModel, transformers.ModernBertForSequenceClassification])
+def test_convert_round_trip_loads_in_transformers(cls, tmp_path):
+    labels = {"num_labels": 2, "classifier_pooling": "mean"} if cls is not transformers.ModernBertModel else {}
+    hf, directory = _saved(tmp_path, cls, **labels)
+    assert cli(["convert", str(directory), str(tmp_path / "native")]) == 0
+    assert cli(["convert", str(tmp_path / "native"), str(tmp_path / "hf"), "--to", "hf"]) == 0
+    auto = transformers.AutoModel if cls is transformers.ModernBertModel else \
+        transformers.AutoModelForSequenceClassification
+    back, info = auto.from_pretrained(tmp_path / "hf", output_loading_info=True, attn_implementation="eager")
+    assert not info["missing_keys"] and not info["unexpected_keys"] and type(back) is cls
+    for name in ("local_attention", "layer_types", "rope_parameters", "classifier_pooling", "norm_bias"):
+        assert getattr(back.config, name) == getattr(hf.config, name), name
+    ids, mask = _batch(hf.config)
+    with torch.no_grad():
+        a, b = back.eval()(ids, attention_mask=mask), hf(ids, attention_mask=mask)
+    if cls is transformers.ModernBertModel:
+        torch.testing.assert_close(a.last_hidden_state[mask.bool()], b.last_hidden_state[mask.bool()], **TOL)
+    else:
+        torch.testing.assert_close(a.logits, b.logits, **TOL)
+    saved = convert.read_safetensors(directory / "model.safetensors")
+    exported = convert.read_safetensors(tmp_path / "hf" / "model.safetensors")
+    assert set(exported) == set(saved)
+    for k, v in saved.items():
+        assert torch.equal(exported[k], v), k
+
+
+def test_config_both_spellings_and_preset():
+    new = hf_config(num_labels=2, classifier_pooling="mean").to_dict()  # transformers 5: rope_parameters, layer_types
+    assert "rope_parameters" in new and "layer_types" in new
+    hub = {k: v for k, v in new.items() if k not in ("rope_parameters", "layer_types")}
+    hub.update(global_rope_theta=1000.0, local_rope_theta=50.0, global_attn_every_n_layers=2)  # the Hub's spelling
+    for hf in (new, hub):
+        config = ma.Config.from_hf(hf)
+        assert (config.rope_theta, config.local_rope_theta, config.local_attention, config.global_attn_every_n_layers,
+                config.classifier_pooling, config.norm_bias) == (1000.0, 50.0, 16, 2, "mean", True)
+    back = transformers.ModernBertConfig(**ma.Config.from_hf(new).to_hf(classifier=True))
+    for name in ("hidden_size", "num_hidden_layers", "intermediate_size", "local_attention", "layer_types",
+                 "rope_parameters", "norm_eps", "attention_bias", "mlp_bias", "classifier_pooling", "pad_token_id"):
+        assert getattr(back, name) == getattr(hf_config(), name) or name == "classifier_pooling", name
+    assert back.architectures == ["ModernBertForSequenceClassification"]
+    preset = ma.Config.from_name("modernbert-base")
+    assert (preset.hidden_size, preset.num_layers, preset.intermediate_size, preset.local_attention,
+            preset.max_seq_len, preset.norm_bias, preset.attention_bias) == (768, 22, 1152, 128, 8192, False, False)
+
+
+def test_bad_configs_name_the_field():
+    odd = hf_config().to_dict()
+    odd["layer_types"] = ["full_attention", "full_attention", "sliding_attention", "full_attention"]
+    with pytest.raises(ValueError, match="layer_types"):
+        ma.Config.from_hf(odd)
+    scaled = hf_config().to_dict()
+    scaled["rope_parameters"]["full_attention"]["rope_type"] = "linear"
+    with pytest.raises(ValueError, match="rope_type"):
+        ma.Config.from_hf(scaled)
+    good = ma.Config.from_hf(hf_config().to_dict())
+    for field, value in (("local_attention", 1), ("global_attn_every_n_layers", 0), ("rope_theta", -1.0),
+                         ("classifier_pooling", "max"), ("norm_bias", "yes"), ("classifier_activation", "nope")):
+        with pytest.raises(ValueError, match=field):
+            dataclasses.replace(good, **{field: value})
+    with pytest.raises(ValueError, match="rope_theta"):
+        ma.Encoder(dataclasses.replace(good, rope_theta=None))
+
+
+
+def test_tokenizer_ids_equal_transformers(tmp_path):
+    """ModernBERT's byte-level BPE tokenizer.json (`[CLS] A [SEP] B [SEP]`, made here as the Hub's is laid out:
+    family_builders.modernbert_bpe) gives transformers' fast tokenizer's ids and keys, singles and pairs,
+    truncated or not; no token_type_ids (the model has no token types; its tokenizer_config.json leaves them out)."""
+    from family_builders import FAMILIES, write_tokenizer
+    from text.test_family_tokenizers import _assert_matches_transformers
+
+    write_tokenizer(FAMILIES["modernbert"], tmp_path, minilm_dir=tmp_path, bpe_dir=tmp_path)
+    assert ma.Tokenizer.from_pretrained(tmp_path).pad_token_id == transformers.AutoTokenizer.from_pretrained(
+        tmp_path).pad_token_id == 3
+    assert "token_type_ids" not in ma.Tokenizer.from_pretrained(tmp_path)(["a"], ["b"])
+    _assert_matches_transformers(tmp_path)
