@@ -143,6 +143,7 @@ def test_the_score_terms_in_headless_chromium(tmp_path, deberta):
             page.wait_for_selector("body[data-ready='1']", timeout=20000)
             drawn = lambda: page.eval_on_selector("#terms", "c => [c.dataset.drawn, c.toDataURL()]")  # noqa: E731
             assert page.is_visible("#terms-section")
+            assert "disentangled attention (c2c + c2p + p2c" in page.text_content("#summary")
             note = page.text_content("#terms-note")
             rows = page.eval_on_selector_all("#terms-summary tr", "rs => rs.map(r => r.cells.length)")
             before = drawn()

@@ -239,3 +239,14 @@ def test_tokenizer_ids_equal_transformers(tmp_path):
         tmp_path).pad_token_id == 3
     assert "token_type_ids" not in ma.Tokenizer.from_pretrained(tmp_path)(["a"], ["b"])
     _assert_matches_transformers(tmp_path)
+
+
+def test_compiles_without_graph_breaks(tmp_path):
+    """Rotary tables, the per-window masks and the finishing norm trace into one graph (the padded forward, as
+    tests/nn/test_backends.py checks the other families)."""
+    _, directory = _saved(tmp_path)
+    model = ma.Encoder.from_pretrained(directory, attn_backend="sdpa")
+    ids, mask = _batch(model.config, lengths=(20, 12))
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(model)(ids, attention_mask=mask)
+    assert explanation.graph_break_count == 0, explanation.break_reasons

@@ -62,9 +62,10 @@ function legend(id, scale, lo, hi, what, loText, hiText) {  // a bar from lo (le
 }
 
 // -- summary ---------------------------------------------------------------------------------------
-const M = D.model, A0 = D.runs[0].attention;
+const M = D.model, A0 = D.runs[0].attention, A0T = D.runs[0].terms;  // terms: DeBERTa's score parts
 el("summary").textContent = `${M.class} (${M.arch}, ${M.layers} layers x ${M.heads} heads, hidden ${M.hidden}, ` +
-  `score function ${M.score_fn}` + (M.relative_bias ? ", plus a relative-position bias by offset, so the " +
+  (A0T ? `disentangled attention (${A0T.names.join(" + ")}; the score-function swap does not apply)`
+       : `score function ${M.score_fn}`) + (M.relative_bias ? ", plus a relative-position bias by offset, so the " +
   "score-function swap does not apply" : "") + `); ${T} tokens` + (D.truncated ? " (all the window holds; the rest was cut)" : "") +
   (D.runs.length > 1 ? `; two runs: ${D.runs.map(r => r.label).join(" vs ")}` : "");
 el("storage").textContent = A0.storage === "full"
