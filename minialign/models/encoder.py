@@ -25,6 +25,7 @@ from torch import Tensor
 from minialign.loading.pretrained import Pretrained
 from minialign.models.family import family_of
 from minialign.nn import layout as layouts
+from minialign.nn import masks
 from minialign.nn.attention import BACKENDS, Backend, PreparedMask, choose_backend, prepare_mask
 from minialign.nn.config import Config
 from minialign.nn.init import init_weights
@@ -99,7 +100,8 @@ class Encoder(Pretrained):
             attention_mask = None  # no padding: skip the mask (sdpa can then use its fastest kernel)
         backend = self._backend(probabilities=output_attentions, query_subset=False)
         first_only = final_tokens == "first" and not (output_hidden_states or output_attentions or backend.whole)
-        if unpad and attention_mask is not None and not (output_attentions or backend.whole):
+        if (unpad or self._flex_on_cpu(backend, attention_mask)) and attention_mask is not None \
+                and not (output_attentions or backend.whole):
             layout = layouts.packed(attention_mask)
         else:
             layout = layouts.padded(B, L)
@@ -156,6 +158,16 @@ class Encoder(Pretrained):
                               score_form=self.layers[0].attention.score.form,
                               dropout=self.training and self.config.attention_dropout > 0,
                               query_subset=query_subset)
+
+    @staticmethod
+    def _flex_on_cpu(backend: Backend, attention_mask: Tensor | None) -> bool:
+        """Whether a right-padded batch on the flex backend runs packed whatever `unpad` says: on CPU, torch
+        2.13's compiled flex kernel returns wrong values, NaN at times, for some padded batches (rows of 40 tokens
+        beside one of 7; not every run), while a packed row under a document BlockMask is exact (tested over
+        random length mixes, tests/nn/test_backends.py). The outputs are the same either way (pad rows zero)."""
+        return (backend.name == "flex" and attention_mask is not None and attention_mask.device.type == "cpu"
+                and attention_mask.dim() == 2 and not torch.compiler.is_compiling()
+                and masks.right_padded_lengths(attention_mask) is not None)
 
     def _check_input(self, input_ids: Tensor) -> None:
         if not isinstance(input_ids, Tensor) or input_ids.dim() != 2 or input_ids.is_floating_point():
