@@ -43,7 +43,7 @@ from minialign.nn.capture import record
 from minialign.nn.config import Config
 from minialign.nn.layout import Layout
 from minialign.nn.linear import Linear
-from minialign.nn.layers import SelfAttention
+from minialign.nn.layers import FeedForward, SelfAttention
 from minialign.nn.rotary import rotary_tables
 
 if TYPE_CHECKING:
@@ -91,21 +91,22 @@ class ModernBertEmbeddings(nn.Module):
         return self.dropout(x)
 
 
-class GatedFeedForward(nn.Module):
-    """GeGLU (ModernBertMLP): up = Wi (C -> 2I), input, gate = chunk(up), down = Wo(drop(act(input) * gate))."""
+class GatedFeedForward(FeedForward):
+    """GeGLU (ModernBertMLP): up = Wi (C -> 2I), input, gate = chunk(up), down = Wo(drop(act(input) * gate)); run
+    in FeedForward's inference slices."""
 
     def __init__(self, config: Config):
-        super().__init__()
+        nn.Module.__init__(self)
         self.up = Linear(config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias)
         self.act = activation(config.activation)
         self.dropout = nn.Dropout(config.hidden_dropout if config.mlp_dropout is None else config.mlp_dropout)
         self.down = Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
 
-    def forward(self, x: Tensor) -> Tensor:
-        value, gate = self.up(x).chunk(2, dim=-1)  # (B, L, I) each
+    def rows(self, x: Tensor) -> Tensor:
+        value, gate = self.up(x).chunk(2, dim=-1)  # (..., I) each
         h = self.act(value) * gate
         record("intermediate", h)
-        return self.down(self.dropout(h))  # (B, L, C)
+        return self.down(self.dropout(h))  # (..., C)
 
 
 class ModernBertLayer(nn.Module):

@@ -104,12 +104,16 @@ class FeedForward(nn.Module):
         rows = x.numel() // x.shape[-1]
         step = self.slice_rows(x)
         if rows <= step or capturing() or torch.is_grad_enabled():
-            h = self.up(x)  # activation(x W^T + b): (B, L, I)
-            record("intermediate", h)
-            return self.down(h)  # (B, L, C)
+            return self.rows(x)
         flat = x.reshape(rows, x.shape[-1])
-        out = torch.cat([self.down(self.up(part)) for part in flat.split(step)])
+        out = torch.cat([self.rows(part) for part in flat.split(step)])
         return out.reshape(*x.shape[:-1], self.down.out_features)
+
+    def rows(self, x: Tensor) -> Tensor:
+        """The feed-forward of some rows: down(activation(x W^T + b)), (..., C) -> (..., C)."""
+        h = self.up(x)  # (..., I)
+        record("intermediate", h)
+        return self.down(h)
 
     def slice_rows(self, x: Tensor) -> int:
         """The rows of one inference slice: a multiple of 64, at least 64."""
