@@ -1,24 +1,39 @@
 """int8 products on CPU: the opt-in quantized mode (loading's dtype="int8") of the Linear layers a model
 names in its INT8 tuple (nn/layers.py, EncoderLayer.INT8).
 
-The formula, as torch's dynamic quantization (torch.ao.nn.quantized.dynamic.Linear) and ONNX Runtime's
-MatMulInteger compute it:
+The formula (one input row r = one token, one output channel n):
 
-    weight  W ~ s_w[n] * Wq[n, k]   Wq int8, one symmetric scale per output channel n (zero point 0),
-                                    s_w[n] = max_k |W[n, k]| / WEIGHT_LEVELS, made once per weight
-    input   X ~ s_x * (Xq - z_x)    Xq uint8, one affine scale and zero point per call (per tensor:
-                                    over every row of this call's input), from its min and max (0
-                                    always representable): dynamic, nothing calibrated
-    output  Y = s_x * s_w[n] * sum_k (Xq - z_x)[., k] Wq[n, k]  (int32 accumulation) + b[n]   (fp32)
+    weight  W ~ s_w[n] * Wq[n, k]      Wq int8, symmetric per output channel, 127 levels (see saturation),
+                                       made once per weight
+    input   X[r] ~ lo[r] + span[r] * Xq[r] / 255
+                                       Xq uint8, one affine range per token, from the row's own min and
+                                       max: dynamic (nothing calibrated), and a row's result does not
+                                       depend on the other rows of its batch
+    output  Y[r, n] = span[r] / 255 * s_w[n] * sum_k Xq[r, k] Wq[n, k]   (int32 accumulation)
+                      + lo[r] * sum_k s_w[n] Wq[n, k] + b[n]             (fp32)
 
-FBGEMM runs it (`quantized::linear_dynamic` on weights packed by `quantized::linear_prepack`; the
-input's min / max and its quantisation happen inside the call). Without AVX-512 VNNI its kernels
-multiply uint8 by int8 with `vpmaddubsw`, which adds two products into a saturating int16: 255 * 127
-* 2 overflows. torch's answer is `reduce_range` (7-bit inputs); ours keeps the input's 8 bits (the
-side with outliers) and takes one bit off the weights instead (|Wq| <= 63: 255 * 64 * 2 < 32767), so
-no sum saturates; with AVX-512 VNNI (`vpdpbusd` accumulates in int32) the weights get all 127 levels.
-Measured on the real all-MiniLM-L6-v2 (BENCHMARKS.md, "int8"): per-tensor 7-bit inputs lost far more
-(worst cosine 0.92) than 7-bit weights (0.98).
+FBGEMM runs the int32 sums: `quantized::linear_dynamic` on weights packed by `quantized::linear_prepack`
+quantizes its input with one affine scale per call, so each row is first mapped onto [0, 1], (X - lo) /
+span, which makes that scale 1/255 with zero point 0 on every call: per-token quantization from a
+per-tensor kernel. The offset term uses the quantized weights' row sums, so the only losses are the
+rounding of Xn and of W. Per token, not per call, because real weights have outlier features: one call's
+range is set by its largest token, and torch.ao / ONNX Runtime's per-call scale lost far more (BENCHMARKS.md,
+"int8": top-10 neighbour overlap 0.88 against 0.95 and more here).
+
+Smoothing (SmoothQuant, Xiao et al. 2023, eq. 4, alpha 0.5; `smoothing`): where the layer has calibrated
+input statistics (`calibrating`: max |X[:, k]| over a calibration pass in fp32), X W^T = (X / c)(W c)^T with
+c[k] = sqrt(max |X[:, k]|) / sqrt(max_n |W[n, k]|): input channels with outliers are scaled down and their
+weight columns up before both are quantized, which evens the rows' ranges. The products (SentenceEncoder,
+Classifier) calibrate on loading with the built-in text of int8_calibration.txt (ordinary English written
+for this purpose, unrelated to the benchmark's text).
+
+Saturation: without AVX-512 VNNI, FBGEMM multiplies uint8 by int8 with `vpmaddubsw`, which adds the two
+products of the inputs k = 2i and 2i + 1 into one saturating int16 (measured: weights 127 and 127 against
+inputs 255 give 128.5, not 254). With AVX-512 VNNI (`vpdpbusd`) the sums are int32 and every row gets
+127 levels. Without it, each row's scale also covers its largest same-sign adjacent pair, |W[n, 2i]| +
+|W[n, 2i+1]| <= 127 s_w[n], so |Wq[n, 2i]| + |Wq[n, 2i+1]| <= 128 after rounding and 255 * 128 = 32640 <
+32767: no sum saturates, whatever the input. That leaves a row about 100 of its 127 levels on the real
+all-MiniLM-L6-v2 (torch's own answer, `reduce_range`, takes a bit off the inputs instead: worse there).
 
 Taken only where it applies: a float32 CPU input, no autograd recording, not while torch.compile
 traces, and a torch with FBGEMM (x86). Anything else, the layer runs its fp32 product unchanged.
@@ -26,11 +41,21 @@ traces, and a torch with FBGEMM (x86). Anything else, the layer runs its fp32 pr
 
 from __future__ import annotations
 
+import contextlib
 import warnings
+from collections.abc import Iterator
 from functools import cache
+from pathlib import Path
+from typing import NamedTuple
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+
+CALIBRATION_TEXT = Path(__file__).with_name("int8_calibration.txt")
+SMOOTHING_ALPHA = 0.5  # SmoothQuant's migration strength (eq. 4); measured best of 0.35 / 0.5 / 0.65 here
+SMOOTHING_FLOOR = 1e-5  # SmoothQuant's clamp of both statistics and of the factor (its smooth.py)
+# c rounded to 2^(i / 4): top-10 overlap 0.966 (unrounded 0.963; powers of two, exact in fp, 0.954)
+SMOOTHING_STEPS = 4
 
 
 @cache
@@ -54,10 +79,9 @@ def available() -> bool:
 
 
 @cache
-def weight_levels() -> int:
-    """The largest |Wq|: 127 where FBGEMM accumulates in int32 (AVX-512 VNNI), else 63 (module docstring)."""
-    vnni = "avx512_vnni" in cpu_flags() and torch.backends.cpu.get_cpu_capability() == "AVX512"
-    return 127 if vnni else 63
+def pairs_saturate() -> bool:
+    """Whether FBGEMM's kernels here add adjacent products into a saturating int16 (no AVX-512 VNNI)."""
+    return not ("avx512_vnni" in cpu_flags() and torch.backends.cpu.get_cpu_capability() == "AVX512")
 
 
 def unavailable_reason() -> str:
@@ -65,28 +89,109 @@ def unavailable_reason() -> str:
             f"{torch.backends.quantized.supported_engines} on a {torch.backends.cpu.get_cpu_capability()} CPU")
 
 
-def quantize_weight(weight: Tensor) -> tuple[Tensor, Tensor]:
-    """(Wq int8 (N, K), s_w float64 (N,)): symmetric per output channel (module docstring)."""
+def quantize_weight(weight: Tensor, *, pairs: bool | None = None) -> tuple[Tensor, Tensor]:
+    """(Wq int8 (N, K), s_w float64 (N,)): symmetric per output channel, 127 levels; with pairs (default:
+    where they saturate, `pairs_saturate`) each row's scale also covers its largest same-sign adjacent
+    pair (module docstring)."""
     w = weight.detach().float()
-    scale = (w.abs().amax(dim=1) / weight_levels()).clamp(min=torch.finfo(torch.float32).tiny).double()
-    q = torch.round(w / scale[:, None].float()).clamp(-weight_levels(), weight_levels()).to(torch.int8)
+    reach = w.abs().amax(dim=1)
+    if pairs_saturate() if pairs is None else pairs:
+        even_k = torch.nn.functional.pad(w, (0, w.shape[1] % 2))  # an odd K's last input pairs with padding
+        first, second = even_k[:, 0::2], even_k[:, 1::2]
+        same_sign = torch.where(first * second > 0, first.abs() + second.abs(), 0.0)
+        reach = torch.maximum(reach, same_sign.amax(dim=1))
+    scale = (reach / 127).clamp(min=torch.finfo(torch.float32).tiny).double()
+    q = torch.round(w / scale[:, None].float()).clamp(-127, 127).to(torch.int8)
     return q, scale
 
 
-def pack(weight: Tensor, bias: Tensor | None):
-    """FBGEMM's packed form of the quantized weight and the fp32 bias."""
-    q, scale = quantize_weight(weight)
+def smoothing(input_absmax: Tensor, weight: Tensor) -> Tensor:
+    """SmoothQuant's factor c (K,) (module docstring), rounded to a grid of SMOOTHING_STEPS per octave:
+    statistics that differ in their last bits (another batch size or thread count: fp32 sums in another
+    order) then give the same factors, so the same quantized weights (unrounded factors made a 2-worker
+    run differ from one process by 7e-3)."""
+    floor = SMOOTHING_FLOOR
+    activation = input_absmax.float().clamp(min=floor).pow(SMOOTHING_ALPHA)
+    factor = (activation / weight.detach().float().abs().amax(dim=0).clamp(min=floor).pow(1 - SMOOTHING_ALPHA))
+    steps = SMOOTHING_STEPS
+    return torch.exp2(torch.round(torch.log2(factor.clamp(min=floor)) * steps) / steps)
+
+
+class Int8Weight(NamedTuple):
+    """A Linear layer's weight as `linear` multiplies by it."""
+    packed: object  # FBGEMM's packed Wq and s_w (no bias)
+    row_sums: Tensor  # (N,) sum_k s_w[n] Wq[n, k]: the offset term's
+    bias: Tensor | None
+    input_scale: Tensor | None  # (K,) 1 / c, the smoothing (None: none)
+
+
+def pack(weight: Tensor, bias: Tensor | None, input_absmax: Tensor | None = None) -> Int8Weight:
+    """The weight quantized (smoothed where input_absmax, the calibrated max |X[:, k]|, is given) and
+    packed for FBGEMM, with what the formula adds in fp32."""
+    weight = weight.detach().float()
+    factor = None if input_absmax is None else smoothing(input_absmax, weight)
+    q, scale = quantize_weight(weight if factor is None else weight * factor)
     with warnings.catch_warnings():  # torch's quantized tensors carry a deprecation notice (torch.ao -> torchao)
         warnings.simplefilter("ignore")
         quantized = torch._make_per_channel_quantized_tensor(q, scale, torch.zeros_like(scale, dtype=torch.long), 0)
         engine = torch.backends.quantized.engine
         torch.backends.quantized.engine = "fbgemm"
         try:
-            return torch.ops.quantized.linear_prepack(quantized, None if bias is None else bias.detach().float())
+            packed = torch.ops.quantized.linear_prepack(quantized, None)
         finally:
             torch.backends.quantized.engine = engine
+    row_sums = (q.double() * scale[:, None]).sum(dim=1).float()
+    return Int8Weight(packed, row_sums, None if bias is None else bias.detach().float(),
+                      None if factor is None else factor.reciprocal())
 
 
-def linear(x: Tensor, packed) -> Tensor:
+def linear(x: Tensor, weight: Int8Weight) -> Tensor:
     """Y for the float32 input x (..., K) (module docstring), float32 (..., N)."""
-    return torch.ops.quantized.linear_dynamic(x, packed, False)  # 8-bit inputs: the weights keep the margin
+    rows = x.reshape(-1, x.shape[-1])
+    if weight.input_scale is not None:
+        rows = rows * weight.input_scale  # a copy of x: normalised in place below
+    lo = rows.amin(dim=1, keepdim=True)
+    span = rows.amax(dim=1, keepdim=True).sub_(lo).clamp_(min=torch.finfo(torch.float32).tiny)
+    unit = (rows.sub_(lo) if weight.input_scale is not None else rows.sub(lo)).div_(span)  # each row on [0, 1]
+    y = torch.ops.quantized.linear_dynamic(unit, weight.packed, False)  # its scale: 1/255, zero point 0
+    y.mul_(span).addcmul_(lo, weight.row_sums)
+    if weight.bias is not None:
+        y.add_(weight.bias)
+    return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+def quantized_layers(model: nn.Module) -> list[nn.Module]:
+    """The layers of `model` in the quantized mode (Linear layers with int8 on)."""
+    return [m for m in model.modules() if getattr(m, "int8", False) is True and isinstance(m, nn.Linear)]
+
+
+@contextlib.contextmanager
+def calibrating(model: nn.Module) -> Iterator[None]:
+    """Within: the model's quantized layers run their fp32 product and record the largest |X[:, k]| of
+    their inputs; on leaving, each keeps it as `int8_input_absmax` (its smoothing's statistics, replacing
+    any earlier ones) and runs int8 again. Deterministic: the same passes give the same statistics."""
+    layers = quantized_layers(model)
+    seen: dict[nn.Module, Tensor] = {}
+
+    def observe(layer, args):
+        x = args[0].detach()
+        batch_max = x.reshape(-1, x.shape[-1]).abs().amax(dim=0).float()
+        seen[layer] = batch_max if layer not in seen else torch.maximum(seen[layer], batch_max)
+
+    hooks = [layer.register_forward_pre_hook(observe) for layer in layers]
+    for layer in layers:
+        layer.int8 = False
+    try:
+        yield
+    finally:
+        for hook in hooks:
+            hook.remove()
+        for layer in layers:
+            layer.int8 = True
+            if layer in seen:
+                layer.int8_input_absmax = seen[layer].cpu()
+
+
+def calibration_texts() -> list[str]:
+    """The built-in calibration text, one text per line (module docstring)."""
+    return [line for line in CALIBRATION_TEXT.read_text(encoding="utf-8").splitlines() if line.strip()]

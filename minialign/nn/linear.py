@@ -33,9 +33,9 @@ kept like the packed one (packed, where oneDNN can). The model chooses which lay
 (nn/layers.py, EncoderLayer.MIXED_PRECISION).
 
 `int8` (False: off) is the opt-in quantized product (nn/int8.py: int8 weights per output channel, int8
-inputs per call, int32 accumulation, FBGEMM), set per layer by the model (EncoderLayer.INT8) when it is
+inputs per token, int32 accumulation, FBGEMM), set per layer by the model (EncoderLayer.INT8) when it is
 loaded with dtype="int8"; it applies to CPU float32 inference only, and its packed weight is kept and
-remade like the others.
+remade like the others (also when `int8_input_absmax`, the smoothing's calibrated statistics, is set anew).
 
 A Linear may carry the activation that follows it (the feed-forward's up projection, the MLM head's
 dense layer): oneDNN then applies it in the same pass.
@@ -114,7 +114,8 @@ class Linear(nn.Linear):
         self.activation = activation
         self.compute_dtype: torch.dtype | None = None  # mixed precision (module docstring); None: the weight's
         self.int8 = False  # the quantized product (module docstring)
-        self._int8: tuple[tuple, object] | None = None  # (the weight's and bias' identity, FBGEMM's packed form)
+        self.int8_input_absmax: Tensor | None = None  # calibrated max |x_k| (nn/int8.py, smoothing); None: none
+        self._int8: tuple | None = None  # (the weight's and bias' identity, the statistics, FBGEMM's packed form)
         self._packed: tuple[tuple, Tensor] | None = None  # (the weight's identity, its packed / rounded copy)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -187,13 +188,13 @@ class Linear(nn.Linear):
         return self._packed[1]
 
     def int8_weight(self):
-        """The weight quantized and packed for FBGEMM, with the bias (nn/int8.py); made again whenever
-        either has changed."""
-        w, b = self.weight, self.bias
+        """The weight quantized and packed for FBGEMM, with the bias and the smoothing (nn/int8.py); made
+        again whenever any of them has changed."""
+        w, b, absmax = self.weight, self.bias, self.int8_input_absmax
         key = (w.data_ptr(), w._version, tuple(w.shape), None if b is None else (b.data_ptr(), b._version))
-        if self._int8 is None or self._int8[0] != key:
-            self._int8 = (key, int8_kernel.pack(w, b))
-        return self._int8[1]
+        if self._int8 is None or self._int8[0] != key or self._int8[1] is not absmax:
+            self._int8 = (key, absmax, int8_kernel.pack(w, b, absmax))
+        return self._int8[2]
 
     def __getstate__(self) -> dict:  # pickles and deep copies (worker processes) leave the packed copy out
         return {**super().__getstate__(), "_packed": None, "_int8": None}

@@ -67,6 +67,7 @@ def crossencoder_activation(path: str | None) -> str | None:
 class Classifier(Runner):
     truncation_unit, truncation_like = "text(s) or pair(s)", "a transformers tokenizer with truncation=True"
     progress_label = "classifying"
+    calibration_pairs = True  # rerankers and pair classifiers read pairs
 
     def __init__(self, model: ClassifierModel, tokenizer: Tokenizer, *, batch_size: int = 32,
                  max_tokens: int | None = None, max_length: int | None = None, unpad: bool = True,

@@ -18,12 +18,14 @@ warns once per run); runners with return_details give each input's count under "
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
 
+from minialign.nn import int8
 from minialign.runtime.engine import BatchEngine, Results, Truncation
 from minialign.text.tokenizer import Tokenizer
 from minialign.text.validation import value_problem
@@ -59,6 +61,7 @@ class Runner:
     truncation_like: ClassVar[str] = "the original"  # "as ... does": who cuts text the same way
     has_details: ClassVar[bool] = False  # whether calls take return_details (with each input's cut)
     progress_label: ClassVar[str] = "batches"
+    calibration_pairs: ClassVar[bool] = False  # whether dtype="int8" calibrates on text pairs too (calibrate_int8)
 
     model: nn.Module
     tokenizer: Tokenizer
@@ -81,8 +84,28 @@ class Runner:
         self.engine = BatchEngine.for_model(tokenizer, model, batch_size=batch_size, max_tokens=max_tokens,
                                             packed=self.unpad, bucket=bucket if compile else 1, max_length=window,
                                             truncation=truncation, workers=workers)
+        if getattr(model, "int8", False):
+            self.calibrate_int8(int8.calibration_texts())
         if compile:
             self.model.compile()
+
+    def calibrate_int8(self, texts: Sequence[str]) -> None:
+        """dtype="int8": each quantized layer's smoothing statistics from one fp32 pass of the model over
+        `texts` (nn/int8.py; on loading, its built-in calibration text), and also over consecutive pairs of
+        them for a runner of pairs (`calibration_pairs`); in this process, with one worker: worker
+        processes get the statistics with the model."""
+        kinds: list[list[Input]] = [list(texts)]
+        if self.calibration_pairs:
+            kinds.append(list(zip(texts[0::2], texts[1::2])))
+        engine = copy.copy(self.engine)  # BatchEngine.__getstate__: one worker, no pool of its own
+
+        def forward(batch: dict[str, Tensor]) -> Tensor:
+            self.model(**batch, unpad=self.unpad)
+            return batch["input_ids"].new_zeros(batch["input_ids"].size(0))
+
+        with torch.inference_mode(), int8.calibrating(self.model):
+            for inputs in kinds:  # the engine runs one kind of input at a time
+                engine.run(inputs, forward)
 
     def __getstate__(self) -> dict:  # what a worker process gets (process_pool.py): it runs batches, never splits text
         state = dict(self.__dict__)
