@@ -52,7 +52,8 @@ def _dtype(args: argparse.Namespace):
     results will be quantized."""
     if args.dtype == "int8":
         print("dtype int8: quantized (int8 products in every encoder layer's Linear layers, weights per output "
-              "channel, inputs per call; embeddings, attention, LayerNorm and heads fp32): results differ from "
+              "channel, inputs per token, smoothed by a calibration on loading; embeddings, attention, LayerNorm "
+              "and heads fp32): results differ from "
               "fp32 (BENCHMARKS.md, int8)", file=sys.stderr)
         return "int8"
     if args.dtype != "auto":
