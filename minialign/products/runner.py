@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from minialign.nn import int8
 from minialign.runtime.engine import BatchEngine, Results, Truncation
 from minialign.text.tokenizer import Tokenizer
-from minialign.text.validation import value_problem
+from minialign.text.validation import check_texts, value_problem
 
 # The keywords every runner's from_pretrained takes (tests/test_runner.py holds them to it).
 LOAD_KEYWORDS = ("tokenizer", "device", "dtype", "attn_backend", "compile", "unpad", "batch_size", "max_tokens",
@@ -93,7 +93,12 @@ class Runner:
         """dtype="int8": each quantized layer's smoothing statistics from one fp32 pass of the model over
         `texts` (nn/int8.py; on loading, its built-in calibration text), and also over consecutive pairs of
         them for a runner of pairs (`calibration_pairs`); in this process, with one worker: worker
-        processes get the statistics with the model."""
+        processes get the statistics with the model (running ones are stopped; the next call starts new)."""
+        if not getattr(self.model, "int8", False):
+            raise ValueError("calibrate_int8 calibrates the quantized mode: load with dtype='int8'")
+        texts = check_texts("texts", texts)
+        if not texts:
+            raise ValueError("calibrate_int8 needs at least one text")
         kinds: list[list[Input]] = [list(texts)]
         if self.calibration_pairs:
             kinds.append(list(zip(texts[0::2], texts[1::2])))
@@ -106,6 +111,7 @@ class Runner:
         with torch.inference_mode(), int8.calibrating(self.model):
             for inputs in kinds:  # the engine runs one kind of input at a time
                 engine.run(inputs, forward)
+        self.engine.close()  # workers started before hold the statistics they were given
 
     def __getstate__(self) -> dict:  # what a worker process gets (process_pool.py): it runs batches, never splits text
         state = dict(self.__dict__)

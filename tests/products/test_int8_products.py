@@ -66,6 +66,20 @@ def test_int8_is_calibrated_on_loading_and_each_text_gets_its_own_answer(encoder
     assert torch.equal(alone, together)
 
 
+def test_recalibrating_on_other_text_changes_the_statistics(minilm_dir):
+    encoder = ma.SentenceEncoder.from_pretrained(minilm_dir, dtype="int8")
+    layer = next(m for m in encoder.model.modules() if isinstance(m, Linear) and m.int8)
+    builtin, before = layer.int8_input_absmax, encoder.encode(TEXTS)
+    encoder.calibrate_int8(TEXTS)
+    assert not torch.equal(layer.int8_input_absmax, builtin)
+    assert not torch.equal(encoder.encode(TEXTS), before)
+    for bad, problem in (([], "at least one text"), ("one text", "sequence of strings"), ([None], r"texts\[0\]")):
+        with pytest.raises(ValueError, match=problem):
+            encoder.calibrate_int8(bad)
+    with pytest.raises(ValueError, match="dtype='int8'"):
+        ma.SentenceEncoder.from_pretrained(minilm_dir).calibrate_int8(TEXTS)
+
+
 def test_int8_worker_processes_get_the_statistics(encoders, minilm_dir):
     _, quantized = encoders
     workers = ma.SentenceEncoder.from_pretrained(minilm_dir, dtype="int8", batch_size=2, workers=2)
