@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import save_classifier
+from family_builders import family_params
 
 import minialign as ma
 from minialign.apps.cli import main as cli
@@ -130,3 +131,20 @@ def test_cli_says_int8_and_resume_refuses_a_mix(tmp_path, minilm_dir, capsys, en
     assert "dtype" in capsys.readouterr().err
     assert cli([*args, "--resume", "--dtype", "int8"]) == 0
     assert len(out.read_text().splitlines()) == len(TEXTS)
+
+
+@pytest.mark.parametrize("family", family_params())
+def test_int8_runs_every_family_close_to_fp32(family, tiny_family):
+    """Calibration on loading and the quantized products through each family's layers (DeBERTa's
+    disentangled attention, ModernBERT's gated feed-forward and windows, ...): close to fp32."""
+    directory = tiny_family.sentence_transformers(family)
+    reference = ma.SentenceEncoder.from_pretrained(directory).encode(TEXTS, warn_truncation=False)
+    quantized = ma.SentenceEncoder.from_pretrained(directory, dtype="int8")
+    assert all(m.int8_input_absmax is not None for m in quantized.model.modules() if isinstance(m, Linear) and m.int8)
+    assert F.cosine_similarity(quantized.encode(TEXTS, warn_truncation=False), reference).min() > 0.99
+    directory, _ = tiny_family.classifier(family, 3)
+    texts, pairs = TEXTS[:3], TEXTS[2:]
+    options = {"activation": "none", "warn_truncation": False}
+    reference = ma.Classifier.from_pretrained(directory).predict(texts, pairs, **options)
+    logits = ma.Classifier.from_pretrained(directory, dtype="int8").predict(texts, pairs, **options)
+    assert (logits - reference).abs().max() <= 0.05 * reference.abs().max() + 1e-3
