@@ -193,6 +193,32 @@ def pad_batch(ids: torch.Tensor, lengths: list[int], pad_id: int) -> tuple[torch
     return ids.masked_fill(mask == 0, pad_id), mask
 
 
+def encoder_parity(hf, ours, real: torch.Tensor, tol: dict, *, pooler: bool = False, **inputs):
+    """A family's parity run, transformers' model `hf` against our Encoder on the same inputs: every field
+    (minialign.apps.parity.compare: hidden states, attentions, ...) within tol["atol"] padded, and the last
+    hidden state (and the pooler's output, with pooler) of the fast, packed and packed-fast runs, and every
+    packed hidden state, within tol on the real tokens. Returns (theirs, ours' full output, the field diffs)
+    for the caller's own checks."""
+    from minialign.apps.parity import compare
+
+    with torch.no_grad():
+        theirs = hf(**inputs, output_hidden_states=True, output_attentions=True)
+        out = ours(**inputs, output_hidden_states=True, output_attentions=True)
+        fast = ours(**inputs)
+        packed = ours(**inputs, unpad=True, output_hidden_states=True)
+        packed_fast = ours(**inputs, unpad=True)
+    diffs = compare(theirs, out, real)
+    worst = {name: d for name, d in diffs.items() if d > tol["atol"]}
+    assert not worst, worst
+    for got in (fast, packed, packed_fast):
+        torch.testing.assert_close(got.last_hidden_state[real], theirs.last_hidden_state[real], **tol)
+        if pooler:
+            torch.testing.assert_close(got.pooler_output, theirs.pooler_output, **tol)
+    for a, b in zip(packed.hidden_states, theirs.hidden_states, strict=True):
+        torch.testing.assert_close(a[real], b[real], **tol)
+    return theirs, out, diffs
+
+
 # -- shared fixtures of the product tests ----------------------------------------------------------
 
 @pytest.fixture(scope="module")
