@@ -4,6 +4,7 @@ stated size; the page works in a real browser (headless Chromium), offline."""
 from __future__ import annotations
 
 import array
+import contextlib
 import base64
 import json
 import os
@@ -11,7 +12,6 @@ import re
 import shutil
 import struct
 import zlib
-from pathlib import Path
 
 import pytest
 import torch
@@ -22,6 +22,28 @@ from minialign.apps.cli import main
 from minialign.apps.explore.data import PAGE_LIMIT, QUANT, with_score_function
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@contextlib.contextmanager
+def headless_page(url: str, *, timeout_ms: int = 20000):
+    """`url` in headless Chromium, once the page says it is ready (body[data-ready='1']): yields (the page, the
+    URLs it requested, its console errors and uncaught exceptions); the browser closes after."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (the test extra) is not installed")
+    requests, errors = [], []
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 1400})
+            page.on("request", lambda r: requests.append(r.url))
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(url)
+            page.wait_for_selector("body[data-ready='1']", timeout=timeout_ms)
+            yield page, requests, errors
+        finally:
+            browser.close()
 
 
 def page_data(html: str) -> dict:
@@ -311,43 +333,30 @@ def _legend(page, name: str) -> tuple[str, float, float, int]:
 @pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install chromium; CI installs it)")
 def test_the_page_in_headless_chromium(tmp_path, minilm_dir, minilm):
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (the test extra) is not installed")
+    pytest.importorskip("playwright.sync_api", reason="playwright (the test extra) is not installed")
     out = tmp_path / "explore.html"
     assert main(["explore", "--model", str(minilm_dir), "--text", "The bank raised rates.", "--pair",
                  "Rates at the bank went up.", "--mask", "left-only", "--output", str(out)]) == 0
     url = out.resolve().as_uri()
-    requests, errors = [], []
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
-        try:
-            page = browser.new_page(viewport={"width": 1200, "height": 1400})
-            page.on("request", lambda r: requests.append(r.url))
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(url)
-            page.wait_for_selector("body[data-ready='1']", timeout=20000)
-            drawn = lambda: page.eval_on_selector("#head-canvas", "c => [c.dataset.drawn, c.toDataURL()]")  # noqa: E731
-            before = drawn()
-            page.select_option("#layer", "3")
-            after = drawn()
-            assert before[0] != after[0] and before[1] != after[1]  # another layer, other lines
-            page.check("#heads input[data-head='2']")  # a second head, in its own colour
-            assert drawn()[1] != after[1]
-            page.click("#grid canvas[title='layer 2, head 5']")
-            assert page.text_content("#zoom-title").endswith("layer 2, head 5 (rows: queries, columns: keys)")
-            zoom = _zoom_labels(page)
-            assert zoom["step"] == 1 and zoom["rows"] == zoom["cols"] == zoom["tokens"]  # every token, both axes
-            assert zoom["row_ink"] > 100 and zoom["col_ink"] > 100  # and drawn
-            assert page.is_visible("#diff-section")
-            legends = {name: _legend(page, name) for name in ("grid", "zoom-canvas", "norms", "parts", "diff")}
-            diff = page.eval_on_selector("#diff", _INK + "c => ({values: +c.dataset.values, header: "
-                                         "ink(c, +c.dataset.left, 0, c.width - c.dataset.left, +c.dataset.top)})")
-            shot = tmp_path / "explore.png"
-            page.screenshot(path=str(shot), full_page=False)
-        finally:
-            browser.close()
+    with headless_page(url) as (page, requests, errors):
+        drawn = lambda: page.eval_on_selector("#head-canvas", "c => [c.dataset.drawn, c.toDataURL()]")  # noqa: E731
+        before = drawn()
+        page.select_option("#layer", "3")
+        after = drawn()
+        assert before[0] != after[0] and before[1] != after[1]  # another layer, other lines
+        page.check("#heads input[data-head='2']")  # a second head, in its own colour
+        assert drawn()[1] != after[1]
+        page.click("#grid canvas[title='layer 2, head 5']")
+        assert page.text_content("#zoom-title").endswith("layer 2, head 5 (rows: queries, columns: keys)")
+        zoom = _zoom_labels(page)
+        assert zoom["step"] == 1 and zoom["rows"] == zoom["cols"] == zoom["tokens"]  # every token, both axes
+        assert zoom["row_ink"] > 100 and zoom["col_ink"] > 100  # and drawn
+        assert page.is_visible("#diff-section")
+        legends = {name: _legend(page, name) for name in ("grid", "zoom-canvas", "norms", "parts", "diff")}
+        diff = page.eval_on_selector("#diff", _INK + "c => ({values: +c.dataset.values, header: "
+                                     "ink(c, +c.dataset.left, 0, c.width - c.dataset.left, +c.dataset.top)})")
+        shot = tmp_path / "explore.png"
+        page.screenshot(path=str(shot), full_page=False)
     assert errors == []
     assert requests == [url]  # the page itself, nothing else
     data = page_data(out.read_text())
@@ -376,24 +385,15 @@ def test_the_page_in_headless_chromium(tmp_path, minilm_dir, minilm):
 @pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install chromium)")
 def test_a_long_input_in_headless_chromium(tmp_path, minilm):
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (the test extra) is not installed")
+    pytest.importorskip("playwright.sync_api", reason="playwright (the test extra) is not installed")
     model, tokenizer = minilm
     page_obj = ma.explore(model, tokenizer, LONG)
     out = page_obj.save(tmp_path / "long.html")
-    errors = []
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--no-first-run"])
-        try:
-            page = browser.new_page(viewport={"width": 1200, "height": 1400})
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(out.resolve().as_uri())
-            page.wait_for_selector("body[data-ready='1']", timeout=60000)
-            text = page.inner_text("body")
-            page.click("#grid canvas[title='layer 4, head 1']")
-            zoom = _zoom_labels(page)
-            legend = _legend(page, "zoom-canvas")
-        finally:
-            browser.close()
+    with headless_page(out.resolve().as_uri(), timeout_ms=60000) as (page, _, errors):
+        text = page.inner_text("body")
+        page.click("#grid canvas[title='layer 4, head 1']")
+        zoom = _zoom_labels(page)
+        legend = _legend(page, "zoom-canvas")
     assert errors == []
     assert page_obj.cut_note in text and "w2999" not in text and "w1000" not in text
     assert zoom["tokens"] == 512 and zoom["step"] > 1

@@ -13,7 +13,7 @@ import shutil
 import pytest
 import torch
 import torch.nn.functional as F
-from test_explore import _INK, CHROMIUM, _legend, _png_pixels, page_data
+from test_explore import _INK, CHROMIUM, _legend, _png_pixels, headless_page, page_data
 
 import minialign as ma
 from minialign.apps.explore.data import PAGE_LIMIT, TERM_QUANT
@@ -125,47 +125,34 @@ def test_a_512_token_deberta_input_on_12x12_heads_stays_under_the_page_limit(min
 @pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install chromium)")
 def test_the_score_terms_in_headless_chromium(tmp_path, deberta):
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (the test extra) is not installed")
+    pytest.importorskip("playwright.sync_api", reason="playwright (the test extra) is not installed")
     _, model, tokenizer = deberta
     out = ma.explore(model, tokenizer, TEXT, pair=PAIR).save(tmp_path / "deberta.html")
     url = out.resolve().as_uri()
-    requests, errors = [], []
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
-        try:
-            page = browser.new_page(viewport={"width": 1200, "height": 1400})
-            page.on("request", lambda r: requests.append(r.url))
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(url)
-            page.wait_for_selector("body[data-ready='1']", timeout=20000)
-            drawn = lambda: page.eval_on_selector("#terms", "c => [c.dataset.drawn, c.toDataURL()]")  # noqa: E731
-            assert page.is_visible("#terms-section")
-            assert "disentangled attention (c2c + c2p + p2c" in page.text_content("#summary")
-            note = page.text_content("#terms-note")
-            rows = page.eval_on_selector_all("#terms-summary tr", "rs => rs.map(r => r.cells.length)")
-            before = drawn()
-            page.select_option("#layer", "1")  # the head view's layer selector drives the section too
-            after = drawn()
-            assert page.input_value("#term-layer") == "1" and before[0] != after[0] and before[1] != after[1]
-            page.select_option("#term-head", "2")
-            share = page.text_content("#terms-share")
-            legend = _legend(page, "terms")
-            ink = page.eval_on_selector("#terms", _INK + "c => ink(c, 0, +c.dataset.top, +c.dataset.left, "
-                                        "c.height - c.dataset.top)")  # the row labels
-            page.locator("#terms").scroll_into_view_if_needed()
-            box = page.eval_on_selector("#terms", "c => { const r = c.getBoundingClientRect(); "
-                                        "return [r.left, r.top, +c.dataset.left, +c.dataset.top, +c.dataset.cell]; }")
-            page.mouse.move(box[0] + box[2] + 2.5 * box[4], box[1] + box[3] + 1.5 * box[4])  # query 1, key 2
-            readout = page.text_content("#terms-readout")
-            page.click("#terms-summary tr:first-child")  # a row of the table selects its layer
-            assert page.input_value("#layer") == "0" and drawn()[0].startswith("0:0:2")
-            shot = tmp_path / "deberta.png"
-            page.locator("#terms-section").screenshot(path=str(shot))
-        finally:
-            browser.close()
+    with headless_page(url) as (page, requests, errors):
+        drawn = lambda: page.eval_on_selector("#terms", "c => [c.dataset.drawn, c.toDataURL()]")  # noqa: E731
+        assert page.is_visible("#terms-section")
+        assert "disentangled attention (c2c + c2p + p2c" in page.text_content("#summary")
+        note = page.text_content("#terms-note")
+        rows = page.eval_on_selector_all("#terms-summary tr", "rs => rs.map(r => r.cells.length)")
+        before = drawn()
+        page.select_option("#layer", "1")  # the head view's layer selector drives the section too
+        after = drawn()
+        assert page.input_value("#term-layer") == "1" and before[0] != after[0] and before[1] != after[1]
+        page.select_option("#term-head", "2")
+        share = page.text_content("#terms-share")
+        legend = _legend(page, "terms")
+        ink = page.eval_on_selector("#terms", _INK + "c => ink(c, 0, +c.dataset.top, +c.dataset.left, "
+                                    "c.height - c.dataset.top)")  # the row labels
+        page.locator("#terms").scroll_into_view_if_needed()
+        box = page.eval_on_selector("#terms", "c => { const r = c.getBoundingClientRect(); "
+                                    "return [r.left, r.top, +c.dataset.left, +c.dataset.top, +c.dataset.cell]; }")
+        page.mouse.move(box[0] + box[2] + 2.5 * box[4], box[1] + box[3] + 1.5 * box[4])  # query 1, key 2
+        readout = page.text_content("#terms-readout")
+        page.click("#terms-summary tr:first-child")  # a row of the table selects its layer
+        assert page.input_value("#layer") == "0" and drawn()[0].startswith("0:0:2")
+        shot = tmp_path / "deberta.png"
+        page.locator("#terms-section").screenshot(path=str(shot))
     assert errors == []
     assert requests == [url]  # the page itself, nothing else
     terms = page_data(out.read_text())["runs"][0]["terms"]
