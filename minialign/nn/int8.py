@@ -1,16 +1,18 @@
 """int8 products on CPU: the opt-in quantized mode (loading's dtype="int8") of the Linear layers a model
 names in its INT8 tuple (nn/layers.py, EncoderLayer.INT8).
 
-The formula (one input row r = one token, one output channel n):
+The formula (one input row r = one token, one output channel n; O the outlier input channels below,
+k outside O):
 
     weight  W ~ s_w[n] * Wq[n, k]      Wq int8, symmetric per output channel, 127 levels (see saturation),
                                        made once per weight
-    input   X[r] ~ lo[r] + span[r] * Xq[r] / 255
+    input   X[r, k] ~ lo[r] + span[r] * Xq[r, k] / 255
                                        Xq uint8, one affine range per token, from the row's own min and
-                                       max: dynamic (nothing calibrated), and a row's result does not
-                                       depend on the other rows of its batch
+                                       max over k outside O: dynamic (nothing calibrated), and a row's
+                                       result does not depend on the other rows of its batch
     output  Y[r, n] = span[r] / 255 * s_w[n] * sum_k Xq[r, k] Wq[n, k]   (int32 accumulation)
-                      + lo[r] * sum_k s_w[n] Wq[n, k] + b[n]             (fp32)
+                      + lo[r] * sum_k s_w[n] Wq[n, k]                    (fp32 from here)
+                      + sum_{o in O} X[r, o] W[n, o] + b[n]
 
 FBGEMM runs the int32 sums: `quantized::linear_dynamic` on weights packed by `quantized::linear_prepack`
 quantizes its input with one affine scale per call, so each row is first mapped onto [0, 1], (X - lo) /
@@ -26,6 +28,16 @@ c[k] = sqrt(max |X[:, k]|) / sqrt(max_n |W[n, k]|) (rounded to 2^(i/4)): input c
 weight columns up before both are quantized, which evens the rows' ranges. The products (SentenceEncoder,
 Classifier) calibrate on loading with the built-in text of int8_calibration.txt (ordinary English written
 for this purpose, unrelated to the benchmark's text).
+
+Outlier channels (LLM.int8(), Dettmers et al. 2022, its mixed-precision decomposition, on fixed channels):
+smoothing evens the channels' ranges only by half (alpha 0.5) on a log scale, so a few channels still set
+most tokens' ranges. Where the layer is calibrated, the OUTLIER_CHANNELS channels with the largest
+smoothed range, max |X[:, k]| / c[k] (`outlier_channels`), leave the int8 product: their weight columns are
+zero in Wq (so they set no row's scale either), their inputs are zero before each token's range is taken,
+and X[:, O] W[:, O]^T is added in fp32 in the same small matmul as the offset and the bias. Measured on the
+real all-MiniLM-L6-v2 (BENCHMARKS.md, "int8"): 2 channels halved the rerank logits' error (rms 0.16 ->
+0.11), 8 brought it to 0.09, 16 to 0.086; cost: one (T, k + 2) x (k + 2, N) matmul in place of the two
+passes over the output it replaces.
 
 Saturation: without AVX-512 VNNI, FBGEMM multiplies uint8 by int8 with `vpmaddubsw`, which adds the two
 products of the inputs k = 2i and 2i + 1 into one saturating int16 (measured: weights 127 and 127 against
@@ -56,6 +68,8 @@ SMOOTHING_ALPHA = 0.5  # SmoothQuant's migration strength (eq. 4); measured best
 SMOOTHING_FLOOR = 1e-5  # SmoothQuant's clamp of both statistics and of the factor (its smooth.py)
 # c rounded to 2^(i / 4): top-10 overlap 0.966 (unrounded 0.963; powers of two, exact in fp, 0.954)
 SMOOTHING_STEPS = 4
+OUTLIER_CHANNELS = 8  # of each layer's input channels (module docstring); 0: none
+TAIL_ROWS = 128  # rows per call of the fp32 tail's matmul (tail_product)
 
 
 @cache
@@ -119,18 +133,32 @@ def smoothing(input_absmax: Tensor, weight: Tensor) -> Tensor:
 
 class Int8Weight(NamedTuple):
     """A Linear layer's weight as `linear` multiplies by it."""
-    packed: object  # FBGEMM's packed Wq and s_w (no bias)
-    row_sums: Tensor  # (N,) sum_k s_w[n] Wq[n, k]: the offset term's
-    bias: Tensor | None
+    packed: object  # FBGEMM's packed Wq and s_w (no bias; the outlier channels' columns zero)
+    tail: Tensor  # (k + 1 or k + 2, N) fp32, multiplied by [X[:, outliers], lo, 1]: the outlier channels'
+    #               columns of the (smoothed) weight, the row sums sum_k s_w[n] Wq[n, k], the bias if any
+    outliers: Tensor | None  # (k,) the input channels multiplied in fp32 (None: none)
     input_scale: Tensor | None  # (K,) 1 / c, the smoothing (None: none)
+    bias: bool  # whether the tail's last row is the bias
 
 
-def pack(weight: Tensor, bias: Tensor | None, input_absmax: Tensor | None = None) -> Int8Weight:
-    """The weight quantized (smoothed where input_absmax, the calibrated max |X[:, k]|, is given) and
-    packed for FBGEMM, with what the formula adds in fp32."""
+def outlier_channels(input_absmax: Tensor, factor: Tensor, count: int) -> Tensor:
+    """The `count` input channels with the largest smoothed range, max |X[:, k]| / c[k], in ascending order:
+    those that would set most tokens' ranges after smoothing (module docstring)."""
+    reach = input_absmax.float() / factor
+    return torch.sort(torch.topk(reach, min(count, reach.numel()), sorted=False).indices).values
+
+
+def pack(weight: Tensor, bias: Tensor | None, input_absmax: Tensor | None = None, *,
+         outliers: int | None = None) -> Int8Weight:
+    """The weight quantized (smoothed where input_absmax, the calibrated max |X[:, k]|, is given, with its
+    `outliers` (default OUTLIER_CHANNELS) widest input channels multiplied in fp32) and packed for FBGEMM,
+    with what the formula adds in fp32."""
+    outliers = OUTLIER_CHANNELS if outliers is None else outliers
     weight = weight.detach().float()
     factor = None if input_absmax is None else smoothing(input_absmax, weight)
-    q, scale = quantize_weight(weight if factor is None else weight * factor)
+    smoothed = weight if factor is None else weight * factor
+    channels = None if factor is None or outliers <= 0 else outlier_channels(input_absmax, factor, outliers)
+    q, scale = quantize_weight(smoothed if channels is None else smoothed.index_fill(1, channels, 0.0))
     with warnings.catch_warnings():  # torch's quantized tensors carry a deprecation notice (torch.ao -> torchao)
         warnings.simplefilter("ignore")
         quantized = torch._make_per_channel_quantized_tensor(q, scale, torch.zeros_like(scale, dtype=torch.long), 0)
@@ -141,23 +169,44 @@ def pack(weight: Tensor, bias: Tensor | None, input_absmax: Tensor | None = None
         finally:
             torch.backends.quantized.engine = engine
     row_sums = (q.double() * scale[:, None]).sum(dim=1).float()
-    return Int8Weight(packed, row_sums, None if bias is None else bias.detach().float(),
-                      None if factor is None else factor.reciprocal())
+    columns = ([] if channels is None else [smoothed[:, channels]]) + [row_sums[:, None]] + \
+        ([] if bias is None else [bias.detach().float()[:, None]])
+    return Int8Weight(packed, torch.cat(columns, dim=1).T.contiguous(), channels,
+                      None if factor is None else factor.reciprocal(), bias is not None)
 
 
 def linear(x: Tensor, weight: Int8Weight) -> Tensor:
     """Y for the float32 input x (..., K) (module docstring), float32 (..., N)."""
     rows = x.reshape(-1, x.shape[-1])
-    if weight.input_scale is not None:
-        rows = rows * weight.input_scale  # a copy of x: normalised in place below
+    smoothed = weight.input_scale is not None
+    if smoothed:
+        rows = rows * weight.input_scale  # a copy of x: changed in place below
+    columns = []  # what weight.tail multiplies
+    if weight.outliers is not None:  # only with the smoothing, so on the copy
+        columns.append(rows.index_select(1, weight.outliers))
+        rows.index_fill_(1, weight.outliers, 0.0)
     lo = rows.amin(dim=1, keepdim=True)
     span = rows.amax(dim=1, keepdim=True).sub_(lo).clamp_(min=torch.finfo(torch.float32).tiny)
-    unit = (rows.sub_(lo) if weight.input_scale is not None else rows.sub(lo)).div_(span)  # each row on [0, 1]
+    unit = (rows.sub_(lo) if smoothed else rows.sub(lo)).div_(span)  # each row on [0, 1]
     y = torch.ops.quantized.linear_dynamic(unit, weight.packed, False)  # its scale: 1/255, zero point 0
-    y.mul_(span).addcmul_(lo, weight.row_sums)
-    if weight.bias is not None:
-        y.add_(weight.bias)
+    columns.append(lo)
+    if weight.bias:
+        columns.append(torch.ones_like(lo))
+    y.mul_(span).add_(tail_product(torch.cat(columns, dim=1), weight.tail))
     return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+def tail_product(columns: Tensor, tail: Tensor) -> Tensor:
+    """columns (T, m) @ tail (m, N) in fp32, each row summed in the same order whatever T and its place:
+    in blocks of exactly TAIL_ROWS rows, the last one padded (MKL's order of sums varies with the shape,
+    and a token's result would then depend on its batch: a last-bit change of one layer's output moves
+    the next layer's rounding of that token)."""
+    rows = columns.shape[0]
+    columns = nn.functional.pad(columns, (0, 0, 0, -rows % TAIL_ROWS))
+    out = columns.new_empty(columns.shape[0], tail.shape[1])
+    for start in range(0, columns.shape[0], TAIL_ROWS):
+        torch.mm(columns[start:start + TAIL_ROWS], tail, out=out[start:start + TAIL_ROWS])
+    return out[:rows]
 
 
 def quantized_layers(model: nn.Module) -> list[nn.Module]:

@@ -71,17 +71,22 @@ def test_the_product_follows_the_formula_where_every_value_is_representable(shap
     torch.testing.assert_close(y.double(), F.linear(x.double(), w.double(), bias.double()), rtol=1e-6, atol=1e-3)
 
 
-def test_each_token_has_its_own_input_range():
-    """A token beside one 1000 times larger keeps its precision, and gets the same answer alone:
-    nothing depends on the other rows of a call (one call's range would round the small row to zero)."""
+@pytest.mark.parametrize("calibrated", [False, True])
+def test_each_token_has_its_own_input_range(calibrated):
+    """A token beside one 1000 times larger keeps its precision, and gets the same answer alone or among
+    any number of others: nothing depends on the other rows of a call (one call's range would round the
+    small row to zero), also with smoothing and outlier channels (their fp32 matmul in fixed blocks)."""
     torch.manual_seed(0)
-    w, x = torch.randn(32, 64) / 8, torch.randn(3, 64)
+    w, x = torch.randn(32, 64) / 8, torch.randn(300, 64)
     x[0] *= 1000
-    packed = int8.pack(w, torch.randn(32))
+    x[:, 5] *= 30
+    bias = torch.randn(32)
+    packed = int8.pack(w, bias, x.abs().amax(dim=0) if calibrated else None)
+    assert (packed.outliers is not None) == calibrated
     y = int8.linear(x, packed)
-    for i in range(3):
-        assert torch.equal(int8.linear(x[i:i + 1], packed), y[i:i + 1])
-    reference = F.linear(x, w, packed.bias)
+    for start, stop in ((0, 1), (1, 2), (2, 3), (5, 200), (130, 300)):
+        assert torch.equal(int8.linear(x[start:stop], packed), y[start:stop])
+    reference = F.linear(x, w, bias)
     error = ((y - reference).norm(dim=1) / reference.norm(dim=1))
     assert (error < 2e-2).all(), error
 
@@ -99,8 +104,31 @@ def test_smoothing_moves_an_outlier_channel_into_the_weights():
     assert torch.equal(int8.smoothing(absmax * (1 + 1e-6), w), factor)  # last-bit noise: the same factors
     reference = F.linear(x, w)
     plain = (int8.linear(x, int8.pack(w, None)) - reference).norm() / reference.norm()
-    smoothed = (int8.linear(x, int8.pack(w, None, absmax)) - reference).norm() / reference.norm()
+    smoothed = (int8.linear(x, int8.pack(w, None, absmax, outliers=0)) - reference).norm() / reference.norm()
     assert smoothed < plain / 2, (plain, smoothed)
+
+
+def test_the_widest_smoothed_channels_are_multiplied_in_fp32():
+    """The `outliers` channels of largest max |X_k| / c_k are picked (ascending), their columns leave the
+    int8 weight, and their inputs are multiplied in fp32: an input in those channels alone comes out as
+    fp32's product, and their values no longer take the other channels' precision."""
+    torch.manual_seed(0)
+    w, x = torch.randn(48, 96) / 10, torch.randn(200, 96)
+    x[:, 70] *= 300
+    x[:, 7] *= 200
+    x[:, 31] *= 100
+    absmax = x.abs().amax(dim=0)
+    factor = int8.smoothing(absmax, w)
+    assert int8.outlier_channels(absmax, factor, 2).tolist() == [7, 70]
+    packed = int8.pack(w, None, absmax, outliers=3)
+    assert packed.outliers.tolist() == [7, 31, 70]
+    alone = torch.zeros(5, 96)
+    alone[:, [7, 31, 70]] = x[:5, [7, 31, 70]]
+    torch.testing.assert_close(int8.linear(alone, packed), F.linear(alone, w), rtol=1e-5, atol=1e-5)
+    reference = F.linear(x, w)
+    smoothed = (int8.linear(x, int8.pack(w, None, absmax, outliers=0)) - reference).norm() / reference.norm()
+    split = (int8.linear(x, packed) - reference).norm() / reference.norm()
+    assert split < smoothed / 2, (smoothed, split)
 
 
 def test_calibrating_records_the_largest_input_per_channel_in_fp32():
