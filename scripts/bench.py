@@ -84,13 +84,15 @@ def int8_section(*, quick: bool = False, device: str = "cpu", echo=print) -> str
     onnx = (f"sentence-transformers' ONNX qint8 export (`export_dynamic_quantized_onnx_model(..., \"{config}\")`, "
             f"the config for this CPU; scripts/benchmarks/onnx_int8.py), run by ONNX Runtime" if config else
             "no ONNX qint8 peer (onnx and onnxruntime, the `bench` extra, are not installed)")
-    head = result["head"]
+    head, tuned = result["head"], result["tuned"]
     return render(
         "int8", kind=int8.machine_kind(), threads=result["threads"], python=result["python"],
         corpus_passages=result["passages"], corpus_queries=result["queries"], passages=size["passages"],
         queries=size["queries"], texts=size["passages"] + size["queries"], layers=", ".join(int8.EncoderLayer.INT8),
         onnx=onnx, met=sum(row["met"] == "met" for row in goals), goals=len(goals),
         goal_table=table(goals, int8.GOAL_TABLE), quality_table=table(result["quality"], int8.QUALITY_TABLE),
+        tune_steps=size["tune_steps"], tune_batch=size["tune_batch"], tune_pairs=tuned["train pairs"],
+        tune_held_out=tuned["held out"], tune_held_out_pairs=tuned["held-out pairs"], tune_spread=tuned["logit std"],
         head_steps=size["head_steps"], head_pairs=head["train pairs"], head_train=head["train"],
         head_held_out=head["held out"], head_held_out_pairs=head["held-out pairs"], head_spread=head["logit std"],
         rerank_queries=size["rerank_queries"], rerank_table=table(result["rerank"], int8.RERANK_TABLE),

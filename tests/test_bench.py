@@ -210,6 +210,7 @@ def fake_int8_result() -> dict:
     return {"quality": [row(int8.QUALITY_TABLE)], "rerank": [row(int8.RERANK_TABLE)],
             "sensitivity": [row(int8.SENSITIVITY_TABLE)], "speed": [row(int8.SPEED_TABLE)], "goals": goals,
             "head": {"train": 0.8, "held out": 0.7, "train pairs": 10, "held-out pairs": 4, "logit std": 1.0},
+            "tuned": {"held out": 0.9, "train pairs": 20, "held-out pairs": 4, "logit std": 3.0},
             "config": "avx2", "sizes": int8.SIZES[True], "threads": 2, "passages": 4000, "queries": 4000,
             "python": "3.11.0", "speed_pairs": 80}
 
@@ -230,7 +231,8 @@ def test_human_text_gives_passages_and_queries_people_wrote_the_same_each_time()
 
 
 def test_int8_figures_on_made_up_scores():
-    """The quality figures: identical outputs agree fully; a swap of the top two breaks top-1 only."""
+    """The quality figures: identical outputs agree fully; a swap of the top two breaks top-1 only; the goals
+    read the fine-tuned cross-encoder's rerank rows."""
     reference = torch.nn.functional.normalize(torch.randn(12, 8, generator=torch.Generator().manual_seed(0)), dim=1)
     same = int8.embedding_quality(reference, reference.clone(), 10, k=3)
     assert same["cosine worst"] == pytest.approx(1.0) and same["top-10 overlap worst"] == 1.0 and same["queries"] == 2
@@ -239,7 +241,9 @@ def test_int8_figures_on_made_up_scores():
     row = int8.rerank_quality(scores, swapped)
     assert row["top-1 agreement"] == 0.5 and row["Spearman worst"] == pytest.approx(0.8) and row["pairs"] == 8
     goals = int8.goal_rows([{"impl": int8.INT8, "cosine worst": 0.99, "top-10 overlap mean": 0.9}],
-                           [{"impl": int8.INT8, "Spearman mean": 0.995, "top-1 agreement": 0.97}],
+                           [{"cross-encoder": int8.HEAD, "impl": int8.INT8, "Spearman mean": 0.9, "top-1 agreement": 0.8},
+                            {"cross-encoder": int8.TUNED, "impl": int8.INT8, "Spearman mean": 0.995,
+                             "top-1 agreement": 0.97}],
                            [{"impl": int8.INT8, "task": "embeddings", "vs peer": 5.5},
                             {"impl": int8.INT8, "task": "rerank", "vs peer": 2.0}], onnx=None)
     assert [g["met"] for g in goals] == ["met", "not met", "met", "met", "met", "not met"]
@@ -268,3 +272,25 @@ def test_int8_embedding_quality_on_a_small_sample_of_real_text(minilm_dir):
     assert 0.0 <= rows[0]["top-10 overlap worst"] <= rows[0]["top-10 overlap mean"] <= 1.0
     lists = int8.candidates(embeddings[int8.FP32], passages, queries[:2], k=5)
     assert [q for q, _ in lists] == queries[:2] and all(len(d) == 5 and set(d) <= set(passages) for _, d in lists)
+
+
+def test_int8_fine_tuned_cross_encoder_is_saved_for_both_libraries(minilm_dir, tmp_path):
+    """A few steps of the end-to-end fine-tuning: its held-out figures, and a directory that minialign's
+    Classifier loads and scores the same as transformers' model it saved (fp32)."""
+    import minialign as ma
+
+    result = int8.fine_tune(minilm_dir, tmp_path / "ce", steps=2, batch=4, held_out=8, echo=lambda *a: None)
+    assert result["held-out pairs"] == 8 and 0.0 <= result["held out"] <= 1.0 and result["logit std"] > 0
+    assert result["train pairs"] > 1000
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    pairs = [("what does sorted do", "Return a new list containing all items from the iterable in ascending order."),
+             ("what does sorted do", "The socket module provides access to the BSD socket interface.")]
+    ours = ma.Classifier.from_pretrained(tmp_path / "ce").predict([q for q, _ in pairs], [p for _, p in pairs],
+                                                                activation="none")
+    model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "ce").eval()
+    inputs = AutoTokenizer.from_pretrained(tmp_path / "ce")([q for q, _ in pairs], [p for _, p in pairs],
+                                                            padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        theirs = model(**inputs).logits.squeeze(1)
+    torch.testing.assert_close(torch.as_tensor(ours).reshape(-1), theirs, atol=1e-4, rtol=1e-4)

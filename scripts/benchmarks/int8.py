@@ -3,8 +3,11 @@ people wrote (benchmarks/human_text.py), against the same model in fp32 and agai
 ONNX qint8 export (benchmarks/onnx_int8.py, the stand-in for `export_dynamic_quantized_onnx_model`).
 
 Quality: embeddings (cosine per text, top-10 neighbours of queries among passages, each model in its own
-embedding space) and reranking (a cross-encoder on the MiniLM backbone whose head is trained here: the
-Spearman correlation of each query's candidate scores and the top-1 agreement). Layer sensitivity: which
+embedding space) and reranking (the Spearman correlation of each query's candidate scores and the top-1
+agreement) on two cross-encoders made here from the MiniLM backbone: one fine-tuned end to end, as
+cross-encoders are made (the goals are judged on it), and one whose classifier alone is trained on the
+frozen [CLS] output, a harsher case (its logits for a query's candidates lie close together, and its head
+weighs low-variance directions of [CLS] that int8's noise moves). Layer sensitivity: which
 Linear layers of each encoder layer run int8 (EncoderLayer.INT8). Speed: against SentenceTransformer.encode
 and CrossEncoder.predict in fp32, on the same threads, interleaved rounds.
 """
@@ -40,7 +43,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 
 QUALITY_TABLE = {"impl": "", "texts": "", "cosine mean": ".4f", "cosine worst": ".4f", "queries": "",
                  "top-10 overlap mean": ".3f", "top-10 overlap worst": ".1f"}
-RERANK_TABLE = {"impl": "", "queries": "", "pairs": "", "Spearman mean": ".4f", "Spearman worst": ".4f",
+RERANK_TABLE = {"cross-encoder": "", "impl": "", "queries": "", "pairs": "", "Spearman mean": ".4f", "Spearman worst": ".4f",
                 "top-1 agreement": ".3f"}
 SENSITIVITY_TABLE = {"EncoderLayer.INT8": "", "layers": "", "cosine mean": ".4f", "cosine worst": ".4f",
                      "top-10 overlap mean": ".3f", "top-10 overlap worst": ".1f", "texts/s": ".1f",
@@ -49,6 +52,8 @@ SPEED_TABLE = {"task": "", "impl": "", "inputs": "", "items/s": ".1f", "vs peer"
 GOAL_TABLE = {"figure": "", "goal": "", "minialign int8": ".3f", "met": "", "ONNX qint8": "", "ONNX met": ""}
 
 FP32, INT8 = "minialign fp32", "minialign int8"
+# the two cross-encoders reranking is measured on; the goals are judged on the first (module docstring)
+TUNED, HEAD = "fine-tuned", "frozen [CLS] head"
 ST, CE = "SentenceTransformer.encode fp32", "CrossEncoder.predict fp32"
 
 
@@ -170,6 +175,86 @@ def sentence_encoders(directory: Path, *, onnx_dir: Path | None, config: str, th
     return models
 
 
+def labelled_pairs(count: int, *, seed: int = 0) -> list[tuple[str, str, float]]:
+    """About `count` (query, passage, label) examples from human_text, shuffled: half a docstring's summary
+    with a later paragraph of the same docstring (1.0), half the same summary with a random passage (0.0)."""
+    positives = human_text.sample(human_text.query_pairs(), count // 2, seed=seed)
+    negatives = [(query, passage) for (query, own), passage in
+                 zip(positives, human_text.sample(human_text.passages(), len(positives), seed=seed + 1))
+                 if passage != own]
+    examples = [(q, p, 1.0) for q, p in positives] + [(q, p, 0.0) for q, p in negatives]
+    return human_text.sample(examples, len(examples), seed=seed + 2)
+
+
+@contextlib.contextmanager
+def quiet_transformers():
+    """transformers' load report off: it lists the classifier as missing (the head trained here)."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
+def save_cross_encoder(model, directory: Path, out: Path) -> None:
+    """The model and the backbone's tokenizer files, as CrossEncoder and Classifier load them."""
+    model.save_pretrained(out)
+    for name in TOKENIZER_FILES:
+        shutil.copy(directory / name, out)
+
+
+def fine_tune(directory: Path, out: Path, *, steps: int = 300, batch: int = 16, lr: float = 1e-4,
+              held_out: int = 400, max_length: int = 128, seed: int = 0, echo=print) -> dict:
+    """A cross-encoder as people make one: BertForSequenceClassification(num_labels=1) from `directory`
+    trained end to end (AdamW, linear warm-up over a tenth of the steps then linear decay, binary
+    cross-entropy, seeded) on labelled_pairs, cut at `max_length` tokens while training. Saved to `out`.
+    Returns its accuracy on `held_out` pairs it did not see and the spread of its logits there."""
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    examples = labelled_pairs(len(human_text.query_pairs()) * 2, seed=seed)
+    train, test = examples[held_out:], examples[:held_out]
+    torch.manual_seed(seed)
+    with quiet_transformers():
+        model = BertForSequenceClassification.from_pretrained(directory, num_labels=1)
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    warm_up = max(1, steps // 10)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warm_up)
+                                                 * (steps - step) / steps)
+    model.train()
+    order = []
+    for step in range(steps):
+        if len(order) < batch:  # another pass over the training pairs, in a new seeded order
+            order += human_text.sample(range(len(train)), len(train), seed=seed + 10 + step)
+        chosen, order = [train[i] for i in order[:batch]], order[batch:]
+        inputs = tokenizer([q for q, _, _ in chosen], [p for _, p, _ in chosen], padding=True,
+                           truncation="longest_first", max_length=max_length, return_tensors="pt")
+        loss = F.binary_cross_entropy_with_logits(model(**inputs).logits.squeeze(1),
+                                                  torch.tensor([label for _, _, label in chosen]))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+    model.eval()
+    logits = torch.empty(len(test))
+    with torch.inference_mode():
+        for start in range(0, len(test), BATCH):
+            part = test[start:start + BATCH]
+            inputs = tokenizer([q for q, _, _ in part], [p for _, p, _ in part], padding=True,
+                               truncation="longest_first", max_length=512, return_tensors="pt")
+            logits[start:start + len(part)] = model(**inputs).logits.squeeze(1)
+    labels = torch.tensor([label for _, _, label in test])
+    save_cross_encoder(model, directory, out)
+    result = {"held out": ((logits > 0).float() == labels).float().mean().item(), "held-out pairs": len(test),
+              "train pairs": len(train), "logit std": logits.std().item()}
+    echo(f"int8 cross-encoder fine-tuned: {steps} AdamW steps of {batch} on {len(train)} pairs, held-out "
+         f"accuracy {result['held out']:.3f}, logit std {result['logit std']:.2f}")
+    return result
+
+
 def train_head(directory: Path, out: Path, *, pairs: int = 1000, held_out: int = 200, steps: int = 300,
                seed: int = 0, echo=print) -> dict:
     """A cross-encoder on the real backbone: transformers' BertForSequenceClassification(num_labels=1) from
@@ -179,21 +264,10 @@ def train_head(directory: Path, out: Path, *, pairs: int = 1000, held_out: int =
     Classifier load it). Returns the head's accuracy on its training and held-out pairs."""
     from transformers import AutoTokenizer, BertForSequenceClassification
 
-    positives = human_text.sample(human_text.query_pairs(), (pairs + held_out) // 2, seed=seed)
-    passages = human_text.passages()
-    negatives = [(query, passage) for (query, own), passage in
-                 zip(positives, human_text.sample(passages, len(positives), seed=seed + 1)) if passage != own]
-    examples = [(q, p, 1.0) for q, p in positives] + [(q, p, 0.0) for q, p in negatives]
-    examples = human_text.sample(examples, len(examples), seed=seed + 2)  # shuffled
-    from transformers.utils import logging as hf_logging
-
+    examples = labelled_pairs(pairs + held_out, seed=seed)
     torch.manual_seed(seed)
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # its load report lists the classifier as missing: the head trained here
-    try:
+    with quiet_transformers():
         model = BertForSequenceClassification.from_pretrained(directory, num_labels=1).eval()
-    finally:
-        hf_logging.set_verbosity(verbosity)
     tokenizer = AutoTokenizer.from_pretrained(directory)
     order = sorted(range(len(examples)), key=lambda i: len(examples[i][0]) + len(examples[i][1]))
     features = torch.empty(len(examples), model.config.hidden_size)
@@ -222,9 +296,7 @@ def train_head(directory: Path, out: Path, *, pairs: int = 1000, held_out: int =
         model.classifier.bias.copy_(head.bias - weight[0] @ mean)
         logits = model.classifier(features).squeeze(1)
         correct = (logits > 0).float() == labels
-    model.save_pretrained(out)
-    for name in TOKENIZER_FILES:
-        shutil.copy(directory / name, out)
+    save_cross_encoder(model, directory, out)
     accuracy = {"train": correct[train].float().mean().item(), "held out": correct[test].float().mean().item(),
                 "train pairs": len(examples) - held_out, "held-out pairs": held_out}
     echo(f"int8 cross-encoder head: {steps} Adam steps on {accuracy['train pairs']} pairs, accuracy "
@@ -283,9 +355,10 @@ def candidates(embeddings: torch.Tensor, passages: list[str], queries: list[str]
     return [(query, [passages[i] for i in row.tolist()]) for query, row in zip(queries, top)]
 
 
-def measure_rerank(*, rerankers: dict, lists: list[tuple[str, list[str]]], echo=print) -> list[dict]:
+def measure_rerank(*, rerankers: dict, lists: list[tuple[str, list[str]]], cross_encoder: str,
+                   echo=print) -> list[dict]:
     """One row per reranker but the fp32 reference: rerank_quality of its scores of every query's
-    candidates against minialign fp32's."""
+    candidates against minialign fp32's (`cross_encoder` names the model in the rows)."""
     a = [query for query, docs in lists for _ in docs]
     b = [doc for _, docs in lists for doc in docs]
     scores = {}
@@ -296,9 +369,9 @@ def measure_rerank(*, rerankers: dict, lists: list[tuple[str, list[str]]], echo=
     for label, out in scores.items():
         if label == FP32:
             continue
-        row = {"impl": label, **rerank_quality(scores[FP32], out)}
+        row = {"cross-encoder": cross_encoder, "impl": label, **rerank_quality(scores[FP32], out)}
         rows.append(row)
-        echo(f"int8 rerank {label:28} Spearman mean {row['Spearman mean']:.4f} worst {row['Spearman worst']:.4f}  "
+        echo(f"int8 rerank {cross_encoder:18} {label:28} Spearman mean {row['Spearman mean']:.4f} worst {row['Spearman worst']:.4f}  "
              f"top-1 agreement {row['top-1 agreement']:.3f}")
     return rows
 
@@ -363,7 +436,8 @@ def measure_speed(*, encoders: dict, rerankers: dict, st_dir: Path, ce_dir: Path
 def goal_rows(quality: list[dict], rerank: list[dict], speed: list[dict], *, onnx: str | None) -> list[dict]:
     """Each goal of the issue, the figure minialign int8 reaches, whether it is met; the ONNX qint8 peer's."""
     def figure(rows, impl, key, task=None):
-        row = next((r for r in rows if r["impl"] == impl and (task is None or r["task"] == task)), None)
+        row = next((r for r in rows if r["impl"] == impl and (task is None or r["task"] == task)
+                    and r.get("cross-encoder", TUNED) == TUNED), None)
         return None if row is None else row[key]
 
     values = {"embedding worst cosine": lambda impl: figure(quality, impl, "cosine worst"),
@@ -386,16 +460,16 @@ def goal_rows(quality: list[dict], rerank: list[dict], speed: list[dict], *, onn
 
 
 SIZES = {False: {"passages": 3000, "queries": 300, "rerank_queries": 150, "head_pairs": 1000, "head_held_out": 200,
-                 "head_steps": 300, "sensitivity_passages": 1000, "sensitivity_queries": 100, "speed_texts": 256,
+                 "head_steps": 300, "tune_steps": 300, "tune_batch": 16, "sensitivity_passages": 1000, "sensitivity_queries": 100, "speed_texts": 256,
                  "speed_queries": 32, "rounds": 3},
          True: {"passages": 300, "queries": 30, "rerank_queries": 15, "head_pairs": 200, "head_held_out": 50,
-                "head_steps": 300, "sensitivity_passages": 100, "sensitivity_queries": 10, "speed_texts": 64,
+                "head_steps": 300, "tune_steps": 10, "tune_batch": 8, "sensitivity_passages": 100, "sensitivity_queries": 10, "speed_texts": 64,
                 "speed_queries": 4, "rounds": 1}}
 
 
 def measure(*, quick: bool = False, onnx: bool | None = None, layer_sets: dict = LAYER_SETS, echo=print) -> dict:
-    """The whole section: {"quality", "rerank", "sensitivity", "speed", "goals": rows; "head": the trained
-    head's accuracy; "config": the ONNX config or None; "sizes", "threads", "passages", "queries" (the
+    """The whole section: {"quality", "rerank", "sensitivity", "speed", "goals": rows; "head", "tuned": the
+    trained head's and the fine-tuned cross-encoder's accuracy; "config": the ONNX config or None; "sizes", "threads", "passages", "queries" (the
     corpus' sizes), "python"}. Needs missing() == ""."""
     size = SIZES[quick]
     directory = minilm_dir()
@@ -417,11 +491,15 @@ def measure(*, quick: bool = False, onnx: bool | None = None, layer_sets: dict =
         reference = embeddings[FP32]
         lists = candidates(reference, passages, queries[:size["rerank_queries"]])
 
-        ce_dir = tmp / "cross-encoder"
-        head = train_head(directory, ce_dir, pairs=size["head_pairs"], held_out=size["head_held_out"],
+        ce_dir, head_dir = tmp / "cross-encoder", tmp / "cross-encoder-head"
+        tuned = fine_tune(directory, ce_dir, steps=size["tune_steps"], batch=size["tune_batch"], echo=echo)
+        head = train_head(directory, head_dir, pairs=size["head_pairs"], held_out=size["head_held_out"],
                           steps=size["head_steps"], echo=echo)
         rerankers = cross_encoders(ce_dir, onnx_dir=tmp / "onnx-ce" if onnx else None, config=config, threads=threads)
-        rerank = measure_rerank(rerankers=rerankers, lists=lists, echo=echo)
+        rerank = measure_rerank(rerankers=rerankers, lists=lists, cross_encoder=TUNED, echo=echo)
+        rerank += measure_rerank(rerankers=cross_encoders(head_dir, onnx_dir=tmp / "onnx-head" if onnx else None,
+                                                          config=config, threads=threads),
+                                 lists=lists, cross_encoder=HEAD, echo=echo)
 
         n, m = size["sensitivity_passages"], size["sensitivity_queries"]
         subset = torch.cat([reference[:n], reference[len(passages):len(passages) + m]])
@@ -436,5 +514,6 @@ def measure(*, quick: bool = False, onnx: bool | None = None, layer_sets: dict =
                               texts=speed_texts, pairs=pairs, rounds=size["rounds"], echo=echo)
     return {"quality": quality, "rerank": rerank, "sensitivity": sensitivity, "speed": speed,
             "goals": goal_rows(quality, rerank, speed, onnx=onnx_label(config) if onnx else None), "head": head,
+            "tuned": tuned,
             "config": config, "sizes": size, "threads": threads, "passages": len(all_passages),
             "queries": len(all_queries), "python": human_text.python_version(), "speed_pairs": len(pairs)}
