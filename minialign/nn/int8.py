@@ -34,10 +34,11 @@ smoothing evens the channels' ranges only by half (alpha 0.5) on a log scale, so
 most tokens' ranges. Where the layer is calibrated, the OUTLIER_CHANNELS channels with the largest
 smoothed range, max |X[:, k]| / c[k] (`outlier_channels`), leave the int8 product: their weight columns are
 zero in Wq (so they set no row's scale either), their inputs are zero before each token's range is taken,
-and X[:, O] W[:, O]^T is added in fp32 in the same small matmul as the offset and the bias. Measured on the
-real all-MiniLM-L6-v2 (BENCHMARKS.md, "int8"): 2 channels halved the rerank logits' error (rms 0.16 ->
-0.11), 8 brought it to 0.09, 16 to 0.086; cost: one (T, k + 2) x (k + 2, N) matmul in place of the two
-passes over the output it replaces.
+and X[:, O] W[:, O]^T is added in fp32, one pass over the output per channel. Measured on the real
+all-MiniLM-L6-v2 (BENCHMARKS.md, "int8"; the frozen-[CLS] cross-encoder, whose logits' rms error was 0.16
+without): 2 channels gave 0.11, 4 0.090, 8 0.093, 16 0.086; top-10 neighbour overlap 0.963 without, 0.967
+/ 0.973 / 0.974 / 0.974. At 1500 tokens the four products of a MiniLM layer cost 3.5% more than without
+with 2 channels, 5% with 4, 10% with 8 (elementwise; a small fp32 matmul instead cost 17%).
 
 Saturation: without AVX-512 VNNI, FBGEMM multiplies uint8 by int8 with `vpmaddubsw`, which adds the two
 products of the inputs k = 2i and 2i + 1 into one saturating int16 (measured: weights 127 and 127 against
@@ -54,6 +55,7 @@ traces, and a torch with FBGEMM (x86). Anything else, the layer runs its fp32 pr
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import warnings
 from collections.abc import Iterator
 from functools import cache
@@ -68,8 +70,11 @@ SMOOTHING_ALPHA = 0.5  # SmoothQuant's migration strength (eq. 4); measured best
 SMOOTHING_FLOOR = 1e-5  # SmoothQuant's clamp of both statistics and of the factor (its smooth.py)
 # c rounded to 2^(i / 4): top-10 overlap 0.966 (unrounded 0.963; powers of two, exact in fp, 0.954)
 SMOOTHING_STEPS = 4
-OUTLIER_CHANNELS = 8  # of each layer's input channels (module docstring); 0: none
-TAIL_ROWS = 128  # rows per call of the fp32 tail's matmul (tail_product)
+OUTLIER_CHANNELS = 4  # of each layer's input channels (module docstring); 0: none
+# What a quantized model's answers depend on besides its weights and calibration (`fingerprint`); a new
+# name whenever the formula changes, so a file made under an older one is not resumed under this one.
+SCHEME = (f"int8 per-token inputs, SmoothQuant {SMOOTHING_ALPHA} on 2^(i/{SMOOTHING_STEPS}), "
+          f"{OUTLIER_CHANNELS} fp32 outlier channels")
 
 
 @cache
@@ -134,11 +139,11 @@ def smoothing(input_absmax: Tensor, weight: Tensor) -> Tensor:
 class Int8Weight(NamedTuple):
     """A Linear layer's weight as `linear` multiplies by it."""
     packed: object  # FBGEMM's packed Wq and s_w (no bias; the outlier channels' columns zero)
-    tail: Tensor  # (k + 1 or k + 2, N) fp32, multiplied by [X[:, outliers], lo, 1]: the outlier channels'
-    #               columns of the (smoothed) weight, the row sums sum_k s_w[n] Wq[n, k], the bias if any
+    row_sums: Tensor  # (N,) sum_k s_w[n] Wq[n, k]: the offset term's
+    bias: Tensor | None
     outliers: Tensor | None  # (k,) the input channels multiplied in fp32 (None: none)
+    outlier_weight: Tensor | None  # (k, N) their columns of the (smoothed) weight
     input_scale: Tensor | None  # (K,) 1 / c, the smoothing (None: none)
-    bias: bool  # whether the tail's last row is the bias
 
 
 def outlier_channels(input_absmax: Tensor, factor: Tensor, count: int) -> Tensor:
@@ -169,44 +174,50 @@ def pack(weight: Tensor, bias: Tensor | None, input_absmax: Tensor | None = None
         finally:
             torch.backends.quantized.engine = engine
     row_sums = (q.double() * scale[:, None]).sum(dim=1).float()
-    columns = ([] if channels is None else [smoothed[:, channels]]) + [row_sums[:, None]] + \
-        ([] if bias is None else [bias.detach().float()[:, None]])
-    return Int8Weight(packed, torch.cat(columns, dim=1).T.contiguous(), channels,
-                      None if factor is None else factor.reciprocal(), bias is not None)
+    return Int8Weight(packed, row_sums, None if bias is None else bias.detach().float(), channels,
+                      None if channels is None else smoothed[:, channels].T.contiguous(),
+                      None if factor is None else factor.reciprocal())
 
 
 def linear(x: Tensor, weight: Int8Weight) -> Tensor:
-    """Y for the float32 input x (..., K) (module docstring), float32 (..., N)."""
+    """Y for the float32 input x (..., K) (module docstring), float32 (..., N). Past the int8 product
+    only elementwise steps: a row's result does not depend on the other rows (a matmul's order of sums
+    would vary with their count, and a last-bit change of one layer's output moves the next layer's
+    rounding of that token)."""
     rows = x.reshape(-1, x.shape[-1])
     smoothed = weight.input_scale is not None
     if smoothed:
         rows = rows * weight.input_scale  # a copy of x: changed in place below
-    columns = []  # what weight.tail multiplies
+    aside = None
     if weight.outliers is not None:  # only with the smoothing, so on the copy
-        columns.append(rows.index_select(1, weight.outliers))
+        aside = rows.index_select(1, weight.outliers)
         rows.index_fill_(1, weight.outliers, 0.0)
     lo = rows.amin(dim=1, keepdim=True)
     span = rows.amax(dim=1, keepdim=True).sub_(lo).clamp_(min=torch.finfo(torch.float32).tiny)
     unit = (rows.sub_(lo) if smoothed else rows.sub(lo)).div_(span)  # each row on [0, 1]
     y = torch.ops.quantized.linear_dynamic(unit, weight.packed, False)  # its scale: 1/255, zero point 0
-    columns.append(lo)
-    if weight.bias:
-        columns.append(torch.ones_like(lo))
-    y.mul_(span).add_(tail_product(torch.cat(columns, dim=1), weight.tail))
+    y.mul_(span).addcmul_(lo, weight.row_sums)
+    if weight.bias is not None:
+        y.add_(weight.bias)
+    if aside is not None:
+        for j, column in enumerate(weight.outlier_weight):
+            y.addcmul_(aside[:, j:j + 1], column)
     return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
-def tail_product(columns: Tensor, tail: Tensor) -> Tensor:
-    """columns (T, m) @ tail (m, N) in fp32, each row summed in the same order whatever T and its place:
-    in blocks of exactly TAIL_ROWS rows, the last one padded (MKL's order of sums varies with the shape,
-    and a token's result would then depend on its batch: a last-bit change of one layer's output moves
-    the next layer's rounding of that token)."""
-    rows = columns.shape[0]
-    columns = nn.functional.pad(columns, (0, 0, 0, -rows % TAIL_ROWS))
-    out = columns.new_empty(columns.shape[0], tail.shape[1])
-    for start in range(0, columns.shape[0], TAIL_ROWS):
-        torch.mm(columns[start:start + TAIL_ROWS], tail, out=out[start:start + TAIL_ROWS])
-    return out[:rows]
+def fingerprint(model: nn.Module) -> str:
+    """The quantized mode's answers as a file's settings record them (so `--resume` refuses a file made
+    under another scheme, calibration or weight rounding): SCHEME, the weights' levels on this CPU
+    ("pair-bounded" where pairs saturate), and a digest of each quantized layer's smoothing factors and
+    outlier channels; those are rounded to their grid, so runs whose statistics differ in their last bits
+    (other batch sizes or thread counts) get the same digest."""
+    digest = hashlib.sha256()
+    for layer in quantized_layers(model):
+        weight = layer.int8_weight()
+        for part in (weight.input_scale, weight.outliers):
+            digest.update(b"none" if part is None else part.numpy().tobytes())
+    levels = "pair-bounded weights" if pairs_saturate() else "127-level weights"
+    return f"{SCHEME}; {levels}; calibration {digest.hexdigest()[:16]}"
 
 
 def quantized_layers(model: nn.Module) -> list[nn.Module]:

@@ -146,7 +146,10 @@ class Runner:
         self.engine.set_budget(max_tokens=max_tokens, batch_size=batch_size)
 
     def settings(self, **options) -> dict:
-        """What a resumed file run must share with the run that made the file (with the call's options)."""
+        """What a resumed file run must share with the run that made the file (with the call's options);
+        for the quantized mode also its scheme and calibration (nn/int8.py, fingerprint)."""
+        if self.dtype_name == "int8":
+            return {"dtype": "int8", "int8": int8.fingerprint(self.model)}
         return {"dtype": self.dtype_name}
 
     def close(self) -> None:

@@ -88,7 +88,7 @@ def test_each_token_has_its_own_input_range(calibrated):
         assert torch.equal(int8.linear(x[start:stop], packed), y[start:stop])
     reference = F.linear(x, w, bias)
     error = ((y - reference).norm(dim=1) / reference.norm(dim=1))
-    assert (error < 2e-2).all(), error
+    assert (error < 3e-2).all() and error.median() < 1e-2, error
 
 
 def test_smoothing_moves_an_outlier_channel_into_the_weights():

@@ -131,6 +131,28 @@ def test_cli_says_int8_and_resume_refuses_a_mix(tmp_path, minilm_dir, capsys, en
     assert "dtype" in capsys.readouterr().err
     assert cli([*args, "--resume", "--dtype", "int8"]) == 0
     assert len(out.read_text().splitlines()) == len(TEXTS)
+    record = out.with_name(out.name + ".settings.json")
+    made = json.loads(record.read_text())
+    assert made["settings"]["int8"] == encoders[1].settings()["int8"]
+    made["settings"]["int8"] = made["settings"]["int8"].replace(int8.SCHEME, "an older int8 scheme")
+    record.write_text(json.dumps(made))
+    out.write_text("".join(whole.splitlines(keepends=True)[:2]))
+    capsys.readouterr()
+    assert cli([*args, "--resume", "--dtype", "int8"]) == 2  # made under another int8 formula: refused
+    assert "an older int8 scheme" in capsys.readouterr().err
+
+
+def test_int8_settings_name_the_scheme_and_the_calibration(encoders, minilm_dir):
+    """The fingerprint a file records: the same for another load and for worker processes (statistics
+    from other batch shapes), another after recalibrating on other text."""
+    quantized = encoders[1]
+    recorded = quantized.settings()["int8"]
+    assert recorded.startswith(int8.SCHEME) and "weights" in recorded and "calibration " in recorded
+    assert ma.SentenceEncoder.from_pretrained(minilm_dir, dtype="int8", batch_size=3).settings()["int8"] == recorded
+    other = ma.SentenceEncoder.from_pretrained(minilm_dir, dtype="int8")
+    other.calibrate_int8(TEXTS)
+    assert other.settings()["int8"] != recorded
+    assert "int8" not in encoders[0].settings()
 
 
 @pytest.mark.parametrize("family", family_params())
