@@ -241,7 +241,8 @@ def test_int8_figures_on_made_up_scores():
     row = int8.rerank_quality(scores, swapped)
     assert row["top-1 agreement"] == 0.5 and row["Spearman worst"] == pytest.approx(0.8) and row["pairs"] == 8
     goals = int8.goal_rows([{"impl": int8.INT8, "cosine worst": 0.99, "top-10 overlap mean": 0.9}],
-                           [{"cross-encoder": int8.HEAD, "impl": int8.INT8, "Spearman mean": 0.9, "top-1 agreement": 0.8},
+                           [{"cross-encoder": int8.HEAD, "impl": int8.INT8, "Spearman mean": 0.9,
+                             "top-1 agreement": 0.8},
                             {"cross-encoder": int8.TUNED, "impl": int8.INT8, "Spearman mean": 0.995,
                              "top-1 agreement": 0.97}],
                            [{"impl": int8.INT8, "task": "embeddings", "vs peer": 5.5},

@@ -43,8 +43,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 
 QUALITY_TABLE = {"impl": "", "texts": "", "cosine mean": ".4f", "cosine worst": ".4f", "queries": "",
                  "top-10 overlap mean": ".3f", "top-10 overlap worst": ".1f"}
-RERANK_TABLE = {"cross-encoder": "", "impl": "", "queries": "", "pairs": "", "Spearman mean": ".4f", "Spearman worst": ".4f",
-                "top-1 agreement": ".3f"}
+RERANK_TABLE = {"cross-encoder": "", "impl": "", "queries": "", "pairs": "", "Spearman mean": ".4f",
+                "Spearman worst": ".4f", "top-1 agreement": ".3f"}
 SENSITIVITY_TABLE = {"EncoderLayer.INT8": "", "layers": "", "cosine mean": ".4f", "cosine worst": ".4f",
                      "top-10 overlap mean": ".3f", "top-10 overlap worst": ".1f", "texts/s": ".1f",
                      "vs minialign fp32": ".2f"}
@@ -259,9 +259,8 @@ def train_head(directory: Path, out: Path, *, pairs: int = 1000, held_out: int =
                seed: int = 0, echo=print) -> dict:
     """A cross-encoder on the real backbone: transformers' BertForSequenceClassification(num_labels=1) from
     `directory` with only its classifier trained, a logistic regression on the fp32 pooled [CLS] output of
-    (query, passage) pairs from human_text (half a docstring's summary with a later paragraph of it, half
-    with a random passage), full-batch Adam with weight decay on standardized features. Saved to `out` with the tokenizer's files (CrossEncoder and
-    Classifier load it). Returns the head's accuracy on its training and held-out pairs."""
+    labelled_pairs, full-batch Adam with weight decay on standardized features. Saved to `out` (with the
+    tokenizer's files). Returns the head's accuracy on its training and held-out pairs."""
     from transformers import AutoTokenizer, BertForSequenceClassification
 
     examples = labelled_pairs(pairs + held_out, seed=seed)
@@ -371,8 +370,8 @@ def measure_rerank(*, rerankers: dict, lists: list[tuple[str, list[str]]], cross
             continue
         row = {"cross-encoder": cross_encoder, "impl": label, **rerank_quality(scores[FP32], out)}
         rows.append(row)
-        echo(f"int8 rerank {cross_encoder:18} {label:28} Spearman mean {row['Spearman mean']:.4f} worst {row['Spearman worst']:.4f}  "
-             f"top-1 agreement {row['top-1 agreement']:.3f}")
+        echo(f"int8 rerank {cross_encoder:18} {label:28} Spearman mean {row['Spearman mean']:.4f} "
+             f"worst {row['Spearman worst']:.4f}  top-1 agreement {row['top-1 agreement']:.3f}")
     return rows
 
 
@@ -460,17 +459,17 @@ def goal_rows(quality: list[dict], rerank: list[dict], speed: list[dict], *, onn
 
 
 SIZES = {False: {"passages": 3000, "queries": 300, "rerank_queries": 150, "head_pairs": 1000, "head_held_out": 200,
-                 "head_steps": 300, "tune_steps": 300, "tune_batch": 16, "sensitivity_passages": 1000, "sensitivity_queries": 100, "speed_texts": 256,
-                 "speed_queries": 32, "rounds": 3},
+                 "head_steps": 300, "tune_steps": 300, "tune_batch": 16, "sensitivity_passages": 1000,
+                 "sensitivity_queries": 100, "speed_texts": 256, "speed_queries": 32, "rounds": 3},
          True: {"passages": 300, "queries": 30, "rerank_queries": 15, "head_pairs": 200, "head_held_out": 50,
-                "head_steps": 300, "tune_steps": 10, "tune_batch": 8, "sensitivity_passages": 100, "sensitivity_queries": 10, "speed_texts": 64,
-                "speed_queries": 4, "rounds": 1}}
+                "head_steps": 300, "tune_steps": 10, "tune_batch": 8, "sensitivity_passages": 100,
+                "sensitivity_queries": 10, "speed_texts": 64, "speed_queries": 4, "rounds": 1}}
 
 
 def measure(*, quick: bool = False, onnx: bool | None = None, layer_sets: dict = LAYER_SETS, echo=print) -> dict:
     """The whole section: {"quality", "rerank", "sensitivity", "speed", "goals": rows; "head", "tuned": the
-    trained head's and the fine-tuned cross-encoder's accuracy; "config": the ONNX config or None; "sizes", "threads", "passages", "queries" (the
-    corpus' sizes), "python"}. Needs missing() == ""."""
+    trained head's and the fine-tuned cross-encoder's accuracy; "config": the ONNX config or None; "sizes",
+    "threads", "passages", "queries" (the corpus' sizes), "python"}. Needs missing() == ""."""
     size = SIZES[quick]
     directory = minilm_dir()
     onnx = has_onnx() if onnx is None else onnx
