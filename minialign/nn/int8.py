@@ -209,8 +209,8 @@ def fingerprint(model: nn.Module) -> str:
     """The quantized mode's answers as a file's settings record them (so `--resume` refuses a file made
     under another scheme, calibration or weight rounding): SCHEME, the weights' levels on this CPU
     ("pair-bounded" where pairs saturate), and a digest of each quantized layer's smoothing factors and
-    outlier channels; those are rounded to their grid, so runs whose statistics differ in their last bits
-    (other batch sizes or thread counts) get the same digest."""
+    outlier channels: factors rounded to their grid and a ranking of channels, so runs whose statistics
+    differ in their last bits (other batch sizes or thread counts) get the same digest (tested)."""
     digest = hashlib.sha256()
     for layer in quantized_layers(model):
         weight = layer.int8_weight()

@@ -75,7 +75,7 @@ def test_the_product_follows_the_formula_where_every_value_is_representable(shap
 def test_each_token_has_its_own_input_range(calibrated):
     """A token beside one 1000 times larger keeps its precision, and gets the same answer alone or among
     any number of others: nothing depends on the other rows of a call (one call's range would round the
-    small row to zero), also with smoothing and outlier channels (their fp32 matmul in fixed blocks)."""
+    small row to zero), also with smoothing and outlier channels (added elementwise in fp32)."""
     torch.manual_seed(0)
     w, x = torch.randn(32, 64) / 8, torch.randn(300, 64)
     x[0] *= 1000
