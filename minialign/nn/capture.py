@@ -32,6 +32,7 @@ import contextlib
 from collections.abc import Iterator
 
 import torch.nn as nn
+import torch.nn.modules.module as torch_module
 from torch import Tensor
 
 _active: Capture | None = None
@@ -64,6 +65,16 @@ class Capture:
 
 def capturing() -> bool:
     return _active is not None
+
+
+def unobserved(*modules: nn.Module) -> bool:
+    """Whether a tensor handed between `modules` (its maker's output, its reader's input) is seen by nothing
+    else: no capture active and no forward hook on any of them, nor a global one (torch's
+    register_module_forward_hook / _pre_hook), so its reader may overwrite it (nn/int8.py, `linear`)."""
+    if _active is not None or any(m._forward_hooks or m._forward_pre_hooks for m in modules):
+        return False
+    return not (getattr(torch_module, "_global_forward_hooks", None)
+                or getattr(torch_module, "_global_forward_pre_hooks", None))
 
 
 def record(role: str, tensor: Tensor) -> None:

@@ -14,20 +14,22 @@ k outside O):
                       + lo[r] * sum_k s_w[n] Wq[n, k]                    (fp32 from here)
                       + sum_{o in O} X[r, o] W[n, o] + b[n]
 
-FBGEMM runs the int32 sums: `quantized::linear_dynamic` on weights packed by `quantized::linear_prepack`
-quantizes its input with one affine scale per call, so each row is first mapped onto [0, 1], (X - lo) /
-span, which makes that scale 1/255 with zero point 0 on every call: per-token quantization from a
-per-tensor kernel. The offset term uses the quantized weights' row sums, so the only losses are the
+FBGEMM runs the int32 sums on weights packed by `quantized::linear_prepack`, quantizing its input with one
+affine scale per call, so each row is first mapped onto [0, 1], (X - lo) / span, and the call is given that
+scale, 1/255 with zero point 0 (`quantized::linear_with_input_q_dq_qweight_dq_output_fp32`: the same
+product as `linear_dynamic`, to the bit, without the pass that finds the scale): per-token quantization
+from a per-tensor kernel. The offset term uses the quantized weights' row sums, so the only losses are the
 rounding of Xn and of W. Per token, not per call, because real weights have outlier features: one call's
-range is set by its largest token, and torch.ao / ONNX Runtime's per-call scale lost far more (BENCHMARKS.md,
-"int8": top-10 neighbour overlap 0.88 per call, 0.94 per token, 0.966 with the smoothing below).
+range is set by its largest token, and torch.ao / ONNX Runtime's per-call scale lost far more
+(BENCHMARKS.md, "int8": top-10 neighbour overlap 0.88 per call, 0.94 per token, 0.966 with the smoothing
+below).
 
 Smoothing (SmoothQuant, Xiao et al. 2023, eq. 4, alpha 0.5; `smoothing`): where the layer has calibrated
 input statistics (`calibrating`: max |X[:, k]| over a calibration pass in fp32), X W^T = (X / c)(W c)^T with
-c[k] = sqrt(max |X[:, k]|) / sqrt(max_n |W[n, k]|) (rounded to 2^(i/4)): input channels with outliers are scaled down and their
-weight columns up before both are quantized, which evens the rows' ranges. The products (SentenceEncoder,
-Classifier) calibrate on loading with the built-in text of int8_calibration.txt (ordinary English written
-for this purpose, unrelated to the benchmark's text).
+c[k] = sqrt(max |X[:, k]|) / sqrt(max_n |W[n, k]|) (rounded to 2^(i/4)): input channels with outliers are
+scaled down and their weight columns up before both are quantized, which evens the rows' ranges. The
+products (SentenceEncoder, Classifier) calibrate on loading with the built-in text of int8_calibration.txt
+(ordinary English written for this purpose, unrelated to the benchmark's text).
 
 Outlier channels (LLM.int8(), Dettmers et al. 2022, its mixed-precision decomposition, on fixed channels):
 smoothing evens the channels' ranges only by half (alpha 0.5) on a log scale, so a few channels still set
@@ -72,8 +74,9 @@ SMOOTHING_FLOOR = 1e-5  # SmoothQuant's clamp of both statistics and of the fact
 SMOOTHING_STEPS = 4
 OUTLIER_CHANNELS = 4  # of each layer's input channels (module docstring); 0: none
 # What a quantized model's answers depend on besides its weights and calibration (`fingerprint`); a new
-# name whenever the formula changes, so a file made under an older one is not resumed under this one.
-SCHEME = (f"int8 per-token inputs, SmoothQuant {SMOOTHING_ALPHA} on 2^(i/{SMOOTHING_STEPS}), "
+# revision whenever the formula or its rounding changes, so a file made under an older one is not resumed
+# under this one (2: inputs mapped onto [0, 1] by a multiplication, not a division).
+SCHEME = (f"int8 scheme 2: per-token inputs, SmoothQuant {SMOOTHING_ALPHA} on 2^(i/{SMOOTHING_STEPS}), "
           f"{OUTLIER_CHANNELS} fp32 outlier channels")
 
 
@@ -179,26 +182,32 @@ def pack(weight: Tensor, bias: Tensor | None, input_absmax: Tensor | None = None
                       None if factor is None else factor.reciprocal())
 
 
-def linear(x: Tensor, weight: Int8Weight) -> Tensor:
-    """Y for the float32 input x (..., K) (module docstring), float32 (..., N). Past the int8 product
-    only elementwise steps: a row's result does not depend on the other rows (a matmul's order of sums
-    would vary with their count, and a last-bit change of one layer's output moves the next layer's
-    rounding of that token)."""
+def linear(x: Tensor, weight: Int8Weight, *, scratch: bool = False) -> Tensor:
+    """Y for the float32 input x (..., K) (module docstring), float32 (..., N). `scratch`: x is the caller's
+    to throw away (an intermediate nobody reads again), so the smoothing and the mapping onto [0, 1] are
+    done in it instead of in a copy. Past the int8 product only elementwise steps: a row's result does not
+    depend on the other rows (a matmul's order of sums would vary with their count, and a last-bit change of
+    one layer's output moves the next layer's rounding of that token)."""
     rows = x.reshape(-1, x.shape[-1])
-    smoothed = weight.input_scale is not None
-    if smoothed:
-        rows = rows * weight.input_scale  # a copy of x: changed in place below
+    own = scratch or weight.input_scale is not None  # `rows` may be changed in place below
+    if weight.input_scale is not None:
+        rows = rows.mul_(weight.input_scale) if scratch else rows * weight.input_scale
     aside = None
-    if weight.outliers is not None:  # only with the smoothing, so on the copy
+    if weight.outliers is not None:  # only with the smoothing, so in `rows` of our own
         aside = rows.index_select(1, weight.outliers)
         rows.index_fill_(1, weight.outliers, 0.0)
     lo = rows.amin(dim=1, keepdim=True)
     span = rows.amax(dim=1, keepdim=True).sub_(lo).clamp_(min=torch.finfo(torch.float32).tiny)
-    unit = (rows.sub_(lo) if smoothed else rows.sub(lo)).div_(span)  # each row on [0, 1]
-    y = torch.ops.quantized.linear_dynamic(unit, weight.packed, False)  # its scale: 1/255, zero point 0
-    y.mul_(span).addcmul_(lo, weight.row_sums)
+    inverse = span.reciprocal()
+    # each row on [0, 1] in one pass, (X - lo) / span; the kernel's quantization clamps the last bit's excess
+    unit = torch.addcmul(lo.mul(inverse).neg_(), rows, inverse, out=rows if own else None)
+    # FBGEMM's product with the input's scale given (1/255, zero point 0) rather than found by a pass of its own
+    y = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(unit, 1 / 255, 0, weight.packed)
     if weight.bias is not None:
-        y.add_(weight.bias)
+        torch.addcmul(weight.bias, y, span, out=y)
+    else:
+        y.mul_(span)
+    y.addcmul_(lo, weight.row_sums)
     if aside is not None:
         for j, column in enumerate(weight.outlier_weight):
             y.addcmul_(aside[:, j:j + 1], column)

@@ -17,7 +17,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from minialign.nn.attention import PreparedMask, attention
-from minialign.nn.capture import capturing, record
+from minialign.nn.capture import capturing, record, unobserved
 from minialign.nn.config import Config
 from minialign.nn.linear import Linear
 from minialign.nn.rotary import apply_rotary
@@ -59,7 +59,8 @@ class SelfAttention(nn.Module):
         record("v", v)
         y, probs = attention(q, k, v, mask, score=self.score, dropout_p=self.dropout_p if self.training else 0.0)
         record("context", y)  # (B, H, Lq, D)
-        out = self.output(y.transpose(1, 2).reshape(B, q.size(2), C))  # (B, Lq, C)
+        # y (or the copy reshape makes of it) is read again only by a capture or a hook
+        out = self.output(y.transpose(1, 2).reshape(B, q.size(2), C), scratch=unobserved(self.output))  # (B, Lq, C)
         record("output", out)
         return out, probs
 
@@ -113,7 +114,7 @@ class FeedForward(nn.Module):
         """The feed-forward of some rows: down(activation(x W^T + b)), (..., C) -> (..., C)."""
         h = self.up(x)  # (..., I)
         record("intermediate", h)
-        return self.down(h)
+        return self.down(h, scratch=unobserved(self.up, self.down))  # h is read again only by a capture or a hook
 
     def slice_rows(self, x: Tensor) -> int:
         """The rows of one inference slice: a multiple of 64, at least 64."""

@@ -118,13 +118,15 @@ class Linear(nn.Linear):
         self._int8: tuple | None = None  # (the weight's and bias' identity, the statistics, FBGEMM's packed form)
         self._packed: tuple[tuple, Tensor] | None = None  # (the weight's identity, its packed / rounded copy)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, *, scratch: bool = False) -> Tensor:
+        """`scratch`: the caller does not read x again, so the int8 product may change it in place (nn/int8.py,
+        `linear`); the other kernels leave x as it is either way."""
         function, fused = ACTIVATIONS[self.activation] if self.activation else (None, None)
         if self.compute_dtype is not None or not torch.is_autocast_enabled(x.device.type):
             x = x.to(self.compute_dtype or self.weight.dtype)  # e.g. after a mixed-precision layer
         kernel = self._kernel(x)
         if kernel == "int8":
-            y = int8_kernel.linear(x, self.int8_weight())
+            y = int8_kernel.linear(x, self.int8_weight(), scratch=scratch)
             return self._activate(function, y) if function is not None else y
         if kernel == "packed":
             attr, algorithm = fused or ("none", "")

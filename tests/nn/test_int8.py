@@ -91,6 +91,22 @@ def test_each_token_has_its_own_input_range(calibrated):
     assert (error < 3e-2).all() and error.median() < 1e-2, error
 
 
+@pytest.mark.parametrize("calibrated", [False, True])
+def test_a_scratch_input_gives_the_same_product_and_only_it_is_overwritten(calibrated):
+    """scratch=True may work in the caller's x (the smoothing, the mapping onto [0, 1]) and answers the same
+    to the bit; without it x is left as it was."""
+    torch.manual_seed(0)
+    w, x = torch.randn(32, 64) / 8, torch.randn(50, 64)
+    x[:, 5] *= 30
+    packed = int8.pack(w, torch.randn(32), x.abs().amax(dim=0) if calibrated else None)
+    kept = x.clone()
+    y = int8.linear(x, packed)
+    assert torch.equal(x, kept)
+    scratch = x.clone()
+    assert torch.equal(int8.linear(scratch, packed, scratch=True), y)
+    assert not torch.equal(scratch, kept)  # worked in place: the reason to offer it
+
+
 def test_smoothing_moves_an_outlier_channel_into_the_weights():
     """SmoothQuant's factor (sqrt(max|X_k|) / sqrt(max_n |W[n, k]|)) and its effect: an input channel 50x the
     others costs the other channels their precision; with the calibrated statistics the error drops."""

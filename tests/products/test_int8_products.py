@@ -67,6 +67,32 @@ def test_int8_is_calibrated_on_loading_and_each_text_gets_its_own_answer(encoder
     assert torch.equal(alone, together)
 
 
+def test_hooks_and_captures_see_the_intermediates_the_int8_products_read(encoders):
+    """The feed-forward's intermediate and attention's context are worked on in place by the int8 product
+    that reads them (nn/int8.py, scratch) only where nothing else can hold them: a forward hook on the
+    up projection, or a capture, keeps the values it was given, and the answer is the same to the bit."""
+    _, quantized = encoders
+    model, kept = quantized.model, {}
+    up = next(m for name, m in model.named_modules() if name.endswith("layers.0.ffn.up"))
+    alone = quantized.encode(TEXTS[:2])
+
+    def keep(module, args, output):
+        kept["held"], kept["then"] = output, output.clone()
+
+    handle = up.register_forward_hook(keep)
+    try:
+        assert torch.equal(quantized.encode(TEXTS[:2]), alone)
+    finally:
+        handle.remove()
+    assert torch.equal(kept["held"], kept["then"])
+    with ma.capture(model) as cap:
+        quantized.encode(TEXTS[:2])
+    name = next(n for n in cap if n.endswith("layers.0.ffn.intermediate"))
+    with torch.inference_mode():
+        recomputed = up(cap[name.replace("ffn.intermediate", "attention_norm")])
+    assert torch.equal(cap[name], recomputed)
+
+
 def test_recalibrating_on_other_text_changes_the_statistics(minilm_dir):
     encoder = ma.SentenceEncoder.from_pretrained(minilm_dir, dtype="int8")
     layer = next(m for m in encoder.model.modules() if isinstance(m, Linear) and m.int8)
