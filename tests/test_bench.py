@@ -240,6 +240,8 @@ def test_int8_figures_on_made_up_scores():
     swapped = torch.tensor([[3.0, 4.0, 2.0, 1.0], [1.0, 2.0, 3.0, 4.0]])
     row = int8.rerank_quality(scores, swapped)
     assert row["top-1 agreement"] == 0.5 and row["Spearman worst"] == pytest.approx(0.8) and row["pairs"] == 8
+    assert row["top-1 regret max"] == 1.0  # the first query's int8 choice is 1 below fp32's top by fp32's scores
+    assert int8.rerank_quality(scores, scores.clone())["top-1 regret max"] == 0.0
     goals = int8.goal_rows([{"impl": int8.INT8, "cosine worst": 0.99, "top-10 overlap mean": 0.9}],
                            [{"cross-encoder": int8.HEAD, "impl": int8.INT8, "Spearman mean": 0.9,
                              "top-1 agreement": 0.8},
@@ -276,13 +278,24 @@ def test_int8_embedding_quality_on_a_small_sample_of_real_text(minilm_dir):
 
 
 def test_int8_fine_tuned_cross_encoder_is_saved_for_both_libraries(minilm_dir, tmp_path):
-    """A few steps of the end-to-end fine-tuning: its held-out figures, and a directory that minialign's
-    Classifier loads and scores the same as transformers' model it saved (fp32)."""
+    """Hard negatives mined among a few passages (never a query's own), added to the labelled pairs; a few
+    steps of the end-to-end fine-tuning: its held-out figures, and a directory that minialign's Classifier
+    loads and scores the same as transformers' model it saved (fp32)."""
     import minialign as ma
 
-    result = int8.fine_tune(minilm_dir, tmp_path / "ce", steps=2, batch=4, held_out=8, echo=lambda *a: None)
+    pairs, passages = human_text.query_pairs()[:20], list(human_text.passages()[:200])
+    mined = int8.mined_negatives(minilm_dir, pairs, passages, ranks=(1, 6))
+    assert set(mined) == {q for q, _ in pairs}
+    assert all(len(found) in (4, 5) and own not in found and set(found) <= set(passages) for (q, own), found in
+               zip(pairs, mined.values()))
+    plain = int8.labelled_pairs(len(human_text.query_pairs()) * 2)
+    hard = int8.labelled_pairs(len(human_text.query_pairs()) * 2, mined=mined)
+    added = set(hard) - set(plain)
+    assert len(added) == 20 and all(label == 0.0 and p in mined[q] for q, p, label in added)
+    result = int8.fine_tune(minilm_dir, tmp_path / "ce", mined=mined, steps=2, batch=4, held_out=8,
+                            echo=lambda *a: None)
     assert result["held-out pairs"] == 8 and 0.0 <= result["held out"] <= 1.0 and result["logit std"] > 0
-    assert result["train pairs"] > 1000
+    assert result["train pairs"] == len(hard) - 8
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     pairs = [("what does sorted do", "Return a new list containing all items from the iterable in ascending order."),
