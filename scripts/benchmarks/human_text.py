@@ -160,6 +160,18 @@ def query_pairs() -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+@cache
+def belonging() -> dict[str, frozenset[str]]:
+    """query -> every passage that belongs with it: the later paragraphs of every docstring with that summary
+    (query_pairs keeps one of them per query)."""
+    known, found = set(queries()), {}
+    for doc in _raw()["docstrings"]:
+        query = _summary(doc)
+        if query in known:
+            found.setdefault(query, set()).update(p for p in doc[1:] if prose(p))
+    return {query: frozenset(passages) for query, passages in found.items()}
+
+
 def sample(texts, n: int, *, seed: int = 0) -> list:
     """n of texts (all of them if fewer), drawn with a seeded generator, in the drawn order."""
     texts = list(texts)

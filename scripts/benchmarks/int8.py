@@ -200,14 +200,18 @@ def mined_negatives(directory: Path, pairs, passages: list[str], *, ranks: tuple
                     ) -> dict[str, list[str]]:
     """Hard negatives as cross-encoders' training sets mine them (MS MARCO's, sentence-transformers'
     `mine_hard_negatives`): for each (query, its own passage) of `pairs`, the `passages` at ranks
-    [ranks[0], ranks[1]) of its nearest by fp32 embedding (`directory`, minialign), its own passage left
-    out; the nearest is skipped, as it is mostly that passage or a copy of it."""
+    [ranks[0], ranks[1]) of its nearest by fp32 embedding (`directory`, minialign), less those that belong
+    with the query (its own, and every later paragraph of a docstring with that summary:
+    human_text.belonging, positives by labelled_pairs' rule); the nearest is skipped, as sentence-transformers'
+    `range_min` does, since it is mostly a copy of a positive under another name."""
     from minialign.products.embeddings import SentenceEncoder
 
     encoder = SentenceEncoder.from_pretrained(directory, batch_size=BATCH)
     with torch.inference_mode(), quiet():
         nearest = neighbours(encoder.encode([q for q, _ in pairs]), encoder.encode(list(passages)), ranks[1])
-    return {query: [passages[i] for i in row[ranks[0]:].tolist() if passages[i] != own]
+    belonging = human_text.belonging()
+    return {query: [passages[i] for i in row[ranks[0]:].tolist()
+                    if passages[i] != own and passages[i] not in belonging.get(query, ())]
             for (query, own), row in zip(pairs, nearest)}
 
 

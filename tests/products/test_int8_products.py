@@ -76,15 +76,21 @@ def test_hooks_and_captures_see_the_intermediates_the_int8_products_read(encoder
     up = next(m for name, m in model.named_modules() if name.endswith("layers.0.ffn.up"))
     alone = quantized.encode(TEXTS[:2])
 
-    def keep(module, args, output):
-        kept["held"], kept["then"] = output, output.clone()
+    output = next(m for name, m in model.named_modules() if name.endswith("layers.0.attention.output"))
 
-    handle = up.register_forward_hook(keep)
+    def keep(module, args, result):
+        kept["held"], kept["then"] = result, result.clone()
+
+    def keep_input(module, args):
+        kept["context"], kept["context then"] = args[0], args[0].clone()
+
+    handles = [up.register_forward_hook(keep), output.register_forward_pre_hook(keep_input)]
     try:
         assert torch.equal(quantized.encode(TEXTS[:2]), alone)
     finally:
-        handle.remove()
-    assert torch.equal(kept["held"], kept["then"])
+        for handle in handles:
+            handle.remove()
+    assert torch.equal(kept["held"], kept["then"]) and torch.equal(kept["context"], kept["context then"])
     with ma.capture(model) as cap:
         quantized.encode(TEXTS[:2])
     name = next(n for n in cap if n.endswith("layers.0.ffn.intermediate"))
