@@ -182,6 +182,20 @@ def pack(weight: Tensor, bias: Tensor | None, input_absmax: Tensor | None = None
                       None if factor is None else factor.reciprocal())
 
 
+def unit_rows(rows: Tensor, *, in_place: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+    """(each row of `rows` (T, K) mapped onto [0, 1], (X - lo) * (1 / span), in `rows` itself where
+    in_place; lo (T, 1); span (T, 1)). The subtraction comes first, so a row far from zero keeps its
+    precision (X / span - lo / span would lose |lo| / span ulps); a row constant to fp32's precision (or
+    with a span below the smallest normal float, whose reciprocal overflows) maps to 0, its Y then the
+    offset term alone."""
+    lo = rows.amin(dim=1, keepdim=True)
+    span = rows.amax(dim=1, keepdim=True).sub_(lo)
+    finfo = torch.finfo(torch.float32)
+    flat = span <= lo.abs().mul(finfo.eps).clamp_(min=finfo.tiny)
+    inverse = span.reciprocal().masked_fill_(flat, 0.0)
+    return (rows.sub_(lo) if in_place else rows.sub(lo)).mul_(inverse), lo, span
+
+
 def linear(x: Tensor, weight: Int8Weight, *, scratch: bool = False) -> Tensor:
     """Y for the float32 input x (..., K) (module docstring), float32 (..., N). `scratch`: x is the caller's
     to throw away (an intermediate nobody reads again), so the smoothing and the mapping onto [0, 1] are
@@ -196,11 +210,7 @@ def linear(x: Tensor, weight: Int8Weight, *, scratch: bool = False) -> Tensor:
     if weight.outliers is not None:  # only with the smoothing, so in `rows` of our own
         aside = rows.index_select(1, weight.outliers)
         rows.index_fill_(1, weight.outliers, 0.0)
-    lo = rows.amin(dim=1, keepdim=True)
-    span = rows.amax(dim=1, keepdim=True).sub_(lo).clamp_(min=torch.finfo(torch.float32).tiny)
-    inverse = span.reciprocal()
-    # each row on [0, 1] in one pass, (X - lo) / span; the kernel's quantization clamps the last bit's excess
-    unit = torch.addcmul(lo.mul(inverse).neg_(), rows, inverse, out=rows if own else None)
+    unit, lo, span = unit_rows(rows, in_place=own)
     # FBGEMM's product with the input's scale given (1/255, zero point 0) rather than found by a pass of its own
     y = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(unit, 1 / 255, 0, weight.packed)
     if weight.bias is not None:

@@ -107,6 +107,27 @@ def test_a_scratch_input_gives_the_same_product_and_only_it_is_overwritten(calib
     assert not torch.equal(scratch, kept)  # worked in place: the reason to offer it
 
 
+def test_constant_rows_give_the_offset_term():
+    """A token whose inputs are all equal (zero, small, large) has no range to quantize: it maps to 0 and
+    its result is lo * sum_k s_w[n] Wq[n, k] + b (the offset term), finite; a row far from zero (7 +- 1e-3)
+    maps onto [0, 1] to fp32's precision."""
+    torch.manual_seed(0)
+    w, bias = torch.randn(16, 32) / 8, torch.randn(16)
+    x = torch.tensor([0.0, 0.5, 5.0, -1e3, 3e30])[:, None].expand(5, 32).contiguous()
+    unit, lo, span = int8.unit_rows(x)
+    assert torch.equal(unit, torch.zeros_like(x)) and torch.equal(lo, x[:, :1]) and not span.any()
+    varied = torch.randn(4, 32) * torch.tensor([1e-3, 1.0, 1e3, 1e30])[:, None] + 7.0
+    unit, lo, span = int8.unit_rows(varied)
+    assert unit.min() == 0 and unit.max() <= 1 + 1e-6 and torch.equal(unit.amin(dim=1), torch.zeros(4))
+    exact = (varied.double() - lo.double()) / span.double()  # the subtraction first: no cancellation
+    torch.testing.assert_close(unit.double(), exact, rtol=0, atol=3e-7)
+    packed = int8.pack(w, bias)
+    y = int8.linear(x, packed)
+    assert torch.isfinite(y).all()
+    expected = x[:, :1].double() * packed.row_sums.double() + bias.double()
+    torch.testing.assert_close(y.double(), expected, rtol=1e-5, atol=1e-5)
+
+
 def test_smoothing_moves_an_outlier_channel_into_the_weights():
     """SmoothQuant's factor (sqrt(max|X_k|) / sqrt(max_n |W[n, k]|)) and its effect: an input channel 50x the
     others costs the other channels their precision; with the calibrated statistics the error drops."""
