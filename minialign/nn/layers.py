@@ -134,9 +134,10 @@ class EncoderLayer(nn.Module):
     # The quantized mode (loading's dtype="int8", nn/int8.py) runs these products in int8: all four, every
     # Linear of the layer. Measured on the real all-MiniLM-L6-v2 and Python's documentation (BENCHMARKS.md,
     # "int8", per-token inputs with smoothing and 4 fp32 outlier channels): each alone keeps top-10 neighbour
-    # overlap 0.977-0.995, all four 0.974 (three without ffn.down 0.977) at 1.22x fp32's encode speed (three:
-    # 1.13x); with one input range per call, as torch.ao and the ONNX qint8 export quantize, all four gave 0.865.
-    # attention.output alone is no faster (0.98x), but leaving it in fp32 moved the rerank figures by ties only.
+    # overlap 0.977-0.995, all four 0.969-0.974 (three without ffn.down 0.977) at 1.22-1.35x fp32's encode speed
+    # (three: 1.13-1.18x); with one input range per call, as torch.ao and the ONNX qint8 export quantize, all
+    # four gave 0.865. attention.output alone is about as fast as fp32 (0.98-1.03x), but leaving it in fp32 moved
+    # the rerank figures by ties only.
     INT8 = ("attention.qkv", "attention.output", "ffn.up", "ffn.down")
 
     def __init__(self, config: Config):
