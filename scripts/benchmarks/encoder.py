@@ -25,14 +25,15 @@ TABLE = {"model": "", "dtype": "", "batch": "", "impl": "", "tokens/s": ".0f", "
 # tokens (a larger square matmul runs slower than that on a small-cache CPU, understating the
 # ceiling). GPU: a large square matmul, the usual peak reference.
 CEILING_SHAPE = {"cpu": (2048, 768, 3072), "cuda": (8192, 8192, 8192)}
+BACKENDS = ("eager", "sdpa", "flex", "sdpa compiled")  # minialign's runs; `compiled`: model.compile()
 
 
-def ceiling_matmul(dtype: torch.dtype, device: str = "cpu"):
+def ceiling_matmul(dtype: torch.dtype, device: str = "cpu", ceiling_shape: tuple[int, int, int] | None = None):
     """(calls, FLOPs): one product at CEILING_SHAPE through torch's F.linear and through minialign's
     Linear (oneDNN with a prepacked weight for CPU fp32 inference, linear.py). The encoder benchmark
     times them in the same rounds as the models, so they see the same machine state; the best rate of
     the faster is the ceiling."""
-    m, k, n = CEILING_SHAPE[torch.device(device).type]
+    m, k, n = ceiling_shape or CEILING_SHAPE[torch.device(device).type]
     x = torch.randn(m, k, dtype=dtype, device=device)
     linear = Linear(k, n, bias=False).to(device=device, dtype=dtype)
     return {"F.linear": lambda: F.linear(x, linear.weight), "minialign Linear": lambda: linear(x)}, 2 * m * k * n
@@ -110,10 +111,11 @@ def hf_encoder(config: Config, implementation: str, dtype: torch.dtype, state_di
 
 
 def measure(*, reps: int, dtypes: list[str], config: Config = ROBERTA_BASE, model_name: str = "roberta-base",
-            device: str = "cpu", batches: dict[str, list[int]] | None = None,
-            echo=print) -> tuple[list[dict], dict[str, float]]:
+            device: str = "cpu", batches: dict[str, list[int]] | None = None, backends: tuple[str, ...] = BACKENDS,
+            ceiling_shape: tuple[int, int, int] | None = None, echo=print) -> tuple[list[dict], dict[str, float]]:
     """Rows of the encoder table and, per dtype, the matmul rates (GFLOP/s) of F.linear and of
-    minialign's Linear; the faster is the ceiling."""
+    minialign's Linear; the faster is the ceiling. backends: minialign's runs (BACKENDS; a dry run leaves
+    out the compiled ones)."""
     torch.manual_seed(0)
     ours = Encoder(config).eval()
     hf_weights = convert.minialign_to_hf({f"encoder.{k}": v for k, v in ours.state_dict().items()}, config.arch)
@@ -124,20 +126,22 @@ def measure(*, reps: int, dtypes: list[str], config: Config = ROBERTA_BASE, mode
             "transformers eager": hf_encoder(config, "eager", dtype, hf_weights, device),
             "transformers sdpa": hf_encoder(config, "sdpa", dtype, hf_weights, device),
         }
-        for backend in ("eager", "sdpa", "flex", "sdpa compiled"):
+        for backend in backends:
             model = Encoder(config, attn_backend=backend.split()[0])
             model.load_state_dict(ours.state_dict())
             runners[f"minialign {backend}"] = model.to(device=device, dtype=dtype).eval()
-        runners["minialign sdpa compiled"].compile()
+            if backend.endswith(" compiled"):
+                model.compile()
         ort = onnxruntime_encoder(runners["transformers eager"], config, torch.get_num_threads()) \
             if dtype_name == "fp32" and device == "cpu" else None
-        ceiling_calls, ceiling_flops = ceiling_matmul(dtype, device)
+        ceiling_calls, ceiling_flops = ceiling_matmul(dtype, device, ceiling_shape)
         timed = []
         for name, lengths in (batches or encoder_batches(device)).items():
             ids, mask = (t.to(device) for t in inputs(config, lengths))
             calls = {label: (lambda m=m: m(ids, attention_mask=mask)) for label, m in runners.items()}
-            for label, model in (("unpadded", runners["minialign sdpa"]), ("unpadded flex", runners["minialign flex"])):
-                calls[f"minialign {label}"] = lambda m=model: m(ids, attention_mask=mask, unpad=True)
+            for label, backend in (("unpadded", "sdpa"), ("unpadded flex", "flex")):
+                if (model := runners.get(f"minialign {backend}")) is not None:
+                    calls[f"minialign {label}"] = lambda m=model: m(ids, attention_mask=mask, unpad=True)
             if device == "cpu" and dtype_name == "fp32":  # the other kernel choice (linear.py), same model
                 calls["minialign unpadded, F.linear only"] = lambda m=runners["minialign sdpa"]: without_packing(
                     lambda: m(ids, attention_mask=mask, unpad=True))

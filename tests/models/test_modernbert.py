@@ -221,7 +221,7 @@ def test_tokenizer_ids_equal_transformers(tmp_path):
     from family_builders import FAMILIES, write_tokenizer
     from text.test_family_tokenizers import _assert_matches_transformers
 
-    write_tokenizer(FAMILIES["modernbert"], tmp_path, minilm_dir=tmp_path, bpe_dir=tmp_path)
+    write_tokenizer(FAMILIES["modernbert"], tmp_path, wordpiece_dir=tmp_path, bpe_dir=tmp_path)
     assert ma.Tokenizer.from_pretrained(tmp_path).pad_token_id == transformers.AutoTokenizer.from_pretrained(
         tmp_path).pad_token_id == 3
     assert "token_type_ids" not in ma.Tokenizer.from_pretrained(tmp_path)(["a"], ["b"])

@@ -45,8 +45,9 @@ class ReferenceMiniCheck:
         chunks = [c for c in chunks if c]
         texts = [self.tokenizer.eos_token.join([c, claim]) for c in chunks]
         batch = self.tokenizer(texts, max_length=self.max_length, truncation=True, padding=True, return_tensors="pt")
-        with torch.no_grad():
-            probs = torch.softmax(self.model(**batch).logits, dim=1)[:, 1]
+        with torch.no_grad():  # on the model's device, probabilities in fp32 whatever its dtype
+            logits = self.model(**batch.to(next(self.model.parameters()).device)).logits
+            probs = torch.softmax(logits.float(), dim=1)[:, 1].cpu()
         return probs.max().item(), chunks, probs.tolist()
 
 
