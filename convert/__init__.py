@@ -23,7 +23,8 @@ from .files import (
 )
 from .mapped import release
 from .hf_config import config_from_hf, config_to_hf
-from .names import alignscore_to_minialign, hf_to_minialign, minialign_to_hf, split_hf_backbone
+from .names import (alignscore_to_minialign, hf_to_minialign, minialign_to_alignscore, minialign_to_hf,
+                    split_hf_backbone)
 from .pickles import load_pickle
 from .sbert import (crossencoder_activation, read_dense, read_include_prompt, read_modules, read_pooling,
                     read_prompts, read_sentence_config)
@@ -41,6 +42,7 @@ __all__ = [
     "find_weights",
     "hf_to_minialign",
     "load_pickle",
+    "minialign_to_alignscore",
     "minialign_to_hf",
     "read_alignscore_ckpt",
     "read_dense",

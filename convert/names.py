@@ -362,6 +362,19 @@ def minialign_to_hf(state_dict: dict[str, torch.Tensor], arch: str) -> dict[str,
     return out
 
 
+def minialign_to_alignscore(state_dict: dict[str, torch.Tensor], arch: str) -> dict[str, torch.Tensor]:
+    """Rename minialign weights to AlignScore BERTAlignModel's names (the inverse of alignscore_to_minialign):
+    the backbone under `base_model.`, the MLM head under `mlm_head.`, the three heads as they are."""
+    out = {}
+    for name, tensor in minialign_to_hf(state_dict, arch).items():
+        if name.startswith(NAMES[arch].mlm_prefix):
+            name = ALIGNSCORE_MLM_PREFIX + name[len(NAMES[arch].mlm_prefix):]
+        elif name not in _ALIGN_HEADS:
+            name = ALIGNSCORE_BACKBONE_PREFIX + name
+        out[name] = tensor
+    return out
+
+
 def split_hf_backbone(hf_state_dict: dict[str, torch.Tensor], arch: str) -> tuple[dict, dict]:
     """Split bare HF names into (the transformers model: backbone, and the classification head when
     there is one, in *ForSequenceClassification's names; the rest: MLM head and AlignScore heads).

@@ -160,7 +160,9 @@ def _score(args: argparse.Namespace) -> int:
         scorer = AlignScorer.from_pretrained(args.model, backbone=args.backbone, tokenizer=args.tokenizer,
                                              mode=args.mode, **_loading(args))
     if not files:
-        print(scorer.score([args.context], [args.claim])[0])
+        tally = scorer.tally(details=False)  # the command line has no return_details to point to
+        print(scorer.score([args.context], [args.claim], tally=tally)[0])
+        tally.warn()
         return 0
     job = score_job(scorer, context_field=args.context_field, claim_field=args.claim_field,
                     model=_named(args, "method", "model", "backbone", "tokenizer"))
@@ -217,7 +219,10 @@ def _serve(args: argparse.Namespace) -> int:
     except ImportError:
         raise ValueError("minialign serve needs the serve extra: pip install 'minialign[serve]'") from None
     from minialign.apps.serve import ALIGNSCORE_ROUTES, Limits, Models, Service, serve
+    from minialign.products.runner import refuse_int8
 
+    if args.alignscore:  # refused before anything is announced or loaded
+        refuse_int8(args.dtype, "AlignScorer (--alignscore)")
     loading = {"device": args.device, "dtype": _dtype(args)}
     models = Models()
     from minialign.products.alignscore import AlignScorer
@@ -247,8 +252,9 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _common(p: argparse.ArgumentParser, *, batch: str) -> None:
-    """Options every model command shares: files, resume, device, precision, batching."""
+def _common(p: argparse.ArgumentParser, *, batch: str, int8: bool = True) -> None:
+    """Options every model command shares: files, resume, device, precision, batching. int8: whether the
+    command's --dtype offers int8 (the scorers do not: products/runner.py refuse_int8)."""
     p.add_argument("--input", help="a .jsonl or .csv file of rows")
     p.add_argument("--output", help="where the results go (one row per input row, with its id)")
     p.add_argument("--id-field", default="id", help="row id field (default: id; else the line number)")
@@ -258,10 +264,10 @@ def _common(p: argparse.ArgumentParser, *, batch: str) -> None:
     p.add_argument("--max-tokens", type=int, default=None,
                    help="most tokens in one forward pass (default: 2048 on CPU, 65536 on GPU)")
     p.add_argument("--device", default=None, help="cpu (default), cuda, cuda:N or mps")
-    p.add_argument("--dtype", choices=(*DTYPES, "auto", "int8"),
+    p.add_argument("--dtype", choices=(*DTYPES, "auto", *(("int8",) if int8 else ())),
                    help="weights' dtype (default fp32); auto: fp32 weights, the attention output and FFN down "
-                        "matmuls in bf16 where bf16 is native; int8: quantized products on CPU (embed and "
-                        "classify only; never chosen for you)")
+                        "matmuls in bf16 where bf16 is native" + ("; int8: quantized products on CPU (never chosen "
+                                                                  "for you)" if int8 else ""))
     p.add_argument("--workers", type=int, default=1,
                    help="model processes on the CPU, each with cores/N threads (default 1; see BENCHMARKS.md)")
     ray = p.add_argument_group("Ray Data (the ray extra; README: Ray Data)")
@@ -285,7 +291,8 @@ def _texts(p: argparse.ArgumentParser, *, text: str, model: str) -> None:
     """The options of a command on texts (embed, classify): one --text, or a file's --text-field; the
     model; and every model command's (_common)."""
     p.add_argument("--text", help=text)
-    p.add_argument("--text-field", default="text")
+    p.add_argument("--text-field", default="text", help="with --input: the field holding each row's text "
+                                                        "(default: text)")
     p.add_argument("--model", required=True, help=model)
     _common(p, batch="texts")
 
@@ -337,6 +344,9 @@ def _parity(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="minialign", description=__doc__)
+    from minialign import __version__
+
+    parser.add_argument("--version", action="version", version=f"minialign {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("score", help="AlignScore (or MiniCheck) a claim against a context, or a JSONL/CSV file")
@@ -354,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mode", default="nli_sp", choices=("nli_sp", "bin_sp", "reg_sp", "nli", "bin", "reg"),
                    help="alignscore only")
     p.add_argument("--chunk-size", type=int, default=400, help="minicheck only: tokens per document chunk")
-    _common(p, batch="pairs")
+    _common(p, batch="pairs", int8=False)
     p.set_defaults(run=_score)
 
     p = sub.add_parser("embed", help="sentence embeddings of a text, or of a JSONL/CSV file (.jsonl or .safetensors out)")
@@ -432,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.formatwarning = _warning_line
     try:
         _check_paths(args)
+        _check_rows(args)
         return args.run(args)
     except (CheckpointError, OSError, ValueError) as e:
         print(f"minialign {args.command}: error: {e}", file=sys.stderr)
@@ -460,6 +471,30 @@ def _check_paths(args: argparse.Namespace) -> None:
             raise InputError(f"--input {args.input}: no such file or directory")
         check_output(args.output, formats=None if args.ray is not None else OUTPUT_FORMATS[args.command],
                      input=args.input, resume=args.resume)
+
+
+def _check_rows(args: argparse.Namespace) -> None:
+    """A file command's every input row, checked before any model is loaded (files.rows.validate_input: the
+    same refusal the run makes, without the wait for the model). --ray reads its rows on the cluster."""
+    from minialign.apps.files import jobs
+    from minialign.apps.files.rows import validate_input
+
+    if args.command not in jobs.OUTPUT_FORMATS or args.input is None or args.output is None or args.ray is not None:
+        return
+    if args.command == "score":
+        check = None
+        if args.method == "alignscore":  # AlignScorer.check with its default splitter: a claim needs a sentence
+            from minialign.products.alignscore import check_example
+            from minialign.text.sentences import split_sentences
+
+            check = lambda values: check_example(values["context"], values["claim"], split_sentences,  # noqa: E731
+                                                 null="null")[0]
+        fields = jobs.score_fields(context_field=args.context_field, claim_field=args.claim_field, check=check)
+    elif args.command == "embed":
+        fields = jobs.embed_fields(text_field=args.text_field)
+    else:
+        fields = jobs.classify_fields(text_field=args.text_field, pair_field=args.pair_field)
+    validate_input(args.input, fields, id_field=args.id_field, skip_invalid=args.skip_invalid)
 
 
 if __name__ == "__main__":

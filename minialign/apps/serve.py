@@ -41,8 +41,9 @@ from minialign.text.validation import text_problem
 
 # TEI's error bodies are {"error", "error_type"}, with these statuses (router/src/http/server.rs,
 # From<&ErrorType> for StatusCode): Unhealthy 503, Backend 424, Overloaded 429, Validation 413,
-# Tokenizer 422, Empty 400 (an empty batch, or an input whose texts are all empty). Departures, by design:
-# a malformed body (bad JSON, a wrong type, a value the product refuses, such as a claim with no sentence)
+# Tokenizer 422, Empty 400 (an empty batch, or a claim with no sentence). Departures, by design: an empty text
+# is embedded / classified as its special tokens alone, as sentence-transformers and every other face of
+# minialign do (TEI refuses an input whose texts are all empty: EncodingInput::is_empty); a malformed body (bad JSON, a wrong type, a value the product refuses, such as a claim with no sentence)
 # is a JSON 422 naming the field (TEI: axum's plain-text 400/422), a model call that fails is a 500, and an
 # unknown route or method is a JSON 404 NotFound / 405 MethodNotAllowed (TEI: axum's empty body).
 ALIGNSCORE_ROUTES = ("base", "large")  # NeMo Guardrails posts to /alignscore_base or /alignscore_large
@@ -63,14 +64,6 @@ def bad_request(message: str) -> ServiceError:
 def empty(name: str) -> ServiceError:
     """Empty input, TEI's 400 Empty (router: "`inputs` cannot be empty"; core/src/tokenization.rs)."""
     return ServiceError(400, "Empty", f"Input validation error: `{name}` cannot be empty")
-
-
-def _refuse_empty(inputs: list[tuple[str | None, ...]], name: str, batched: bool) -> None:
-    """TEI refuses an input whose texts are all empty (EncodingInput::is_empty: a pair is empty when both
-    of its texts are); named as the body names it."""
-    for i, texts in enumerate(inputs):
-        if not any(texts):
-            raise empty(f"{name}[{i}]" if batched else name)
 
 
 @dataclass
@@ -242,9 +235,15 @@ class Service:
 
     # -- handlers (body: the parsed JSON; they return JSON-able values) --
 
-    def _example(self, model: str, context: Any, claim: Any, names: dict[str, str]) -> tuple[str, str]:
-        """(context, claim) once the scorer's own check (AlignScorer.check) takes them: an empty claim is
-        empty input (400 Empty), any other problem a 422 naming the field (names: "context"/"claim" -> field)."""
+    def _example(self, model: str, body: dict, names: dict[str, str], context: Any = None) -> tuple[str, str]:
+        """(context, claim) of `body` (its fields named by `names`: "context"/"claim" -> field; `context`: one the
+        route has already read) once the scorer's own check (AlignScorer.check) takes them: an absent field is a
+        422 saying so, an empty claim is empty input (400 Empty), any other problem a 422 naming the field."""
+        for which in ("context", "claim"):
+            if names[which].rpartition(".")[2] not in body:
+                raise bad_request(f"`{names[which]}` is missing")
+        context = body[names["context"].rpartition(".")[2]] if context is None else context
+        claim = body[names["claim"].rpartition(".")[2]]
         if claim == "":
             raise empty(names["claim"])
         problems = self.models.alignscore[model].check(context, claim, null="null")
@@ -253,10 +252,10 @@ class Service:
         return context, claim
 
     async def alignscore(self, name: str, body: dict) -> dict:
-        evidence, claim = body.get("evidence"), body.get("claim")
+        evidence = body.get("evidence")
         if isinstance(evidence, list):
             evidence = " ".join(_text(e, f"evidence[{i}]") for i, e in enumerate(evidence))
-        context, claim = self._example(name, evidence, claim, {"context": "evidence", "claim": "claim"})
+        context, claim = self._example(name, body, {"context": "evidence", "claim": "claim"}, evidence)
         (details,) = await self._run(f"alignscore_{name}", [("nli_sp", context, claim)])
         return {"alignscore": details["score"]}
 
@@ -275,7 +274,7 @@ class Service:
             if not isinstance(pair, dict):
                 raise bad_request(f"`pairs[{i}]` must be an object with `context` and `claim`")
             names = {"context": f"pairs[{i}].context", "claim": f"pairs[{i}].claim"}
-            items.append((mode, *self._example(name, pair.get("context"), pair.get("claim"), names)))
+            items.append((mode, *self._example(name, pair, names)))
         details = await self._run(f"alignscore_{name}", items)
         out: dict[str, Any] = {"scores": [d["score"] for d in details]}
         if _flag(body, "details", False):
@@ -297,7 +296,6 @@ class Service:
         embedder = self._require("embed")
         texts = _texts(body.get("inputs"), "inputs")
         self._check_batch(len(texts))
-        _refuse_empty([(t,) for t in texts], "inputs", not isinstance(body["inputs"], str))
         prompt = self._prompt(embedder, body.get("prompt_name"))
         self._check_length(embedder, texts, _flag(body, "truncate", False), prompt=prompt)
         vectors = await self._run("embed", [(prompt, t) for t in texts])
@@ -309,7 +307,6 @@ class Service:
         classifier = self._require("classify")
         items, batched = _predict_inputs(body.get("inputs"))
         self._check_batch(len(items))
-        _refuse_empty(items, "inputs", batched)
         self._check_length(classifier, inputs_of(*zip(*items)), _flag(body, "truncate", False))
         logits = await self._run("classify", items)
         # TEI's scores: the raw logits, or sigmoid for one label and softmax for several
@@ -329,7 +326,6 @@ class Service:
         if not classifier.reranker:
             raise ServiceError(424, "Backend", "Backend error: model is not a re-ranker model")
         self._check_batch(len(texts), "texts")
-        _refuse_empty([(query, t) for t in texts], "texts", True)
         self._check_length(classifier, [(query, t) for t in texts], _flag(body, "truncate", False))
         logits = await self._run("classify", [(query, t) for t in texts])
         scores = classifier.activate(torch.stack(logits), "none" if _flag(body, "raw_scores", False) else "sigmoid")
@@ -352,8 +348,6 @@ class Service:
         if not sentences:
             raise empty("inputs.sentences")
         self._check_batch(len(sentences) + 1, "inputs.sentences")  # the source counts, as in TEI
-        _refuse_empty([(source,)], "inputs.source_sentence", False)
-        _refuse_empty([(t,) for t in sentences], "inputs.sentences", True)
         prompt = self._prompt(embedder, parameters.get("prompt_name"), "parameters.prompt_name")
         self._check_length(embedder, [source, *sentences], _flag(parameters, "truncate", False), prompt=prompt)
         vectors = torch.stack(await self._run("embed", [(prompt, t) for t in [source, *sentences]])).float()
@@ -371,7 +365,6 @@ class Service:
         if function not in (None, "sigmoid", "softmax", "none"):
             raise bad_request(f"`parameters.function_to_apply` must be sigmoid, softmax or none, got {function!r}")
         text = _text(body.get("inputs"), "inputs")
-        _refuse_empty([(text,)], "inputs", False)
         self._check_length(classifier, [text], _flag(body, "truncate", False))
         logits = await self._run("classify", [(text, None)])
         (ranked,) = classifier.label_ranking(classifier.activate(torch.stack(logits), function or "auto"), top_k=top_k)
@@ -449,7 +442,26 @@ class Service:
                         model_type={kind: {"id2label": {str(i): l for i, l in enumerate(labels)},
                                            "label2id": {l: i for i, l in enumerate(labels)}}},
                         max_input_length=m.classifier.max_length)
+        # TEI's fields above describe one model; every loaded one, each under the routes that use it:
+        loaded = {"embed": m.embedder, "classify": m.classifier,
+                  **{f"alignscore_{name}": scorer for name, scorer in m.alignscore.items()}}
+        info["models"] = {kind: self._describe(kind, runner) for kind, runner in loaded.items() if runner is not None}
         return info
+
+    def _describe(self, kind: str, runner: Runner) -> dict:
+        """One loaded model for /info: what was loaded, its dtype, window and routes, and its product's own facts."""
+        source = self.models.names.get(kind.partition("_")[0] if kind.startswith("alignscore") else kind)
+        described: dict[str, Any] = {"model_id": source, "model_dtype": runner.dtype_name,
+                                     "max_input_length": runner.max_length}
+        if isinstance(runner, SentenceEncoder):
+            described.update(kind="embedding", pooling=pooling.tei_name(runner.pooling), dimension=runner.dimension,
+                             routes=["/embed", "/similarity", "/"])
+        elif isinstance(runner, Classifier):
+            described.update(kind="reranker" if runner.reranker else "classifier", labels=runner.labels,
+                             routes=["/predict", "/rerank", "/"] if runner.reranker else ["/predict", "/"])
+        else:
+            described.update(kind="alignscore", mode=runner.mode, routes=[f"/{kind}", "/score"])
+        return described
 
     # -- the ASGI app --
 

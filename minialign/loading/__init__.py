@@ -1,7 +1,7 @@
 """Checkpoints -> models: read a checkpoint from a resolved source, build a model class from it, write
 it back out. May import: nn, sources, text, convert."""
 
-from minialign.loading.devices import auto_compute_dtype, cpu_has_native, resolve_device
+from minialign.loading.devices import auto_compute_dtype, cpu_has_native, resolve_device, resolve_dtype
 from minialign.loading.weights import build, check_tensors, initialise, load, materialise, own_tensors
 from minialign.loading.checkpoints import (HEADS_FILE, NATIVE_FORMAT, Checkpoint, read_checkpoint,
                                            resolve_backbone)
@@ -10,4 +10,5 @@ from minialign.loading.pretrained import Pretrained
 
 __all__ = ["HEADS_FILE", "NATIVE_FORMAT", "Checkpoint", "Pretrained", "auto_compute_dtype", "build", "check_tensors",
            "copy_tokenizer_files", "cpu_has_native", "export_hf", "initialise", "load", "materialise",
-           "output_directory", "own_tensors", "read_checkpoint", "resolve_backbone", "resolve_device", "save_native"]
+           "output_directory", "own_tensors", "read_checkpoint", "resolve_backbone", "resolve_device", "resolve_dtype",
+           "save_native"]

@@ -40,6 +40,19 @@ class Checkpoint:
     tokenizer: Source | None = None  # where tokenizer files may be found (a .ckpt: its backbone's source)
     dropped: list[str] = field(default_factory=list)  # source names dropped on purpose
     backbone_name: str | None = None  # for a .ckpt: the backbone its configuration came from
+    layout: str = "minialign"  # the names the file itself uses: "minialign", "hf" (transformers), "alignscore"
+
+    def own_name(self, name: str) -> str:
+        """A weight's name (AlignModel's) as the file names it, for messages in the user's words: transformers'
+        name for an HF directory (convert's family table), AlignScore's for a .ckpt; as is when not mapped."""
+        mapping = {"hf": convert.minialign_to_hf, "alignscore": convert.minialign_to_alignscore}.get(self.layout)
+        if mapping is None:
+            return name
+        try:
+            (mapped,) = mapping({name: torch.empty(0)}, self.config.arch)
+        except (ValueError, KeyError):
+            return name
+        return mapped
 
     @property
     def tokenizer_dir(self) -> Path | None:
@@ -86,7 +99,7 @@ def _read_model(source: Source) -> Checkpoint:
                                                              source=str(heads))
         tensors.update(more)
         dropped += more_dropped
-    return Checkpoint(config, tensors, str(weights), source, dropped)
+    return Checkpoint(config, tensors, str(weights), source, dropped, layout="hf")
 
 
 def _read_alignscore(path: Path, backbone: str | Source | None, revision: str | None,
@@ -97,7 +110,7 @@ def _read_alignscore(path: Path, backbone: str | Source | None, revision: str | 
         raise CheckpointError(f"{path}: no backbone named in hyper_parameters['model']; pass backbone=")
     config, tokenizer = resolve_backbone(name, revision=revision, cache_dir=cache_dir)
     tensors, dropped = convert.alignscore_to_minialign(state_dict, config.arch, source=str(path))
-    return Checkpoint(config, tensors, str(path), tokenizer, dropped, backbone_name=str(name))
+    return Checkpoint(config, tensors, str(path), tokenizer, dropped, backbone_name=str(name), layout="alignscore")
 
 
 def resolve_backbone(name: str | Source, *, revision: str | None = None,

@@ -9,6 +9,7 @@ import warnings
 import torch
 
 from minialign.nn import int8
+from minialign.nn.config import DTYPES
 from minialign.nn.linear import ONEDNN_PROBES
 
 
@@ -21,6 +22,34 @@ def auto_compute_dtype(device: torch.device) -> torch.dtype | None:
     if device.type == "cpu":
         return torch.bfloat16 if cpu_has_native(torch.bfloat16, unknown=False) else None
     return None
+
+
+# The dtype names from_pretrained takes (besides a torch.dtype): the command line's (nn.config.DTYPES), torch's
+# own names for the same three, and the two modes that keep fp32 weights.
+DTYPE_NAMES = {**DTYPES, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+MODES = ("auto", "int8")
+
+
+def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | str | None:
+    """A from_pretrained dtype as loading uses it: None (fp32), a floating torch.dtype, or "auto" / "int8";
+    a name (DTYPE_NAMES: "bf16", "float16", ...) becomes its torch.dtype. Anything else is a ValueError
+    naming the values taken."""
+    if dtype is None:
+        return None
+    if isinstance(dtype, torch.dtype):
+        if not dtype.is_floating_point:
+            raise ValueError(f"dtype={dtype} is not a floating-point dtype; {_TAKEN}")
+        return dtype
+    name = dtype.lower() if isinstance(dtype, str) else None
+    if name in MODES:
+        return name
+    if name in DTYPE_NAMES:
+        return DTYPE_NAMES[name]
+    raise ValueError(f"unknown dtype {dtype!r}; {_TAKEN}")
+
+
+_TAKEN = (f"use one of {', '.join(map(repr, (*DTYPE_NAMES, *MODES)))} or a floating torch.dtype "
+          f"(e.g. torch.bfloat16)")
 
 
 def check_int8(device: torch.device) -> None:

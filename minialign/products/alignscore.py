@@ -102,7 +102,7 @@ class AlignScorer(PairScorer):
     @classmethod
     def from_pretrained(cls, src: str | Path = "AlignScore-base", *, backbone: str | None = None,
                         tokenizer: str | Path | Tokenizer | None = None, mode: str = "nli_sp", batch_size: int = 32,
-                        device: str | torch.device | None = None, dtype: torch.dtype | None = None,
+                        device: str | torch.device | None = None, dtype: torch.dtype | str | None = None,
                         splitter: Callable[[str], list[str]] | None = None, unpad: bool = True,
                         compile: bool = False, max_tokens: int | None = None, workers: int = 1,
                         cache_dir: str | Path | None = None, attn_backend: str = "sdpa",
@@ -124,7 +124,7 @@ class AlignScorer(PairScorer):
         return scorer
 
     def score(self, contexts: Sequence[str], claims: Sequence[str], *, mode: str | Sequence[str] | None = None,
-              return_details: bool = False, progress: bool = False, warn_truncation: bool = True,
+              return_details: bool = False, progress: bool = False, warn_truncation: bool | None = None,
               tally: Truncation | None = None) -> list[float] | list[dict]:
         """One score per (context, claim). mode: one of MODES (default: the scorer's), or one per
         example; the model runs the same, only the column read and the splitting differ. With
@@ -132,7 +132,8 @@ class AlignScorer(PairScorer):
         matrices of every probability (COLUMNS), and `truncated`: the tokens of each pair cut by the
         window (the chunk's tail, as the original does; both texts when the sentence alone does not
         fit). Text cut anywhere in the call gives one TruncationWarning with the counts, unless
-        warn_truncation=False; tally (self.tally()) adds the counts to a running total."""
+        warn_truncation=False or a tally (self.tally()) is given, which adds the counts to a running total
+        that reports once (products/runner.py)."""
         examples, pairs = self._plan(contexts, claims, mode)
         results = self.score_pairs(pairs, progress=progress)
         self._count(results.truncated, warn_truncation, tally)

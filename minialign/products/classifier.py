@@ -80,7 +80,7 @@ class Classifier(Runner):
 
     @classmethod
     def from_pretrained(cls, src: str | Path, *, tokenizer: str | Path | Tokenizer | None = None,
-                        device: str | torch.device | None = None, dtype: torch.dtype | None = None,
+                        device: str | torch.device | None = None, dtype: torch.dtype | str | None = None,
                         batch_size: int = 32, max_tokens: int | None = None, max_length: int | None = None,
                         attn_backend: str = "sdpa", revision: str | None = None, workers: int = 1,
                         cache_dir: str | Path | None = None, compile: bool = False,
@@ -121,11 +121,19 @@ class Classifier(Runner):
     def settings(self, *, activation: str = "auto") -> dict:
         return {**super().settings(), "activation": self.activation(activation)}
 
-    def predict(self, texts: Sequence[str], pairs: Sequence[str | None] | None = None, *, activation: str = "auto",
-                progress: bool = False, warn_truncation: bool = True, tally: Truncation | None = None) -> Tensor:
+    def predict(self, texts: Sequence[str] | str, pairs: Sequence[str | None] | str | None = None, *,
+                activation: str = "auto", progress: bool = False, warn_truncation: bool | None = None,
+                tally: Truncation | None = None) -> Tensor:
         """(N, num_labels) float32 scores of texts, or text pairs, or both in one call (pairs[i] None:
-        texts[i] alone), row i for input i; (N,) for a one-label model. Text cut by the window is
-        reported as by every runner (warn_truncation, tally: products/runner.py)."""
+        texts[i] alone), row i for input i; (N,) for a one-label model. One text (and one pair text) as
+        strings gives that input's row alone: (num_labels,), or a 0-d score for a one-label model (as
+        CrossEncoder.predict does for one pair). Text cut by the window is reported as by every runner
+        (warn_truncation, tally: products/runner.py)."""
+        if isinstance(texts, str):
+            if pairs is not None and not isinstance(pairs, str):
+                raise ValueError(f"texts is one string, so pairs must be one string or None, got {type(pairs).__name__}")
+            return self.predict([texts], None if pairs is None else [pairs], activation=activation, progress=progress,
+                                warn_truncation=warn_truncation, tally=tally)[0]
         function = self.activation(activation)
         texts = check_texts("texts", texts)
         if pairs is not None:  # None items are single texts: checked as "" for the others' indices
@@ -167,7 +175,7 @@ class Classifier(Runner):
         return ranked if top_k is None else ranked[:top_k]
 
     def rerank(self, query: str, documents: Sequence[str], *, top_k: int | None = None, activation: str = "auto",
-               warn_truncation: bool = True, tally: Truncation | None = None) -> list[tuple[int, float]]:
+               warn_truncation: bool | None = None, tally: Truncation | None = None) -> list[tuple[int, float]]:
         """(index, score) of each document for the query, best first (a one-label model: a reranker)."""
         if not self.reranker:
             raise ValueError(f"rerank needs a one-label model (a cross-encoder reranker); this one has "

@@ -82,7 +82,7 @@ class SentenceEncoder(Runner):
 
     @classmethod
     def from_pretrained(cls, src: str | Path, *, device: str | torch.device | None = None,
-                        dtype: torch.dtype | None = None, batch_size: int = 32, max_tokens: int | None = None,
+                        dtype: torch.dtype | str | None = None, batch_size: int = 32, max_tokens: int | None = None,
                         attn_backend: str = "sdpa", revision: str | None = None, workers: int = 1,
                         cache_dir: str | Path | None = None, tokenizer: str | Path | Tokenizer | None = None,
                         compile: bool = False, unpad: bool = True) -> SentenceEncoder:
@@ -185,13 +185,18 @@ class SentenceEncoder(Runner):
             return self.dense[-1].linear.out_features
         return self.model.config.hidden_size * len(self.pooling)
 
-    def encode(self, texts: Sequence[str], *, prompt_name: str | None = None, prompt: str | None = None,
+    def encode(self, texts: Sequence[str] | str, *, prompt_name: str | None = None, prompt: str | None = None,
                batch_size: int | None = None, normalize_embeddings: bool = False, show_progress_bar: bool = False,
-               warn_truncation: bool = True, tally: Truncation | None = None) -> Tensor:
-        """(N, dimension) float32 embeddings on the CPU, row i for texts[i]. prompt_name (one of
-        `prompts`) or prompt (its text): put before every text, as sentence-transformers does
-        (resolve_prompt; neither: the default prompt, if any). Text cut by the window is reported as by
-        every runner (warn_truncation, tally: products/runner.py); the prompt counts towards the window."""
+               warn_truncation: bool | None = None, tally: Truncation | None = None) -> Tensor:
+        """(N, dimension) float32 embeddings on the CPU, row i for texts[i]; one string gives one vector
+        (dimension,), as SentenceTransformer.encode does. prompt_name (one of `prompts`) or prompt (its
+        text): put before every text, as sentence-transformers does (resolve_prompt; neither: the default
+        prompt, if any). Text cut by the window is reported as by every runner (warn_truncation, tally:
+        products/runner.py); the prompt counts towards the window."""
+        if isinstance(texts, str):
+            return self.encode([texts], prompt_name=prompt_name, prompt=prompt, batch_size=batch_size,
+                               normalize_embeddings=normalize_embeddings, show_progress_bar=show_progress_bar,
+                               warn_truncation=warn_truncation, tally=tally)[0]
         prompt = self.resolve_prompt(prompt_name=prompt_name, prompt=prompt)
         texts = check_texts("texts", texts)
         if not texts:

@@ -65,7 +65,7 @@ class MiniCheckScorer(PairScorer):
 
     @classmethod
     def from_pretrained(cls, src: str | Path, *, tokenizer: str | Path | Tokenizer | None = None,
-                        device: str | torch.device | None = None, dtype: torch.dtype | None = None,
+                        device: str | torch.device | None = None, dtype: torch.dtype | str | None = None,
                         chunk_size: int = CHUNK_SIZE, batch_size: int = 32, max_tokens: int | None = None,
                         splitter: Callable[[str], list[str]] | None = None, workers: int = 1,
                         cache_dir: str | Path | None = None, attn_backend: str = "sdpa", compile: bool = False,
@@ -111,7 +111,7 @@ class MiniCheckScorer(PairScorer):
         return [c for c in chunks if c] or [""]
 
     def score(self, documents: Sequence[str], claims: Sequence[str], *, return_details: bool = False,
-              progress: bool = False, warn_truncation: bool = True,
+              progress: bool = False, warn_truncation: bool | None = None,
               tally: Truncation | None = None) -> list[float] | list[dict]:
         """P(supported) per (document, claim): the max over the document's chunks. With
         return_details, per example: the score, the chunks, `supported` (each chunk's probability)

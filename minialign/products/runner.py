@@ -11,7 +11,8 @@
 
 Truncation is counted and reported the same way by every runner: each call warns once when the window
 cut anything (TruncationWarning: how many inputs, how many tokens, who cuts the same way), unless
-warn_truncation=False; tally=runner.tally() adds the counts to a running total instead (a file job
+warn_truncation=False; tally=runner.tally() adds the counts to a running total instead, and the call
+does not warn (unless warn_truncation=True): `tally.warn()` reports once for all of them (a file job
 warns once per run); runners with return_details give each input's count under "truncated".
 `over_window` says which inputs a call would cut, for a client that asks for no truncation.
 """
@@ -25,6 +26,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
+from minialign.loading import resolve_dtype
 from minialign.nn import int8
 from minialign.runtime.engine import BatchEngine, Results, Truncation
 from minialign.text.tokenizer import Tokenizer
@@ -41,7 +43,7 @@ Input = str | tuple[str, str]  # a text, or a (text, pair) for pair models
 def refuse_int8(dtype, scorer: str) -> None:
     """dtype="int8" is offered where its loss is measured (embeddings, classifiers and rerankers:
     BENCHMARKS.md, "int8"); a scorer refuses it, naming why."""
-    if dtype == "int8":
+    if resolve_dtype(dtype) == "int8":
         raise ValueError(f"{scorer} does not run dtype='int8': its scores are fact-checking decisions, and torch's "
                          f"dynamic int8 moved AlignScore scores by up to 3.2e-2; int8 is offered for embeddings, "
                          f"classifiers and rerankers (use fp32 or dtype='auto')")
@@ -197,15 +199,20 @@ class Runner:
 
     # -- truncation --
 
-    def tally(self) -> Truncation:
-        """An empty running count of what this runner's window cuts (pass it as `tally=` to calls)."""
+    def tally(self, *, details: bool | None = None) -> Truncation:
+        """An empty running count of what this runner's window cuts (pass it as `tally=` to calls). details:
+        whether its warning points to return_details (default: where the runner has them); False where the
+        reader cannot reach them (the command line, a file's rows)."""
         return Truncation(self.max_length, what=self.truncation_unit, original=self.truncation_like,
-                          details=self.has_details)
+                          details=self.has_details if details is None else details and self.has_details)
 
-    def _count(self, truncated: Tensor, warn: bool, tally: Truncation | None) -> None:
-        """A call's truncation: added to `tally` if given; one warning if `warn` and anything was cut."""
+    def _count(self, truncated: Tensor, warn: bool | None, tally: Truncation | None) -> None:
+        """A call's truncation: added to `tally` if given; one warning if `warn` and anything was cut.
+        warn=None (every call's default): warn unless a tally is given, which reports for the calls."""
         if tally is not None:
             tally.add(truncated)
+        if warn is None:
+            warn = tally is None
         if warn:
             self.tally().add(truncated).warn(stacklevel=4)  # the caller of the runner's method
 

@@ -111,3 +111,50 @@ def test_cli_warnings_are_one_line_without_their_source(tmp_path, tiny_alignscor
     assert result.returncode == 0, result.stderr
     said = [line for line in result.stderr.splitlines() if "no rows" in line or line.startswith(" ")]
     assert said == [f"warning: UserWarning: {tmp_path / 'empty.jsonl'}: no rows; the output holds none"], result.stderr
+
+
+def test_rows_are_validated_before_the_model_loads(tmp_path, capsys):
+    """A malformed row is reported before any model is loaded (the model named does not exist: an error about
+    the row proves it came first), for every file command; --skip-invalid goes on to the model."""
+    model = str(tmp_path / "no-such-model")
+    (tmp_path / "in.jsonl").write_text('{"id": 1, "text": "fine", "context": "A.", "claim": "B."}\n'
+                                       '{"id": 2, "txet": "typo", "context": "A.", "claim": "   "}\n')
+    files = ["--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out.jsonl")]
+    for command, message in ((["embed"], "line 2: field 'text' is missing"),
+                             (["classify"], "line 2: field 'text' is missing"),
+                             (["score"], "line 2: field 'claim' has no sentence")):
+        assert cli([*command, "--model", model, *files]) == 2
+        err = capsys.readouterr().err
+        assert "1 malformed row(s), nothing done" in err and message in err and "no-such-model" not in err, err
+    assert cli(["embed", "--model", model, *files, "--skip-invalid"]) == 2
+    assert "no-such-model" in capsys.readouterr().err  # the rows pass with --skip-invalid: the model is next
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_version_and_per_command_dtype_choices(capsys):
+    from minialign import __version__
+
+    with pytest.raises(SystemExit) as done:
+        cli(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == f"minialign {__version__}"
+    with pytest.raises(SystemExit) as done:  # refused by the parser, before anything is said or loaded
+        cli(["score", "--context", "a.", "--claim", "b.", "--dtype", "int8"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and "invalid choice: 'int8'" in err and "dtype int8: quantized" not in err
+    for command, int8 in (("score", False), ("embed", True), ("classify", True)):
+        with pytest.raises(SystemExit):
+            cli([command, "--help"])
+        shown = capsys.readouterr().out
+        assert ("int8" in shown) == int8, command
+        if command != "score":
+            assert "the field holding each row's text" in shown
+
+
+def test_score_truncation_warning_points_to_nothing_the_command_line_lacks(tiny_alignscore, capsys):
+    """The command line has no return_details: its truncation warning says the counts only."""
+    from minialign.runtime.engine import TruncationWarning
+
+    with pytest.warns(TruncationWarning) as caught:
+        assert cli(["score", *_alignscore(tiny_alignscore), "--context", "word " * 700, "--claim", "A claim."]) == 0
+    (message,) = [str(w.message) for w in caught if w.category is TruncationWarning]
+    assert "were cut by the 512-token window" in message and "return_details" not in message

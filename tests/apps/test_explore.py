@@ -118,8 +118,10 @@ def test_two_runs_left_only_against_bidirectional(minilm):
     assert weights.triu(1).max() == 0  # left-only: no query attends a later key
     with pytest.raises(ValueError, match=f"compare_mask must be \\({T}, {T}\\)"):
         ma.explore(model, tokenizer, text, compare_mask=torch.ones(T + 1, T + 1, dtype=torch.bool))
-    with pytest.raises(ValueError, match="text must be a non-empty string"):
-        ma.explore(model, tokenizer, "  ")
+    with pytest.raises(ValueError, match="text must be a string, got int"):
+        ma.explore(model, tokenizer, 3)
+    blank = ma.explore(model, tokenizer, "  ")  # the special tokens alone, as every face runs ""
+    assert blank.data["tokens"] == ["[CLS]", "[SEP]"] and len(blank.data["runs"]) == 1
 
 
 def test_alignscore_heads(minilm_dir):

@@ -106,3 +106,23 @@ def test_minicheck_rows_whose_claim_has_no_sentence_are_scored(tmp_path, miniche
     path, backbone, _ = tiny_alignscore
     assert cli([*args, "--model", str(path), "--backbone", str(backbone), "--output", str(tmp_path / "as.jsonl")]) == 2
     assert "line 2: field 'claim' has no sentence" in capsys.readouterr().err
+
+
+def test_a_missing_pair_is_a_single_text_on_every_face(tmp_path, minilm_dir):
+    """One rule for the optional pair field: absent, null (pandas writes null for a missing value) or, in CSV
+    (which has no null), empty, the row is a single text, as pairs[i] = None is in Python; the other rows run."""
+    save_classifier(tmp_path / "nli", "bert", 3, minilm_dir)
+    clf = ma.Classifier.from_pretrained(tmp_path / "nli")
+    _jsonl(tmp_path / "in.jsonl", [{"id": 1, "text": "A man eats.", "hypothesis": "Someone eats."},
+                                   {"id": 2, "text": "Only one text.", "hypothesis": None},
+                                   {"id": 3, "text": "No pair field."}])
+    (tmp_path / "in.csv").write_text('id,text,hypothesis\n1,A man eats.,Someone eats.\n2,Only one text.,\n'
+                                     '3,No pair field.,\n', encoding="utf-8")
+    expected = clf.predict(["A man eats.", "Only one text.", "No pair field."], ["Someone eats.", None, None])
+    assert not torch.allclose(expected[1], clf.predict(["Only one text."], [""])[0])  # "" as a pair differs
+    for name in ("in.jsonl", "in.csv"):
+        out = tmp_path / f"out-{name}.jsonl"
+        assert cli(["classify", "--model", str(tmp_path / "nli"), "--input", str(tmp_path / name), "--output", str(out),
+                    "--pair-field", "hypothesis"]) == 0
+        got = torch.tensor([[r[f"score_{label}"] for label in clf.labels] for r in _rows(out)])
+        torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)

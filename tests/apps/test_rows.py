@@ -166,7 +166,38 @@ def test_json_errors_are_whole_and_malformed_rows_come_in_input_order(tmp_path):
     assert [int(line.split(":")[0].removeprefix("line ")) for line in listed] == [4, 5, 8, 10]
     assert listed[1] == ("line 5: invalid JSON at column 21: invalid control character (a raw NUL; "
                          "write it as \\u0000)")
-    assert listed[3] == "line 10: invalid JSON at column 20: a string starts there and is never closed"
+    assert listed[3] == ("line 10: invalid JSON at column 20: a string starts there and is never closed on this line "
+                         "(a raw newline inside it? write it as \\n)")
+
+
+def test_no_row_is_silently_merged_into_another(tmp_path):
+    """A quote never closed would swallow every later row into one field; a row with more or fewer values than
+    the header, text after a closing quote, a NUL byte (a UTF-16 file read as UTF-8), a raw newline inside a
+    JSON string: each an error naming the line where the row starts, nothing done. A quoted field that spans
+    lines is CSV (RFC 4180; spreadsheets and pandas write one for a text with newlines): one row."""
+    cases = {
+        b'id,text\n1,hello\n2,"oops unterminated\n3,third row\n4,fourth row\n':
+            ["line 3: a quoted field starts on this line and its quote is never closed: the 2 line(s) after it "
+             "would have become part of it"],
+        b'id,text\n1,a\x00b\n2,c\n': ["line 2: field 'text' holds a NUL byte (a UTF-16 file? save it as UTF-8)"],
+        b'id,text\n1,"abc"def\n2,ok\n': ["line 2: not CSV (',' expected after '\"': text after a quoted field's "
+                                        "closing quote; a quote inside a quoted field is written \"\")"],
+        b'id,text\n1,one\n2\n3,three,extra\n': ["line 3: 1 values for 2 columns (id, text)",
+                                                 "line 4: 3 values for 2 columns (id, text)"],
+    }
+    for data, expected in cases.items():
+        (tmp_path / "in.csv").write_bytes(data)
+        with pytest.raises(InputError) as error:
+            run_file(_lengths_job(), tmp_path / "in.csv", tmp_path / "out.jsonl", progress=False)
+        assert str(error.value).splitlines()[1:] == [f"{tmp_path / 'in.csv'}: {line}" for line in expected], data
+        assert not (tmp_path / "out.jsonl").exists()
+    (tmp_path / "in.jsonl").write_bytes(b'{"id": 1, "text": "a\nb"}\n{"id": 2, "text": "fine"}\n')
+    with pytest.raises(InputError, match="line 1: invalid JSON at column 19: a string starts there and is never closed"):
+        run_file(_lengths_job(), tmp_path / "in.jsonl", tmp_path / "out.jsonl", progress=False)
+    (tmp_path / "in.csv").write_bytes(b'id,text\n1,"two\nlines"\n2,"a ""quoted"" word"\n3,last\n')
+    assert run_file(_lengths_job(), tmp_path / "in.csv", tmp_path / "out.jsonl", progress=False) == 3
+    assert [json.loads(line) for line in (tmp_path / "out.jsonl").open()] == \
+        [{"id": "1", "n": 9}, {"id": "2", "n": 15}, {"id": "3", "n": 4}]
 
 
 def test_repeated_ids_are_malformed_rows(tmp_path, capsys):

@@ -137,6 +137,14 @@ def test_tei_embed_rerank_info_health(server, models):
     status, info = call(server, "/info")
     assert status == 200 and info["model_type"] == {"embedding": {"pooling": "mean"}}
     assert info["max_input_length"] == 256
+    # TEI's fields describe one model; "models" describes each one loaded, the classifier and scorer too
+    assert set(info["models"]) == {"embed", "classify", "alignscore_large"}
+    assert info["models"]["embed"] == {"model_id": str(models["embed"]), "model_dtype": "float32", "max_input_length": 256,
+                                       "kind": "embedding", "pooling": "mean", "dimension": emb.dimension,
+                                       "routes": ["/embed", "/similarity", "/"]}
+    assert info["models"]["classify"]["kind"] == "reranker" and info["models"]["classify"]["labels"] == ["LABEL_0"]
+    assert info["models"]["alignscore_large"]["kind"] == "alignscore" and \
+        info["models"]["alignscore_large"]["routes"] == ["/alignscore_large", "/score"]
     assert call(server, "/health")[0] == 200
 
 
@@ -192,12 +200,14 @@ def test_huggingface_hub_inference_client(server, models, monkeypatch):
     ("/embed", {"inputs": "ok", "normalize": "yes"}, 422, "Validation", "`normalize`"),
     ("/rerank", {"query": 3, "texts": ["a"]}, 422, "Validation", "`query`"),
     ("/predict", {"inputs": ["a", "b", "c"]}, 422, "Validation", "`inputs`"),
-    ("/score", {"pairs": [{"context": "c"}]}, 422, "Validation", "`pairs[0].claim`"),
+    ("/score", {"pairs": [{"context": "c"}]}, 422, "Validation", "`pairs[0].claim` is missing"),
+    ("/score", {"pairs": [{"context": "c", "claim": None}]}, 422, "Validation", "`pairs[0].claim` is null"),
     ("/score", {"pairs": [{"context": "c", "claim": "x."}], "mode": "best"}, 422, "Validation", "`mode`"),
     ("/alignscore_large", {"evidence": 1, "claim": "x"}, 422, "Validation", "`evidence`"),
     ("/alignscore_large", {"evidence": "x", "claim": ""}, 400, "Empty", "`claim` cannot be empty"),
     ("/alignscore_large", {"evidence": "x", "claim": " \n "}, 422, "Validation", "`claim` has no sentence"),
-    ("/alignscore_large", {"evidence": "x"}, 422, "Validation", "`claim`"),
+    ("/alignscore_large", {"evidence": "x"}, 422, "Validation", "`claim` is missing"),
+    ("/alignscore_large", {"claim": "x."}, 422, "Validation", "`evidence` is missing"),
     ("/score", {"pairs": [{"context": "c", "claim": ""}]}, 400, "Empty", "`pairs[0].claim` cannot be empty"),
     ("/score", {"pairs": []}, 400, "Empty", "`pairs` cannot be empty"),
     ("/", {"inputs": "x", "parameters": {"top_k": 0}}, 422, "Validation", "`parameters.top_k`"),
@@ -212,15 +222,28 @@ def test_bad_requests(server, path, body, status, error_type, text):
     ("/embed", {"inputs": []}, "inputs"), ("/predict", {"inputs": []}, "inputs"), ("/", {"inputs": []}, "inputs"),
     ("/rerank", {"query": "q", "texts": []}, "texts"),
     ("/similarity", {"inputs": {"source_sentence": "q", "sentences": []}}, "inputs.sentences"),
-    # an input whose texts are all empty, as TEI's tokenizer refuses it (a pair with one text is not empty)
-    ("/embed", {"inputs": ""}, "inputs"), ("/embed", {"inputs": ["a", ""]}, "inputs[1]"),
-    ("/predict", {"inputs": ["", ""]}, "inputs"), ("/predict", {"inputs": [["a"], [""]]}, "inputs[1]"),
-    ("/rerank", {"query": "", "texts": ["a", ""]}, "texts[1]"),
 ])
-def test_empty_input_is_400_empty_on_every_route(server, path, body, name):
+def test_empty_batch_is_400_empty_on_every_route(server, path, body, name):
     status, answer = call(server, path, body)
     assert (status, answer) == (400, {"error": f"Input validation error: `{name}` cannot be empty",
                                       "error_type": "Empty"})
+
+
+def test_an_empty_text_is_its_special_tokens_alone_as_on_every_face(server, models):
+    """One rule for "" on every face (README, "Empty text"): embedded / classified as the special tokens alone,
+    as sentence-transformers does and as Python, the CLI and the file jobs do (TEI refuses it)."""
+    status, vectors = call(server, "/embed", {"inputs": ["a", ""], "normalize": False})
+    assert status == 200
+    embedder = ma.SentenceEncoder.from_pretrained(models["embed"])
+    torch.testing.assert_close(torch.tensor(vectors), embedder.encode(["a", ""]), atol=1e-5, rtol=0)
+    status, answer = call(server, "/predict", {"inputs": [["", ""], ["a"]], "raw_scores": True})
+    assert status == 200 and len(answer) == 2
+    expected = ma.Classifier.from_pretrained(models["reranker"]).predict(["", "a"], ["", None], activation="none")
+    assert [row[0]["score"] for row in answer] == pytest.approx(expected.tolist(), abs=1e-5)
+    status, ranked = call(server, "/rerank", {"query": "", "texts": ["a", ""], "raw_scores": True})
+    assert status == 200 and len(ranked) == 2
+    status, ranked = call(server, "/similarity", {"inputs": {"source_sentence": "", "sentences": ["", "b"]}})
+    assert status == 200 and ranked[0] == pytest.approx(1.0, abs=1e-5)
 
 
 def test_unknown_routes_and_methods_answer_json_and_home_lists_what_is_served(server):

@@ -227,11 +227,13 @@ def test_a_plain_encoder_is_refused_by_every_product_that_reads_a_head(minilm_di
     """A backbone or embedding model has no classification or AlignScore head: products refuse it,
     naming what it lacks and what to load instead (it used to give a random head, a new one per run:
     `minialign score` 0.3334 then 0.3395 on the same input)."""
-    with pytest.raises(ma.CheckpointError, match=r"has no trained classifier.*SentenceEncoder"):
+    # named in the checkpoint's own words: BertForSequenceClassification's `classifier.weight`, not minialign's
+    with pytest.raises(ma.CheckpointError, match=r"has no trained classifier\.bias, classifier\.weight: .*SentenceEncoder"):
         ma.Classifier.from_pretrained(minilm_dir)
-    with pytest.raises(ma.CheckpointError, match=r"has no trained classifier"):
+    with pytest.raises(ma.CheckpointError, match=r"has no trained classifier\.bias, classifier\.weight:"):
         ma.MiniCheckScorer.from_pretrained(minilm_dir)
-    with pytest.raises(ma.CheckpointError, match=r"has no trained bin_layer, reg_layer, tri_layer.*AlignScore-base"):
+    with pytest.raises(ma.CheckpointError, match=r"has no trained bin_layer\.bias, bin_layer\.weight, reg_layer\.bias, "
+                                                 r"reg_layer\.weight, tri_layer\.bias, tri_layer\.weight: .*AlignScore-base"):
         ma.AlignScorer.from_pretrained(minilm_dir)
     for argv in (["classify", "--model", str(minilm_dir), "--text", "a"],
                  ["score", "--model", str(minilm_dir), "--context", "a b.", "--claim", "a."]):

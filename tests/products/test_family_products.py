@@ -4,6 +4,7 @@ SentenceEncoder against SentenceTransformer.encode, Classifier.predict against t
 tokenizer each family ships (WordPiece, SentencePiece Unigram, MPNet's WordPiece), built once per session."""
 
 import json
+import re
 import shutil
 
 import pytest
@@ -117,3 +118,16 @@ def test_rerank_and_predict_equal_crossencoder(family, tiny_family):
     ranked = clf.rerank("which tower?", docs)
     assert [i for i, _ in ranked] == sorted(range(len(docs)), key=lambda i: -scores[i])
     torch.testing.assert_close(torch.tensor([s for _, s in ranked]), scores[[i for i, _ in ranked]], **TOL)
+
+
+@pytest.mark.parametrize("family,names", [
+    ("bert", "classifier.bias, classifier.weight"),
+    ("deberta-v2", "classifier.bias, classifier.weight, pooler.dense.bias, pooler.dense.weight"),
+    ("modernbert", "classifier.bias, classifier.weight, head.dense.bias, head.dense.weight, head.norm.bias, "
+                   "head.norm.weight"),
+])
+def test_a_missing_head_is_named_in_the_checkpoints_own_words(family, names, tiny_family):
+    """A plain encoder given to a classifier: the weights it lacks, as *ForSequenceClassification names them."""
+    directory, _ = tiny_family.hf(family)
+    with pytest.raises(ma.CheckpointError, match=f"has no trained {re.escape(names)}: it holds no such head"):
+        ma.Classifier.from_pretrained(directory)

@@ -117,3 +117,59 @@ def test_mixed_singles_and_pairs_run_in_one_call_in_input_order(sources):
     paired = classifier.run([("a text", "its pair")])
     torch.testing.assert_close(results.values[[0, 2]], alone.values, atol=1e-6, rtol=0)
     torch.testing.assert_close(results.values[[1]], paired.values, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("cls", RUNNERS)
+def test_a_tally_replaces_the_per_call_warnings(cls, sources):
+    """With tally= a call does not warn; the tally reports once for every call (unless warn_truncation=True)."""
+    src, own, _ = sources[cls]
+    runner = cls.from_pretrained(src, **own)
+    tally = runner.tally()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TruncationWarning)  # a per-call warning would fail here
+        for _ in range(3):
+            call(runner, [LONG], tally=tally)
+    assert tally.cut > 0 and tally.inputs >= 3
+    with pytest.warns(TruncationWarning) as caught:
+        tally.warn()
+        call(runner, [LONG], tally=runner.tally(), warn_truncation=True)  # asked for: both
+    assert len([w for w in caught if w.category is TruncationWarning]) == 2
+
+
+@pytest.mark.parametrize("cls", RUNNERS)
+def test_dtype_names_as_the_command_line_takes_them(cls, sources):
+    """dtype= takes the command line's names and torch's, on every runner and model class; anything else is
+    refused naming the values taken, before any weight is read."""
+    src, own, _ = sources[cls]
+    for name, expected in (("bf16", torch.bfloat16), ("float16", torch.float16), ("fp32", torch.float32),
+                           ("BFloat16", torch.bfloat16)):
+        runner = cls.from_pretrained(src, dtype=name, **own)
+        assert {p.dtype for p in runner.model.parameters()} == {expected}, name
+    for bad in ("int4", "float64x", 3, torch.int8):
+        with pytest.raises(ValueError, match=r"dtype.*use one of 'fp32', 'bf16', 'fp16', 'float32', 'bfloat16', "
+                                             r"'float16', 'auto', 'int8' or a floating torch.dtype"):
+            cls.from_pretrained(src, dtype=bad, **own)
+
+
+def test_dtype_names_on_the_model_classes(minilm_dir):
+    assert ma.Encoder.from_pretrained(minilm_dir, dtype="bf16").embeddings.word.weight.dtype == torch.bfloat16
+    assert ma.Encoder.from_pretrained(minilm_dir, dtype="auto").embeddings.word.weight.dtype == torch.float32
+    with pytest.raises(ValueError, match="unknown dtype 'int4'"):
+        ma.Encoder.from_pretrained(minilm_dir, dtype="int4")
+
+
+def test_one_string_in_one_result_out(sources):
+    """encode("text") is one vector, as SentenceTransformer.encode gives; predict("a", "b") one input's scores
+    (a 0-d score for a one-label model, as CrossEncoder.predict(("a", "b")) gives)."""
+    src, own, _ = sources[ma.SentenceEncoder]
+    encoder = ma.SentenceEncoder.from_pretrained(src, **own)
+    one = encoder.encode("The tower is in Paris.", normalize_embeddings=True)
+    assert one.shape == (encoder.dimension,)
+    torch.testing.assert_close(one, encoder.encode(["The tower is in Paris."], normalize_embeddings=True)[0])
+    src, own, _ = sources[ma.Classifier]
+    reranker = ma.Classifier.from_pretrained(src, **own)
+    score = reranker.predict("which tower?", "The tower is in Paris.")
+    assert score.shape == () and score == reranker.predict(["which tower?"], ["The tower is in Paris."])[0]
+    assert reranker.predict("one text").shape == ()
+    with pytest.raises(ValueError, match="pairs must be one string or None"):
+        reranker.predict("a", ["b", "c"])

@@ -282,8 +282,8 @@ def explore(model: nn.Module, tokenizer, text: str, pair: str | None = None, att
     for name, value in (("text", text), ("pair", pair)):
         if value is None and name == "pair":
             continue
-        if not isinstance(value, str) or not value.strip():
-            raise ValueError(f"{name} must be a non-empty string, got {value!r}")
+        if not isinstance(value, str):  # "" is its special tokens alone, as on every face (README, "Empty text")
+            raise ValueError(f"{name} must be a string, got {type(value).__name__}")
         if problem := text_problem(value):
             raise ValueError(f"{name} {problem}")
     window = min(max_length or tokenizer.model_max_length, model.config.max_seq_len)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from minialign.apps.files.rows import Job, Row
+from minialign.apps.files.rows import Fields, Job, Row
 from minialign.products.classifier import Classifier
 from minialign.products.embeddings import SentenceEncoder
 from minialign.products.runner import PairScorer, Runner
@@ -19,12 +19,35 @@ from minialign.products.runner import PairScorer, Runner
 OUTPUT_FORMATS = {"score": ("jsonl", "csv"), "embed": ("jsonl", "safetensors"), "classify": ("jsonl", "csv")}
 
 
-def _job(runner: Runner, command: str, *, model: str | None, settings: dict[str, Any], **job: Any) -> Job:
-    """A Job of `command` run by `runner`: its batch size, the settings a resumed run must share, and one
-    truncation warning per run (job["run"] takes the tally and adds each block's counts to it)."""
-    totals = runner.tally()
+def score_fields(*, context_field: str = "context", claim_field: str = "claim", check=None) -> Fields:
+    """What `score` reads from a row: a context and a claim, both required (null is an error; "" is an empty
+    text: an empty context is one empty chunk, an empty claim has no sentence and is refused). check: the
+    scorer's own rule of a row, e.g. AlignScore's claim with a sentence (known before loading: cli.py)."""
+    return Fields(fields={"context": context_field, "claim": claim_field},
+                  flags={"context": "--context-field", "claim": "--claim-field"},
+                  check=check or (lambda values: []))
+
+
+def embed_fields(*, text_field: str = "text") -> Fields:
+    """What `embed` reads from a row: a text, required ("" is embedded as the special tokens alone)."""
+    return Fields(fields={"text": text_field}, flags={"text": "--text-field"})
+
+
+def classify_fields(*, text_field: str = "text", pair_field: str = "pair") -> Fields:
+    """What `classify` reads from a row: a text, and a pair text where the row has one; a pair field that is
+    absent, null or (CSV) empty makes the row a single text, as pairs[i] = None does in Python."""
+    return Fields(fields={"text": text_field, "pair": pair_field}, flags={"text": "--text-field", "pair": "--pair-field"},
+                  optional=("pair",))
+
+
+def _job(runner: Runner, command: str, fields: Fields, *, model: str | None, settings: dict[str, Any],
+         **job: Any) -> Job:
+    """A Job of `command` run by `runner` on rows of `fields`: its batch size, the settings a resumed run must
+    share, and one truncation warning per run (job["run"] takes the tally and adds each block's counts to it)."""
+    totals = runner.tally(details=False)  # a row of the output holds no details: the warning does not offer them
     run = job.pop("run")
-    return Job(run=lambda rows: run(rows, totals), finish=totals.warn, batch_size=runner.batch_size,
+    return Job(fields=fields.fields, flags=fields.flags, optional=fields.optional, check=fields.check,
+               run=lambda rows: run(rows, totals), finish=totals.warn, batch_size=runner.batch_size,
                outputs=OUTPUT_FORMATS[command], settings={"model": model, **settings}, **job)
 
 
@@ -33,14 +56,12 @@ def score_job(scorer: PairScorer, *, context_field: str = "context", claim_field
     """AlignScorer or MiniCheckScorer: {"score": float} per (context, claim) row."""
 
     def run(rows: list[Row], totals) -> list[dict[str, Any]]:
-        scores = scorer.score([r.values["context"] for r in rows], [r.values["claim"] for r in rows],
-                              warn_truncation=False, tally=totals)
+        scores = scorer.score([r.values["context"] for r in rows], [r.values["claim"] for r in rows], tally=totals)
         return [{"score": score} for score in scores]
 
-    return _job(scorer, "score", model=model or scorer.source, settings=scorer.settings(), run=run,
-                fields={"context": context_field, "claim": claim_field},
-                flags={"context": "--context-field", "claim": "--claim-field"},
-                check=lambda values: scorer.check(values["context"], values["claim"], null="null"),
+    fields = score_fields(context_field=context_field, claim_field=claim_field,
+                          check=lambda values: scorer.check(values["context"], values["claim"], null="null"))
+    return _job(scorer, "score", fields, model=model or scorer.source, settings=scorer.settings(), run=run,
                 columns=["score"])
 
 
@@ -54,11 +75,11 @@ def embed_job(encoder: SentenceEncoder, *, text_field: str = "text", normalize: 
 
     def run(rows: list[Row], totals) -> list[dict[str, Any]]:
         vectors = encoder.encode([r.values["text"] for r in rows], prompt=text, normalize_embeddings=normalize,
-                                 warn_truncation=False, tally=totals)
+                                 tally=totals)
         return [{"embedding": v} for v in vectors.tolist()]
 
-    return _job(encoder, "embed", model=model, settings=settings, run=run,
-                fields={"text": text_field}, flags={"text": "--text-field"}, tensor="embedding")
+    return _job(encoder, "embed", embed_fields(text_field=text_field), model=model, settings=settings, run=run,
+                tensor="embedding")
 
 
 def classify_job(classifier: Classifier, *, text_field: str = "text", pair_field: str = "pair",
@@ -69,13 +90,12 @@ def classify_job(classifier: Classifier, *, text_field: str = "text", pair_field
 
     def run(rows: list[Row], totals) -> list[dict[str, Any]]:
         scores = classifier.predict([r.values["text"] for r in rows], [r.values["pair"] for r in rows],
-                                    activation=activation, warn_truncation=False, tally=totals)
+                                    activation=activation, tally=totals)
         if classifier.reranker:
             return [{"score": score} for score in scores.tolist()]
         return [{"label": ranked[0][0], **{f"score_{label}": s for label, s in zip(labels, row)}}
                 for ranked, row in zip(classifier.label_ranking(scores), scores.tolist())]
 
     columns = ["score"] if classifier.reranker else ["label", *(f"score_{label}" for label in labels)]
-    return _job(classifier, "classify", model=model, settings=classifier.settings(activation=activation), run=run,
-                fields={"text": text_field, "pair": pair_field}, flags={"text": "--text-field", "pair": "--pair-field"},
-                optional=("pair",), columns=columns)
+    return _job(classifier, "classify", classify_fields(text_field=text_field, pair_field=pair_field), model=model,
+                settings=classifier.settings(activation=activation), run=run, columns=columns)

@@ -49,14 +49,27 @@ class Row:
     values: dict[str, str | None]  # role -> text (None: an optional field the row does not have)
 
 
-@dataclass
-class Job:
-    """What one command reads and writes.
+@dataclass(kw_only=True)
+class Fields:
+    """What a command reads from each row, known before any model is loaded (so the input is validated
+    first: `validate_input`).
 
     fields:   role -> the input field holding it, e.g. {"context": "context", "claim": "claim"}
     flags:    role -> the command-line flag that names the field (for messages)
-    optional: roles a row may leave out
+    optional: roles a row may leave out, or give as null (each product's documented rule: jobs.py)
     check:    extra problems of a row's values, as (role, problem)
+    """
+
+    fields: dict[str, str]
+    flags: dict[str, str]
+    optional: tuple[str, ...] = ()
+    check: Callable[[dict[str, str | None]], list[tuple[str, str]]] = lambda values: []
+
+
+@dataclass(kw_only=True)
+class Job(Fields):
+    """What one command reads and writes: its Fields, and
+
     run:      a block of rows -> one output record (a dict, without the id) per row
     columns:  the record's keys in CSV order; None: no CSV output
     outputs:  the file formats it writes (FORMATS' values; csv needs columns, safetensors a tensor);
@@ -65,12 +78,8 @@ class Job:
     finish:   called once after the last block (e.g. a warning with totals)
     """
 
-    fields: dict[str, str]
-    flags: dict[str, str]
     run: Callable[[list[Row]], list[dict[str, Any]]]
     settings: dict[str, Any]
-    optional: tuple[str, ...] = ()
-    check: Callable[[dict[str, str | None]], list[tuple[str, str]]] = lambda values: []
     columns: list[str] | None = None
     tensor: str | None = None  # for .safetensors output: the record key holding a vector
     finish: Callable[[], None] = lambda: None
@@ -177,7 +186,7 @@ def _json_problem(error: json.JSONDecodeError) -> str:
         char = error.doc[error.pos]
         reason += f" (a raw {_CONTROL_NAMES.get(char, f'U+{ord(char):04X}')}; write it as \\u{ord(char):04x})"
     elif reason == "unterminated string starting":
-        reason = "a string starts there and is never closed"
+        reason = "a string starts there and is never closed on this line (a raw newline inside it? write it as \\n)"
     return f"invalid JSON at column {error.colno}: {reason}"
 
 
@@ -209,28 +218,54 @@ def read_records(path: Path) -> tuple[list[tuple[int, dict]], list[tuple[int, st
             records.append((line_no, record))
         return records, problems, list(fields)
     text = data.decode("utf-8", errors="surrogateescape")  # bad bytes become U+DC80..U+DCFF, found per row
-    reader = csv.reader(io.StringIO(text, newline=""))
-    header = next(reader, None) or []
-    line_no = reader.line_num + 1
-    for values in reader:
-        if any(values):
-            record = dict(zip(header, values))
-            broken = [name for name, value in record.items() if _escaped(value)]
-            if broken:
-                problems.append((line_no, f"field {broken[0]!r} is not UTF-8 text"))
-            elif len(values) > len(header):
-                problems.append((line_no, f"{len(values)} values for {len(header)} columns"))
-            else:
-                records.append((line_no, record))
-        line_no = reader.line_num + 1
+    # strict: a quote where none may be is an error, not text; a quoted field may span lines (RFC 4180, as
+    # spreadsheets and pandas write a text with newlines), and one never closed is an error naming the line
+    # it starts on, since every row after it would otherwise be swallowed into it
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    rows = _csv_rows(reader, problems)
+    header = next(rows, (1, None))[1] or []
+    for line_no, values in rows:
+        if not any(values):
+            continue
+        record = dict(zip(header, values))
+        broken = [name for name, value in record.items() if _escaped(value)]
+        nul = next((name for name, value in record.items() if "\0" in value), None)
+        if broken:
+            problems.append((line_no, f"field {broken[0]!r} is not UTF-8 text"))
+        elif nul is not None:
+            problems.append((line_no, f"field {nul!r} holds a NUL byte (a UTF-16 file? save it as UTF-8)"))
+        elif len(values) != len(header):
+            problems.append((line_no, f"{len(values)} values for {len(header)} columns ({', '.join(header)})"))
+        else:
+            records.append((line_no, record))
     return records, problems, header
+
+
+def _csv_rows(reader, problems: list[tuple[int, str]]):
+    """(line the row starts on, its values) of each row a csv reader parses; a row it cannot parse is a
+    problem named by the line it starts on, and reading goes on after it."""
+    while True:
+        start = reader.line_num + 1
+        try:
+            values = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            if str(e) == "unexpected end of data":
+                problems.append((start, f"a quoted field starts on this line and its quote is never closed: the "
+                                        f"{reader.line_num - start} line(s) after it would have become part of it"))
+            else:
+                problems.append((start, f"not CSV ({e}: text after a quoted field's closing quote; a quote "
+                                        f"inside a quoted field is written \"\")"))
+            continue
+        yield start, values
 
 
 def _escaped(value: str) -> bool:
     return any("\udc80" <= ch <= "\udcff" for ch in value)
 
 
-def read_rows(path: Path, job: Job, *, id_field: str) -> tuple[list[Row], list[str]]:
+def read_rows(path: Path, job: Fields, *, id_field: str) -> tuple[list[Row], list[str]]:
     """(valid rows, problems) where each problem names its line number, in input order. A required
     field that no row has is one error listing the fields found. A row whose id (as text, as the
     output and --resume compare ids) an earlier valid row has is a problem naming that row's line."""
@@ -240,8 +275,9 @@ def read_rows(path: Path, job: Job, *, id_field: str) -> tuple[list[Row], list[s
             raise InputError(f"{path}: no row has the field {name!r}; fields found: "
                              f"{', '.join(map(repr, fields[:20])) or 'none'}. Name yours with {job.flags[role]}")
     rows, first_line = [], {}
+    csv_file = _format(path) == "csv"
     for line_no, record in records:
-        values, bad = record_values(record, job)
+        values, bad = record_values(record, job, empty_is_missing=csv_file)
         if bad:
             problems.append((line_no, "; ".join(bad)))
             continue
@@ -258,12 +294,16 @@ def read_rows(path: Path, job: Job, *, id_field: str) -> tuple[list[Row], list[s
     return rows, [f"line {line_no}: {problem}" for line_no, problem in sorted(problems, key=lambda p: p[0])]
 
 
-def record_values(record: dict, job: Job) -> tuple[dict[str, str | None], list[str]]:
-    """The job's values of one input record (role -> text), and its problems (each naming the field)."""
+def record_values(record: dict, job: Fields, *, empty_is_missing: bool = False) -> tuple[dict[str, str | None], list[str]]:
+    """The job's values of one input record (role -> text), and its problems (each naming the field).
+    An optional field (classify's pair) that the record lacks, or holds as a missing value (JSON null,
+    pandas' None or NaN), or as "" where `empty_is_missing` (a CSV field: CSV has no null, and pandas writes a
+    missing value as an empty field), is None: the row is a single text, as pairs[i] = None in Python."""
     values, bad = {}, []
     for role, name in job.fields.items():
         value = record.get(name, _MISSING)
-        if value is _MISSING and role in job.optional:
+        if role in job.optional and (value is _MISSING or value is None or value != value  # NaN
+                                     or (empty_is_missing and value == "")):
             values[role] = None
         elif value is _MISSING:
             bad.append(f"field {name!r} is missing")
@@ -417,13 +457,8 @@ def run_file(job: Job, input_path: Path, output_path: Path, *, id_field: str = "
     input_path, output_path = Path(input_path), Path(output_path)
     fmt = check_output(output_path, formats=job.outputs, input=input_path, resume=resume)
     rows, problems = read_rows(input_path, job, id_field=id_field)
+    _refuse(input_path, rows, problems, skip_invalid=skip_invalid)
     if problems:
-        if not skip_invalid:
-            raise InputError(f"{len(problems)} malformed row(s), nothing done (--skip-invalid skips them):\n"
-                             + _listing(input_path, problems))
-        if not rows:
-            raise InputError(f"every row of {input_path} is malformed ({len(problems)}), nothing to do:\n"
-                             + _listing(input_path, problems))
         print(f"skipping {len(problems)} malformed row(s):\n{_listing(input_path, problems)}", file=sys.stderr)
     if not rows and not problems:
         warnings.warn(f"{input_path}: no rows; the output holds none", stacklevel=2)
@@ -445,6 +480,24 @@ def run_file(job: Job, input_path: Path, output_path: Path, *, id_field: str = "
         writer.close()
     job.finish()
     return len(rows)
+
+
+def validate_input(input_path: str | Path, fields: Fields, *, id_field: str = "id", skip_invalid: bool = False) -> None:
+    """Every row of the input checked against `fields` before a model is loaded (cli.main calls it first):
+    the same refusal run_file makes, raised before the wait. run_file checks again with the loaded
+    runner's own checks."""
+    input_path = Path(input_path)
+    rows, problems = read_rows(input_path, fields, id_field=id_field)
+    _refuse(input_path, rows, problems, skip_invalid=skip_invalid)
+
+
+def _refuse(input_path: Path, rows: list[Row], problems: list[str], *, skip_invalid: bool) -> None:
+    if problems and not skip_invalid:
+        raise InputError(f"{len(problems)} malformed row(s), nothing done (--skip-invalid skips them):\n"
+                         + _listing(input_path, problems))
+    if problems and not rows:
+        raise InputError(f"every row of {input_path} is malformed ({len(problems)}), nothing to do:\n"
+                         + _listing(input_path, problems))
 
 
 def _blocks(job: Job, rows: list[Row], block_rows: int | None, progress: bool):
