@@ -1,4 +1,5 @@
-"""minialign: hand-written PyTorch encoders (BERT, RoBERTa) and AlignScore's alignment model.
+"""minialign: hand-written PyTorch encoders (BERT, RoBERTa, XLM-R, ELECTRA, DistilBERT, MPNet, DeBERTa-v2, ModernBERT)
+and AlignScore's alignment model.
 
 The package is in folders by layer; each may import only the folders below it (tests/test_package.py
 holds them to it):
@@ -43,7 +44,7 @@ from minialign.products.losses import AlignLosses, alignscore_losses, classifica
 from minialign.products.minicheck import MiniCheckScorer  # noqa: E402
 from minialign.apps.explore import Exploration, explore  # noqa: E402
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "PRESETS",
