@@ -9,6 +9,7 @@ directory has no foreign original; it is exported to HF layout first.
 
 from __future__ import annotations
 
+import math
 import tempfile
 from pathlib import Path
 
@@ -87,18 +88,34 @@ def _inputs(ckpt) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask}
 
 
-def compare(reference, ours, real: torch.Tensor) -> dict[str, float]:
+def difference(name: str, reference: torch.Tensor, ours: torch.Tensor, rows=None,
+               problems: list[str] | None = None) -> float:
+    """Max abs difference of two tensors (on `rows` when given); inf when either holds a NaN or an infinity,
+    which is a failure whatever the tolerance (a NaN would slip through Python's max and any `<=`), said in
+    `problems`. Raises ValueError when the shapes differ."""
+    if reference.shape != ours.shape:
+        raise ValueError(f"{name}: shapes differ, reference {tuple(reference.shape)} vs minialign {tuple(ours.shape)}")
+    a, b = reference.float(), ours.float()
+    if rows is not None:
+        a, b = a[rows], b[rows]
+    bad = {side: int((~torch.isfinite(t)).sum()) for side, t in (("reference", a), ("minialign", b))}
+    if any(bad.values()):
+        if problems is not None:
+            problems.append(f"{name}: non-finite values (" + ", ".join(f"{side} {n}" for side, n in bad.items()) + ")")
+        return math.inf
+    return (a - b).abs().max().item() if a.numel() else 0.0
+
+
+def compare(reference, ours, real: torch.Tensor, problems: list[str] | None = None) -> dict[str, float]:
     """Max abs difference of each output two encoders share, on real tokens (`real`: (B, L) bool):
     last_hidden_state, pooler_output, hidden_{i} (0 = embeddings) and attention_{i} (real query
     rows) when both have them. The one comparison `minialign parity` prints and the tests assert.
-    Raises ValueError when a shape or the number of layers differs."""
+    A field with a non-finite value on either side is inf (and named in `problems`). Raises ValueError
+    when a shape or the number of layers differs."""
     diffs: dict[str, float] = {}
 
     def diff(name: str, a: torch.Tensor, b: torch.Tensor, rows=None) -> None:
-        if a.shape != b.shape:
-            raise ValueError(f"{name}: shapes differ, reference {tuple(a.shape)} vs minialign {tuple(b.shape)}")
-        d = (a.float() - b.float()) if rows is None else (a.float() - b.float())[rows]
-        diffs[name] = d.abs().max().item() if d.numel() else 0.0
+        diffs[name] = difference(name, a, b, rows, problems)
 
     for field, rows in (("last_hidden_state", real), ("pooler_output", None), ("logits", None)):
         theirs, mine = getattr(reference, field, None), getattr(ours, field, None)
@@ -134,7 +151,8 @@ def run_parity(src: str, *, backbone: str | None = None, tolerance: float = 1e-4
     with torch.no_grad():
         a = theirs(**batch, output_hidden_states=True, output_attentions=True)
         b = ours(**batch, output_hidden_states=True, output_attentions=True)
-    diffs = compare(a, b, batch["attention_mask"].bool())
+    problems: list[str] = []
+    diffs = compare(a, b, batch["attention_mask"].bool(), problems)
     echo(f"source: {src}  arch: {ckpt.config.arch}  layers: {ckpt.config.num_layers}  "
          f"inputs: {tuple(batch['input_ids'].shape)}")
     echo(f"{'layer':>8}  {'hidden':>10}  {'attention':>10}")
@@ -152,9 +170,11 @@ def run_parity(src: str, *, backbone: str | None = None, tolerance: float = 1e-4
             if name not in linears:
                 continue  # a head the checkpoint lacks: minialign initialised it (and said so), nothing to compare
             with torch.no_grad():
-                d = (linears[name](pooled) - getattr(b, field)).abs().max().item()
+                d = difference(field, linears[name](pooled), getattr(b, field), problems=problems)
             diffs[field] = d
             echo(f"{field:>24}  {d:.3e}")
-    worst = max(diffs.values())
+    for problem in problems:
+        echo(f"FAIL {problem}")
+    worst = max(diffs.values())  # inf where a value is non-finite (difference): never a NaN
     echo(f"max abs difference {worst:.3e} (tolerance {tolerance:g}): {'OK' if worst <= tolerance else 'FAIL'}")
     return worst

@@ -24,18 +24,35 @@ backend (attention.recording: while a capture is active, choose_backend hands ou
 recording twin), so results do not change. That row runs the padded layout for every token (unpad
 and final_tokens="first" are ignored while capturing), so every layer records full (B, H, L, L)
 scores. `choose_backend` is the one place that asks whether a capture is active.
+
+A capture is scoped to its caller (a `contextvars.ContextVar`, as asyncio and threads each see their own):
+another thread's forward, even of the same model, runs as if no capture were open (its kernels, its
+backend, nothing recorded). It records `model`'s forward only: a forward of another model inside the
+block records nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import threading
 from collections.abc import Iterator
 
 import torch.nn as nn
 import torch.nn.modules.module as torch_module
 from torch import Tensor
 
-_active: Capture | None = None
+# The caller's open capture, if any (each thread and asyncio task sees its own; a new thread sees none).
+_active: contextvars.ContextVar[Capture | None] = contextvars.ContextVar("minialign_capture", default=None)
+# How many captures are open in any thread: while none is (the common case), `current` answers without
+# reading the ContextVar, a plain global that torch.compile guards on (it cannot trace ContextVar.get).
+_open = 0
+_open_lock = threading.Lock()
+
+
+def current() -> Capture | None:
+    """The capture this thread (or task) opened, or None."""
+    return _active.get() if _open else None
 
 
 class Capture:
@@ -53,7 +70,9 @@ class Capture:
         return len(self.tensors)
 
     def add(self, role: str, tensor: Tensor) -> None:
-        scope = self._scope[-1] if self._scope else ""
+        if not self._scope:  # outside the captured model's forward (another model run inside the block)
+            return
+        scope = self._scope[-1]
         name = f"{scope}.{role}" if scope else role
         if name in self.tensors:  # the same module called twice in one capture: number the calls
             n = 1
@@ -64,48 +83,55 @@ class Capture:
 
 
 def capturing() -> bool:
-    return _active is not None
+    return current() is not None
 
 
 def unobserved(*modules: nn.Module) -> bool:
     """Whether a tensor handed between `modules` (its maker's output, its reader's input) is seen by nothing
     else: no capture active and no forward hook on any of them, nor a global one (torch's
     register_module_forward_hook / _pre_hook), so its reader may overwrite it (nn/int8.py, `linear`)."""
-    if _active is not None or any(m._forward_hooks or m._forward_pre_hooks for m in modules):
+    if current() is not None or any(m._forward_hooks or m._forward_pre_hooks for m in modules):
         return False
     return not (getattr(torch_module, "_global_forward_hooks", None)
                 or getattr(torch_module, "_global_forward_pre_hooks", None))
 
 
 def record(role: str, tensor: Tensor) -> None:
-    if _active is not None:
-        _active.add(role, tensor)
+    if (cap := current()) is not None:
+        cap.add(role, tensor)
 
 
 @contextlib.contextmanager
 def capture(model: nn.Module) -> Iterator[Capture]:
-    """Record the named intermediates of every forward pass of `model` inside the block."""
-    global _active
-    if _active is not None:
+    """Record the named intermediates of every forward pass of `model` inside the block, in this thread
+    (or asyncio task) only; the forwards of other models and of other threads are left alone."""
+    if current() is not None:
         raise RuntimeError("a capture is already active")
     cap = Capture()
 
+    # The hooks are the modules' own, so they fire in every thread: each acts for this capture's caller only.
     def enter(name):
         def hook(module, args):
-            cap._scope.append(name)  # returns None: the inputs are left alone
+            if _active.get() is cap:
+                cap._scope.append(name)  # returns None: the inputs are left alone
         return hook
 
     def leave(module, args, output):
-        cap._scope.pop()  # returns None: the output is left alone
+        if _active.get() is cap:
+            cap._scope.pop()  # returns None: the output is left alone
 
     handles = []
-    for name, module in model.named_modules():
-        if name:
-            handles += [module.register_forward_pre_hook(enter(name)), module.register_forward_hook(leave)]
-    _active = cap
+    for name, module in model.named_modules():  # the model itself too (name ""): its scope is the bare names
+        handles += [module.register_forward_pre_hook(enter(name)), module.register_forward_hook(leave)]
+    global _open
+    token = _active.set(cap)
+    with _open_lock:
+        _open += 1
     try:
         yield cap
     finally:
-        _active = None
+        with _open_lock:
+            _open -= 1
+        _active.reset(token)
         for handle in handles:
             handle.remove()
