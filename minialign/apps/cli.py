@@ -338,7 +338,11 @@ def _explore(args: argparse.Namespace) -> int:
 def _parity(args: argparse.Namespace) -> int:
     from minialign.apps.parity import run_parity
 
-    worst = run_parity(args.src, backbone=args.backbone, tolerance=args.tolerance)
+    from minialign.apps.parity import BACKENDS, LAYOUTS
+
+    worst = run_parity(args.src, backbone=args.backbone, tolerance=args.tolerance,
+                       backends=BACKENDS if args.backend == "all" else (args.backend,),
+                       layouts=tuple(LAYOUTS) if args.layout == "all" else (args.layout,))
     return 0 if worst <= args.tolerance else 1
 
 
@@ -433,6 +437,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("src")
     p.add_argument("--backbone")
     p.add_argument("--tolerance", type=float, default=1e-4)
+    p.add_argument("--backend", choices=("all", "eager", "sdpa", "flex"), default="all",
+                   help="minialign's attention backend(s) to compare (default: all three)")
+    p.add_argument("--layout", choices=("all", "padded", "packed"), default="all",
+                   help="a padded batch, or packed (unpad=True), or both (default)")
     p.set_defaults(run=_parity)
 
     args = parser.parse_args(argv)

@@ -134,47 +134,82 @@ def compare(reference, ours, real: torch.Tensor, problems: list[str] | None = No
     return diffs
 
 
-def run_parity(src: str, *, backbone: str | None = None, tolerance: float = 1e-4, echo=print) -> float:
-    """Print per-layer differences; return the largest one."""
+BACKENDS = ("eager", "sdpa", "flex")  # every attention backend (nn/attention.py BACKENDS)
+LAYOUTS = {"padded": False, "packed": True}  # Encoder.forward's unpad
+
+
+def run_parity(src: str, *, backbone: str | None = None, tolerance: float = 1e-4, backends=BACKENDS,
+               layouts=tuple(LAYOUTS), echo=print) -> float:
+    """Compare every run of minialign (each of `backends` on each of `layouts`: a padded batch, and packed
+    with unpad=True) with transformers' eager model on the same inputs; print each layer's largest
+    difference per run (attention probabilities from the eager padded run, the only one that returns them),
+    every non-finite value named; return the largest difference of all (inf for a non-finite value)."""
     try:
         import transformers  # noqa: F401
     except ImportError:
         raise ValueError("minialign parity compares against transformers, which is not installed: "
                          "pip install 'minialign[test]' (or pip install transformers)") from None
+    unknown = [b for b in backends if b not in BACKENDS] + [x for x in layouts if x not in LAYOUTS]
+    if unknown or not backends or not layouts:
+        raise ValueError(f"parity runs backends among {BACKENDS} on layouts among {tuple(LAYOUTS)}, got "
+                         f"{tuple(backends)} and {tuple(layouts)}")
     ckpt = read_checkpoint(src, backbone=backbone)
     cls = model_class(ckpt)
     classifier = cls is ClassifierModel
-    ours = build(cls, ckpt, attn_backend="eager")
     with tempfile.TemporaryDirectory() as tmp:
         theirs, linears = _reference(src, ckpt, Path(tmp), classifier=classifier)
     batch = _inputs(ckpt)
+    real = batch["attention_mask"].bool()
     with torch.no_grad():
         a = theirs(**batch, output_hidden_states=True, output_attentions=True)
-        b = ours(**batch, output_hidden_states=True, output_attentions=True)
     problems: list[str] = []
-    diffs = compare(a, b, batch["attention_mask"].bool(), problems)
-    echo(f"source: {src}  arch: {ckpt.config.arch}  layers: {ckpt.config.num_layers}  "
-         f"inputs: {tuple(batch['input_ids'].shape)}")
-    echo(f"{'layer':>8}  {'hidden':>10}  {'attention':>10}")
-    for i in range(ckpt.config.num_layers + 1):
-        attn = f"{diffs[f'attention_{i - 1}']:.3e}" if i > 0 else "-"
-        echo(f"{'emb' if i == 0 else i - 1:>8}  {diffs[f'hidden_{i}']:>10.3e}  {attn:>10}")
-    if "pooler_output" in diffs:
-        echo(f"{'pooled':>8}  {diffs['pooler_output']:>10.3e}")
-    if classifier:
-        echo(f"{'logits':>8}  {diffs['logits']:>10.3e}")
-    if cls is AlignModel:
-        pooled = a.pooler_output
-        for name, field in (("tri_layer", "tri_label_logits"), ("bin_layer", "seq_relationship_logits"),
-                            ("reg_layer", "reg_label_logits")):
-            if name not in linears:
-                continue  # a head the checkpoint lacks: minialign initialised it (and said so), nothing to compare
+    diffs: dict[str, dict[str, float]] = {}  # run -> field -> difference
+    for backend in backends:
+        ours = build(cls, ckpt, attn_backend=backend)
+        for layout in layouts:
+            run = backend if layout == "padded" else f"{backend} {layout}"
+            probabilities = backend == "eager" and layout == "padded"  # any other run would fall back to eager
             with torch.no_grad():
-                d = difference(field, linears[name](pooled), getattr(b, field), problems=problems)
-            diffs[field] = d
-            echo(f"{field:>24}  {d:.3e}")
+                b = ours(**batch, output_hidden_states=True, output_attentions=probabilities, unpad=LAYOUTS[layout])
+            said: list[str] = []
+            diffs[run] = compare(a, b, real, said)
+            if cls is AlignModel:
+                for name, field in (("tri_layer", "tri_label_logits"), ("bin_layer", "seq_relationship_logits"),
+                                    ("reg_layer", "reg_label_logits")):
+                    if name in linears:  # a head the checkpoint lacks: minialign initialised it (and said so)
+                        with torch.no_grad():
+                            diffs[run][field] = difference(field, linears[name](a.pooler_output), getattr(b, field),
+                                                           problems=said)
+            problems += [f"{run}: {problem}" for problem in said]
+    _report(src, ckpt, batch, diffs, echo)
     for problem in problems:
         echo(f"FAIL {problem}")
-    worst = max(diffs.values())  # inf where a value is non-finite (difference): never a NaN
-    echo(f"max abs difference {worst:.3e} (tolerance {tolerance:g}): {'OK' if worst <= tolerance else 'FAIL'}")
+    worst = max(d for run in diffs.values() for d in run.values())  # inf where a value is non-finite: never NaN
+    echo(f"max abs difference {worst:.3e} over {len(diffs)} run(s) (tolerance {tolerance:g}): "
+         f"{'OK' if worst <= tolerance else 'FAIL'}")
     return worst
+
+
+def _report(src: str, ckpt, batch: dict[str, torch.Tensor], diffs: dict[str, dict[str, float]], echo) -> None:
+    """One row per layer (and per output after the last), one column per run; the eager padded run's attention."""
+    runs = list(diffs)
+    echo(f"source: {src}  arch: {ckpt.config.arch}  layers: {ckpt.config.num_layers}  "
+         f"inputs: {tuple(batch['input_ids'].shape)}  runs: {', '.join(runs)}")
+    width = max(12, *map(len, runs))
+    attention = "eager" in diffs and any(name.startswith("attention_") for name in diffs["eager"])
+    echo(f"{'layer':>24}  " + "  ".join(f"{run:>{width}}" for run in runs) + ("  attention (eager)" if attention else ""))
+    rows = [(("emb" if i == 0 else str(i - 1)), f"hidden_{i}") for i in range(ckpt.config.num_layers + 1)]
+    rows += [(field.removesuffix("_output"), field) for field in ("pooler_output", "logits", "tri_label_logits",
+                                                                  "seq_relationship_logits", "reg_label_logits")]
+    for label, field in rows:
+        if not any(field in run for run in diffs.values()):
+            continue
+        cells = "  ".join(f"{_cell(diffs[run].get(field)):>{width}}" for run in runs)
+        extra = ""
+        if attention and field.startswith("hidden_") and field != "hidden_0":
+            extra = f"  {_cell(diffs['eager'].get(f'attention_{int(field[7:]) - 1}')):>17}"
+        echo(f"{label:>24}  {cells}{extra}")
+
+
+def _cell(value: float | None) -> str:
+    return "-" if value is None else "non-finite" if value == math.inf else f"{value:.3e}"

@@ -3,6 +3,8 @@ error without transformers."""
 
 import sys
 
+import pytest
+
 from minialign.apps.cli import main as cli
 
 
@@ -17,10 +19,38 @@ def test_parity_prints_its_header_before_any_figure(tmp_path, capsys, minilm_dir
     from conftest import save_classifier
 
     save_classifier(tmp_path / "m", "bert", 3, minilm_dir)
-    assert cli(["parity", str(tmp_path / "m")]) == 0
+    assert cli(["parity", str(tmp_path / "m"), "--backend", "sdpa"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith(f"source: {tmp_path / 'm'}") and lines[1].split() == ["layer", "hidden", "attention"]
-    assert any(line.split()[0] == "logits" for line in lines[2:]) and lines[-1].endswith("OK")
+    assert lines[0].startswith(f"source: {tmp_path / 'm'}") and lines[0].endswith("runs: sdpa, sdpa packed")
+    assert lines[1].split() == ["layer", "sdpa", "sdpa", "packed"]  # no eager run: no attention column
+    assert [line.split()[0] for line in lines[2:-1]] == ["emb", "0", "1", "2", "logits"]
+    assert lines[-1].endswith("over 2 run(s) (tolerance 0.0001): OK")
+
+
+def test_parity_compares_every_backend_and_layout_by_default(tmp_path, capsys, save_hf, monkeypatch):
+    """The command users run checks what they run: eager, sdpa and flex, padded and packed, layer by layer;
+    attention probabilities from the eager padded run. A wrong packed path shows in its own column."""
+    from minialign.nn import layout
+
+    _, directory = save_hf("roberta")
+    assert cli(["parity", str(directory), "--layout", "packed", "--backend", "eager"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith("runs: eager packed")
+    assert cli(["parity", str(directory)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    runs = ["eager", "eager packed", "sdpa", "sdpa packed", "flex", "flex packed"]
+    assert lines[0].endswith("runs: " + ", ".join(runs)) and lines[1].endswith("attention (eager)")
+    layer0 = lines[3].split()
+    assert layer0[0] == "0" and len(layer0) == 1 + len(runs) + 1 and all(float(x) <= 1e-5 for x in layer0[1:])
+    assert lines[-1].endswith("over 6 run(s) (tolerance 0.0001): OK")
+    original = layout.Layout.unpack  # a packed path that is off by 1%: only the packed columns fail
+    monkeypatch.setattr(layout.Layout, "unpack", lambda self, t: original(self, t) * (1.01 if self.packed else 1))
+    assert cli(["parity", str(directory), "--backend", "sdpa"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    last_layer = lines[2 + 3].split()  # emb, 0, 1, 2
+    assert last_layer[0] == "2" and float(last_layer[1]) <= 1e-5 < float(last_layer[2]), lines
+    assert lines[-1].endswith("FAIL")
+    with pytest.raises(SystemExit):
+        cli(["parity", str(directory), "--backend", "flash"])
 
 
 def test_a_nan_on_either_side_fails_and_is_named(tmp_path, capsys, save_hf):
@@ -36,7 +66,8 @@ def test_a_nan_on_either_side_fails_and_is_named(tmp_path, capsys, save_hf):
     model.save_pretrained(directory)
     assert cli(["parity", str(directory)]) == 1
     out = capsys.readouterr().out
-    assert "FAIL pooler_output: non-finite values (reference " in out and out.rstrip().endswith("FAIL")
+    assert "FAIL eager: pooler_output: non-finite values (reference " in out and out.rstrip().endswith("FAIL")
+    assert "FAIL flex packed: pooler_output: non-finite values" in out and "non-finite" in out.splitlines()[-6]
     assert "max abs difference inf" in out
     ones = torch.ones(2, 3)
     for a, b in ((ones, ones * float("nan")), (ones * float("inf"), ones), (ones * float("nan"), ones * float("nan"))):
