@@ -130,12 +130,16 @@ class ModernBertLayer(nn.Module):
         """x (B, L, C) -> the new states of the `queries` tokens (default: all) (B, Lq, C), and the
         attention probabilities (B, H, Lq, L) when the backend gives them. rotary: (cos, sin) by theta."""
         record("input", x)
-        a, probs = self.attention(self.attention_norm(x), mask, queries, rotary[self.theta])
+        normed = self.attention_norm(x)
+        record("attention_norm", normed)  # pre-LN: what the attention reads (layer 0: the input itself)
+        a, probs = self.attention(normed, mask, queries, rotary[self.theta])
         if queries is not None:
             x = queries(x)
         x = x + self.attention_dropout(a)
         record("attention_residual", x)
-        f = self.ffn(self.ffn_norm(x))
+        normed = self.ffn_norm(x)
+        record("ffn_norm", normed)  # pre-LN: what the feed-forward reads
+        f = self.ffn(normed)
         record("ffn_output", f)
         x = x + f
         record("ffn_residual", x)  # pre-LN: the residual is the layer's output (capture's names, as EncoderLayer's)
@@ -207,4 +211,6 @@ class ModernBert(Family):
 
     @classmethod
     def finish(cls, encoder: nn.Module, x: Tensor) -> Tensor:
-        return encoder.final_norm(x)
+        x = encoder.final_norm(x)
+        record("final_norm", x)  # the last hidden state (transformers' hidden_states[-1]), after the last layer's output
+        return x

@@ -60,3 +60,21 @@ def test_a_capture_records_its_model_only():
         captured(ids)
         other(ids)
     assert "layers.0.attention.probs" in cap and not any("#" in name for name in cap)  # one forward's names, once
+
+
+def test_detach_false_keeps_the_records_in_the_graph():
+    """Records are detached by default; detach=False lets a loss on an intermediate backpropagate (attention
+    supervision, gradient x activation), with the gradients a loss on the same tensor computed by hand gets."""
+    model = _model()
+    ids = torch.randint(5, 300, (2, 7))
+    with ma.capture(model) as cap:
+        model(ids)
+    assert not cap["layers.1.attention.probs"].requires_grad
+    with ma.capture(model, detach=False) as cap:
+        model(ids)
+    probs = cap["layers.1.attention.probs"]
+    assert probs.requires_grad
+    (probs[:, :, :, 0].sum() + cap["layers.0.ffn.intermediate"].pow(2).mean()).backward()
+    qkv = model.layers[1].attention.qkv.weight.grad
+    assert qkv is not None and qkv.abs().sum() > 0
+    assert model.layers[1].ffn.up.weight.grad is None  # after the recorded tensors: no gradient reaches it

@@ -41,11 +41,20 @@ def test_capture_records_the_parts_the_family_has(family, tiny_family):
     assert torch.equal(first, cap["layers.0.input"])
     torch.testing.assert_close(first[real], theirs.hidden_states[0][real], **TOL)
 
+    last = model.config.num_layers - 1
     for i in range(model.config.num_layers):
         state = cap[f"layers.{i}.output"]
-        if i == model.config.num_layers - 1:  # transformers' last hidden state is the finished one (a final norm)
-            state = model.family.finish(model, state)
+        if i == last and "final_norm" in cap:  # transformers' last hidden state is the finished one (a final norm)
+            torch.testing.assert_close(cap["final_norm"], model.final_norm(state), **TOL)
+            state = cap["final_norm"]
         torch.testing.assert_close(state[real], theirs.hidden_states[i + 1][real], **TOL)
+        if f"layers.{i}.ffn_norm" in cap:  # a pre-LN layer: each norm's output is what its block reads
+            layer = model.layers[i]
+            torch.testing.assert_close(cap[f"layers.{i}.attention_norm"], layer.attention_norm(cap[f"layers.{i}.input"]),
+                                       **TOL)
+            torch.testing.assert_close(cap[f"layers.{i}.ffn_norm"],
+                                       layer.ffn_norm(cap[f"layers.{i}.attention_residual"]), **TOL)
         probs = cap[f"layers.{i}.attention.probs"]  # (B, H, L, L): real query rows
         torch.testing.assert_close(probs.transpose(1, 2)[real], theirs.attentions[i].transpose(1, 2)[real], **TOL)
     assert ("relative_position_bias.by_offset" in cap) == row.relative_bias
+    assert ("final_norm" in cap) == ("layers.0.ffn_norm" in cap) == (family == "modernbert")  # the pre-LN family

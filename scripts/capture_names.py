@@ -1,0 +1,58 @@
+"""The names `ma.capture` records, per encoder family, read off the code: a tiny model of each family's preset
+runs one forward under capture and its names are listed, layer indices folded to `{i}`. README.md's
+"Capture names" block is this script's output (tests/nn/test_capture_names.py keeps the two equal).
+
+    python scripts/capture_names.py          # prints the markdown block
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+
+import torch
+
+import minialign as ma
+
+# One preset per family (the one each family's tests and docs name first).
+FAMILY_PRESETS = {"bert": "bert-base-uncased", "roberta": "roberta-base", "xlm-roberta": "xlm-roberta-base",
+                  "camembert": "camembert-base", "electra": "electra-small-discriminator",
+                  "distilbert": "distilbert-base-uncased", "mpnet": "mpnet-base", "deberta-v2": "deberta-v3-base",
+                  "modernbert": "modernbert-base"}
+TINY = dict(vocab_size=120, hidden_size=16, num_layers=3, num_heads=2, intermediate_size=24)
+PAIR_TYPES = 2  # the input is a pair of segments where the family has token types
+
+
+def names(family: str) -> list[str]:
+    """Every name one forward of a tiny `family` model records, in order, `layers.<n>` folded to `layers.{i}`."""
+    config = ma.Config.from_name(FAMILY_PRESETS[family])
+    tiny = dict(TINY)
+    if config.embedding_size is not None:
+        tiny["embedding_size"] = 8
+    if config.pad_token_id >= tiny["vocab_size"]:
+        tiny["pad_token_id"] = 1
+    model = ma.Encoder(dataclasses.replace(config, **tiny), seed=0).eval()
+    ids = torch.arange(5, 5 + 12)[None]
+    types = torch.tensor([[0] * 6 + [1] * 6]) if config.type_vocab_size >= PAIR_TYPES else None
+    with torch.no_grad(), ma.capture(model) as cap:
+        model(ids, token_type_ids=types)
+    return list(dict.fromkeys(re.sub(r"^layers\.\d+\.", "layers.{i}.", name) for name in cap))
+
+
+def table() -> str:
+    """The markdown block: one row per family, its names grouped by where they are recorded."""
+    lines = ["| family | `embeddings.` | every layer, `layers.{i}.` | the encoder's own, outside the layers |",
+             "|---|---|---|---|"]
+    for family in FAMILY_PRESETS:
+        found = names(family)
+        embeddings = [n.removeprefix("embeddings.") for n in found if n.startswith("embeddings.")]
+        layers = [n.removeprefix("layers.{i}.") for n in found if n.startswith("layers.{i}.")]
+        rest = [n for n in found if not n.startswith(("embeddings.", "layers.{i}."))]
+        cells = [", ".join(f"`{n}`" for n in group) or "-" for group in (embeddings, layers, rest)]
+        lines.append(f"| {family} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(print(table()))
