@@ -200,3 +200,27 @@ def test_serve_embed_and_rerank(family, tiny_family):
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
+
+
+def test_the_swap_keeps_the_model_as_it_was(tiny_family):
+    """with_score_function (ma.with_score_function): the twin shares every weight (the same tensors), keeps the
+    model's dtype, mode and backend, and starts (general, bilinear) equal to the scaled dot product. MPNet's
+    identity swap (to the scaled dot product its bias is added to) is allowed."""
+    directory, _ = tiny_family.hf("bert")
+    model = ma.Encoder.from_pretrained(directory, attn_backend="eager", dtype=torch.float64).train()
+    twin = ma.with_score_function(model, "bilinear")
+    assert twin.training and twin.attn_backend == "eager" and twin.config.score_fn == "bilinear"
+    assert {p.dtype for p in twin.parameters()} == {torch.float64}
+    shared = dict(model.named_parameters())
+    for name, p in twin.named_parameters():
+        if ".score." not in name:
+            assert p is shared[name] or p.data_ptr() == shared[name].data_ptr(), name
+    ids = torch.randint(5, 100, (2, 9))
+    with torch.no_grad():
+        model.eval(), twin.eval()
+        torch.testing.assert_close(twin(ids).last_hidden_state, model(ids).last_hidden_state, atol=1e-10, rtol=0)
+    mpnet, _ = tiny_family.hf("mpnet")
+    same = ma.with_score_function(ma.Encoder.from_pretrained(mpnet), "scaled_dot")
+    assert same.config.score_fn == "scaled_dot"
+    with pytest.raises(ValueError, match="unknown score function 'cosine'"):
+        ma.with_score_function(model, "cosine")

@@ -357,18 +357,38 @@ def _seen(tokenizer, ids: list[int], text: str, pair: str | None) -> tuple[tuple
 
 
 def with_score_function(model: nn.Module, score_fn: str) -> nn.Module:
-    """A copy of `model` whose attention uses another alignment-score function (nn/score_functions.py): every
-    weight shared but the new function's own parameters, which start from their initialisation."""
+    """A twin of `model` whose attention uses another alignment-score function (nn/score_functions.py):
+    every weight shared with `model` (the same tensors: training one trains the other), the new function's
+    own parameters from their initialisation (general and bilinear start equal to the scaled dot product);
+    on the same device, in the same dtype, mode (train / eval), attention backend and mixed precision.
+    A family that adds a relative-position bias (MPNet) takes the scaled dot product only; an int8 model is
+    refused (its quantized layers are not shared state)."""
     import dataclasses
 
-    if has_relative_bias(model):
+    from minialign.models.encoder import Encoder
+    from minialign.nn.score_functions import SCORE_FUNCTIONS
+
+    if score_fn not in SCORE_FUNCTIONS:
+        raise ValueError(f"unknown score function {score_fn!r}; choose from {SCORE_FUNCTIONS}")
+    if has_relative_bias(model) and score_fn != "scaled_dot":
         raise ValueError(f"the score-function swap does not apply to {type(model).__name__} ({model.config.arch}): "
                          f"its attention adds a relative-position bias to the scaled dot product (its family's "
                          f"relative_bias), which a swapped score function would be added to, untrained")
+    if getattr(model, "int8", False):
+        raise ValueError("with_score_function takes a floating-point model, not one loaded with dtype='int8'")
+    weight = next(model.parameters())
+    encoder = model if isinstance(model, Encoder) else model.encoder
     config = dataclasses.replace(model.config, score_fn=score_fn)
-    other = type(model)(config).eval()
-    missing, unexpected = other.load_state_dict(model.state_dict(), strict=False)
-    stray = [n for n in missing + unexpected if ".score." not in n]
+    with torch.device(weight.device):
+        other = type(model)(config, attn_backend=encoder.attn_backend)
+    other.to(weight.dtype)  # the new function's own parameters, in the model's dtype
+    theirs = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    mine = {**dict(other.named_parameters()), **dict(other.named_buffers())}
+    stray = sorted(n for n in set(theirs) ^ set(mine) if ".score." not in n)
     if stray:
         raise ValueError(f"cannot swap the score function of {type(model).__name__}: {stray[:5]}")
-    return other
+    for name in set(theirs) & set(mine):  # the very tensors (a fused qkv too), not copies through a state dict
+        owner, _, leaf = name.rpartition(".")
+        setattr(other.get_submodule(owner), leaf, theirs[name])
+    other.compute_dtype = model.compute_dtype
+    return other.train(model.training)
