@@ -77,7 +77,7 @@ class Encoder(Pretrained):
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
         position_ids: Tensor | None = None, *, output_hidden_states: bool = False, output_attentions: bool = False,
-        unpad: bool = False, final_tokens: str = "all",
+        unpad: bool = False, final_tokens: str = "all", windows_over_custom_mask: bool = True,
     ) -> EncoderOutput:
         """input_ids (B, L); attention_mask (B, L), (B, L, L) or (B|1, H|1, L, L), True/1 = attend.
 
@@ -90,6 +90,10 @@ class Encoder(Pretrained):
             all the pooler and a classification head read): the last layer then runs for the first
             tokens alone and last_hidden_state is (B, 1, C). Hidden states, attentions and capture
             ask for every token, so with any of them the forward computes "all".
+        windows_over_custom_mask: a family with local layers (ModernBERT) keeps each local layer's window on top
+            of a custom (B, L, L) or 4-D mask (True, the default: the layer never sees past its window); False
+            drops the windows under such a mask, as transformers does when it is given a 4-D mask
+            (masking_utils: a custom mask is taken as it is). A 2-D padding mask always keeps them.
         """
         self._check_input(input_ids)
         if final_tokens not in FINAL_TOKENS:
@@ -114,6 +118,8 @@ class Encoder(Pretrained):
         relative = self.family.relative_bias(self, L)  # (H, 2L - 1) or None
         # one mask per distinct window (a local layer's reach; None: global), each layer handed its own
         windows = self.family.attention_windows(self.config)
+        if not windows_over_custom_mask and attention_mask is not None and attention_mask.dim() > 2:
+            windows = [None] * len(windows)  # the caller's mask alone, as transformers takes a 4-D one
         every = {window: prepare_mask(backend, attention_mask, layout, queries="all", dtype=x.dtype,
                                       num_heads=self.config.num_heads, relative=relative, window=window,
                                       device=x.device) for window in dict.fromkeys(windows)}

@@ -237,3 +237,25 @@ def test_compiles_without_graph_breaks(tmp_path):
     torch._dynamo.reset()
     explanation = torch._dynamo.explain(model)(ids, attention_mask=mask)
     assert explanation.graph_break_count == 0, explanation.break_reasons
+
+
+@pytest.mark.parametrize("backend", ["eager", "sdpa"])
+def test_a_custom_mask_keeps_the_windows_unless_asked_as_transformers(backend, tmp_path):
+    """Given a 4-D mask, transformers takes it as it is (no sliding window on the local layers); minialign keeps
+    each local layer's window on top of it by default, and drops it with windows_over_custom_mask=False:
+    then the two agree."""
+    hf, directory = _saved(tmp_path)
+    ours = ma.Encoder.from_pretrained(directory, attn_backend=backend)
+    ids, pad = _batch(hf.config, lengths=(60, 41))
+    L = ids.shape[1]
+    keep = pad.bool()[:, None, None, :] & torch.ones(1, 1, L, L, dtype=torch.bool)  # padding only, as a 4-D mask
+    additive = torch.zeros(keep.shape).masked_fill(~keep, torch.finfo(torch.float32).min)
+    real = pad.bool()
+    with torch.no_grad():
+        theirs = hf(ids, attention_mask=additive).last_hidden_state
+        windowed = ours(ids, attention_mask=keep).last_hidden_state
+        as_given = ours(ids, attention_mask=keep, windows_over_custom_mask=False).last_hidden_state
+        padded_2d = ours(ids, attention_mask=pad, windows_over_custom_mask=False).last_hidden_state
+    torch.testing.assert_close(as_given[real], theirs[real], **TOL)
+    assert (windowed - theirs)[real].abs().max() > 1e-3  # the windows cut keys the 4-D mask lets through
+    torch.testing.assert_close(padded_2d[real], windowed[real], **TOL)  # a 2-D mask always keeps the windows
