@@ -49,3 +49,6 @@ def test_score_functions():
     lines = [line for line in out.splitlines() if "held-out accuracy" in line]
     assert len(lines) == 5
     assert all(float(line.rsplit(" ", 1)[1]) > 0.8 for line in lines), out
+    first = {line.split(":")[0].strip(): line.split("loss ")[1].split(" ->")[0] for line in lines}
+    # one seeded head for all: general and bilinear start as the scaled dot product, so their first loss is its
+    assert first["scaled_dot"] == first["general"] == first["bilinear"], first
