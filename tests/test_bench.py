@@ -309,3 +309,39 @@ def test_int8_fine_tuned_cross_encoder_is_saved_for_both_libraries(minilm_dir, t
     with torch.inference_mode():
         theirs = model(**inputs).logits.squeeze(1)
     torch.testing.assert_close(torch.as_tensor(ours).reshape(-1), theirs, atol=1e-4, rtol=1e-4)
+
+
+def test_precision_section_runs_every_recipe_on_a_tiny_scorer(tiny_alignscore):
+    """Every recipe of the precision section, int8 included (torch.ao's layer in place of minialign's Linear,
+    called as the layers call it: with scratch=), on a tiny AlignScore: a section that breaks shows here, not
+    halfway through a full benchmark run (it once stopped scripts/bench.py before its last four sections)."""
+    from benchmarks import precision
+
+    import minialign as ma
+
+    path, backbone, _ = tiny_alignscore
+    scorer = ma.AlignScorer.from_pretrained(path, backbone=str(backbone))
+    contexts = ["The tower was built in Paris. It opened in 1889.", "Police said the company grew."] * 2
+    claims = ["The tower opened in 1889.", "The company shrank."] * 2
+    rows = precision.precision_rows(scorer.model, scorer.tokenizer, contexts, claims, label="tiny", echo=lambda *a: None)
+    recipes = {row["recipe"] for row in rows}
+    assert {"fp32", "bf16 weights", "int8 dynamic (Linear layers)"} <= recipes
+    fp32 = [row for row in rows if row["recipe"] == "fp32"]
+    assert len(fp32) == 6 and all(row["max abs dev"] == 0 for row in fp32)
+    int8_rows = [row for row in rows if row["recipe"].startswith("int8")]
+    assert all(0 < row["max abs dev"] < 0.5 for row in int8_rows)
+
+
+@pytest.mark.slow
+def test_the_sections_without_a_test_of_their_own_run_on_tiny_sizes():
+    """loading memory, parity, the service and the worker processes, each measured on a handful of inputs: every
+    section of a full run is exercised by some test (the others: encoder, families, kernels, int8, precision above;
+    scoring and embeddings through scripts/gpu_suite.sh's dry run), so none breaks unseen."""
+    from benchmarks import loading_memory, parity, service, workers
+
+    quiet = lambda *a: None  # noqa: E731
+    for module, rows in ((loading_memory, loading_memory.measure(echo=quiet)), (parity, parity.measure(echo=quiet)),
+                         (service, service.measure(requests=16, clients=4, echo=quiet)),
+                         (workers, workers.measure(examples=2, texts=8, echo=quiet))):
+        assert rows, module.__name__
+        assert all(set(module.TABLE) <= set(row) for row in rows), module.__name__

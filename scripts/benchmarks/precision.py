@@ -133,8 +133,10 @@ class Int8Linear(torch.nn.Module):
     def __init__(self, quantized, activation):
         super().__init__()
         self.quantized, self.activation = quantized, activation
+        self.in_features, self.out_features = quantized.in_features, quantized.out_features  # as the layers read them
 
-    def forward(self, x):
+    def forward(self, x, *, scratch: bool = False):
+        """scratch: minialign Linear's leave to overwrite x (nn/int8.py); torch.ao's layer never does."""
         from minialign.nn.linear import ACTIVATIONS
 
         y = self.quantized(x)
