@@ -29,7 +29,7 @@ from minialign import moved  # noqa: E402  (old module paths, before the names b
 from minialign.convert import CheckpointError  # noqa: E402
 from minialign.nn import masks  # noqa: E402
 from minialign.nn.attention import attention, attention_bias  # noqa: E402
-from minialign.nn.capture import Capture, capture  # noqa: E402
+from minialign.nn.capture import Capture, ablate_heads, ablate_mean, capture, patch, replace_with  # noqa: E402
 from minialign.nn.config import PRESETS, Config  # noqa: E402
 from minialign.nn.score_functions import SCORE_FUNCTIONS  # noqa: E402
 from minialign.models import (AlignModel, AlignOutput, ClassifierModel, ClassifierOutput, Encoder,  # noqa: E402
@@ -66,6 +66,8 @@ __all__ = [
     "MiniCheckScorer",
     "SentenceEncoder",
     "Tokenizer",
+    "ablate_heads",
+    "ablate_mean",
     "alignscore_losses",
     "attention",
     "attention_bias",
@@ -73,6 +75,8 @@ __all__ = [
     "classification_loss",
     "explore",
     "masks",
+    "patch",
+    "replace_with",
     "split_sentences",
     "with_score_function",
 ]

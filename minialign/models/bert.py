@@ -57,17 +57,17 @@ class Embeddings(nn.Module):
     def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor) -> Tensor:
         """(B, L) each, or a packed (1, T); the Encoder fills token types and positions once."""
         word, position = self.word(input_ids), self.position(position_ids)
-        record("word", word)
-        record("position", position)
+        word = record("word", word)
+        position = record("position", position)
         x = word
         if self.token_type is not None:
             token_type = self.token_type(token_type_ids)
-            record("token_type", token_type)
+            token_type = record("token_type", token_type)
             x = x + token_type
         x = x + position  # (B, L, C), summed in BertEmbeddings' order
-        record("sum", x)
+        x = record("sum", x)
         x = self.norm(x)
-        record("norm", x)
+        x = record("norm", x)
         return self.dropout(x)
 
 

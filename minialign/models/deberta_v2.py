@@ -103,7 +103,7 @@ class RelativeEmbeddings(nn.Module):
         if self.table is None:
             return None
         rel = self.table.weight if self.norm is None else self.norm(self.table.weight)
-        record("table", rel)
+        rel = record("table", rel)
         return rel  # (2S, C)
 
 
@@ -129,21 +129,21 @@ class DebertaV2Embeddings(nn.Module):
     def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor) -> Tensor:
         """(B, L) each, or a packed (1, T) -> (B, L, C)."""
         x = self.word(input_ids)
-        record("word", x)
+        x = record("word", x)
         if self.position is not None:
             position = self.position(position_ids)
-            record("position", position)
+            position = record("position", position)
             x = x + position
         if self.token_type is not None:
             token_type = self.token_type(token_type_ids)
-            record("token_type", token_type)
+            token_type = record("token_type", token_type)
             x = x + token_type
-        record("sum", x)
+        x = record("sum", x)
         if self.project is not None:
             x = self.project(x)
-            record("project", x)
+            x = record("project", x)
         x = self.norm(x)
-        record("norm", x)
+        x = record("norm", x)
         return self.dropout(x)
 
 
@@ -205,7 +205,7 @@ class Disentangled:
 
     def _record(self, role: str, t: Tensor) -> None:
         if not self.recorded:  # once per layer call (a capture's eager twin computes the score twice)
-            record(role, t)
+            record(role, t, patchable=False)  # read-only: the score is computed again by the backend
 
 
 class DisentangledAttention(SelfAttention):
@@ -236,15 +236,15 @@ class DisentangledAttention(SelfAttention):
         if queries is not None:
             q = queries(q)
         q, k, v = heads(q), heads(k), heads(v)
-        record("q", q)
-        record("k", k)
-        record("v", v)
+        q = record("q", q)
+        k = record("k", k)
+        v = record("v", v)
         score = self.bind(mask.rel_embeddings, mask.index)
         y, probs = attention(q, k, v, mask.prepared, score=score,
                              dropout_p=self.dropout_p if self.training else 0.0)
-        record("context", y)  # (B, H, Lq, D)
+        y = record("context", y)  # (B, H, Lq, D)
         out = self.output(y.transpose(1, 2).reshape(B, q.size(2), C))
-        record("output", out)
+        out = record("output", out)
         return out, probs
 
     def bind(self, rel: Tensor | None, index: Tensor) -> Disentangled:
@@ -298,11 +298,11 @@ class ConvLayer(nn.Module):
         if queries is not None:
             out = queries(out)
         out = self.act(self.dropout(out))
-        record("conv", out)
+        out = record("conv", out)
         out = self.norm(residual + out)
         if keep is not None:
             out = out * (keep if queries is None else queries(keep))
-        record("output", out)
+        out = record("output", out)
         return out
 
 
@@ -340,7 +340,7 @@ class DebertaV2ClassificationHead(nn.Module):
     def forward(self, encoded: EncoderOutput) -> Tensor:
         """last_hidden_state[:, 0] (B, C) -> (B, num_labels)."""
         pooled = self.dense(self.pooler_dropout(encoded.last_hidden_state[:, 0]))  # (B, C), activation fused
-        record("pooled", pooled)
+        pooled = record("pooled", pooled)
         return self.out_proj(self.dropout(pooled))
 
 

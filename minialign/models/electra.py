@@ -47,7 +47,7 @@ class ElectraEmbeddings(Embeddings):
         x = super().forward(input_ids, token_type_ids, position_ids)  # (B, L, E)
         if self.project is not None:
             x = self.project(x)  # (B, L, C)
-            record("project", x)
+            x = record("project", x)
         return x
 
 

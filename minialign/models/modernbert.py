@@ -84,10 +84,10 @@ class ModernBertEmbeddings(nn.Module):
     def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor) -> Tensor:
         """Token types and positions are not added here (rotary positions are applied in attention)."""
         word = self.word(input_ids)
-        record("word", word)
-        record("sum", word)  # the one part there is (capture's embeddings.sum: what the norm reads)
+        word = record("word", word)
+        word = record("sum", word)  # the one part there is (capture's embeddings.sum: what the norm reads)
         x = self.norm(word)
-        record("norm", x)
+        x = record("norm", x)
         return self.dropout(x)
 
 
@@ -105,7 +105,7 @@ class GatedFeedForward(FeedForward):
     def rows(self, x: Tensor) -> Tensor:
         value, gate = self.up(x).chunk(2, dim=-1)  # (..., I) each
         h = self.act(value) * gate
-        record("intermediate", h)
+        h = record("intermediate", h)
         return self.down(self.dropout(h))  # (..., C)
 
 
@@ -129,21 +129,21 @@ class ModernBertLayer(nn.Module):
                 rotary: dict[float, tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor | None]:
         """x (B, L, C) -> the new states of the `queries` tokens (default: all) (B, Lq, C), and the
         attention probabilities (B, H, Lq, L) when the backend gives them. rotary: (cos, sin) by theta."""
-        record("input", x)
+        x = record("input", x)
         normed = self.attention_norm(x)
-        record("attention_norm", normed)  # pre-LN: what the attention reads (layer 0: the input itself)
+        normed = record("attention_norm", normed)  # pre-LN: what the attention reads (layer 0: the input itself)
         a, probs = self.attention(normed, mask, queries, rotary[self.theta])
         if queries is not None:
             x = queries(x)
         x = x + self.attention_dropout(a)
-        record("attention_residual", x)
+        x = record("attention_residual", x)
         normed = self.ffn_norm(x)
-        record("ffn_norm", normed)  # pre-LN: what the feed-forward reads
+        normed = record("ffn_norm", normed)  # pre-LN: what the feed-forward reads
         f = self.ffn(normed)
-        record("ffn_output", f)
+        f = record("ffn_output", f)
         x = x + f
-        record("ffn_residual", x)  # pre-LN: the residual is the layer's output (capture's names, as EncoderLayer's)
-        record("output", x)
+        x = record("ffn_residual", x)  # pre-LN: the residual is the layer's output (capture's names, as EncoderLayer's)
+        x = record("output", x)
         return x, probs
 
 
@@ -174,7 +174,7 @@ class ModernBertClassificationHead(nn.Module):
                                  f"{tuple(attention_mask.shape)}")
             keep = attention_mask.to(h.dtype)[..., None]  # (B, L, 1)
             pooled = (h * keep).sum(dim=1) / attention_mask.sum(dim=1, keepdim=True)  # (B, C), as transformers
-        record("pooled", pooled)
+        pooled = record("pooled", pooled)
         return self.out_proj(self.dropout(self.norm(self.dense(pooled))))
 
 
@@ -212,5 +212,5 @@ class ModernBert(Family):
     @classmethod
     def finish(cls, encoder: nn.Module, x: Tensor) -> Tensor:
         x = encoder.final_norm(x)
-        record("final_norm", x)  # the last hidden state (transformers' hidden_states[-1]), after the last layer's output
+        x = record("final_norm", x)  # the last hidden state (transformers' hidden_states[-1]), after the last layer's output
         return x

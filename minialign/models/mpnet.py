@@ -65,7 +65,7 @@ class RelativePositionBias(nn.Module):
         """(H, 2L - 1): the bias of each offset j - i = -(L - 1) .. L - 1, for sequences up to L tokens."""
         offsets = torch.arange(1 - length, length, device=self.table.weight.device)
         by_offset = self.table(relative_position_bucket(offsets)).T  # (H, 2L - 1)
-        record("by_offset", by_offset)
+        by_offset = record("by_offset", by_offset)
         return by_offset
 
 

@@ -20,7 +20,8 @@ function's form, dropout, a subset of queries); otherwise on sdpa if sdpa does; 
 which does everything. A packed batch on a backend that does not take packed rows runs each
 sequence alone through that backend. Under `capture` (capture.py) the rule hands out the chosen
 row's recording twin (`recording`): the same row, with the eager formulas run beside it for the
-record, on the padded layout and every token; so the forward itself makes no capture decisions.
+record, on the padded layout and every token; so the forward itself makes no capture decisions. Under
+`patch` too; where a patch replaces a score or the probabilities, the twin's output is eager's from them.
 """
 
 from __future__ import annotations
@@ -134,12 +135,18 @@ def recording(row: Backend) -> Backend:
 
     def run(q: Tensor, k: Tensor, v: Tensor, prepared, score: nn.Module, dropout_p: float):
         value, bias = prepared if prepared is not None else (None, None)
-        scores = raw_scores(q, k, score)
-        record("scores_raw", scores)
+        raw = raw_scores(q, k, score)
+        scores = record("scores_raw", raw)
+        patched = scores is not raw  # a patch (capture.patch) replaced it
         if bias is not None:
             scores = scores + bias.to(q.dtype)  # not in place: scores_raw is kept
-        record("scores_masked", scores)
-        record("probs", torch.softmax(scores, dim=-1))
+        masked = scores
+        scores = record("scores_masked", masked)
+        patched = patched or scores is not masked
+        softmax = torch.softmax(scores, dim=-1)
+        probs = record("probs", softmax)
+        if patched or probs is not softmax:  # the output comes from the patched scores / probabilities (eager's)
+            return torch.matmul(F.dropout(probs, p=dropout_p) if dropout_p > 0.0 else probs, v), probs
         return row.run(q, k, v, _matching(value, q), score, dropout_p)
 
     return replace(row, name=f"{row.name}+capture", run=run, prepare=prepare, packed=False, query_subset=False,

@@ -42,8 +42,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import difflib
+import functools
+import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import torch.nn as nn
 import torch.nn.modules.module as torch_module
@@ -62,10 +65,37 @@ def current() -> Capture | None:
     return _active.get() if _open else None
 
 
+@functools.cache
+def _pattern(pattern: str) -> re.Pattern:
+    parts = re.split(r"(\*\*|\*|\?)", pattern)
+    wild = {"**": ".*", "*": "[^.]*", "?": "[^.]"}
+    return re.compile("".join(wild.get(part, re.escape(part)) for part in parts))
+
+
+def matches(name: str, pattern: str) -> bool:
+    """Whether an activation's name matches a name or pattern: `*` one dotted part or its piece ("layers.*.output"
+    is every layer's output, not "layers.0.attention.output"), `**` any run of parts, `?` one character."""
+    return _pattern(pattern).fullmatch(name) is not None
+
+
 class Capture:
-    def __init__(self, *, detach: bool = True):
-        self.tensors: dict[str, Tensor] = {}
-        self.detach = detach
+    """What one `capture` (or `patch`) session holds: the records by name (`tensors`), and the patches it applies.
+
+    names:   record only the activations whose name matches one of these (exact names or patterns (`matches`) such
+             as "layers.*.attention.probs"); None: every one
+    patches: name or pattern -> fn(tensor) -> tensor of the same shape, put in place of the activation (patch)
+    keep:    whether to record at all (a patch session alone records nothing)
+    """
+
+    def __init__(self, *, detach: bool = True, names: Sequence[str] | None = None,
+                 patches: dict[str, Callable[[Tensor], Tensor]] | None = None, keep: bool = True,
+                 tensors: dict[str, Tensor] | None = None):
+        self.tensors: dict[str, Tensor] = {} if tensors is None else tensors
+        self.detach, self.keep = detach, keep
+        self.names = None if names is None else tuple(names)
+        self.patches = dict(patches or {})
+        self.seen: dict[str, None] = {}  # every name a forward reached (for messages), in order
+        self.matched: set[str] = set()  # the names / patterns that matched something
         self._scope: list[str] = []
 
     def __getitem__(self, name: str) -> Tensor:
@@ -77,17 +107,54 @@ class Capture:
     def __len__(self) -> int:
         return len(self.tensors)
 
-    def add(self, role: str, tensor: Tensor) -> None:
-        if not self._scope:  # outside the captured model's forward (another model run inside the block)
-            return
+    def add(self, role: str, tensor: Tensor, *, patchable: bool = True) -> Tensor:
+        """Record (and patch) one activation of the forward; returns what the forward goes on with."""
+        if not self._scope:  # outside the named model's forward (another model run inside the block)
+            return tensor
         scope = self._scope[-1]
         name = f"{scope}.{role}" if scope else role
-        if name in self.tensors:  # the same module called twice in one capture: number the calls
-            n = 1
-            while f"{name}#{n}" in self.tensors:
-                n += 1
-            name = f"{name}#{n}"
-        self.tensors[name] = tensor.detach() if self.detach else tensor
+        self.seen[name] = None
+        for pattern, fn in self.patches.items():
+            if not matches(name, pattern):
+                continue
+            if not patchable:
+                raise ValueError(f"{name} is recorded for reading only and cannot be patched (it is computed again "
+                                 f"inside the attention scores): patch the scores it adds to "
+                                 f"({scope}.scores_raw) instead")
+            self.matched.add(pattern)
+            patched = fn(tensor)
+            if not isinstance(patched, Tensor) or patched.shape != tensor.shape:
+                got = tuple(patched.shape) if isinstance(patched, Tensor) else type(patched).__name__
+                raise ValueError(f"the patch of {name} returned {got}; it must return a tensor of the activation's "
+                                 f"shape {tuple(tensor.shape)}")
+            tensor = patched
+        if self.keep and (self.names is None or self._wanted(name)):
+            key = name
+            if key in self.tensors:  # the same module called twice in one capture: number the calls
+                n = 1
+                while f"{name}#{n}" in self.tensors:
+                    n += 1
+                key = f"{name}#{n}"
+            self.tensors[key] = tensor.detach() if self.detach else tensor
+        return tensor
+
+    def _wanted(self, name: str) -> bool:
+        hits = [p for p in self.names if matches(name, p)]
+        self.matched.update(hits)
+        return bool(hits)
+
+    def check_names(self, model: nn.Module) -> None:
+        """After the block: a name or pattern (of `names` or `patches`) that matched nothing the forward reached
+        is an error listing the close ones (a typo would otherwise record or change nothing, silently)."""
+        if not self.seen:
+            return  # no forward of the model ran inside the block: nothing to say
+        asked = [*(self.names or ()), *self.patches]
+        for pattern in dict.fromkeys(asked):
+            if pattern not in self.matched:
+                close = difflib.get_close_matches(pattern, list(self.seen), n=5, cutoff=0.5)
+                raise ValueError(f"no activation of {type(model).__name__}'s forward is named {pattern!r}"
+                                 + (f"; close: {', '.join(close)}" if close else "")
+                                 + " (README, \"Capture names\")")
 
 
 def capturing() -> bool:
@@ -104,23 +171,56 @@ def unobserved(*modules: nn.Module) -> bool:
                 or getattr(torch_module, "_global_forward_pre_hooks", None))
 
 
-def record(role: str, tensor: Tensor) -> None:
+def record(role: str, tensor: Tensor, *, patchable: bool = True) -> Tensor:
+    """An activation of the forward, named by the module calling it and `role`: recorded by an open capture
+    and replaced by an open patch; returns what the forward goes on with (the tensor itself when neither is
+    open: one global read)."""
     if (cap := current()) is not None:
-        cap.add(role, tensor)
+        return cap.add(role, tensor, patchable=patchable)
+    return tensor
 
 
 @contextlib.contextmanager
-def capture(model: nn.Module, *, detach: bool = True) -> Iterator[Capture]:
+def capture(model: nn.Module, *, detach: bool = True, names: Sequence[str] | None = None) -> Iterator[Capture]:
     """Record the named intermediates of every forward pass of `model` inside the block, in this thread
     (or asyncio task) only; the forwards of other models and of other threads are left alone.
     detach (default): the records hold no autograd graph (they cost no memory of the backward pass);
     detach=False keeps each one in the graph of a forward run with gradients, so a loss on an intermediate
-    (attention supervision) or gradient x activation attribution backpropagates through it."""
-    if current() is not None:
-        raise RuntimeError("a capture is already active")
-    cap = Capture(detach=detach)
+    (attention supervision) or gradient x activation attribution backpropagates through it.
+    names: record only these (exact names or patterns: `matches`, e.g. "layers.*.attention.probs"), which bounds
+    the memory a long input takes to what they hold; one that matches nothing is an error naming close ones."""
+    with _session(model, Capture(detach=detach, names=names)) as cap:
+        yield cap
 
-    # The hooks are the modules' own, so they fire in every thread: each acts for this capture's caller only.
+
+@contextlib.contextmanager
+def patch(model: nn.Module, patches: dict[str, Callable[[Tensor], Tensor]], *,
+          detach: bool = True) -> Iterator[Capture]:
+    """Intervene on `model`'s forward inside the block: each activation whose name matches a key (the names
+    `capture` records, or patterns: `matches`) is replaced by fn(activation), which must keep its shape (per head
+    where it has heads: `attention.{q,k,v,context}` are (B, H, L, D), `attention.{scores_raw,scores_masked,
+    probs}` (B, H, L, L); ablate_heads, ablate_mean and replace_with build such functions). Like capture, the
+    forward then runs the path that computes every activation (the eager formulas beside the backend, padded,
+    every token): a patched score or probability makes the attention's output come from it. Scoped as capture
+    is (this thread, this model); nested in an open capture, the capture records the patched forward. A key
+    that matches nothing is an error naming the close names. Yields the session (what a capture inside records)."""
+    outer = current()
+    if outer is not None:  # inside a capture: its records go on, with these patches applied
+        session = Capture(detach=outer.detach, names=outer.names, patches={**outer.patches, **patches},
+                          tensors=outer.tensors, keep=outer.keep)
+    else:
+        session = Capture(detach=detach, patches=patches, keep=False)
+    with _session(model, session, nested=outer is not None) as cap:
+        yield cap
+
+
+@contextlib.contextmanager
+def _session(model: nn.Module, cap: Capture, *, nested: bool = False) -> Iterator[Capture]:
+    """Open `cap` for `model`'s forwards in this thread (the one mechanism of capture and patch)."""
+    if current() is not None and not nested:
+        raise RuntimeError("a capture is already active")
+
+    # The hooks are the modules' own, so they fire in every thread: each acts for this session's caller only.
     def enter(name):
         def hook(module, args):
             if _active.get() is cap:
@@ -138,11 +238,48 @@ def capture(model: nn.Module, *, detach: bool = True) -> Iterator[Capture]:
     token = _active.set(cap)
     with _open_lock:
         _open += 1
+    failed = False
     try:
         yield cap
+    except BaseException:
+        failed = True
+        raise
     finally:
         with _open_lock:
             _open -= 1
         _active.reset(token)
         for handle in handles:
             handle.remove()
+        if not failed:
+            cap.check_names(model)
+
+
+# -- patch functions (each returns a tensor of its input's shape) --------------------------------------------
+
+def ablate_heads(*heads: int) -> Callable[[Tensor], Tensor]:
+    """Zero these heads of a per-head activation (B, H, ...): head ablation (patch "layers.3.attention.context")."""
+    def fn(t: Tensor) -> Tensor:
+        out = t.clone()
+        out[:, list(heads)] = 0
+        return out
+    return fn
+
+
+def ablate_mean(*heads: int) -> Callable[[Tensor], Tensor]:
+    """Replace these heads of (B, H, L, ...) (every head when none is named; any (B, L, ...) activation then)
+    by their mean over the batch and the tokens: mean ablation."""
+    def fn(t: Tensor) -> Tensor:
+        out = t.clone()
+        part = out[:, list(heads)] if heads else out
+        mean = part.mean(dim=(0, 2) if heads else (0, 1), keepdim=True)
+        if heads:
+            out[:, list(heads)] = mean.expand_as(part)
+        else:
+            out[:] = mean.expand_as(out)
+        return out
+    return fn
+
+
+def replace_with(tensor: Tensor) -> Callable[[Tensor], Tensor]:
+    """Put `tensor` (another run's activation, e.g. a clean run's capture) in place: activation patching."""
+    return lambda t: tensor.to(device=t.device, dtype=t.dtype)

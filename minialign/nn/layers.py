@@ -54,14 +54,14 @@ class SelfAttention(nn.Module):
         if queries is not None:
             q = queries(q)  # (B, Lq, C)
         q, k, v = heads(q), heads(k), heads(v)
-        record("q", q)
-        record("k", k)
-        record("v", v)
+        q = record("q", q)
+        k = record("k", k)
+        v = record("v", v)
         y, probs = attention(q, k, v, mask, score=self.score, dropout_p=self.dropout_p if self.training else 0.0)
-        record("context", y)  # (B, H, Lq, D)
+        y = record("context", y)  # (B, H, Lq, D)
         # y (or the copy reshape makes of it) is read again only by a capture or a hook
         out = self.output(y.transpose(1, 2).reshape(B, q.size(2), C), scratch=unobserved(self.output))  # (B, Lq, C)
-        record("output", out)
+        out = record("output", out)
         return out, probs
 
 
@@ -113,7 +113,7 @@ class FeedForward(nn.Module):
     def rows(self, x: Tensor) -> Tensor:
         """The feed-forward of some rows: down(activation(x W^T + b)), (..., C) -> (..., C)."""
         h = self.up(x)  # (..., I)
-        record("intermediate", h)
+        h = record("intermediate", h)
         return self.down(h, scratch=unobserved(self.up, self.down))  # h is read again only by a capture or a hook
 
     def slice_rows(self, x: Tensor) -> int:
@@ -153,20 +153,20 @@ class EncoderLayer(nn.Module):
                 queries: Callable[[Tensor], Tensor] | None = None) -> tuple[Tensor, Tensor | None]:
         """x (B, L, C) -> the new states of the `queries` tokens (default: all) (B, Lq, C), and the
         attention probabilities (B, H, Lq, L) when the backend gives them."""
-        record("input", x)
+        x = record("input", x)
         a, probs = self.attention(x, mask, queries)
         if queries is not None:
             x = queries(x)
         x = x + self.attention_dropout(a)
-        record("attention_residual", x)
+        x = record("attention_residual", x)
         x = self.attention_norm(x)
-        record("attention_norm", x)
+        x = record("attention_norm", x)
         f = self.ffn(x)
-        record("ffn_output", f)
+        f = record("ffn_output", f)
         x = x + self.dropout(f)
-        record("ffn_residual", x)
+        x = record("ffn_residual", x)
         x = self.ffn_norm(x)
-        record("output", x)
+        x = record("output", x)
         return x, probs
 
 
@@ -179,5 +179,5 @@ class Pooler(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         pooled = torch.tanh(self.dense(x[:, 0]))  # (B, C)
-        record("output", pooled)
+        pooled = record("output", pooled)
         return pooled
