@@ -199,8 +199,8 @@ def _report(src: str, ckpt, batch: dict[str, torch.Tensor], diffs: dict[str, dic
     attention = "eager" in diffs and any(name.startswith("attention_") for name in diffs["eager"])
     echo(f"{'layer':>24}  " + "  ".join(f"{run:>{width}}" for run in runs) + ("  attention (eager)" if attention else ""))
     rows = [(("emb" if i == 0 else str(i - 1)), f"hidden_{i}") for i in range(ckpt.config.num_layers + 1)]
-    rows += [(field.removesuffix("_output"), field) for field in ("pooler_output", "logits", "tri_label_logits",
-                                                                  "seq_relationship_logits", "reg_label_logits")]
+    rows += [("pooled", "pooler_output"), *((field, field) for field in ("logits", "tri_label_logits",
+                                                                        "seq_relationship_logits", "reg_label_logits"))]
     for label, field in rows:
         if not any(field in run for run in diffs.values()):
             continue
