@@ -68,23 +68,25 @@ def random_minilm(directory: Path, corpus: list[str]) -> Path:
     return st_dir
 
 
-def alignscore_fixture(directory: Path, corpus: list[str]):
-    """A random AlignScore checkpoint at roberta-base shape in `directory`, its backbone directory with a
-    byte-level BPE tokenizer trained on `corpus`, and its parts as transformers modules:
+def alignscore_fixture(directory: Path, corpus: list[str], config: Config = ROBERTA_BASE):
+    """A random AlignScore checkpoint at `config`'s shape (roberta-base's; a dry run's is a toy) in `directory`, its
+    backbone directory with a byte-level BPE tokenizer trained on `corpus`, and its parts as transformers modules:
     (AlignScore.ckpt, backbone dir, {"backbone", "mlm_head", "bin_layer", "tri_layer", "reg_layer"})."""
     from tokenizers import ByteLevelBPETokenizer
     from transformers import RobertaConfig, RobertaForMaskedLM, RobertaModel
 
     tok = ByteLevelBPETokenizer()
-    tok.train_from_iterator(corpus, vocab_size=4000, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    tok.train_from_iterator(corpus, vocab_size=min(4000, config.vocab_size),
+                            special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
     backbone = directory / "backbone"
     backbone.mkdir()
     tok.save_model(str(backbone))
     torch.manual_seed(0)
-    config = RobertaConfig(**ROBERTA_BASE.to_hf())
-    base, mlm = RobertaModel(config).eval(), RobertaForMaskedLM(config).lm_head.eval()
-    heads = {"bin_layer": torch.nn.Linear(768, 2), "tri_layer": torch.nn.Linear(768, 3),
-             "reg_layer": torch.nn.Linear(768, 1)}
+    hf_config = RobertaConfig(**config.to_hf())
+    base, mlm = RobertaModel(hf_config).eval(), RobertaForMaskedLM(hf_config).lm_head.eval()
+    width = config.hidden_size
+    heads = {"bin_layer": torch.nn.Linear(width, 2), "tri_layer": torch.nn.Linear(width, 3),
+             "reg_layer": torch.nn.Linear(width, 1)}
     base.config.save_pretrained(backbone)
     state = {f"base_model.{k}": v for k, v in base.state_dict().items()}
     state.update({f"mlm_head.{k}": v for k, v in mlm.state_dict().items()})

@@ -15,9 +15,11 @@ from benchmarks.machine import interleaved
 TABLE = {"impl": "", "pairs/s": ".2f", "speed-up": ".2f", "max abs diff": ".1e"}
 
 
-def measure(*, examples: int, dtypes: list[str], rounds: int = 2, device: str = "cpu", echo=print) -> list[dict]:
+def measure(*, examples: int, dtypes: list[str], rounds: int = 2, device: str = "cpu", config=None,
+            echo=print) -> list[dict]:
     """pairs/s of each implementation, its speed-up over the original and its largest score difference
-    from it; each after a warm-up on three examples, rounds interleaved, the best round kept."""
+    from it; each after a warm-up on three examples, rounds interleaved, the best round kept. config: the
+    model's shape (default roberta-base's; a dry run's toy)."""
     from original_alignscore import OriginalAlignScore
     from transformers import AutoTokenizer
 
@@ -26,7 +28,8 @@ def measure(*, examples: int, dtypes: list[str], rounds: int = 2, device: str = 
 
     contexts, claims = scoring_corpus(examples)
     with tempfile.TemporaryDirectory() as tmp:
-        ckpt, backbone, parts = alignscore_fixture(Path(tmp), contexts + claims)
+        ckpt, backbone, parts = alignscore_fixture(Path(tmp), contexts + claims,
+                                                   **({} if config is None else {"config": config}))
         hf_tok = AutoTokenizer.from_pretrained(backbone, tokenizer_type="roberta")
         original = OriginalAlignScore({name: part.to(device) for name, part in parts.items()}, hf_tok, "nli_sp",
                                       split_sentences)

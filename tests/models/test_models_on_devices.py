@@ -9,7 +9,7 @@ fp32 within 1e-5 with TF32 off (the autouse fixture); bf16 / fp16 within 3x tran
 that precision on the same device (conftest.assert_within_half_error). Runs: eager, sdpa and flex on a
 padded batch, and the packed layout (`unpad=True`) on sdpa and flex. On the CPU, flex compiles a kernel per
 shape and dtype (tens of seconds each), and tests/models/test_<family>.py already run every family's CPU flex
-path in fp32; here the CPU runs flex in fp32 for two families (slow), the GPU every family and dtype."""
+path in fp32; here flex runs on the GPU only, every family and dtype."""
 
 from __future__ import annotations
 
@@ -27,7 +27,6 @@ TOL = dict(atol=1e-5, rtol=0)
 RUNS = {"eager": ("eager", False), "sdpa": ("sdpa", False), "flex": ("flex", False), "packed": ("sdpa", True),
         "packed-flex": ("flex", True)}
 RUN_PARAMS = [pytest.param(name, marks=pytest.mark.slow if "flex" in name else ()) for name in RUNS]
-CPU_FLEX_FAMILIES = ("bert", "modernbert")  # a post-LN and a pre-LN / windowed family
 TEXTS = ["The tower was built in Paris and opened in 1889.", "Short.",
          "Police said the company grew; officials reported on Monday, and the minister said the market grew.",
          "Zürich, Genève et Bâle sont des villes."]
@@ -35,9 +34,9 @@ PAIRS = ["It opened in 1889.", "A second text.", "Numbers 3.14 and $5,000 in the
 
 
 def _skip_costly(device: str, dtype: str, run: str, family: str) -> None:
-    if device == "cpu" and "flex" in run and (dtype != "fp32" or family not in CPU_FLEX_FAMILIES):
-        pytest.skip("CPU flex compiles per shape and dtype: fp32 on two families here, every family in "
-                    "tests/models/test_<family>.py; every family and dtype on CUDA")
+    if device == "cpu" and "flex" in run:
+        pytest.skip("CPU flex compiles a kernel per shape and dtype (tens of seconds): tests/models/test_<family>.py "
+                    "run every family's CPU flex path in fp32; here flex runs on CUDA, every family and dtype")
 
 
 def _inputs(directory, model, device):
