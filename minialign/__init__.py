@@ -27,7 +27,7 @@ warnings.filterwarnings("ignore", message=r"Failed to initialize NumPy: No modul
 
 from minialign import moved  # noqa: E402  (old module paths, before the names below import them)
 from minialign.convert import CheckpointError  # noqa: E402
-from minialign.nn import masks  # noqa: E402
+from minialign.nn import analysis, masks  # noqa: E402
 from minialign.nn.attention import attention, attention_bias  # noqa: E402
 from minialign.nn.capture import Capture, ablate_heads, ablate_mean, capture, patch, replace_with  # noqa: E402
 from minialign.nn.config import PRESETS, Config  # noqa: E402
@@ -69,6 +69,7 @@ __all__ = [
     "ablate_heads",
     "ablate_mean",
     "alignscore_losses",
+    "analysis",
     "attention",
     "attention_bias",
     "capture",

@@ -1,0 +1,91 @@
+"""Analysis over a capture (`ma.capture`): the helpers interpretability work reaches for first, each checked
+against its definition (tests/nn/test_analysis.py).
+
+  head_entropy(probs, mask)         each head's mean attention entropy over real queries, in nats
+  attention_rollout(probs_list)     Abnar & Zuidema 2020 ("Quantifying Attention Flow in Transformers", eq. 1):
+                                    per layer 0.5 * (mean over heads) + 0.5 * I, rows renormalised, multiplied
+                                    from the first layer up: how much each output token draws on each input token
+  residual_decomposition(model, cap)   the last hidden state as a sum of what the embeddings, each layer's
+                                    attention and each feed-forward wrote into the residual stream (and the norms'
+                                    biases): every LayerNorm distributed over its input's parts with that input's
+                                    own mean and deviation, so the parts sum to the state exactly (a linearised
+                                    view: a part's share depends on the others through the deviation)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from minialign.nn.capture import Capture
+
+
+def head_entropy(probs: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+    """probs (B, H, L, L) -> (H,): each head's entropy -sum p log p, averaged over the real queries (`attention_mask`
+    (B, L), 1 = real; default every query). 0: one key; log(n): n keys alike."""
+    entropy = -(probs * probs.clamp_min(1e-30).log()).sum(-1)  # (B, H, L)
+    if attention_mask is None:
+        return entropy.mean(dim=(0, 2))
+    real = attention_mask.bool()[:, None, :].to(entropy.device)  # (B, 1, L)
+    return (entropy * real).sum(dim=(0, 2)) / real.sum(dim=(0, 2)).clamp_min(1)
+
+
+def attention_rollout(probs: Sequence[Tensor], *, residual: bool = True) -> Tensor:
+    """Attention rollout over layers (each probs (B, H, L, L), first layer first) -> (B, L, L): row i is how much
+    output token i draws on each input token. residual: add the identity for the skip connection (0.5 A + 0.5 I,
+    rows renormalised), as Abnar & Zuidema do."""
+    rollout = None
+    for layer in probs:
+        a = layer.float().mean(dim=1)  # (B, L, L): heads averaged
+        if residual:
+            a = 0.5 * a + 0.5 * torch.eye(a.size(-1), device=a.device)
+            a = a / a.sum(dim=-1, keepdim=True)
+        rollout = a if rollout is None else a @ rollout
+    if rollout is None:
+        raise ValueError("attention_rollout needs at least one layer's probabilities")
+    return rollout
+
+
+def _spread(norm: nn.LayerNorm, total: Tensor, parts: dict[str, Tensor], bias_name: str) -> dict[str, Tensor]:
+    """A LayerNorm of `total` (= the sum of `parts`) distributed over them: gamma * (part - mean(part)) / sigma(total),
+    and beta as a part of its own; the results sum to norm(total)."""
+    sigma = (total.var(dim=-1, unbiased=False, keepdim=True) + norm.eps).sqrt()
+    weight = norm.weight.float() if norm.weight is not None else 1.0  # read as fp32, the module left as it is
+    out = {name: weight * (p - p.mean(dim=-1, keepdim=True)) / sigma for name, p in parts.items()}
+    if norm.bias is not None:
+        out[bias_name] = out.get(bias_name, 0) + norm.bias.float().expand_as(total)
+    return out
+
+
+def residual_decomposition(model: nn.Module, cap: Capture) -> dict[str, Tensor]:
+    """The last hidden state of a forward captured in eval mode as a sum of parts (B, L, C) (module docstring):
+    "embeddings", "layers.i.attention", "layers.i.ffn", and "norm biases". Post-LN families (BERT's layer: a
+    LayerNorm after each residual sum) and pre-LN ones (ModernBERT: sums, then its final norm). `model`: the
+    Encoder the capture recorded (an AlignModel's or classifier's `.encoder`, with the capture's names bare)."""
+    if model.training:
+        raise ValueError("residual_decomposition reads an eval-mode forward (dropout would add parts it cannot see)")
+    layers = len(model.layers)
+    if any(f"layers.{i}.conv" in cap for i in range(layers)):
+        raise ValueError("residual_decomposition does not cover DeBERTa-v2's convolution after the first layer")
+    missing = [n for n in ("layers.0.input", f"layers.{layers - 1}.output") if n not in cap]
+    if missing:
+        raise ValueError(f"the capture lacks {missing}: capture the model's whole forward (names=None), and pass "
+                         f"the encoder it recorded")
+    pre_ln = "layers.0.ffn_norm" in cap
+    parts = {"embeddings": cap["layers.0.input"].float()}
+    for i, layer in enumerate(model.layers):
+        attention = cap[f"layers.{i}.attention.output"].float()
+        ffn = cap[f"layers.{i}.ffn_output"].float()
+        if pre_ln:
+            parts[f"layers.{i}.attention"] = attention
+            parts[f"layers.{i}.ffn"] = ffn
+            continue
+        parts[f"layers.{i}.attention"] = attention
+        parts = _spread(layer.attention_norm, cap[f"layers.{i}.attention_residual"].float(), parts, "norm biases")
+        parts[f"layers.{i}.ffn"] = ffn
+        parts = _spread(layer.ffn_norm, cap[f"layers.{i}.ffn_residual"].float(), parts, "norm biases")
+    if pre_ln:
+        parts = _spread(model.final_norm, cap[f"layers.{layers - 1}.output"].float(), parts, "norm biases")
+    return parts

@@ -1,0 +1,58 @@
+"""minialign.nn.analysis against the definitions: rollout (Abnar & Zuidema 2020) computed by hand, entropy of known
+maps, and the residual decomposition summing to the last hidden state on a post-LN and a pre-LN family."""
+
+import math
+
+import pytest
+import torch
+
+import minialign as ma
+from minialign.nn import analysis
+
+
+def test_head_entropy_of_known_maps():
+    uniform = torch.full((1, 1, 4, 4), 0.25)
+    one_hot = torch.zeros(1, 1, 4, 4)
+    one_hot[..., 0] = 1
+    probs = torch.cat([uniform, one_hot], dim=1)  # (1, 2, 4, 4)
+    torch.testing.assert_close(analysis.head_entropy(probs), torch.tensor([math.log(4), 0.0]))
+    half = torch.zeros(1, 1, 4, 4)
+    half[..., :2] = 0.5  # the real queries' entropy only (the last query is padding)
+    half[:, :, 3] = 0.25
+    got = analysis.head_entropy(half, torch.tensor([[1, 1, 1, 0]]))
+    torch.testing.assert_close(got, torch.tensor([math.log(2)]))
+
+
+def test_rollout_is_the_product_of_the_residual_maps():
+    torch.manual_seed(0)
+    layers = [torch.softmax(torch.randn(2, 3, 5, 5), -1) for _ in range(3)]
+    expected = None
+    for a in layers:
+        m = 0.5 * a.mean(1) + 0.5 * torch.eye(5)
+        m = m / m.sum(-1, keepdim=True)
+        expected = m if expected is None else m @ expected
+    got = analysis.attention_rollout(layers)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(got.sum(-1), torch.ones(2, 5))  # each row a distribution over input tokens
+    torch.testing.assert_close(analysis.attention_rollout(layers[:1], residual=False), layers[0].mean(1))
+
+
+@pytest.mark.parametrize("family", ["bert", "modernbert"])
+def test_the_parts_sum_to_the_last_hidden_state(family, tiny_family):
+    """Post-LN (BERT) and pre-LN (ModernBERT, its final norm): embeddings + every attention and feed-forward +
+    the norms' biases == last_hidden_state, exactly up to float rounding, on real and padded tokens."""
+    directory, _ = tiny_family.hf(family)
+    model = ma.Encoder.from_pretrained(directory, attn_backend="sdpa")
+    batch = ma.Tokenizer.from_pretrained(directory)(["The tower was built in Paris.", "Short."])
+    with torch.no_grad(), ma.capture(model) as cap:
+        out = model(**batch)
+    parts = analysis.residual_decomposition(model, cap)
+    layers = model.config.num_layers
+    assert set(parts) == {"embeddings", "norm biases", *(f"layers.{i}.{p}" for i in range(layers)
+                                                           for p in ("attention", "ffn"))}
+    real = batch["attention_mask"].bool()
+    torch.testing.assert_close(sum(parts.values())[real], out.last_hidden_state[real], atol=1e-4, rtol=0)
+    assert all(p.shape == out.last_hidden_state.shape for p in parts.values())
+    assert {p.dtype for p in model.parameters()} == {torch.float32}  # the model left as it was
+    with pytest.raises(ValueError, match="eval-mode"):
+        analysis.residual_decomposition(model.train(), cap)
