@@ -5,6 +5,8 @@ against its definition (tests/nn/test_analysis.py).
   attention_rollout(probs_list)     Abnar & Zuidema 2020 ("Quantifying Attention Flow in Transformers", eq. 1):
                                     per layer 0.5 * (mean over heads) + 0.5 * I, rows renormalised, multiplied
                                     from the first layer up: how much each output token draws on each input token
+  logit_lens(model, cap)            each layer's residual stream read through the model's own finish (a pre-LN
+                                    family's final norm) and masked-LM head: (layers, B, L, V) vocabulary logits
   residual_decomposition(model, cap)   the last hidden state as a sum of what the embeddings, each layer's
                                     attention and each feed-forward wrote into the residual stream (and the norms'
                                     biases): every LayerNorm distributed over its input's parts with that input's
@@ -89,3 +91,23 @@ def residual_decomposition(model: nn.Module, cap: Capture) -> dict[str, Tensor]:
     if pre_ln:
         parts = _spread(model.final_norm, cap[f"layers.{layers - 1}.output"].float(), parts, "norm biases")
     return parts
+
+
+def logit_lens(model: nn.Module, cap: Capture, *, prefix: str = "encoder.") -> Tensor:
+    """The logit lens (nostalgebraist 2020) with the model's own pieces: every layer's output (capture names
+    `{prefix}layers.{i}.output`) through the family's finish (ModernBERT's final norm; nothing for a post-LN
+    family, whose layers end in a norm) and the masked-LM head -> (layers, B, L, vocabulary). The last layer's
+    equals the model's own prediction_logits. `model`: a model with an MLM head (AlignModel; the MLM heads of the
+    other classes come with issue 44's heads)."""
+    head = getattr(model, "mlm_head", None)
+    if head is None:
+        raise ValueError(f"{type(model).__name__} has no masked-LM head to read the residual stream through")
+    encoder = model.encoder
+    outputs = []
+    for i in range(len(encoder.layers)):
+        name = f"{prefix}layers.{i}.output"
+        if name not in cap:
+            raise ValueError(f"the capture lacks {name}: capture the whole forward of `model`")
+        state = encoder.family.finish(encoder, cap[name])
+        outputs.append(head(state, encoder.embeddings.word.weight))
+    return torch.stack(outputs)

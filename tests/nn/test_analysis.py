@@ -56,3 +56,18 @@ def test_the_parts_sum_to_the_last_hidden_state(family, tiny_family):
     assert {p.dtype for p in model.parameters()} == {torch.float32}  # the model left as it was
     with pytest.raises(ValueError, match="eval-mode"):
         analysis.residual_decomposition(model.train(), cap)
+
+
+def test_logit_lens_ends_in_the_models_own_predictions():
+    config = ma.Config(vocab_size=120, hidden_size=32, num_layers=3, num_heads=4, intermediate_size=48,
+                       tie_word_embeddings=False)
+    model = ma.AlignModel(config, seed=0).eval()
+    ids = torch.randint(5, 120, (2, 9))
+    with torch.no_grad(), ma.capture(model) as cap:
+        out = model(ids, mlm=True)
+        lens = analysis.logit_lens(model, cap)
+    assert lens.shape == (3, 2, 9, 120)
+    torch.testing.assert_close(lens[-1], out.prediction_logits, atol=1e-5, rtol=0)
+    assert (lens[0] - lens[-1]).abs().max() > 1e-3  # earlier layers read otherwise
+    with pytest.raises(ValueError, match="no masked-LM head"):
+        analysis.logit_lens(ma.Encoder(config, seed=0), cap)
