@@ -35,16 +35,21 @@ while [ $# -gt 0 ]; do
     --dry-run) dry=1; shift ;;
     --out) out=$2; shift 2 ;;
     --total) total=$2; shift 2 ;;
-    --budget) budget[${2%%=*}]=${2#*=}; shift 2 ;;  # --budget tests=300
+    --budget) [[ ${2:-} == *=* ]] || { echo "gpu_suite.sh: --budget takes STAGE=SECONDS, got ${2:-nothing}" >&2; exit 2; }
+              budget[${2%%=*}]=${2#*=}; shift 2 ;;  # --budget tests=300
     --stages) only=",$2,"; shift 2 ;;  # --stages install,tests: these alone
     -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "gpu_suite.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 [ -n "$out" ] || { echo "gpu_suite.sh: no output folder: give --out DIR (or set OUT)" >&2; exit 2; }
+for name in ${only//,/ }; do
+  [ -n "${budget[$name]+set}" ] || { echo "gpu_suite.sh: unknown stage $name in --stages (stages: ${!budget[*]})" >&2; exit 2; }
+done
 case "$device" in cpu|cuda|cuda:*) ;; *) echo "gpu_suite.sh: --device is cpu or cuda[:N], not $device" >&2; exit 2 ;; esac
 mkdir -p "$out"
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpu_suite.XXXXXX")
+: >"$work/stages"
 py=${PYTHON:-$(command -v python || command -v python3)}
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 log="$out/suite.log"
@@ -69,8 +74,10 @@ stage() {
   fi
   say "== $name (budget $b s): $*"
   local t0=$(date +%s)
-  timeout -s INT -k 20 "$b" bash -c '"$@"' "$name" "$@" > >(tee "$work/$name.out" >>"$log") 2> >(tee -a "$log" >&2)
+  timeout -s INT -k 20 "$b" bash -c '"$@"' "$name" "$@" >"$work/$name.out" 2>"$work/$name.err"
   local rc=$?
+  cat "$work/$name.out" "$work/$name.err" >>"$log"
+  tail -n 5 "$work/$name.err" >&2
   local took=$(( $(date +%s) - t0 ))
   local status=ok
   if (( rc == 124 || rc == 137 )); then status="cut after $b s"; elif (( rc != 0 )); then status="failed (exit $rc)"; fi
@@ -79,11 +86,12 @@ stage() {
 }
 
 install() {
-  if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+  if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then  # PYTHONPATH names /tmp/site already (top level)
     "$py" -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl || return 1
-    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
   fi
-  if "$py" -c "import sys, minialign, pathlib; sys.exit(pathlib.Path(minialign.__file__).resolve().parents[1] != pathlib.Path('$here'))" 2>/dev/null; then
+  # asked from another folder: run here, python would find the checkout's own minialign/ on its path (without
+  # minialign.convert, which only an install maps), whether or not it is installed
+  if (cd / && "$py" -c "import sys, minialign.convert, pathlib; sys.exit(pathlib.Path(minialign.__file__).resolve().parents[1] != pathlib.Path('$here'))") 2>/dev/null; then
     echo "minialign already imports from this checkout"
   else
     "$py" -m pip install -q --no-index --no-deps --no-build-isolation -e "$here" || return 1
@@ -123,6 +131,7 @@ bench() {  # bench SECTION [ARGS...]: one section of scripts/bench.py, its markd
   "$py" scripts/bench.py --only "$section" --device "$device" "$@" $( (( dry )) && echo --dry-run)
 }
 
+if [ -d .whl ]; then export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}; fi  # carried wheels, for every stage
 export -f install tests bench
 export py dry out device here
 say "gpu_suite.sh: device $device, dry run $dry, total budget $total s, output $out, python $py"
@@ -175,6 +184,7 @@ stage embeddings bench embeddings
 } >"$out/BENCHMARKS-gpu.md"
 say "gpu_suite.sh: done in $(( $(date +%s) - start_all )) s; reports in $out"
 cat "$out/summary.md"
-not_ok=$(grep -vc "	ok$" "$work/stages" || true)
+not_ok=$(grep -vc "	ok$" "$work/stages" 2>/dev/null || true)
+[ -s "$work/stages" ] || not_ok=1  # no stage ran
 rm -rf "$work"
 exit $(( not_ok > 0 ))  # 0: every stage ok; 1: a stage failed, was cut or skipped (summary.md says which)

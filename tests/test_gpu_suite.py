@@ -60,7 +60,9 @@ def test_a_stage_out_of_time_is_cut_and_the_next_still_runs(tmp_path):
 
 def test_bad_arguments_are_refused(tmp_path):
     for args, message in ((["--device", "tpu", "--out", str(tmp_path)], "--device is cpu or cuda"),
-                          (["--frobnicate"], "unknown argument --frobnicate")):
+                          (["--frobnicate"], "unknown argument --frobnicate"),
+                          (["--out", str(tmp_path), "--stages", "tests,bench"], "unknown stage bench in --stages"),
+                          (["--out", str(tmp_path), "--budget", "tests"], "--budget takes STAGE=SECONDS, got tests")):
         done = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and message in done.stderr
     env = {k: v for k, v in os.environ.items() if k != "OUT"}

@@ -236,6 +236,7 @@ def _serve(args: argparse.Namespace) -> int:
             raise ValueError(f"--alignscore: two models for /alignscore_{name}")
         models.alignscore[name] = AlignScorer.from_pretrained(src, backbone=args.backbone, **loading)
         models.names["alignscore"] = src
+        models.names[f"alignscore_{name}"] = src  # each route's own, for /info
     if args.embed:
         from minialign.products.embeddings import SentenceEncoder
 

@@ -450,7 +450,7 @@ class Service:
 
     def _describe(self, kind: str, runner: Runner) -> dict:
         """One loaded model for /info: what was loaded, its dtype, window and routes, and its product's own facts."""
-        source = self.models.names.get(kind.partition("_")[0] if kind.startswith("alignscore") else kind)
+        source = self.models.names.get(kind, self.models.names.get(kind.partition("_")[0]))
         described: dict[str, Any] = {"model_id": source, "model_dtype": runner.dtype_name,
                                      "max_input_length": runner.max_length}
         if isinstance(runner, SentenceEncoder):

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from minialign.nn import flex
-from minialign.nn.capture import capturing, record
+from minialign.nn.capture import capturing, current, record
 from minialign.nn.layout import Layout, padded
 # attention_bias and keep_mask are also read from here (ma.attention_bias), as before they moved to masks.py
 from minialign.nn.masks import attention_bias, first_query_only, keep_mask, offset_bias  # noqa: F401
@@ -135,17 +135,15 @@ def recording(row: Backend) -> Backend:
 
     def run(q: Tensor, k: Tensor, v: Tensor, prepared, score: nn.Module, dropout_p: float):
         value, bias = prepared if prepared is not None else (None, None)
-        raw = raw_scores(q, k, score)
-        scores = record("scores_raw", raw)
-        patched = scores is not raw  # a patch (capture.patch) replaced it
+        session = current()
+        applied = session.applied if session is not None else 0
+        scores = record("scores_raw", raw_scores(q, k, score))
         if bias is not None:
             scores = scores + bias.to(q.dtype)  # not in place: scores_raw is kept
-        masked = scores
-        scores = record("scores_masked", masked)
-        patched = patched or scores is not masked
-        softmax = torch.softmax(scores, dim=-1)
-        probs = record("probs", softmax)
-        if patched or probs is not softmax:  # the output comes from the patched scores / probabilities (eager's)
+        scores = record("scores_masked", scores)
+        probs = record("probs", torch.softmax(scores, dim=-1))
+        if session is not None and session.applied != applied:  # a patch (capture.patch) ran on one of them:
+            # the output comes from the patched scores / probabilities, by eager's formula
             return torch.matmul(F.dropout(probs, p=dropout_p) if dropout_p > 0.0 else probs, v), probs
         return row.run(q, k, v, _matching(value, q), score, dropout_p)
 

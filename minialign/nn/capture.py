@@ -61,8 +61,12 @@ _open_lock = threading.Lock()
 
 
 def current() -> Capture | None:
-    """The capture this thread (or task) opened, or None."""
-    return _active.get() if _open else None
+    """The capture this thread (or task) opened, or None. A thread started inside the block with a copy of the
+    context (asyncio.to_thread) sees none either: a session belongs to the thread that opened it."""
+    if not _open:
+        return None
+    cap = _active.get()
+    return cap if cap is not None and cap.owner == threading.get_ident() else None
 
 
 @functools.cache
@@ -96,6 +100,8 @@ class Capture:
         self.patches = dict(patches or {})
         self.seen: dict[str, None] = {}  # every name a forward reached (for messages), in order
         self.matched: set[str] = set()  # the names / patterns that matched something
+        self.applied = 0  # patches applied so far (attention.recording asks whether one ran in its call)
+        self.owner = threading.get_ident()  # the thread that opened the session
         self._scope: list[str] = []
 
     def __getitem__(self, name: str) -> Tensor:
@@ -117,6 +123,8 @@ class Capture:
         for pattern, fn in self.patches.items():
             if not matches(name, pattern):
                 continue
+            if not patchable and pattern != name:  # a pattern passes over a read-only record
+                continue
             if not patchable:
                 raise ValueError(f"{name} is recorded for reading only and cannot be patched (it is computed again "
                                  f"inside the attention scores): patch the scores it adds to "
@@ -128,6 +136,7 @@ class Capture:
                 raise ValueError(f"the patch of {name} returned {got}; it must return a tensor of the activation's "
                                  f"shape {tuple(tensor.shape)}")
             tensor = patched
+            self.applied += 1
         if self.keep and (self.names is None or self._wanted(name)):
             key = name
             if key in self.tensors:  # the same module called twice in one capture: number the calls
@@ -217,18 +226,19 @@ def patch(model: nn.Module, patches: dict[str, Callable[[Tensor], Tensor]], *,
 @contextlib.contextmanager
 def _session(model: nn.Module, cap: Capture, *, nested: bool = False) -> Iterator[Capture]:
     """Open `cap` for `model`'s forwards in this thread (the one mechanism of capture and patch)."""
-    if current() is not None and not nested:
-        raise RuntimeError("a capture is already active")
+    if (open_ := current()) is not None and not nested:
+        raise RuntimeError(f"a {'capture' if open_.keep else 'patch'} is already open in this thread: open "
+                           f"ma.patch inside ma.capture, not the other way round")
 
     # The hooks are the modules' own, so they fire in every thread: each acts for this session's caller only.
     def enter(name):
         def hook(module, args):
-            if _active.get() is cap:
+            if current() is cap:
                 cap._scope.append(name)  # returns None: the inputs are left alone
         return hook
 
     def leave(module, args, output):
-        if _active.get() is cap:
+        if current() is cap:
             cap._scope.pop()  # returns None: the output is left alone
 
     handles = []
@@ -245,11 +255,11 @@ def _session(model: nn.Module, cap: Capture, *, nested: bool = False) -> Iterato
         failed = True
         raise
     finally:
+        for handle in handles:  # first: nothing below may leave them on the model
+            handle.remove()
         with _open_lock:
             _open -= 1
         _active.reset(token)
-        for handle in handles:
-            handle.remove()
         if not failed:
             cap.check_names(model)
 

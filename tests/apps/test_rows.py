@@ -240,3 +240,13 @@ def test_the_settings_record_is_written_once_then_matched_both_ways(tmp_path):
     (directory / "_minialign.json").write_text("[1, 2]")
     with pytest.raises(InputError, match=f"_minialign.json: unreadable settings record; remove {directory} to start"):
         settings_record(directory / "_minialign.json", settings, output=directory, begun=True)
+
+
+def test_a_long_quoted_field_stays_one_field(tmp_path):
+    """A quoted text over the csv module's 128 KiB field limit, with a line inside that looks like a row: one
+    field, not an error followed by rows made of its lines."""
+    long = "\n".join(["x,y,z"] + ["word " * 40] * 1000)  # ~200 KB, its first line shaped like a row
+    (tmp_path / "in.csv").write_text(f'id,text\n1,"{long}"\n2,short\n', encoding="utf-8")
+    assert run_file(_lengths_job(), tmp_path / "in.csv", tmp_path / "out.jsonl", progress=False) == 2
+    assert [json.loads(line) for line in (tmp_path / "out.jsonl").open()] == [{"id": "1", "n": len(long)},
+                                                                             {"id": "2", "n": 5}]

@@ -132,3 +132,26 @@ def test_name_patterns():
     assert matches("layers.3.attention.output", "layers.**.output") and matches("layers.3.output", "layers.3.output")
     assert matches("encoder.layers.10.attention.probs", "encoder.layers.1?.attention.probs")
     assert not matches("layers.3.output", "layers.3.outpu") and not matches("layers_3.output", "layers.3.output")
+
+
+def test_an_in_place_patch_and_a_copied_context_thread():
+    """A patch that edits the probabilities in place still makes the output; a thread started inside the block
+    with a copy of the context (asyncio.to_thread) sees no session: it runs as if none were open."""
+    import asyncio
+
+    from minialign.nn import capture as capture_module
+
+    model = _model()
+    ids, mask = _batch()
+    with torch.no_grad():
+        plain = model(ids, attention_mask=mask).last_hidden_state
+        with ma.patch(model, {"layers.0.attention.probs": lambda p: p.zero_()}):
+            zeroed = model(ids, attention_mask=mask).last_hidden_state
+
+            async def elsewhere():
+                return await asyncio.to_thread(lambda: (capture_module.capturing(),
+                                                        model(ids, attention_mask=mask).last_hidden_state))
+
+            seen, other = asyncio.run(elsewhere())
+    assert (zeroed - plain).abs().max() > 1e-3
+    assert seen is False and torch.equal(other, plain)

@@ -221,6 +221,9 @@ def read_records(path: Path) -> tuple[list[tuple[int, dict]], list[tuple[int, st
     # strict: a quote where none may be is an error, not text; a quoted field may span lines (RFC 4180, as
     # spreadsheets and pandas write a text with newlines), and one never closed is an error naming the line
     # it starts on, since every row after it would otherwise be swallowed into it
+    # no field-size limit (the csv module's 128 KiB default would split a long quoted text into rows): the file
+    # is read whole already, so a field is bounded by it
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     rows = _csv_rows(reader, problems)
     header = next(rows, (1, None))[1] or []
@@ -254,9 +257,13 @@ def _csv_rows(reader, problems: list[tuple[int, str]]):
             if str(e) == "unexpected end of data":
                 problems.append((start, f"a quoted field starts on this line and its quote is never closed: the "
                                         f"{reader.line_num - start} line(s) after it would have become part of it"))
-            else:
+            elif "expected after" in str(e):
                 problems.append((start, f"not CSV ({e}: text after a quoted field's closing quote; a quote "
                                         f"inside a quoted field is written \"\")"))
+            elif "NUL" in str(e):  # Python < 3.11's csv refuses NUL itself
+                problems.append((start, "holds a NUL byte (a UTF-16 file? save it as UTF-8)"))
+            else:
+                problems.append((start, f"not CSV ({e})"))
             continue
         yield start, values
 
