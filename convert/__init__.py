@@ -1,5 +1,5 @@
-"""convert: the one place that knows foreign formats (HF BERT/RoBERTa config and weight names,
-AlignScore Lightning .ckpt, sentence-transformers files).
+"""convert: the one place that knows foreign formats (each HF family's config.json and weight names in
+its own file, families/<family>.py; AlignScore Lightning .ckpt, sentence-transformers files).
 
 Readers open files (safetensors memory-mapped, pickles through a restricted unpickler, JSON), found by
 name in a directory or any `Files` (minialign's Source fetches hub files on demand), and return plain
@@ -22,9 +22,10 @@ from .files import (
     write_safetensors,
 )
 from .mapped import release
-from .hf_config import config_from_hf, config_to_hf
-from .names import (alignscore_to_minialign, hf_to_minialign, minialign_to_alignscore, minialign_to_hf,
-                    split_hf_backbone)
+from . import families
+from .by_model_type import (alignscore_to_minialign, config_from_hf, config_to_hf, hf_to_minialign,
+                            minialign_to_alignscore, minialign_to_hf, split_hf_backbone)
+from .formats import Format
 from .pickles import load_pickle
 from .sbert import (crossencoder_activation, read_dense, read_include_prompt, read_modules, read_pooling,
                     read_prompts, read_sentence_config)
@@ -33,12 +34,14 @@ __all__ = [
     "CheckpointError",
     "Directory",
     "Files",
+    "Format",
     "MissingFileError",
     "alignscore_to_minialign",
     "as_files",
     "config_from_hf",
     "config_to_hf",
     "crossencoder_activation",
+    "families",
     "find_weights",
     "hf_to_minialign",
     "load_pickle",

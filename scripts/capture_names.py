@@ -28,7 +28,7 @@ def names(family: str) -> list[str]:
     """Every name one forward of a tiny `family` model records, in order, `layers.<n>` folded to `layers.{i}`."""
     config = ma.Config.from_name(FAMILY_PRESETS[family])
     tiny = dict(TINY)
-    if config.embedding_size is not None:
+    if getattr(config, "embedding_size", None) is not None:
         tiny["embedding_size"] = 8
     if config.pad_token_id >= tiny["vocab_size"]:
         tiny["pad_token_id"] = 1

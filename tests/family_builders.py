@@ -16,7 +16,7 @@ tokenizer fits it, made here from the session fixtures (nothing is downloaded):
 
 Every model gets non-zero biases and LayerNorm parameters (a swapped weight name cannot pass). Rows
 also hold what a test may expect of the family's encoder (`token_types`, `projected`, `relative_bias`). A row whose
-family minialign does not declare yet (`"arch" not in minialign.convert.hf_config.FAMILIES`) is
+family minialign does not declare yet (`"arch" not in minialign.models.FAMILIES`) is
 skipped by `family_params`.
 
 Used through the session fixture `tiny_family` (conftest.py), which builds each directory once:
@@ -113,7 +113,7 @@ NEW = [name for name in FAMILIES if name not in ("bert", "roberta")]  # the fami
 
 
 def supported(model_type: str) -> bool:
-    from minialign.convert.hf_config import FAMILIES as DECLARED
+    from minialign.models import FAMILIES as DECLARED
 
     return model_type in DECLARED
 

@@ -21,7 +21,7 @@ from minialign import convert
 from minialign.convert import CheckpointError
 
 from minialign.sources import Source, resolve
-from minialign.nn.config import PRESETS, Config
+from minialign.nn.config import PRESETS, Config, families
 from minialign.text.tokenizer import TOKENIZER_FILES
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class Checkpoint:
         if mapping is None:
             return name
         try:
-            (mapped,) = mapping({name: torch.empty(0)}, self.config.arch)
+            (mapped,) = mapping({name: torch.empty(0)}, self.config.format)
         except (ValueError, KeyError):
             return name
         return mapped
@@ -79,6 +79,13 @@ def read_checkpoint(src: str | Path | Source, *, backbone: str | Source | None =
     return ckpt
 
 
+def config_from_hf(data: dict, *, source: str) -> Config:
+    """A config.json's Config; a CheckpointError first for one minialign cannot run (custom code, a
+    model_type no family declares), naming the architecture and the families there are."""
+    convert.hf_config.refuse_foreign(data, supported=families(), source=source)
+    return Config.from_hf(data, source=source)
+
+
 def _read_model(source: Source) -> Checkpoint:
     """A minialign directory, or a transformers one (+ the AlignScore heads export_hf writes beside it)."""
     config_path = source.file("config.json")
@@ -90,12 +97,12 @@ def _read_model(source: Source) -> Checkpoint:
         if weights is None:
             raise CheckpointError(f"{source}: minialign directory without model.safetensors")
         return Checkpoint(Config.from_dict(data["config"]), convert.read_safetensors(weights), str(weights), source)
-    config = Config.from_hf(data, source=str(config_path))
+    config = config_from_hf(data, source=str(config_path))
     weights = convert.find_weights(source)
-    tensors, dropped = convert.hf_to_minialign(convert.read_state_dict(weights), config.arch, source=str(weights))
+    tensors, dropped = convert.hf_to_minialign(convert.read_state_dict(weights), config.format, source=str(weights))
     heads = source.file(HEADS_FILE, optional=True)
     if heads is not None:
-        more, more_dropped = convert.alignscore_to_minialign(convert.read_safetensors(heads), config.arch,
+        more, more_dropped = convert.alignscore_to_minialign(convert.read_safetensors(heads), config.format,
                                                              source=str(heads))
         tensors.update(more)
         dropped += more_dropped
@@ -109,7 +116,7 @@ def _read_alignscore(path: Path, backbone: str | Source | None, revision: str | 
     if not name:
         raise CheckpointError(f"{path}: no backbone named in hyper_parameters['model']; pass backbone=")
     config, tokenizer = resolve_backbone(name, revision=revision, cache_dir=cache_dir)
-    tensors, dropped = convert.alignscore_to_minialign(state_dict, config.arch, source=str(path))
+    tensors, dropped = convert.alignscore_to_minialign(state_dict, config.format, source=str(path))
     return Checkpoint(config, tensors, str(path), tokenizer, dropped, backbone_name=str(name), layout="alignscore")
 
 
@@ -126,7 +133,7 @@ def resolve_backbone(name: str | Source, *, revision: str | None = None,
     if source.from_hub and source.name in PRESETS:
         return PRESETS[source.name], source
     data = convert.read_json(source.file("config.json"))
-    config = Config.from_dict(data["config"]) if "minialign_format" in data else Config.from_hf(data, source=str(source))
+    config = Config.from_dict(data["config"]) if "minialign_format" in data else config_from_hf(data, source=str(source))
     return config, source
 
 

@@ -30,8 +30,8 @@ def export_hf(ckpt: Checkpoint, directory: str | Path, *, dtype: torch.dtype | N
     alignscore_heads.safetensors under AlignScore's own names (mlm_head.*, bin_layer.*, ...)."""
     directory = output_directory(directory)
     tensors = {k: cast(v, torch.device("cpu"), dtype) if dtype else v for k, v in ckpt.tensors.items()}
-    hf = convert.minialign_to_hf(tensors, ckpt.config.arch)
-    backbone, heads = convert.split_hf_backbone(hf, ckpt.config.arch)
+    hf = convert.minialign_to_hf(tensors, ckpt.config.format)
+    backbone, heads = convert.split_hf_backbone(hf, ckpt.config.format)
     convert.write_safetensors(directory / "model.safetensors", backbone, metadata={"format": "pt"})
     if heads:
         convert.write_safetensors(directory / HEADS_FILE, heads, metadata={"format": "pt"})

@@ -1,19 +1,21 @@
 """BERT, the family the others derive from (transformers models/bert/modeling_bert.py): absolute
 positions, token types, the shared post-LN layers (nn/layers.py), a pooler, and a classification
-head on the pooled first token. Its config.json and weight names: convert/hf_config.py BERT,
-convert/names.py BERT.
+head on the pooled first token. Its config.json and weight names:
+convert/families/bert.py.
 
 Shapes: B batch, L sequence length (a packed batch is one row of T tokens, (1, T)), C hidden size.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
 from torch import Tensor
 
+from minialign.convert.families import bert as bert_format
 from minialign.models.family import Family
 from minialign.nn.capture import record
 from minialign.nn.config import Config
@@ -21,6 +23,13 @@ from minialign.nn.linear import Linear
 
 if TYPE_CHECKING:
     from minialign.models.encoder import EncoderOutput
+
+
+@dataclass(frozen=True)
+class BertConfig(Config):
+    """BERT's config: the shared fields alone (its config.json: convert/families/bert.py)."""
+
+    format = bert_format.FORMAT
 
 
 class Embeddings(nn.Module):
@@ -96,6 +105,6 @@ class ClassificationHead(nn.Module):
 
 
 class Bert(Family):
-    arch = "bert"
+    config_class = BertConfig
     Embeddings = Embeddings
     ClassificationHead = ClassificationHead

@@ -1,6 +1,6 @@
 """DeBERTa-v2 and v3, as BERT but for what differs (transformers models/deberta_v2/modeling_deberta_v2.py;
-v2 and v3 are the same code under other configs). Its config.json and weight names: convert/hf_config.py
-DEBERTA_V2, convert/names.py DEBERTA_V2.
+v2 and v3 are the same code under other configs). Its config.json and weight names:
+convert/families/deberta_v2.py.
 
   embeddings   word (+ absolute positions only when position_biased_input, + token types when
                type_vocab_size > 0), summed in that order, projected (no bias) when embedding_size
@@ -40,11 +40,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from minialign.models.bert import Bert, check_labels, head_dropout
+from minialign.convert.families import deberta_v2 as deberta_v2_format
+from minialign.models.bert import Bert, BertConfig, check_labels, head_dropout
 from minialign.nn.activations import activation
 from minialign.nn.attention import PreparedMask, attention
 from minialign.nn.capture import record
-from minialign.nn.config import Config
+from minialign.nn.config import (ACTIVATION, ANY_INT, BOOL, POSITIVE_INT, PROBABILITY, UNBOUNDED_POSITIONS, Config,
+                                 Rule, checked, optional)
 from minialign.nn.layers import EncoderLayer, SelfAttention
 from minialign.nn.layout import Layout
 from minialign.nn.linear import Linear
@@ -52,6 +54,66 @@ from minialign.nn.score_functions import DISENTANGLED
 
 if TYPE_CHECKING:
     from minialign.models.encoder import EncoderOutput
+
+
+POSITION_TERMS = ("c2p", "p2c")  # pos_att_type: content-to-position, position-to-content
+
+
+def _position_terms(value) -> tuple[str, ...]:
+    """pos_att_type from JSON: a list, or transformers' "p2c|c2p" string."""
+    return tuple(x.strip() for x in value.lower().split("|") if x.strip()) if isinstance(value, str) else tuple(value)
+
+
+def _norms(value) -> set[str] | None:
+    return {x.strip() for x in value.lower().split("|")} if isinstance(value, str) else None
+
+
+@dataclass(frozen=True)
+class DebertaV2Config(BertConfig):
+    """DeBERTa-v2/v3's config (configuration_deberta_v2.py; config.json: convert/families/deberta_v2.py):
+    BERT's fields, the embeddings' width (None: hidden_size), and the disentangled attention's: content-to-
+    position / position-to-content terms ("c2p", "p2c") from a relative-embedding table of 2 * span rows
+    (span: position_buckets when > 0, else max_relative_positions, itself max_position_embeddings when < 1),
+    LayerNorm'd when norm_rel_ebd says "layer_norm", projected by each layer's own query / key projections
+    when share_att_key; absolute positions added to the embeddings only when position_biased_input; a
+    convolution after the first layer when conv_kernel_size > 0; the classifier's ContextPooler activation
+    and dropout (pooler_hidden_act, pooler_dropout)."""
+
+    format = deberta_v2_format.FORMAT
+    arch: str = "deberta-v2"
+    embedding_size: int | None = checked(optional(POSITIVE_INT), None)
+    relative_attention: bool = checked(BOOL, False)
+    pos_att_type: tuple[str, ...] = checked(Rule(f"terms among {POSITION_TERMS}", lambda v: isinstance(
+        v, (str, tuple, list)) and set(_position_terms(v)) <= set(POSITION_TERMS), _position_terms), ())
+    max_relative_positions: int = checked(ANY_INT, -1)
+    position_buckets: int = checked(ANY_INT, -1)
+    share_att_key: bool = checked(BOOL, False)
+    norm_rel_ebd: str = checked(Rule("'none', 'layer_norm' or both joined by '|'", lambda v: (
+        _norms(v) is not None and _norms(v) <= {"none", "layer_norm"})), "none")
+    position_biased_input: bool = checked(BOOL, True)
+    conv_kernel_size: int = checked(Rule("an int, odd when > 0 (padding (k - 1) // 2 keeps the length)",
+                                         lambda v: isinstance(v, int) and not isinstance(v, bool)
+                                         and (v <= 0 or v % 2 == 1)), 0)
+    conv_groups: int = checked(POSITIVE_INT, 1)
+    conv_act: str = checked(ACTIVATION, "tanh")
+    pooler_activation: str = checked(ACTIVATION, "gelu")
+    pooler_dropout: float = checked(PROBABILITY, 0.0)
+
+    def check(self) -> None:
+        if self.hidden_size % self.conv_groups:
+            raise ValueError(f"Config.conv_groups must be a positive int dividing hidden_size ({self.hidden_size}), "
+                             f"got {self.conv_groups!r}")
+
+    @property
+    def embedding_width(self) -> int:
+        return self.hidden_size if self.embedding_size is None else self.embedding_size
+
+    @property
+    def max_seq_len(self) -> int:
+        """Without absolute positions (position_biased_input false: relative buckets only) there is no table to
+        run out of and transformers takes any length (MiniCheck runs DeBERTa-v3 at 2048 tokens):
+        UNBOUNDED_POSITIONS, the runners' window then being the tokenizer's model_max_length."""
+        return super().max_seq_len if self.position_biased_input else UNBOUNDED_POSITIONS
 
 
 # -- relative positions --------------------------------------------------------------------------------
@@ -114,7 +176,7 @@ class DebertaV2Embeddings(nn.Module):
 
     def __init__(self, config: Config):
         super().__init__()
-        width = config.hidden_size if config.embedding_size is None else config.embedding_size
+        width = config.embedding_width
         self.word = nn.Embedding(config.vocab_size, width, padding_idx=config.pad_token_id)
         self.position = nn.Embedding(config.max_position_embeddings, width) if config.position_biased_input else None
         self.token_type = nn.Embedding(config.type_vocab_size, width) if config.type_vocab_size > 0 else None
@@ -345,7 +407,7 @@ class DebertaV2ClassificationHead(nn.Module):
 
 
 class DebertaV2(Bert):
-    arch = "deberta-v2"
+    config_class = DebertaV2Config
     Embeddings = DebertaV2Embeddings
     ClassificationHead = DebertaV2ClassificationHead
     parts = {"relative": RelativeEmbeddings}

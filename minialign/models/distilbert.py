@@ -3,14 +3,15 @@ no token types (the embeddings are LayerNorm(word + position); token_type_ids a 
 ignored), optionally a fixed sinusoidal position table (config.json `sinusoidal_pos_embds`), no
 dropout on the attention output before its residual, no pooler, and a classification head of its own
 on the first token: classifier(dropout(relu(pre_classifier(h_0)))). LayerNorm eps is 1e-12 in every
-norm (hard-coded there; Config's default). Its config.json and weight names: convert/hf_config.py
-DISTILBERT, convert/names.py DISTILBERT.
+norm (hard-coded there; Config's default). Its config.json and weight names:
+convert/families/distilbert.py.
 
 Shapes: B batch, L sequence length (a packed batch is one row of T tokens, (1, T)), C hidden size.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -18,13 +19,23 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from minialign.convert.families import distilbert as distilbert_format
 from minialign.models.bert import Bert, Embeddings, check_labels, head_dropout
-from minialign.nn.config import Config
+from minialign.nn.config import BOOL, Config, checked
 from minialign.nn.layers import EncoderLayer
 from minialign.nn.linear import Linear
 
 if TYPE_CHECKING:
     from minialign.models.encoder import EncoderOutput
+
+
+@dataclass(frozen=True)
+class DistilBertConfig(Config):
+    """DistilBERT's config: the shared fields and a fixed sinusoidal position table (sinusoidal_pos_embds)."""
+
+    format = distilbert_format.FORMAT
+    arch: str = "distilbert"
+    sinusoidal_positions: bool = checked(BOOL, False)
 
 
 def sinusoidal_table(num_positions: int, dim: int) -> Tensor:
@@ -89,7 +100,7 @@ class DistilBertClassificationHead(nn.Module):
 
 
 class DistilBert(Bert):
-    arch = "distilbert"
+    config_class = DistilBertConfig
     Embeddings = DistilBertEmbeddings
     ClassificationHead = DistilBertClassificationHead
     pooler = False

@@ -3,7 +3,7 @@ embeddings are `embedding_size` wide (ElectraEmbeddings: LayerNorm(word + positi
 dropout, at that width), and ElectraModel projects them to hidden_size (`embeddings_project`, a
 Linear that exists only when the two differ) before BERT's layers; no pooler; the classification
 head reads the first token: out_proj(dropout(gelu(dense(dropout(h_0))))), exact GELU whatever
-hidden_act says. Its config.json and weight names: convert/hf_config.py ELECTRA, convert/names.py ELECTRA.
+hidden_act says. Its config.json and weight names: convert/families/electra.py.
 
 No AlignScore or MLM model: ELECTRA's generator head (generator_predictions, generator_lm_head) is
 embedding_size wide, unlike minialign's MLMHead; converting drops it, as it drops the
@@ -15,18 +15,33 @@ size, C hidden size.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch.nn as nn
 from torch import Tensor
 
-from minialign.models.bert import Bert, Embeddings, check_labels, head_dropout
+from minialign.convert.families import electra as electra_format
+from minialign.models.bert import Bert, BertConfig, Embeddings, check_labels, head_dropout
 from minialign.nn.capture import record
-from minialign.nn.config import Config
+from minialign.nn.config import POSITIVE_INT, Config, checked, optional
 from minialign.nn.linear import Linear
 
 if TYPE_CHECKING:
     from minialign.models.encoder import EncoderOutput
+
+
+@dataclass(frozen=True)
+class ElectraConfig(BertConfig):
+    """ELECTRA's config: BERT's fields and the embeddings' width (None: hidden_size, no projection)."""
+
+    format = electra_format.FORMAT
+    arch: str = "electra"
+    embedding_size: int | None = checked(optional(POSITIVE_INT), None)
+
+    @property
+    def embedding_width(self) -> int:
+        return self.hidden_size if self.embedding_size is None else self.embedding_size
 
 
 class ElectraEmbeddings(Embeddings):
@@ -40,7 +55,7 @@ class ElectraEmbeddings(Embeddings):
 
     @staticmethod
     def width(config: Config) -> int:
-        return config.hidden_size if config.embedding_size is None else config.embedding_size
+        return config.embedding_width
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor) -> Tensor:
         """(B, L) each, or a packed (1, T) -> (B, L, C)."""
@@ -68,7 +83,7 @@ class ElectraClassificationHead(nn.Module):
 
 
 class Electra(Bert):
-    arch = "electra"
+    config_class = ElectraConfig
     Embeddings = ElectraEmbeddings
     ClassificationHead = ElectraClassificationHead
     pooler = False  # ElectraModel has none

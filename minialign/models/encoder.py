@@ -233,10 +233,10 @@ class AlignModel(Pretrained):
     def __init__(self, config: Config, *, attn_backend: str = "sdpa", seed: int | None = None):
         """A randomly initialised model (BERT's initialisation; `seed` makes it reproducible)."""
         super().__init__()
-        if config.embedding_size not in (None, config.hidden_size):
+        if config.embedding_width != config.hidden_size:
             raise ValueError(f"AlignModel needs embeddings as wide as the encoder: its MLM head maps hidden_size "
                              f"({config.hidden_size}) onto the word embeddings, which this {config.arch} config makes "
-                             f"embedding_size ({config.embedding_size}) wide; load it as an Encoder or ClassifierModel")
+                             f"embedding_size ({config.embedding_width}) wide; load it as an Encoder or ClassifierModel")
         self.config = config
         self.encoder = Encoder(config, attn_backend=attn_backend, seed=seed, pooler=True)  # the heads read it
         with torch.random.fork_rng(devices=[], enabled=seed is not None):

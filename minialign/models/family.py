@@ -5,9 +5,11 @@ encoder its own, declared, never branched on (pattern: huggingface/candle candle
 models/ and text-embeddings-inference backends/candle/src/models/, one file per family over shared
 layers; transformers' modular_<family>.py, a family derived from another by overriding only what
 differs). The model classes (encoder.py: Encoder, AlignModel, ClassifierModel, MLMHead) read these
-declarations and nothing else about a family. Its other halves are rows in convert/: its config.json
-(hf_config.py FAMILIES: names, defaults, presets, reserved position rows) and its weight names
-(names.py NAMES). Declaring `arch` in a subclass registers it here, by that name.
+declarations and nothing else about a family. Its config is its own class in the same file (a
+nn/config.py Config subclass with only its fields), which names the family's foreign format, its
+config.json and weight names (convert/families/<family>.py). Declaring `config_class` in a subclass
+attaches the family to that config class, registered under its format's model_type: one registry
+(nn/config.py `families()`), of which FAMILIES is a view.
 
 What a family declares (the defaults are BERT's, or nothing):
 
@@ -38,28 +40,49 @@ What a family declares (the defaults are BERT's, or nothing):
   classifier_tokens   whose final states the classification head reads: "first" (default; the last
                       layer then runs for the first tokens alone) or "all" (ModernBERT's mean pooling)
   mlm_activation      the MLM head's activation; None: the config's hidden activation
+  config_class        the family's config (nn/config.py Config subclass); `arch` is its model_type
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import ClassVar
 
 import torch.nn as nn
 from torch import Tensor
 
-from minialign.nn.config import Config
+from minialign.nn.config import Config, families
 from minialign.nn.layers import EncoderLayer
 from minialign.nn.layout import Layout
 
-FAMILIES: dict[str, type[Family]] = {}  # Config.arch -> family, filled by each subclass that declares `arch`
+
+
+class _Families(Mapping):
+    """model_type -> Family: a read-only view of the one registry (nn/config.py families()), each family's
+    config class carrying its Family."""
+
+    def _all(self) -> dict[str, type[Family]]:
+        return {arch: config.family for arch, config in families().items() if config.family is not None}
+
+    def __getitem__(self, arch: str) -> type[Family]:
+        return self._all()[arch]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+FAMILIES: Mapping[str, type[Family]] = _Families()
 
 
 class Family:
     """What an encoder family declares (module docstring). Never instantiated: a namespace of
     declarations read by the model classes."""
 
-    arch: ClassVar[str]
+    arch: ClassVar[str]  # its config's model_type (set from config_class)
+    config_class: ClassVar[type[Config]]
     Embeddings: ClassVar[type[nn.Module]]
     ClassificationHead: ClassVar[type[nn.Module]]
     parts: ClassVar[dict[str, Callable[[Config], nn.Module]]] = {}
@@ -69,8 +92,9 @@ class Family:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        if "arch" in cls.__dict__:
-            FAMILIES[cls.arch] = cls
+        if "config_class" in cls.__dict__:
+            cls.arch = cls.config_class.format.model_type
+            cls.config_class.family = cls  # registered with its config (nn/config.py families())
 
     @classmethod
     def layers(cls, config: Config) -> list[nn.Module]:
@@ -108,9 +132,9 @@ class Family:
 
 
 def family_of(config: Config) -> type[Family]:
-    """The family of `config.arch`."""
-    try:
-        return FAMILIES[config.arch]
-    except KeyError:
-        raise ValueError(f"no model family for arch {config.arch!r}: convert/hf_config.py lists it, but no "
-                         f"minialign/models/<family>.py declares it (have {tuple(FAMILIES)})") from None
+    """The family of `config` (its config class's)."""
+    family = type(config).family
+    if family is None:
+        raise ValueError(f"no model family for {type(config).__name__} ({config.arch!r}): no Family declares it as "
+                         f"its config_class (have {tuple(FAMILIES)})")
+    return family

@@ -17,8 +17,8 @@ candle-transformers models/modernbert.rs): BERT's encoder rebuilt, every differe
                classifier_pooling "cls" | "mean"), head = norm(act(dense(.))), dropout, classifier
 
 Padded and packed agree: a packed row gives each token its position inside its sequence (rotary) and
-the window is an offset inside one sequence. Its config.json and weight names: convert/hf_config.py
-MODERNBERT, convert/names.py MODERNBERT. The MLM head (ModernBertForMaskedLM's decoder) has no
+the window is an offset inside one sequence. Its config.json and weight names:
+convert/families/modernbert.py. The MLM head (ModernBertForMaskedLM's decoder) has no
 minialign model: an MLM checkpoint loads as an Encoder or ClassifierModel (its head.* is the
 classifier's, as transformers loads it).
 
@@ -29,25 +29,58 @@ I intermediate size, D head dim.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
 from torch import Tensor
 
+from minialign.convert.families import modernbert as modernbert_format
 from minialign.models.bert import check_labels, head_dropout
 from minialign.models.family import Family
 from minialign.nn.activations import activation
 from minialign.nn.attention import PreparedMask
 from minialign.nn.capture import record
-from minialign.nn.config import Config
+from minialign.nn.config import (ACTIVATION, BOOL, POSITIVE_INT, POSITIVE_NUMBER, PROBABILITY, Config, checked,
+                                 int_at_least, one_of, optional)
+from minialign.nn.layers import FeedForward, SelfAttention
 from minialign.nn.layout import Layout
 from minialign.nn.linear import Linear
-from minialign.nn.layers import FeedForward, SelfAttention
 from minialign.nn.rotary import rotary_tables
 
 if TYPE_CHECKING:
     from minialign.models.encoder import EncoderOutput
+
+
+CLASSIFIER_POOLING = ("cls", "mean")  # what a classifier reads: the first token, or the mean of real ones
+
+
+@dataclass(frozen=True)
+class ModernBertConfig(Config):
+    """ModernBERT's config (configuration_modernbert.py; config.json: convert/families/modernbert.py).
+    rope_theta: the rotary base of the global layers (None: unset, refused when the layers are built);
+    local_rope_theta that of the local layers (None: rope_theta). local_attention: a local layer's whole
+    window, keys with |i - j| <= local_attention // 2 (None: every layer global); every layer whose index
+    % global_attn_every_n_layers != 0 is local. Which Linear / LayerNorm layers carry a bias
+    (attention_bias, mlp_bias, norm_bias, classifier_bias: its prediction head's dense layer), the MLP's
+    dropout (None: hidden_dropout), the prediction head's activation (None: activation) and what a
+    classifier pools: "cls" (the first token) or "mean" (the mean over real tokens)."""
+
+    format = modernbert_format.FORMAT
+    arch: str = "modernbert"
+    rope_theta: float | None = checked(optional(POSITIVE_NUMBER), None)
+    local_rope_theta: float | None = checked(optional(POSITIVE_NUMBER), None)
+    local_attention: int | None = checked(optional(int_at_least(2, "an int >= 2 (a window of |i - j| <= "
+                                                                     "local_attention // 2)")), None)
+    global_attn_every_n_layers: int = checked(POSITIVE_INT, 1)
+    attention_bias: bool = checked(BOOL, True)
+    mlp_bias: bool = checked(BOOL, True)
+    norm_bias: bool = checked(BOOL, True)
+    classifier_bias: bool = checked(BOOL, True)
+    mlp_dropout: float | None = checked(optional(PROBABILITY), None)
+    classifier_activation: str | None = checked(optional(ACTIVATION), None)
+    classifier_pooling: str = checked(one_of(CLASSIFIER_POOLING), "cls")
 
 
 def norm(config: Config) -> nn.LayerNorm:
@@ -179,7 +212,7 @@ class ModernBertClassificationHead(nn.Module):
 
 
 class ModernBert(Family):
-    arch = "modernbert"
+    config_class = ModernBertConfig
     Embeddings = ModernBertEmbeddings
     ClassificationHead = ModernBertClassificationHead
     parts = {"final_norm": norm}

@@ -5,7 +5,7 @@ every layer (MPNetEncoder.relative_attention_bias), computed once per forward an
 layer's scaled scores before the mask (MPNetSelfAttention: scores / sqrt(D) + position_bias + mask).
 The layers are BERT's post-LN ones under other names; the MLM head (lm_head) and the classification
 head (MPNetClassificationHead: dense -> tanh on the first token) are RoBERTa's. Its config.json and
-weight names: convert/hf_config.py MPNET, convert/names.py MPNET.
+weight names: convert/families/mpnet.py.
 
 The bias depends on offsets only, never on padding: transformers computes it from 0..L-1 whatever the
 mask says, which for right-padded rows is each token's offset inside its sequence; a packed row gives
@@ -18,18 +18,30 @@ Shapes: B batch, L sequence length, H heads, C hidden size.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 from torch import Tensor
 
-from minialign.models.roberta import Roberta, RobertaEmbeddings
+from minialign.convert.families import mpnet as mpnet_format
+from minialign.models.roberta import Roberta, RobertaConfig, RobertaEmbeddings
 from minialign.nn.capture import record
-from minialign.nn.config import Config
+from minialign.nn.config import POSITIVE_INT, Config, checked, optional
 
 # MPNetEncoder.compute_position_bias buckets with its defaults, num_buckets=32 and max_distance=128,
 # whatever config.relative_attention_num_buckets says: the config's count only sizes the table.
 NUM_BUCKETS, MAX_DISTANCE = 32, 128
+
+
+@dataclass(frozen=True)
+class MPNetConfig(RobertaConfig):
+    """MPNet's config: RoBERTa's fields and the rows of its relative-position bias table
+    (relative_attention_num_buckets; None: NUM_BUCKETS)."""
+
+    format = mpnet_format.FORMAT
+    arch: str = "mpnet"
+    relative_attention_buckets: int | None = checked(optional(POSITIVE_INT), None)
 
 
 def relative_position_bucket(offset: Tensor, num_buckets: int = NUM_BUCKETS, max_distance: int = MAX_DISTANCE) -> Tensor:
@@ -76,7 +88,7 @@ class MPNetEmbeddings(RobertaEmbeddings):
 
 
 class MPNet(Roberta):
-    arch = "mpnet"
+    config_class = MPNetConfig
     Embeddings = MPNetEmbeddings
     parts = {"relative_position_bias": RelativePositionBias}
 

@@ -1,24 +1,34 @@
 """RoBERTa, as BERT but for what differs (transformers models/roberta/modeling_roberta.py, whose
 modular_roberta.py derives it from BERT the same way): positions count real tokens from
-pad_token_id + 1 (the table reserves those rows: convert/hf_config.py ROBERTA), the MLM head's
+pad_token_id + 1 (the table reserves those rows: convert/families/roberta.py), the MLM head's
 activation is always exact GELU, and the classification head reads the first token through its own
 dense layer, so RobertaForSequenceClassification has no pooler.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
 from torch import Tensor
 
-from minialign.models.bert import Bert, Embeddings, check_labels, head_dropout
+from minialign.convert.families import roberta as roberta_format
+from minialign.models.bert import Bert, BertConfig, Embeddings, check_labels, head_dropout
 from minialign.nn.config import Config
 from minialign.nn.linear import Linear
 
 if TYPE_CHECKING:
     from minialign.models.encoder import EncoderOutput
+
+
+@dataclass(frozen=True)
+class RobertaConfig(BertConfig):
+    """RoBERTa's config: BERT's fields; its format reserves pad_token_id + 1 position rows."""
+
+    format = roberta_format.FORMAT
+    arch: str = "roberta"
 
 
 def roberta_position_ids(input_ids: Tensor, pad_token_id: int) -> Tensor:
@@ -56,7 +66,7 @@ class RobertaClassificationHead(nn.Module):
 
 
 class Roberta(Bert):
-    arch = "roberta"
+    config_class = RobertaConfig
     Embeddings = RobertaEmbeddings
     ClassificationHead = RobertaClassificationHead
     classifier_pooler = False

@@ -1,19 +1,36 @@
-"""XLM-RoBERTa and CamemBERT: RoBERTa's architecture exactly, under their own model_type
-(transformers models/xlm_roberta/modular_xlm_roberta.py and models/camembert/modular_camembert.py
-derive every module from RoBERTa's, unchanged: same positions after pad_token_id, same layers, same
-RobertaClassificationHead on the first token, same MLM head, weights under `roberta.` / `lm_head.`).
-What differs lives outside the encoder: their config rows (convert/hf_config.py) and their
-SentencePiece Unigram tokenizers (`<s> A </s></s> B </s>`, read from tokenizer.json).
+"""XLM-RoBERTa: RoBERTa's architecture exactly, under its own model_type (transformers
+models/xlm_roberta/modular_xlm_roberta.py derives every module from RoBERTa's, unchanged: same
+positions after pad_token_id, same layers, same RobertaClassificationHead on the first token, same MLM
+head, weights under `roberta.` / `lm_head.`). What differs lives outside the encoder: its config.json
+(convert/families/xlm_roberta.py) and its SentencePiece Unigram tokenizer (`<s> A </s></s> B </s>`,
+read from tokenizer.json). CamemBERT is the same again (camembert.py).
 """
 
 from __future__ import annotations
 
-from minialign.models.roberta import Roberta
+from dataclasses import dataclass
+
+from minialign.convert.families import xlm_roberta as xlm_roberta_format
+from minialign.models.roberta import Roberta, RobertaConfig
+
+
+@dataclass(frozen=True)
+class XLMRobertaConfig(RobertaConfig):
+    format = xlm_roberta_format.FORMAT
+    arch: str = "xlm-roberta"
 
 
 class XLMRoberta(Roberta):
-    arch = "xlm-roberta"
+    config_class = XLMRobertaConfig
 
 
-class Camembert(Roberta):
-    arch = "camembert"
+def __getattr__(name: str):
+    """Camembert lived here before 0.3 (models/camembert.py now)."""
+    if name in ("Camembert", "CamembertConfig"):
+        import warnings
+
+        from minialign.models import camembert
+        warnings.warn(f"minialign.models.xlm_roberta.{name} moved to minialign.models.camembert", DeprecationWarning,
+                      stacklevel=2)
+        return getattr(camembert, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,18 +1,27 @@
-"""Model configuration: one frozen dataclass, presets by exact name, HF config.json in and out.
+"""Model configuration: the fields every encoder family has, each checked where it is declared; one
+registry of the families' own configs, by model_type.
 
-Which families exist, their config.json names and defaults, their presets and how many rows of the
-position table they reserve are rows of convert/hf_config.py (FAMILIES): nothing here names a family."""
+A family's config is a subclass in its own file (minialign/models/<family>.py) declaring only its
+fields (ModernBERT's rotary thetas, DeBERTa's disentangled attention) and `format`, its foreign format
+(config.json names, defaults, presets, reserved position rows: minialign/convert/families/<family>.py,
+read here through `Format`'s methods only, never imported). Declaring `format` registers the class
+under that format's model_type (`families()`), the one registry: `Config(...)`, `Config.from_hf`,
+`Config.from_dict` and PRESETS find a family's class there, and the family's modules hang off it
+(`family`, set by minialign/models/family.py). Nothing here names a family.
+
+Pattern: text-embeddings-inference backends/candle/src/models/*.rs (one deserialised config per family,
+an `enum Config` tagged by `model_type`, lib.rs); transformers' PretrainedConfig subclasses.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import MISSING, dataclass
+from typing import Any, ClassVar, Protocol
 
 import torch
 
-from minialign import convert
-from minialign.convert.hf_config import FAMILIES
 from minialign.nn.activations import ELEMENTWISE
 from minialign.nn.score_functions import SCORE_FUNCTIONS
 
@@ -21,195 +30,175 @@ ACTIVATIONS = ELEMENTWISE  # the hidden activations a layer may carry (activatio
 PROBLEM_TYPES = (None, "regression", "single_label_classification", "multi_label_classification")
 # Config.max_seq_len of a family without absolute positions: any length a tokenizer window (< 1e6) allows.
 UNBOUNDED_POSITIONS = 1 << 20
-POSITION_TERMS = ("c2p", "p2c")  # DeBERTa's pos_att_type: content-to-position, position-to-content
-CLASSIFIER_POOLING = ("cls", "mean")  # what a classifier reads: the first token, or the mean of real ones
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # names on the command line
+
+
+# -- a field's rule, declared with the field -----------------------------------------------------------
+
+@dataclass(frozen=True)
+class Rule:
+    """What a field's value must be: `test(value)`, described for the error (`Config.<name> must be
+    <description>, got <value>`); `normalise` turns an accepted value into the stored one (JSON's lists
+    into tuples)."""
+
+    description: str
+    test: Callable[[Any], bool]
+    normalise: Callable[[Any], Any] | None = None
+
+    def __call__(self, name: str, value: Any) -> Any:
+        if not self.test(value):
+            raise ValueError(f"Config.{name} must be {self.description}, got {value!r}")
+        return self.normalise(value) if self.normalise is not None else value
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def int_at_least(least: int, description: str | None = None) -> Rule:
+    return Rule(description or ("a positive int" if least == 1 else f"an int >= {least}"),
+                lambda v: _int(v) and v >= least)
+
+
+def optional(rule: Rule) -> Rule:
+    """None, or what `rule` accepts."""
+    return Rule(f"None or {rule.description}", lambda v: v is None or rule.test(v),
+                None if rule.normalise is None else (lambda v: None if v is None else rule.normalise(v)))
+
+
+def one_of(choices: tuple) -> Rule:
+    return Rule(f"one of {choices}", lambda v: v in choices)
+
+
+POSITIVE_INT = int_at_least(1)
+ANY_INT = Rule("an int", _int)
+BOOL = Rule("a bool", lambda v: isinstance(v, bool))
+PROBABILITY = Rule("in [0, 1)", lambda v: _number(v) and 0.0 <= v < 1.0)
+POSITIVE_NUMBER = Rule("a positive number", lambda v: _number(v) and v > 0)
+ACTIVATION = one_of(ACTIVATIONS)
+LABELS = Rule("a sequence of label names", lambda v: isinstance(v, (tuple, list)) and all(isinstance(x, str) for x in v),
+              tuple)
+
+
+def checked(rule: Rule, default: Any = MISSING) -> Any:
+    """A dataclass field whose value `rule` checks (and normalises) when the config is made."""
+    return dataclasses.field(default=default, metadata={"rule": rule})
+
+
+class Format(Protocol):
+    """What a config reads of its family's foreign format (minialign/convert/families/__init__.py Format)."""
+
+    model_type: str
+    presets: dict[str, dict[str, Any]]
+
+    def config_fields(self, hf: dict[str, Any], *, source: str, supported: tuple[str, ...]) -> dict[str, Any]: ...
+    def hf_config(self, fields: dict[str, Any], *, classifier: bool) -> dict[str, Any]: ...
+    def reserved_positions(self, pad_token_id: int) -> int: ...
+
+
+_FAMILIES: dict[str, type[Config]] = {}  # model_type -> the family's config class (Config.__init_subclass__)
+
+
+def families() -> dict[str, type[Config]]:
+    """Every family's config class, by model_type (its `format`'s), in the order they were declared."""
+    return dict(_FAMILIES)
+
+
+def family_config(arch: Any, *, field: str = "Config.arch") -> type[Config]:
+    """The config class of the family `arch` names; a ValueError naming the registered ones otherwise."""
+    if isinstance(arch, str) and arch in _FAMILIES:
+        return _FAMILIES[arch]
+    raise ValueError(f"{field} must be one of {tuple(_FAMILIES)}, got {arch!r}")
 
 
 @dataclass(frozen=True)
 class Config:
-    vocab_size: int
-    hidden_size: int
-    num_layers: int
-    num_heads: int
-    intermediate_size: int
-    max_position_embeddings: int = 512
-    sinusoidal_positions: bool = False  # a fixed sinusoidal position table (DistilBERT's sinusoidal_pos_embds)
-    type_vocab_size: int = 2
-    layer_norm_eps: float = 1e-12
-    pad_token_id: int = 0
-    arch: str = "bert"  # the encoder family: a key of convert/hf_config.py FAMILIES
-    hidden_dropout: float = 0.1
-    attention_dropout: float = 0.1
-    activation: str = "gelu"  # "gelu" is the exact erf form, as BERT's hidden_act "gelu"
+    """The fields every family has. `Config(...)` makes the config of the family `arch` names (BERT's by
+    default): `Config(arch="modernbert", rope_theta=...)` is a ModernBertConfig."""
+
+    format: ClassVar[Format | None] = None  # the family's foreign format; declaring it registers the class
+    family: ClassVar[Any] = None  # the family's modules (minialign/models/family.py Family), set by it
+
+    vocab_size: int = checked(POSITIVE_INT)
+    hidden_size: int = checked(POSITIVE_INT)
+    num_layers: int = checked(POSITIVE_INT)
+    num_heads: int = checked(POSITIVE_INT)
+    intermediate_size: int = checked(POSITIVE_INT)
+    max_position_embeddings: int = checked(POSITIVE_INT, 512)
+    type_vocab_size: int = checked(int_at_least(0, "an int >= 0"), 2)  # 0 token types: none (DeBERTa-v3)
+    layer_norm_eps: float = checked(Rule("> 0", lambda v: _number(v) and v > 0), 1e-12)
+    pad_token_id: int = 0  # checked against vocab_size (__post_init__)
+    arch: str = "bert"  # the family: a model_type of the registry (families())
+    hidden_dropout: float = checked(PROBABILITY, 0.1)
+    attention_dropout: float = checked(PROBABILITY, 0.1)
+    activation: str = checked(ACTIVATION, "gelu")  # "gelu" is the exact erf form, as BERT's hidden_act "gelu"
     initializer_range: float = 0.02
     tie_word_embeddings: bool = True  # MLM decoder shares the word-embedding matrix
-    score_fn: str = "scaled_dot"  # alignment-score function (scores.py); pretrained weights use scaled_dot
-    max_relative_distance: int = 32  # R of the location-based score: offsets clipped to [-R, R]
+    # alignment-score function (score_functions.py); pretrained weights use scaled_dot
+    score_fn: str = checked(one_of(SCORE_FUNCTIONS), "scaled_dot")
+    max_relative_distance: int = checked(POSITIVE_INT, 32)  # R of the location-based score: offsets clipped to [-R, R]
     # Sequence classification (transformers *ForSequenceClassification): labels by index (id2label),
-    # the problem type, the head's dropout (None: hidden_dropout). Ignored by the other models.
-    labels: tuple[str, ...] = ()
-    problem_type: str | None = None
-    classifier_dropout: float | None = None
-    # The embeddings' width when it differs from hidden_size (ELECTRA: a projection follows). None: hidden_size.
-    embedding_size: int | None = None
-    # Rows of a relative-position bias table shared by every layer (MPNet's relative_attention_num_buckets).
-    # None: the family has none.
-    relative_attention_buckets: int | None = None
-    # Rotary positions and local attention (ModernBERT, configuration_modernbert.py). rope_theta: the
-    # rotary base of the global layers (None: no rotary positions); local_rope_theta that of the local
-    # layers (None: rope_theta). local_attention: a local layer's whole window, keys with |i - j| <=
-    # local_attention // 2 (None: every layer global); every layer whose index % global_attn_every_n_layers
-    # != 0 is local.
-    rope_theta: float | None = None
-    local_rope_theta: float | None = None
-    local_attention: int | None = None
-    global_attn_every_n_layers: int = 1
-    # Which Linear / LayerNorm layers carry a bias (ModernBERT's attention_bias, mlp_bias, norm_bias,
-    # classifier_bias: its prediction head's dense layer), the MLP's dropout (None: hidden_dropout), the
-    # prediction head's activation (None: activation) and what a classifier pools: "cls" (the first token)
-    # or "mean" (the mean over real tokens; ModernBERT's classifier_pooling).
-    attention_bias: bool = True
-    mlp_bias: bool = True
-    norm_bias: bool = True
-    classifier_bias: bool = True
-    mlp_dropout: float | None = None
-    classifier_activation: str | None = None
-    classifier_pooling: str = "cls"
-    # DeBERTa-v2/v3's disentangled attention (configuration_deberta_v2.py, models/deberta_v2.py): content-to-
-    # position / position-to-content terms ("c2p", "p2c") from a relative-embedding table of 2 * span rows
-    # (span: position_buckets when > 0, else max_relative_positions, itself max_position_embeddings when < 1),
-    # LayerNorm'd when norm_rel_ebd says "layer_norm", projected by each layer's own query / key projections
-    # when share_att_key; absolute positions added to the embeddings only when position_biased_input; a
-    # convolution after the first layer when conv_kernel_size > 0; the classifier's ContextPooler activation
-    # and dropout (pooler_hidden_act, pooler_dropout).
-    relative_attention: bool = False
-    pos_att_type: tuple[str, ...] = ()
-    max_relative_positions: int = -1
-    position_buckets: int = -1
-    share_att_key: bool = False
-    norm_rel_ebd: str = "none"
-    position_biased_input: bool = True
-    conv_kernel_size: int = 0
-    conv_groups: int = 1
-    conv_act: str = "tanh"
-    pooler_activation: str = "gelu"
-    pooler_dropout: float = 0.0
+    # the problem type, the head's dropout (None: hidden_dropout).
+    labels: tuple[str, ...] = checked(LABELS, ())
+    problem_type: str | None = checked(one_of(PROBLEM_TYPES), None)
+    classifier_dropout: float | None = checked(optional(PROBABILITY), None)
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "format" in cls.__dict__:
+            _FAMILIES[cls.format.model_type] = cls
+
+    def __new__(cls, *args, **kwargs):
+        """The class of the family `arch` names (kwargs only; a family's own class keeps its own)."""
+        target = cls
+        if "arch" in kwargs or cls.format is None:
+            target = family_config(kwargs.get("arch", "bert"))
+        known = {f.name for f in dataclasses.fields(target)}
+        foreign = sorted(set(kwargs) - known)
+        if foreign:
+            raise ValueError(f"Config field(s) {foreign} are not fields of the {target.format.model_type} family "
+                             f"({target.__name__}); the families declaring them: "
+                             f"{[t for t, c in _FAMILIES.items() if set(foreign) <= {f.name for f in dataclasses.fields(c)}]}")
+        return object.__new__(target)
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
-                     "max_position_embeddings", "type_vocab_size"):
-            value = getattr(self, name)
-            least = 0 if name == "type_vocab_size" else 1  # 0 token types: none (DeBERTa-v3)
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise ValueError(f"Config.{name} must be {'a positive int' if least else 'an int >= 0'}, got {value!r}")
-        for name in ("embedding_size", "relative_attention_buckets"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise ValueError(f"Config.{name} must be None or a positive int, got {value!r}")
+        for f in dataclasses.fields(self):
+            rule = f.metadata.get("rule")
+            if rule is not None:
+                object.__setattr__(self, f.name, rule(f.name, getattr(self, f.name)))
+        if self.arch != type(self).format.model_type:
+            raise ValueError(f"Config.arch {self.arch!r} does not match {type(self).__name__} "
+                             f"({type(self).format.model_type!r})")
         if self.hidden_size % self.num_heads:
             raise ValueError(f"Config.hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads})")
-        if not isinstance(self.arch, str) or self.arch not in FAMILIES:
-            raise ValueError(f"Config.arch must be one of {tuple(FAMILIES)}, got {self.arch!r}")
-        if not isinstance(self.pad_token_id, int) or not 0 <= self.pad_token_id < self.vocab_size:
+        if not _int(self.pad_token_id) or not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(f"Config.pad_token_id must be in [0, vocab_size), got {self.pad_token_id!r}")
         if self.max_seq_len < 1:
             raise ValueError(f"Config.max_position_embeddings ({self.max_position_embeddings}) leaves no room "
                              f"for {self.arch} positions, which start at pad_token_id + 1")
-        for name in ("hidden_dropout", "attention_dropout"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-                raise ValueError(f"Config.{name} must be in [0, 1), got {value!r}")
-        if not isinstance(self.layer_norm_eps, (int, float)) or self.layer_norm_eps <= 0:
-            raise ValueError(f"Config.layer_norm_eps must be > 0, got {self.layer_norm_eps!r}")
-        if self.score_fn not in SCORE_FUNCTIONS:
-            raise ValueError(f"Config.score_fn must be one of {SCORE_FUNCTIONS}, got {self.score_fn!r}")
-        if not isinstance(self.max_relative_distance, int) or self.max_relative_distance < 1:
-            raise ValueError(f"Config.max_relative_distance must be a positive int, got {self.max_relative_distance!r}")
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"Config.activation must be one of {ACTIVATIONS}, got {self.activation!r}")
-        if not isinstance(self.labels, (tuple, list)) or not all(isinstance(x, str) for x in self.labels):
-            raise ValueError(f"Config.labels must be a sequence of label names, got {self.labels!r}")
-        object.__setattr__(self, "labels", tuple(self.labels))  # from JSON: a list
-        if self.problem_type not in PROBLEM_TYPES:
-            raise ValueError(f"Config.problem_type must be one of {PROBLEM_TYPES}, got {self.problem_type!r}")
-        if self.classifier_dropout is not None and not (isinstance(self.classifier_dropout, (int, float))
-                                                        and 0.0 <= self.classifier_dropout < 1.0):
-            raise ValueError(f"Config.classifier_dropout must be None or in [0, 1), got {self.classifier_dropout!r}")
-        if not isinstance(self.sinusoidal_positions, bool):
-            raise ValueError(f"Config.sinusoidal_positions must be a bool, got {self.sinusoidal_positions!r}")
-        for name in ("rope_theta", "local_rope_theta"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
-                raise ValueError(f"Config.{name} must be None or a positive number, got {value!r}")
-        if self.local_attention is not None and (not isinstance(self.local_attention, int)
-                                                 or isinstance(self.local_attention, bool) or self.local_attention < 2):
-            raise ValueError(f"Config.local_attention must be None or an int >= 2 (a window of |i - j| <= "
-                             f"local_attention // 2), got {self.local_attention!r}")
-        if (not isinstance(self.global_attn_every_n_layers, int) or isinstance(self.global_attn_every_n_layers, bool)
-                or self.global_attn_every_n_layers < 1):
-            raise ValueError(f"Config.global_attn_every_n_layers must be a positive int, "
-                             f"got {self.global_attn_every_n_layers!r}")
-        for name in ("attention_bias", "mlp_bias", "norm_bias", "classifier_bias"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"Config.{name} must be a bool, got {getattr(self, name)!r}")
-        if self.mlp_dropout is not None and not (isinstance(self.mlp_dropout, (int, float))
-                                                 and 0.0 <= self.mlp_dropout < 1.0):
-            raise ValueError(f"Config.mlp_dropout must be None or in [0, 1), got {self.mlp_dropout!r}")
-        if self.classifier_activation is not None and self.classifier_activation not in ACTIVATIONS:
-            raise ValueError(f"Config.classifier_activation must be None or one of {ACTIVATIONS}, "
-                             f"got {self.classifier_activation!r}")
-        if self.classifier_pooling not in CLASSIFIER_POOLING:
-            raise ValueError(f"Config.classifier_pooling must be one of {CLASSIFIER_POOLING}, "
-                             f"got {self.classifier_pooling!r}")
-        self._check_disentangled()
+        self.check()
 
-    def _check_disentangled(self) -> None:
-        """DeBERTa's fields (pos_att_type from JSON: a list, or transformers' "p2c|c2p" string)."""
-        kinds = self.pos_att_type
-        kinds = [x.strip() for x in kinds.lower().split("|") if x.strip()] if isinstance(kinds, str) else kinds
-        if not isinstance(kinds, (tuple, list)) or not set(kinds) <= set(POSITION_TERMS):
-            raise ValueError(f"Config.pos_att_type must name terms among {POSITION_TERMS}, got {self.pos_att_type!r}")
-        object.__setattr__(self, "pos_att_type", tuple(kinds))
-        for name in ("relative_attention", "share_att_key", "position_biased_input"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"Config.{name} must be a bool, got {getattr(self, name)!r}")
-        for name in ("max_relative_positions", "position_buckets", "conv_kernel_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise ValueError(f"Config.{name} must be an int, got {value!r}")
-        norms = ([x.strip() for x in self.norm_rel_ebd.lower().split("|")] if isinstance(self.norm_rel_ebd, str)
-                 else None)
-        if norms is None or not set(norms) <= {"none", "layer_norm"}:
-            raise ValueError(f"Config.norm_rel_ebd must be 'none', 'layer_norm' or both joined by '|', "
-                             f"got {self.norm_rel_ebd!r}")
-        if self.conv_kernel_size > 0 and self.conv_kernel_size % 2 == 0:
-            raise ValueError(f"Config.conv_kernel_size must be odd (padding (k - 1) // 2 keeps the length), "
-                             f"got {self.conv_kernel_size!r}")
-        if (not isinstance(self.conv_groups, int) or isinstance(self.conv_groups, bool) or self.conv_groups < 1
-                or self.hidden_size % self.conv_groups):
-            raise ValueError(f"Config.conv_groups must be a positive int dividing hidden_size ({self.hidden_size}), "
-                             f"got {self.conv_groups!r}")
-        for name in ("conv_act", "pooler_activation"):
-            if getattr(self, name) not in ACTIVATIONS:
-                raise ValueError(f"Config.{name} must be one of {ACTIVATIONS}, got {getattr(self, name)!r}")
-        if not isinstance(self.pooler_dropout, (int, float)) or not 0.0 <= self.pooler_dropout < 1.0:
-            raise ValueError(f"Config.pooler_dropout must be in [0, 1), got {self.pooler_dropout!r}")
+    def check(self) -> None:
+        """A family's checks across its fields (one field's own rule is declared with it)."""
 
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_heads
 
     @property
+    def embedding_width(self) -> int:
+        """The embeddings' width (ELECTRA's and DeBERTa's embedding_size; hidden_size elsewhere)."""
+        return self.hidden_size
+
+    @property
     def max_seq_len(self) -> int:
-        """Longest input the position table allows (a family whose positions start after the padding
-        id, as RoBERTa's, spends pad_token_id + 1 rows: convert/hf_config.py ConfigRow.reserved_positions).
-        Without absolute positions (DeBERTa's position_biased_input false: relative buckets only) there is no
-        table to run out of and transformers takes any length (MiniCheck runs DeBERTa-v3 at 2048 tokens):
-        UNBOUNDED_POSITIONS, the runners' window then being the tokenizer's model_max_length."""
-        if not self.position_biased_input:
-            return UNBOUNDED_POSITIONS
-        return self.max_position_embeddings - FAMILIES[self.arch].reserved_positions(self.pad_token_id)
+        """Longest input the position table allows (a family whose positions start after the padding id,
+        as RoBERTa's, spends pad_token_id + 1 rows: its format's reserved_positions)."""
+        return self.max_position_embeddings - type(self).format.reserved_positions(self.pad_token_id)
 
     @classmethod
     def from_name(cls, name: str) -> Config:
@@ -219,30 +208,71 @@ class Config:
 
     @classmethod
     def from_hf(cls, hf: dict[str, Any], *, source: str = "config.json") -> Config:
-        """Build from a transformers config.json dict (dispatch on its model_type)."""
-        fields = convert.config_from_hf(hf, source=source)
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in fields.items() if k in known})
+        """Build from a transformers config.json dict, dispatching on its model_type."""
+        arch = hf.get("model_type") if isinstance(hf, dict) else None
+        if not isinstance(arch, str) or arch not in _FAMILIES:
+            named = hf.get("architectures") if isinstance(hf, dict) else None
+            raise ValueError(f"{source}: model_type {arch!r} ({named or 'no architectures field'}) is not "
+                             f"supported; minialign runs {', '.join(map(repr, _FAMILIES))}")
+        target = _FAMILIES[arch]
+        fields = target.format.config_fields(hf, source=source, supported=tuple(_FAMILIES))
+        known = {f.name for f in dataclasses.fields(target)}
+        return target(**{k: v for k, v in fields.items() if k in known})
 
     def to_hf(self, *, classifier: bool = False) -> dict[str, Any]:
-        """A transformers config.json dict (BertConfig / RobertaConfig); `classifier`: its
-        architecture is *ForSequenceClassification."""
+        """A transformers config.json dict; `classifier`: its architecture is *ForSequenceClassification."""
         if self.score_fn != "scaled_dot":
             raise ValueError(f"Config.score_fn {self.score_fn!r} has no transformers equivalent (only 'scaled_dot')")
-        return convert.config_to_hf(dataclasses.asdict(self), classifier=classifier)
+        return type(self).format.hf_config(self.to_dict(), classifier=classifier)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Config:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
+        """A config from to_dict's dict (minialign's native config.json). Before 0.3 one Config held every
+        family's fields, so a native file lists other families' fields too, at their defaults: those are
+        dropped; any other field the family does not declare is an error naming it."""
+        target = family_config(data.get("arch", "bert"))
+        own = {f.name for f in dataclasses.fields(target)}
+        unknown = sorted(name for name in set(data) - own if not _unset_elsewhere(name, data[name]))
         if unknown:
             raise ValueError(f"unknown Config field(s) {unknown}")
-        return cls(**data)
+        return target(**{k: v for k, v in data.items() if k in own})
 
 
+def _unset_elsewhere(name: str, value: Any) -> bool:
+    """Whether `name` is another family's field and `value` its default there (a pre-0.3 native file)."""
+    for other in _FAMILIES.values():
+        for f in dataclasses.fields(other):
+            if f.name == name and f.default is not MISSING:
+                return value == f.default or (isinstance(f.default, tuple) and list(f.default) == value)
+    return False
 
-# Every family's presets by exact name, each the HF config.json cited beside it in convert/hf_config.py.
-PRESETS: dict[str, Config] = {name: Config(**fields) for name, fields in convert.hf_config.presets().items()}
+
+class _Presets(Mapping):
+    """Every family's presets by exact name, each the HF config.json cited beside it in the family's
+    format file; read from the registry when first asked (families register as minialign.models loads)."""
+
+    def _all(self) -> dict[str, Config]:
+        key = tuple(_FAMILIES.items())
+        if getattr(self, "_key", None) != key:
+            self._built = {name: Config.from_hf({"model_type": arch, **hf}, source=f"preset {name}")
+                           for arch, cls in _FAMILIES.items() for name, hf in cls.format.presets.items()}
+            self._key = key
+        return self._built
+
+    def __getitem__(self, name: str) -> Config:
+        return self._all()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __repr__(self) -> str:
+        return f"PRESETS({sorted(self._all())})"
+
+
+PRESETS: Mapping[str, Config] = _Presets()

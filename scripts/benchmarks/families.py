@@ -21,7 +21,7 @@ from benchmarks.corpus import mixed_texts
 from benchmarks.encoder import inputs, mixed_lengths
 from benchmarks.machine import interleaved
 
-# Each family at the preset of its base model (convert/hf_config.py: each preset cites the config.json it
+# Each family at the preset of its base model (convert/families/<family>.py: each preset cites the config.json it
 # mirrors), in the table's order; a family minialign does not declare yet is left out.
 SHAPES = {"bert": "bert-base-uncased", "roberta": "roberta-base", "xlm-roberta": "xlm-roberta-base",
           "electra": "electra-base-discriminator", "distilbert": "distilbert-base-uncased", "mpnet": "mpnet-base",

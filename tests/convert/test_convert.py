@@ -16,7 +16,7 @@ def test_hf_minialign_hf_round_trip_is_bit_identical(arch):
     from conftest import hf_model
 
     model = hf_model(arch, "mlm")
-    prefix = convert.names.MODEL_PREFIX[arch]
+    prefix = convert.by_model_type.MODEL_PREFIX[arch]
     sd = {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in model.state_dict().items()}
     dropped_on_purpose = {"cls.predictions.decoder.bias", "lm_head.decoder.bias",
                           "cls.seq_relationship.weight", "cls.seq_relationship.bias"}
@@ -55,7 +55,7 @@ def test_unknown_key_names_it():
 
 
 def test_reverse_table_is_derived():
-    inverse = convert.names.inverse(convert.names.BERT)
+    inverse = convert.names.inverse(convert.families.format_of("bert").names.table)
     assert inverse["encoder.layers.{}.ffn.up.weight"] == "encoder.layer.{}.intermediate.dense.weight"
     assert None not in inverse.values()
 
@@ -130,8 +130,16 @@ def test_convert_reports_bad_source(tmp_path, capsys):
 
 
 def test_one_names_row_per_family_with_the_backbone_and_mlm_prefixes():
-    """Each family's row (convert/names.py NAMES): a table, and where HF puts its backbone and MLM head."""
-    assert set(convert.names.NAMES) == set(convert.hf_config.FAMILIES)
-    assert convert.names.NAMES["roberta"].model_prefix == "roberta."
-    assert convert.names.MLM_PREFIX["bert"] == "cls.predictions."
-    assert convert.names.TABLES["roberta"] is convert.names.ROBERTA
+    """Each family's file (convert/families/<family>.py): a table, and where HF puts its backbone and MLM head;
+    the views by model_type (by_model_type.NAMES, TABLES, MLM_PREFIX) read the files."""
+    from minialign.convert import by_model_type, families
+
+    assert set(by_model_type.NAMES) == set(families.model_types()) == set(ma.models.FAMILIES)
+    assert by_model_type.NAMES["roberta"].model_prefix == "roberta."
+    assert by_model_type.MLM_PREFIX["bert"] == "cls.predictions."
+    assert by_model_type.NAMES["xlm-roberta"] is families.format_of("roberta").names  # RoBERTa's names
+    assert by_model_type.TABLES["roberta"] is families.format_of("roberta").names.table
+    with pytest.raises(ValueError, match="model_type 'gpt2' is not supported"):
+        families.format_of("gpt2")
+    with pytest.raises(TypeError, match="model_type 'bert'"):  # names.py takes a family's Names or Format
+        convert.names.hf_to_minialign({}, "bert")

@@ -64,5 +64,5 @@ def test_roberta_names_fit_every_family_sharing_its_table():
     """RoBERTa's table serves xlm-roberta and camembert too: all three are named."""
     state = {"roberta.embeddings.word_embeddings.weight": torch.zeros(1),
              "lm_head.dense.weight": torch.zeros(1), "lm_head.layer_norm.weight": torch.zeros(1)}
-    with pytest.raises(CheckpointError, match="fits 'roberta' / 'xlm-roberta' / 'camembert'"):
+    with pytest.raises(CheckpointError, match="fits 'camembert' / 'roberta' / 'xlm-roberta'"):
         hf_to_minialign(state, "electra", source="x.safetensors")

@@ -62,21 +62,45 @@ def test_from_dict_rejects_unknown_fields():
         ma.Config.from_dict({"vocab_size": 5, "bogus": 1})
 
 
-def test_one_list_of_families():
-    """convert/hf_config.py FAMILIES is the list; each has a family file and a names row, and Config
-    validates against it."""
-    from minialign import convert
+def test_one_registry_of_families():
+    """nn/config.py families() is the one registry: each family's config class, its Family (models/) and its
+    format (convert/families/) hang off it; Config(arch=...) builds the family's own class, which holds only
+    its fields."""
+    from minialign.convert import families as formats
+    from minialign.nn.config import families
 
-    families = set(convert.hf_config.FAMILIES)
-    assert families == set(ma.models.FAMILIES) == set(convert.names.NAMES)
-    with pytest.raises(ValueError, match=r"Config.arch must be one of \('bert', 'roberta'.*\), got 'gpt2'"):
+    registry = families()
+    assert set(registry) == set(ma.models.FAMILIES) == set(formats.model_types())
+    for arch, config_class in registry.items():
+        assert config_class.family is ma.models.FAMILIES[arch] and config_class.family.arch == arch
+        assert config_class.format is formats.format_of(arch)
+    with pytest.raises(ValueError, match=r"Config.arch must be one of \('bert', .*'roberta'.*\), got 'gpt2'"):
         ma.Config(vocab_size=20, hidden_size=8, num_layers=1, num_heads=2, intermediate_size=16, arch="gpt2")
-    assert {c.arch for c in ma.PRESETS.values()} == families  # each family owns presets
+    assert {c.arch for c in ma.PRESETS.values()} == set(registry)  # each family owns presets
+    sizes = dict(vocab_size=20, hidden_size=8, num_layers=1, num_heads=2, intermediate_size=16)
+    modern = ma.Config(**sizes, arch="modernbert", rope_theta=10.0)
+    assert type(modern) is registry["modernbert"] and isinstance(modern, ma.Config)
+    assert "rope_theta" in modern.to_dict() and "rope_theta" not in ma.Config(**sizes).to_dict()
+    with pytest.raises(ValueError, match=r"\['rope_theta'\] are not fields of the bert family.*\['modernbert'\]"):
+        ma.Config(**sizes, rope_theta=10.0)
+    with pytest.raises(ValueError, match="Config.local_attention must be None or an int >= 2"):
+        ma.Config(**sizes, arch="modernbert", local_attention=1)
+
+
+def test_native_config_from_before_per_family_configs_loads():
+    """A 0.2 native config.json lists every family's fields at their defaults: they are dropped; a foreign
+    field set to anything else is still an unknown field."""
+    sizes = dict(vocab_size=20, hidden_size=8, num_layers=1, num_heads=2, intermediate_size=16)
+    old = {**ma.Config(**sizes, arch="roberta").to_dict(), "rope_theta": None, "conv_act": "tanh",
+           "pos_att_type": [], "attention_bias": True, "embedding_size": None, "sinusoidal_positions": False}
+    assert ma.Config.from_dict(old) == ma.Config(**sizes, arch="roberta")
+    with pytest.raises(ValueError, match=r"unknown Config field\(s\) \['rope_theta'\]"):
+        ma.Config.from_dict({**old, "rope_theta": 10.0})
 
 
 @pytest.mark.parametrize("arch", ["bert", "roberta"])
 def test_max_seq_len_is_what_the_position_table_holds(arch):
-    """Config.max_seq_len (the family's reserved rows, convert/hf_config.py) and the family's position
+    """Config.max_seq_len (the family's reserved rows, its format file) and the family's position
     rule (models/<family>.py) agree: max_seq_len tokens embed, one more is refused."""
     import torch
 
@@ -91,7 +115,7 @@ def test_max_seq_len_is_what_the_position_table_holds(arch):
     model(ids)
     with pytest.raises(ValueError, match="window"):
         model(torch.full((1, config.max_seq_len + 1), 5))
-    reserved = convert.hf_config.FAMILIES[arch].reserved_positions(pad)
+    reserved = convert.families.format_of(arch).reserved_positions(pad)
     assert config.max_seq_len == 12 - reserved
     if reserved:
         with pytest.raises(ValueError, match="max_position_embeddings"):

@@ -224,9 +224,16 @@ def test_a_family_is_one_class(monkeypatch):
     from minialign.nn.attention import BACKENDS, PreparedMask, attention, attention_bias
     from minialign.nn.layers import FeedForward, SelfAttention
 
-    row = dataclasses.replace(convert.hf_config.BERT, model_type="toy")
-    monkeypatch.setitem(convert.hf_config.FAMILIES, "toy", row)
-    monkeypatch.setattr(families, "FAMILIES", dict(families.FAMILIES))  # the toy registers in a copy
+    from minialign.convert.families import Format, bert as bert_format
+    from minialign.models.bert import BertConfig
+    from minialign.nn import config as configs
+
+    monkeypatch.setattr(configs, "_FAMILIES", dict(configs._FAMILIES))  # the toy registers in a copy
+
+    @dataclasses.dataclass(frozen=True)
+    class ToyConfig(BertConfig):
+        format = Format(dataclasses.replace(bert_format.CONFIG, model_type="toy"), bert_format.NAMES)
+        arch: str = "toy"
     seen = []
 
     class PreLNLayer(torch.nn.Module):
@@ -243,7 +250,7 @@ def test_a_family_is_one_class(monkeypatch):
             return x + self.ffn(self.ffn_norm(x)), probs
 
     class Toy(Bert):
-        arch = "toy"
+        config_class = ToyConfig
         parts = {"final_norm": lambda config: torch.nn.LayerNorm(config.hidden_size)}
         classifier_pooler = False
         ClassificationHead = RobertaClassificationHead

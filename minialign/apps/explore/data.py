@@ -157,7 +157,7 @@ def _embedding(model: nn.Module, run: dict) -> dict:
     """What the page's decomposition shows, and one sentence saying it (the parts this model has; its widths)."""
     config = model.config
     parts = list(run["parts"])
-    width = config.embedding_size or config.hidden_size
+    width = config.embedding_width
     projected = "projected_norms" in run
     named = {"word": "word", "position": "position", "token_type": "token type"}
     said = " + ".join(named[p] for p in parts)
@@ -207,7 +207,7 @@ def _score_terms(cap, prefix: str, layers: int, mask: Tensor | None) -> dict | N
     attention, models/deberta_v2.py Disentangled: c2p, p2c, each already divided by sqrt(D (1 + n)) as
     transformers' disentangled_attention_bias divides them), else None. c2c = scores_raw - the position terms:
     q . k / sqrt(D (1 + n)) (DisentangledSelfAttention.forward's first matmul)."""
-    from minialign.nn.config import POSITION_TERMS
+    from minialign.models.deberta_v2 import POSITION_TERMS
 
     name = lambda i, role: f"{prefix}layers.{i}.attention.{role}"  # noqa: E731
     present = [t for t in POSITION_TERMS if name(0, t) in cap]

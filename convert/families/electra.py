@@ -1,0 +1,50 @@
+"""ELECTRA's config.json and weight names (configuration_electra.py, modeling_electra.py): BERT's, with the
+embeddings' own width and projection, no pooler."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..hf_config import sizes
+from ..names import DENSE_CLASSIFICATION_HEAD, Names
+from ..formats import Format
+from . import bert
+
+# configuration_electra.py (ElectraConfig): BERT's names plus embedding_size, the embeddings' width
+# (ElectraConfig's default 128; a projection to hidden_size follows when they differ). Config's None
+# (no projection) is written back as hidden_size.
+CONFIG = dataclasses.replace(
+    bert.CONFIG, model_type="electra", base_class="ElectraModel", classifier_class="ElectraForSequenceClassification",
+    fields={**bert.FIELDS, "embedding_size": "embedding_size"},
+    defaults={**bert.CONFIG.defaults, "embedding_size": 128},
+    written={},  # ElectraConfig has no position_embedding_type
+    unset_as={"embedding_size": "hidden_size"},
+    presets={
+        # https://huggingface.co/google/electra-small-discriminator/blob/main/config.json
+        "electra-small-discriminator": {"vocab_size": 30522, "embedding_size": 128, **sizes(256, 12, 4, 1024),
+                                        "max_position_embeddings": 512, "type_vocab_size": 2,
+                                        "layer_norm_eps": 1e-12, "pad_token_id": 0},
+        # https://huggingface.co/google/electra-base-discriminator/blob/main/config.json
+        "electra-base-discriminator": {"vocab_size": 30522, "embedding_size": 768, **sizes(768, 12, 12, 3072),
+                                       "max_position_embeddings": 512, "type_vocab_size": 2,
+                                       "layer_norm_eps": 1e-12, "pad_token_id": 0},
+    },
+)
+
+# ElectraModel (modeling_electra.py): BERT's backbone without a pooler, plus embeddings_project (the
+# embeddings' width -> hidden_size, present only when they differ). The pretraining heads (the
+# discriminator's replaced-token head, the generator's MLM head of embedding_size) have no minialign model.
+TABLE: dict[str, str | None] = {
+    **{k: v for k, v in bert.BACKBONE.items() if not k.startswith("pooler.")},
+    "embeddings_project.weight": "encoder.embeddings.project.weight",
+    "embeddings_project.bias": "encoder.embeddings.project.bias",
+    **{f"discriminator_predictions.{m}.{p}": None for m in ("dense", "dense_prediction") for p in ("weight", "bias")},
+    **{f"generator_predictions.{m}.{p}": None for m in ("dense", "LayerNorm") for p in ("weight", "bias")},
+    "generator_lm_head.weight": None,
+    "generator_lm_head.bias": None,
+    # ElectraForSequenceClassification: ElectraClassificationHead on the first token (no pooler).
+    **DENSE_CLASSIFICATION_HEAD,
+}
+
+NAMES = Names(TABLE, model_prefix="electra.", mlm_prefix="generator_predictions.")
+FORMAT = Format(CONFIG, NAMES)

@@ -1,0 +1,41 @@
+"""A family's foreign format: its config.json row (hf_config.ConfigRow) and its weight names (names.Names),
+one `Format` per family file (convert/families/<family>.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .hf_config import ConfigRow, fields_from_hf, fields_to_hf
+from .names import Names
+
+
+@dataclass(frozen=True)
+class Format:
+    """A family's foreign format: its config.json row and its weight names. What the model side reads of
+    it (minialign/nn/config.py, by these methods only)."""
+
+    config: ConfigRow
+    names: Names
+
+    @property
+    def model_type(self) -> str:
+        return self.config.model_type
+
+    @property
+    def presets(self) -> dict[str, dict[str, Any]]:
+        """Preset name -> the config.json it mirrors (without model_type)."""
+        return self.config.presets
+
+    def config_fields(self, hf: dict[str, Any], *, source: str = "config.json",
+                      supported: tuple[str, ...] | None = None) -> dict[str, Any]:
+        """A config.json of this family as minialign config fields (hf_config.fields_from_hf)."""
+        return fields_from_hf(hf, self.config, source=source, supported=supported)
+
+    def hf_config(self, fields: dict[str, Any], *, classifier: bool = False) -> dict[str, Any]:
+        """minialign config fields as this family's config.json (hf_config.fields_to_hf)."""
+        return fields_to_hf(fields, self.config, classifier=classifier)
+
+    def reserved_positions(self, pad_token_id: int) -> int:
+        """Rows of the position table no token's position can use (ConfigRow.reserved_positions)."""
+        return self.config.reserved_positions(pad_token_id)
