@@ -21,7 +21,6 @@ from .names import alignscore_to_minialign as _alignscore_to_minialign
 from .names import hf_to_minialign as _hf_to_minialign
 from .names import minialign_to_alignscore as _minialign_to_alignscore
 from .names import minialign_to_hf as _minialign_to_hf
-from .names import names_of
 from .names import split_hf_backbone as _split_hf_backbone
 
 Family = str | Format | Names  # a model_type, a family's Format, or its Names alone

@@ -9,7 +9,6 @@ Shapes: B batch, L sequence length (a packed batch is one row of T tokens, (1, T
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
@@ -17,12 +16,11 @@ from torch import Tensor
 
 from minialign.convert.families import bert as bert_format
 from minialign.models.family import Family
+from minialign.models.heads import check_labels, head_dropout  # noqa: F401  (0.2's names, from here)
+from minialign.models.heads import SequenceClassificationHead
 from minialign.nn.capture import record
 from minialign.nn.config import Config
-from minialign.nn.linear import Linear
 
-if TYPE_CHECKING:
-    from minialign.models.encoder import EncoderOutput
 
 
 @dataclass(frozen=True)
@@ -80,31 +78,13 @@ class Embeddings(nn.Module):
         return self.dropout(x)
 
 
-def head_dropout(config: Config) -> nn.Dropout:
-    """A classification head's dropout: classifier_dropout, else hidden_dropout (transformers' rule)."""
-    return nn.Dropout(config.hidden_dropout if config.classifier_dropout is None else config.classifier_dropout)
-
-
-def check_labels(config: Config) -> None:
-    if not config.labels:
-        raise ValueError("a classification head needs labels (Config.labels, from id2label / num_labels)")
-
-
-class ClassificationHead(nn.Module):
-    """BertForSequenceClassification's head: logits = out_proj(dropout(pooled))."""
+class ClassificationHead(SequenceClassificationHead):
+    """BertForSequenceClassification's head, as 0.2 named it (the family declares it: Bert.sequence_classification)."""
 
     def __init__(self, config: Config):
-        super().__init__()
-        check_labels(config)
-        self.dropout = head_dropout(config)
-        self.out_proj = Linear(config.hidden_size, len(config.labels))
-
-    def forward(self, encoded: EncoderOutput) -> Tensor:
-        """pooler_output (B, C) -> (B, num_labels)."""
-        return self.out_proj(self.dropout(encoded.pooler_output))
+        super().__init__(config, Bert.sequence_classification(config))
 
 
 class Bert(Family):
     config_class = BertConfig
     Embeddings = Embeddings
-    ClassificationHead = ClassificationHead

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -41,7 +41,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from minialign.convert.families import deberta_v2 as deberta_v2_format
-from minialign.models.bert import Bert, BertConfig, check_labels, head_dropout
+from minialign.models.bert import Bert, BertConfig
+from minialign.models.heads import SequenceClassification
 from minialign.nn.activations import activation
 from minialign.nn.attention import PreparedMask, attention
 from minialign.nn.capture import record
@@ -51,9 +52,6 @@ from minialign.nn.layers import EncoderLayer, SelfAttention
 from minialign.nn.layout import Layout
 from minialign.nn.linear import Linear
 from minialign.nn.score_functions import DISENTANGLED
-
-if TYPE_CHECKING:
-    from minialign.models.encoder import EncoderOutput
 
 
 POSITION_TERMS = ("c2p", "p2c")  # pos_att_type: content-to-position, position-to-content
@@ -387,32 +385,18 @@ class DebertaV2Layer(EncoderLayer):
 
 # -- the head --------------------------------------------------------------------------------------------
 
-class DebertaV2ClassificationHead(nn.Module):
-    """ContextPooler + classifier: out_proj(dropout(act(dense(dropout(h_0))))) (DebertaV2ForSequenceClassification:
-    pooler_dropout in the pooler, cls_dropout else hidden_dropout before the classifier)."""
-
-    def __init__(self, config: Config):
-        super().__init__()
-        check_labels(config)
-        self.pooler_dropout = nn.Dropout(config.pooler_dropout)
-        self.dense = Linear(config.hidden_size, config.hidden_size, activation=config.pooler_activation)
-        self.dropout = head_dropout(config)
-        self.out_proj = Linear(config.hidden_size, len(config.labels))
-
-    def forward(self, encoded: EncoderOutput) -> Tensor:
-        """last_hidden_state[:, 0] (B, C) -> (B, num_labels)."""
-        pooled = self.dense(self.pooler_dropout(encoded.last_hidden_state[:, 0]))  # (B, C), activation fused
-        pooled = record("pooled", pooled)
-        return self.out_proj(self.dropout(pooled))
-
-
 class DebertaV2(Bert):
     config_class = DebertaV2Config
     Embeddings = DebertaV2Embeddings
-    ClassificationHead = DebertaV2ClassificationHead
     parts = {"relative": RelativeEmbeddings}
     pooler = False  # DebertaV2Model has none
-    classifier_pooler = False
+
+    @classmethod
+    def sequence_classification(cls, config: Config) -> SequenceClassification:
+        """ContextPooler + classifier: out_proj(dropout(act(dense(dropout(h_0))))), pooler_dropout in the
+        pooler, pooler_hidden_act its activation; `pooled` recorded after it, as ContextPooler returns it."""
+        return SequenceClassification(pool="first", dropout_in=config.pooler_dropout,
+                                      dense_activation=config.pooler_activation, record="dense")
 
     @classmethod
     def layers(cls, config: Config) -> list[nn.Module]:

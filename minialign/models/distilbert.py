@@ -12,7 +12,6 @@ Shapes: B batch, L sequence length (a packed batch is one row of T tokens, (1, T
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
@@ -20,13 +19,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from minialign.convert.families import distilbert as distilbert_format
-from minialign.models.bert import Bert, Embeddings, check_labels, head_dropout
+from minialign.models.bert import Bert, Embeddings
+from minialign.models.heads import SequenceClassification
 from minialign.nn.config import BOOL, Config, checked
 from minialign.nn.layers import EncoderLayer
-from minialign.nn.linear import Linear
-
-if TYPE_CHECKING:
-    from minialign.models.encoder import EncoderOutput
 
 
 @dataclass(frozen=True)
@@ -83,28 +79,16 @@ class DistilBertLayer(EncoderLayer):
         self.attention_dropout = nn.Identity()
 
 
-class DistilBertClassificationHead(nn.Module):
-    """DistilBertForSequenceClassification's head on the first token:
-    logits = out_proj(dropout(relu(dense(h_0)))) (pre_classifier, classifier; dropout seq_classif_dropout)."""
-
-    def __init__(self, config: Config):
-        super().__init__()
-        check_labels(config)
-        self.dense = Linear(config.hidden_size, config.hidden_size, activation="relu")
-        self.dropout = head_dropout(config)
-        self.out_proj = Linear(config.hidden_size, len(config.labels))
-
-    def forward(self, encoded: EncoderOutput) -> Tensor:
-        """last_hidden_state[:, 0] (B, C) -> (B, num_labels)."""
-        return self.out_proj(self.dropout(self.dense(encoded.last_hidden_state[:, 0])))
-
-
 class DistilBert(Bert):
     config_class = DistilBertConfig
     Embeddings = DistilBertEmbeddings
-    ClassificationHead = DistilBertClassificationHead
     pooler = False
-    classifier_pooler = False
+
+    @classmethod
+    def sequence_classification(cls, config: Config) -> SequenceClassification:
+        """DistilBertForSequenceClassification on the first token: classifier(dropout(relu(pre_classifier(h_0))))
+        (dropout seq_classif_dropout); no pooler."""
+        return SequenceClassification(pool="first", dense_activation="relu")
 
     @classmethod
     def layers(cls, config: Config) -> list[nn.Module]:

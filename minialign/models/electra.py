@@ -16,19 +16,15 @@ size, C hidden size.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-import torch.nn as nn
 from torch import Tensor
 
 from minialign.convert.families import electra as electra_format
-from minialign.models.bert import Bert, BertConfig, Embeddings, check_labels, head_dropout
+from minialign.models.bert import Bert, BertConfig, Embeddings
+from minialign.models.heads import SequenceClassification, head_dropout
 from minialign.nn.capture import record
 from minialign.nn.config import POSITIVE_INT, Config, checked, optional
 from minialign.nn.linear import Linear
-
-if TYPE_CHECKING:
-    from minialign.models.encoder import EncoderOutput
 
 
 @dataclass(frozen=True)
@@ -66,25 +62,13 @@ class ElectraEmbeddings(Embeddings):
         return x
 
 
-class ElectraClassificationHead(nn.Module):
-    """ElectraClassificationHead: logits = out_proj(dropout(gelu(dense(dropout(h_0))))) on the first token."""
-
-    def __init__(self, config: Config):
-        super().__init__()
-        check_labels(config)
-        self.dropout = head_dropout(config)
-        self.dense = Linear(config.hidden_size, config.hidden_size, activation="gelu")  # get_activation("gelu")
-        self.out_proj = Linear(config.hidden_size, len(config.labels))
-
-    def forward(self, encoded: EncoderOutput) -> Tensor:
-        """last_hidden_state[:, 0] (B, C) -> (B, num_labels)."""
-        x = self.dense(self.dropout(encoded.last_hidden_state[:, 0]))  # (B, C), GELU fused
-        return self.out_proj(self.dropout(x))
-
-
 class Electra(Bert):
     config_class = ElectraConfig
     Embeddings = ElectraEmbeddings
-    ClassificationHead = ElectraClassificationHead
     pooler = False  # ElectraModel has none
-    classifier_pooler = False
+
+    @classmethod
+    def sequence_classification(cls, config: Config) -> SequenceClassification:
+        """ElectraClassificationHead on the first token: out_proj(dropout(gelu(dense(dropout(h_0))))), its
+        get_activation("gelu") whatever hidden_act says; no pooler."""
+        return SequenceClassification(pool="first", dropout_in=head_dropout(config).p, dense_activation="gelu")

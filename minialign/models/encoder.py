@@ -24,6 +24,7 @@ from torch import Tensor
 
 from minialign.loading.pretrained import Pretrained
 from minialign.models.family import family_of
+from minialign.models.heads import SequenceClassificationHead
 from minialign.nn import layout as layouts
 from minialign.nn import masks
 from minialign.nn.attention import BACKENDS, Backend, PreparedMask, choose_backend, prepare_mask
@@ -282,26 +283,26 @@ class ClassifierOutput:
 
 
 class ClassifierModel(Pretrained):
-    """<Family>ForSequenceClassification: an Encoder (with a pooler where the family's classifier keeps
-    one) and the family's ClassificationHead on its first token."""
+    """<Family>ForSequenceClassification: an Encoder (with a pooler where the family's head reads it) and the
+    sequence-classification head the family declares (Family.sequence_classification, heads.py)."""
 
     checkpoint_prefix = ""
     initialisable = ("classifier",)
 
     @classmethod
     def owns(cls, config: Config) -> tuple[str, ...]:
-        pooler = family_of(config).classifier_pooler
+        pooler = family_of(config).sequence_classification(config).uses_pooler
         return (*(f"encoder.{part}" for part in Encoder.owns(config, pooler=pooler)), "classifier")
 
     def __init__(self, config: Config, *, attn_backend: str = "sdpa", seed: int | None = None):
         super().__init__()
         if not config.labels:  # transformers' default: num_labels = 2
             config = dataclasses.replace(config, labels=("LABEL_0", "LABEL_1"))
-        family = family_of(config)
+        kind = family_of(config).sequence_classification(config)
         self.config = config
-        self.encoder = Encoder(config, attn_backend=attn_backend, seed=seed, pooler=family.classifier_pooler)
+        self.encoder = Encoder(config, attn_backend=attn_backend, seed=seed, pooler=kind.uses_pooler)
         with torch.random.fork_rng(devices=[], enabled=seed is not None):
-            self.classifier = family.ClassificationHead(config)
+            self.classifier = SequenceClassificationHead(config, kind)
             init_weights(self.classifier, config, None if seed is None else seed + 1)
 
     def forward(
@@ -310,11 +311,11 @@ class ClassifierModel(Pretrained):
         unpad: bool = False,
     ) -> ClassifierOutput:
         """Logits on the first token, the last layer running for it alone (Encoder final_tokens="first"); a
-        family whose head reads every token (Family.classifier_tokens "all") gets them and the mask."""
-        tokens = family_of(self.config).classifier_tokens(self.config)
+        head that pools every token (SequenceClassification.tokens "all") gets them and the mask."""
+        tokens = self.classifier.kind.tokens
         out = self.encoder(input_ids, attention_mask, token_type_ids, position_ids,
                            output_hidden_states=output_hidden_states, output_attentions=output_attentions,
                            unpad=unpad, final_tokens=tokens)
-        logits = self.classifier(out) if tokens == "first" else self.classifier(out, attention_mask)
+        logits = self.classifier(out, attention_mask)
         return ClassifierOutput(logits, out.last_hidden_state, out.pooler_output, out.hidden_states, out.attentions)
 

@@ -33,12 +33,11 @@ What a family declares (the defaults are BERT's, or nothing):
                       (nn/attention.py Backend says how); default none
   finish(encoder, x)  after the last layer: a pre-LN family's final norm
   pooler              whether the bare model has a pooler (BertModel does)
-  classifier_pooler   whether *ForSequenceClassification keeps it (RoBERTa's head reads h_0 instead)
-  ClassificationHead  the sequence-classification head: module(config), forward(EncoderOutput) -> logits;
-                      one reading every token's state (classifier_tokens "all") is called
-                      forward(EncoderOutput, attention_mask) and finds the real tokens there
-  classifier_tokens   whose final states the classification head reads: "first" (default; the last
-                      layer then runs for the first tokens alone) or "all" (ModernBERT's mean pooling)
+  sequence_classification(config)
+                      what its *ForSequenceClassification head is, as a value (heads.py
+                      SequenceClassification: what it pools, its dense layer and activation, its norm,
+                      its dropouts); default BERT's, dropout -> out_proj on the pooler's output. Whether
+                      the classifier keeps the pooler and whose final states it reads follow from it.
   mlm_activation      the MLM head's activation; None: the config's hidden activation
   config_class        the family's config (nn/config.py Config subclass); `arch` is its model_type
 """
@@ -51,6 +50,7 @@ from typing import ClassVar
 import torch.nn as nn
 from torch import Tensor
 
+from minialign.models.heads import SequenceClassification
 from minialign.nn.config import Config, families
 from minialign.nn.layers import EncoderLayer
 from minialign.nn.layout import Layout
@@ -84,10 +84,8 @@ class Family:
     arch: ClassVar[str]  # its config's model_type (set from config_class)
     config_class: ClassVar[type[Config]]
     Embeddings: ClassVar[type[nn.Module]]
-    ClassificationHead: ClassVar[type[nn.Module]]
     parts: ClassVar[dict[str, Callable[[Config], nn.Module]]] = {}
     pooler: ClassVar[bool] = True
-    classifier_pooler: ClassVar[bool] = True
     mlm_activation: ClassVar[str | None] = None
 
     def __init_subclass__(cls, **kwargs):
@@ -116,9 +114,9 @@ class Family:
         return [None] * config.num_layers
 
     @classmethod
-    def classifier_tokens(cls, config: Config) -> str:
-        """Whose final states the classification head reads (nn/layout.py FINAL_TOKENS)."""
-        return "first"
+    def sequence_classification(cls, config: Config) -> SequenceClassification:
+        """BertForSequenceClassification's head: out_proj(dropout(pooler_output))."""
+        return SequenceClassification(pool="pooler")
 
     @classmethod
     def relative_bias(cls, encoder: nn.Module, length: int) -> Tensor | None:

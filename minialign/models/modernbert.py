@@ -30,15 +30,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
 from torch import Tensor
 
 from minialign.convert.families import modernbert as modernbert_format
-from minialign.models.bert import check_labels, head_dropout
 from minialign.models.family import Family
+from minialign.models.heads import SequenceClassification
 from minialign.nn.activations import activation
 from minialign.nn.attention import PreparedMask
 from minialign.nn.capture import record
@@ -48,9 +47,6 @@ from minialign.nn.layers import FeedForward, SelfAttention
 from minialign.nn.layout import Layout
 from minialign.nn.linear import Linear
 from minialign.nn.rotary import rotary_tables
-
-if TYPE_CHECKING:
-    from minialign.models.encoder import EncoderOutput
 
 
 CLASSIFIER_POOLING = ("cls", "mean")  # what a classifier reads: the first token, or the mean of real ones
@@ -180,44 +176,11 @@ class ModernBertLayer(nn.Module):
         return x, probs
 
 
-class ModernBertClassificationHead(nn.Module):
-    """ModernBertForSequenceClassification after the model: pool (classifier_pooling: "cls" the first token,
-    "mean" the mean over real tokens), then norm(act(dense(.))) (ModernBertPredictionHead), dropout, out_proj."""
-
-    def __init__(self, config: Config):
-        super().__init__()
-        check_labels(config)
-        self.pooling = config.classifier_pooling
-        self.dense = Linear(config.hidden_size, config.hidden_size, bias=config.classifier_bias,
-                            activation=config.classifier_activation or config.activation)
-        self.norm = norm(config)
-        self.dropout = head_dropout(config)
-        self.out_proj = Linear(config.hidden_size, len(config.labels))
-
-    def forward(self, encoded: EncoderOutput, attention_mask: Tensor | None = None) -> Tensor:
-        """last_hidden_state (B, L | 1, C) -> (B, num_labels); attention_mask (B, L): the real tokens of "mean"."""
-        h = encoded.last_hidden_state
-        if self.pooling == "cls":
-            pooled = h[:, 0]
-        else:
-            if attention_mask is None:
-                attention_mask = torch.ones(h.shape[:2], dtype=torch.bool, device=h.device)
-            if attention_mask.dim() != 2:
-                raise ValueError(f"classifier_pooling 'mean' needs a 2-D (B, L) attention_mask, got shape "
-                                 f"{tuple(attention_mask.shape)}")
-            keep = attention_mask.to(h.dtype)[..., None]  # (B, L, 1)
-            pooled = (h * keep).sum(dim=1) / attention_mask.sum(dim=1, keepdim=True)  # (B, C), as transformers
-        pooled = record("pooled", pooled)
-        return self.out_proj(self.dropout(self.norm(self.dense(pooled))))
-
-
 class ModernBert(Family):
     config_class = ModernBertConfig
     Embeddings = ModernBertEmbeddings
-    ClassificationHead = ModernBertClassificationHead
     parts = {"final_norm": norm}
     pooler = False
-    classifier_pooler = False
 
     @classmethod
     def layers(cls, config: Config) -> list[nn.Module]:
@@ -231,8 +194,13 @@ class ModernBert(Family):
         return [config.local_attention // 2 if is_local(config, i) else None for i in range(config.num_layers)]
 
     @classmethod
-    def classifier_tokens(cls, config: Config) -> str:
-        return "all" if config.classifier_pooling == "mean" else "first"
+    def sequence_classification(cls, config: Config) -> SequenceClassification:
+        """ModernBertForSequenceClassification after the model: pool (classifier_pooling: "cls" the first token,
+        "mean" the mean over real tokens), then norm(act(dense(.))) (ModernBertPredictionHead), dropout,
+        out_proj; `pooled` recorded after pooling."""
+        return SequenceClassification(pool="mean" if config.classifier_pooling == "mean" else "first",
+                                      dense_activation=config.classifier_activation or config.activation,
+                                      dense_bias=config.classifier_bias, norm_bias=config.norm_bias, record="pool")
 
     @classmethod
     def layer_inputs(cls, encoder: nn.Module, position_ids: Tensor, layout: Layout) -> dict[str, object]:

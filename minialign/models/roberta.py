@@ -8,19 +8,15 @@ dense layer, so RobertaForSequenceClassification has no pooler.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
-import torch.nn as nn
 from torch import Tensor
 
 from minialign.convert.families import roberta as roberta_format
-from minialign.models.bert import Bert, BertConfig, Embeddings, check_labels, head_dropout
+from minialign.models.bert import Bert, BertConfig, Embeddings
+from minialign.models.heads import SequenceClassification, SequenceClassificationHead, head_dropout
 from minialign.nn.config import Config
-from minialign.nn.linear import Linear
 
-if TYPE_CHECKING:
-    from minialign.models.encoder import EncoderOutput
 
 
 @dataclass(frozen=True)
@@ -49,25 +45,20 @@ class RobertaEmbeddings(Embeddings):
         return roberta_position_ids(input_ids, self.config.pad_token_id)
 
 
-class RobertaClassificationHead(nn.Module):
-    """RobertaClassificationHead: logits = out_proj(dropout(tanh(dense(dropout(h_0))))) on the first token."""
+class RobertaClassificationHead(SequenceClassificationHead):
+    """RobertaClassificationHead, as 0.2 named it (the family declares it: Roberta.sequence_classification)."""
 
     def __init__(self, config: Config):
-        super().__init__()
-        check_labels(config)
-        self.dropout = head_dropout(config)
-        self.dense = Linear(config.hidden_size, config.hidden_size)
-        self.out_proj = Linear(config.hidden_size, len(config.labels))
-
-    def forward(self, encoded: EncoderOutput) -> Tensor:
-        """last_hidden_state[:, 0] (B, C) -> (B, num_labels)."""
-        x = torch.tanh(self.dense(self.dropout(encoded.last_hidden_state[:, 0])))  # (B, C)
-        return self.out_proj(self.dropout(x))
+        super().__init__(config, Roberta.sequence_classification(config))
 
 
 class Roberta(Bert):
     config_class = RobertaConfig
     Embeddings = RobertaEmbeddings
-    ClassificationHead = RobertaClassificationHead
-    classifier_pooler = False
     mlm_activation = "gelu"  # RobertaLMHead: gelu, whatever hidden_act says
+
+    @classmethod
+    def sequence_classification(cls, config: Config) -> SequenceClassification:
+        """RobertaClassificationHead: out_proj(dropout(tanh(dense(dropout(h_0))))), no pooler."""
+        return SequenceClassification(pool="first", dropout_in=head_dropout(config).p, dense_activation="tanh",
+                                      fuse_activation=False)

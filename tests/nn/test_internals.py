@@ -220,7 +220,7 @@ def test_a_family_is_one_class(monkeypatch):
     from minialign.loading import build
     from minialign.models import family as families
     from minialign.models.bert import Bert
-    from minialign.models.roberta import RobertaClassificationHead
+    from minialign.models.heads import SequenceClassification, SequenceClassificationHead
     from minialign.nn.attention import BACKENDS, PreparedMask, attention, attention_bias
     from minialign.nn.layers import FeedForward, SelfAttention
 
@@ -252,8 +252,10 @@ def test_a_family_is_one_class(monkeypatch):
     class Toy(Bert):
         config_class = ToyConfig
         parts = {"final_norm": lambda config: torch.nn.LayerNorm(config.hidden_size)}
-        classifier_pooler = False
-        ClassificationHead = RobertaClassificationHead
+
+        @classmethod
+        def sequence_classification(cls, config):
+            return SequenceClassification(pool="first", dense_activation="tanh")
 
         @classmethod
         def layers(cls, config):
@@ -293,7 +295,8 @@ def test_a_family_is_one_class(monkeypatch):
     torch.testing.assert_close(first.last_hidden_state[:, 0], expected[:, 0], **TOL)
     assert seen == [(3, 9), (1, 16), (1, 16)]  # the forward's layout: padded, then packed
     classifier = ma.ClassifierModel(config, seed=0)
-    assert classifier.encoder.pooler is None and isinstance(classifier.classifier, RobertaClassificationHead)
+    assert classifier.encoder.pooler is None and isinstance(classifier.classifier, SequenceClassificationHead)
+    assert classifier.classifier.dense.activation == "tanh"
     tensors = {f"encoder.{k}": v for k, v in model.state_dict().items()}
     loaded = build(ma.Encoder, Checkpoint(config, tensors, "toy"))
     assert all(torch.equal(v, loaded.state_dict()[k]) for k, v in model.state_dict().items())

@@ -1,0 +1,144 @@
+"""Heads by kind: one declaration of what a kind of head computes, one module that computes it, and what
+each family changes about it declared as a value (never one class per family).
+
+Sequence classification (transformers *ForSequenceClassification) is, in every family, one formula whose
+steps a family switches on or parameterises:
+
+    pooled = pool(encoder output)        "pooler": BertPooler's tanh(dense(h_0)); "first": h_0; "mean": the
+                                          mean of the real tokens' final states (ModernBERT's "mean" pooling)
+    logits = out_proj(dropout(norm(act(dense(dropout_in(pooled))))))   each step only where declared
+
+    BERT        pooler, no dense                              (BertForSequenceClassification)
+    RoBERTa     first, dropout_in, dense + tanh               (RobertaClassificationHead; MPNet, XLM-R, CamemBERT)
+    ELECTRA     first, dropout_in, dense + gelu               (ElectraClassificationHead)
+    DistilBERT  first, dense + relu                           (pre_classifier, classifier)
+    DeBERTa-v2  first, dropout_in pooler_dropout, dense + pooler_hidden_act   (ContextPooler, classifier)
+    ModernBERT  first or mean, dense + classifier_activation (bias classifier_bias), norm (bias norm_bias)
+                                                              (ModernBertPredictionHead, classifier)
+
+`dropout` is classifier_dropout, else hidden_dropout (transformers' rule); weight names are the family's
+(convert/families/<family>.py): `classifier.dense`, `classifier.norm`, `classifier.out_proj`.
+
+The kinds planned next (token classification, masked-LM, extractive QA) are further declarations here,
+each with its one module, and a family states what it changes about each the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from minialign.nn.activations import activation
+from minialign.nn.capture import record
+from minialign.nn.config import Config
+from minialign.nn.linear import Linear
+
+if TYPE_CHECKING:
+    from minialign.models.encoder import EncoderOutput
+
+POOLS = ("pooler", "first", "mean")
+
+
+@dataclass(frozen=True)
+class SequenceClassification:
+    """What a family's sequence-classification head is (module docstring's formula).
+
+    pool:             "pooler", "first" or "mean"
+    dense_activation: the dense layer's activation (a name of nn/activations.py); None: no dense layer
+    dense_bias:       whether the dense layer has a bias
+    fuse_activation:  the activation applied by the dense layer's kernel (nn/linear.py, oneDNN's post-op) or
+                      after it (RoBERTa's tanh, as transformers and minialign 0.2 run it: the fused form
+                      rounds otherwise in fp32)
+    dropout_in:       the dropout before the dense layer (None: none)
+    norm_bias:        a LayerNorm after the dense layer, with a bias or not (None: no norm)
+    record:           where capture records `pooled`: "pool" (the pooled states) or "dense" (the dense
+                      layer's output: DeBERTa's ContextPooler output); None: nowhere
+    """
+
+    pool: str = "pooler"
+    dense_activation: str | None = None
+    dense_bias: bool = True
+    fuse_activation: bool = True
+    dropout_in: float | None = None
+    norm_bias: bool | None = None
+    record: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.pool not in POOLS:
+            raise ValueError(f"SequenceClassification.pool must be one of {POOLS}, got {self.pool!r}")
+        if self.record not in (None, "pool", "dense"):
+            raise ValueError(f"SequenceClassification.record must be None, 'pool' or 'dense', got {self.record!r}")
+
+    @property
+    def uses_pooler(self) -> bool:
+        """Whether the encoder under it keeps its pooler (BERT's head reads pooler_output)."""
+        return self.pool == "pooler"
+
+    @property
+    def tokens(self) -> str:
+        """Whose final states it reads (nn/layout.py FINAL_TOKENS): every token's for "mean", else the first's
+        (the last layer then runs for the first tokens alone)."""
+        return "all" if self.pool == "mean" else "first"
+
+
+def head_dropout(config: Config) -> nn.Dropout:
+    """A classification head's dropout: classifier_dropout, else hidden_dropout (transformers' rule)."""
+    return nn.Dropout(config.hidden_dropout if config.classifier_dropout is None else config.classifier_dropout)
+
+
+def check_labels(config: Config) -> None:
+    if not config.labels:
+        raise ValueError("a classification head needs labels (Config.labels, from id2label / num_labels)")
+
+
+class SequenceClassificationHead(nn.Module):
+    """The sequence-classification head of any family, built from its declaration (SequenceClassification)."""
+
+    def __init__(self, config: Config, kind: SequenceClassification):
+        super().__init__()
+        check_labels(config)
+        self.kind = kind
+        width = config.hidden_size
+        self.dropout_in = nn.Dropout(kind.dropout_in) if kind.dropout_in is not None else None
+        fused = kind.fuse_activation and kind.dense_activation is not None
+        self.dense = (Linear(width, width, bias=kind.dense_bias, activation=kind.dense_activation if fused else None)
+                      if kind.dense_activation is not None else None)
+        self.activation = None if fused or kind.dense_activation is None else activation(kind.dense_activation)
+        self.norm = (nn.LayerNorm(width, eps=config.layer_norm_eps, bias=kind.norm_bias)
+                     if kind.norm_bias is not None else None)
+        self.dropout = head_dropout(config)
+        self.out_proj = Linear(width, len(config.labels))
+
+    def forward(self, encoded: EncoderOutput, attention_mask: Tensor | None = None) -> Tensor:
+        """The encoder's output -> (B, num_labels); attention_mask (B, L): the real tokens of "mean" pooling."""
+        x = self.pool(encoded, attention_mask)  # (B, C)
+        if self.kind.record == "pool":
+            x = record("pooled", x)
+        if self.dropout_in is not None:
+            x = self.dropout_in(x)
+        if self.dense is not None:
+            x = self.dense(x)  # activation fused, unless applied next
+            if self.activation is not None:
+                x = self.activation(x)
+            if self.kind.record == "dense":
+                x = record("pooled", x)
+        if self.norm is not None:
+            x = self.norm(x)
+        return self.out_proj(self.dropout(x))
+
+    def pool(self, encoded: EncoderOutput, attention_mask: Tensor | None) -> Tensor:
+        if self.kind.pool == "pooler":
+            return encoded.pooler_output
+        h = encoded.last_hidden_state  # (B, L | 1, C)
+        if self.kind.pool == "first":
+            return h[:, 0]
+        if attention_mask is None:
+            attention_mask = torch.ones(h.shape[:2], dtype=torch.bool, device=h.device)
+        if attention_mask.dim() != 2:
+            raise ValueError(f"mean pooling needs a 2-D (B, L) attention_mask, got shape {tuple(attention_mask.shape)}")
+        keep = attention_mask.to(h.dtype)[..., None]  # (B, L, 1)
+        return (h * keep).sum(dim=1) / attention_mask.sum(dim=1, keepdim=True)  # (B, C), as transformers
