@@ -43,7 +43,7 @@ from torch import Tensor
 from minialign.models.bert import Bert, check_labels, head_dropout
 from minialign.nn.activations import activation
 from minialign.nn.attention import PreparedMask, attention
-from minialign.nn.capture import record
+from minialign.nn.capture import record, unobserved
 from minialign.nn.config import Config
 from minialign.nn.layers import EncoderLayer, SelfAttention
 from minialign.nn.layout import Layout
@@ -243,7 +243,8 @@ class DisentangledAttention(SelfAttention):
         y, probs = attention(q, k, v, mask.prepared, score=score,
                              dropout_p=self.dropout_p if self.training else 0.0)
         y = record("context", y)  # (B, H, Lq, D)
-        out = self.output(y.transpose(1, 2).reshape(B, q.size(2), C))
+        # y (or the copy reshape makes of it) is read again only by a capture or a hook, as in SelfAttention
+        out = self.output(y.transpose(1, 2).reshape(B, q.size(2), C), scratch=unobserved(self.output))
         out = record("output", out)
         return out, probs
 
