@@ -62,8 +62,8 @@ def _first(items: list[str], shown: int = 5) -> str:
 
 
 def load(cls: type[nn.Module], src: str | Path, *, backbone: str | None = None, device: str | torch.device | None = None,
-         dtype: torch.dtype | str | DtypeChoice | None = None, attn_backend: str = "sdpa", revision: str | None = None,
-         cache_dir: str | Path | None = None, compile: bool = False) -> nn.Module:
+         dtype: torch.dtype | str | DtypeChoice | None = None, attn_backend: str = "sdpa",
+         revision: str | None = None, cache_dir: str | Path | None = None, compile: bool = False) -> nn.Module:
     """Build a model class (Encoder, AlignModel, ...) from any supported source, in eval mode.
 
     dtype: a torch.dtype, a name ("fp32", "bf16", "fp16", "float32", "bfloat16", "float16"), "auto" or "int8"
@@ -78,8 +78,8 @@ def load(cls: type[nn.Module], src: str | Path, *, backbone: str | None = None, 
 
 
 def build(cls: type[nn.Module], ckpt: Checkpoint, *, device: str | torch.device | None = None,
-          dtype: torch.dtype | str | DtypeChoice | None = None, attn_backend: str = "sdpa", require: tuple[str, ...] = (),
-          advice: str = "") -> nn.Module:
+          dtype: torch.dtype | str | DtypeChoice | None = None, attn_backend: str = "sdpa",
+          require: tuple[str, ...] = (), advice: str = "") -> nn.Module:
     """Check, materialise, initialise: the model's declared weights from the checkpoint, on `device`
     in `dtype` (default float32), the declared-initialisable ones it lacks initialised (the same
     values in every run: `initialise`; one warning).
