@@ -47,6 +47,12 @@ for its own kernel (packed weights, settings) goes with it.
 
 A Linear may carry the activation that follows it (the feed-forward's up projection, the MLM head's
 dense layer): oneDNN then applies it in the same pass.
+
+Every variant takes `scratch=` (the float ones ignore it): whether the product may overwrite its input, which
+the int8 product uses to skip a copy. It stays an argument of the call, because only the caller knows whether
+it reads the tensor again, and capture.unobserved whether anything else can (a capture, a hook); every caller
+that hands over an intermediate of its own passes it (SelfAttention and DeBERTa's attention for the output
+projection, FeedForward and ModernBERT's GeGLU for the down projection). The results are the same either way.
 """
 
 from __future__ import annotations
