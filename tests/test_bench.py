@@ -255,15 +255,15 @@ def test_int8_figures_on_made_up_scores():
 
 def test_int8_embedding_quality_on_a_small_sample_of_real_text(minilm_dir):
     """minialign int8 against fp32 on the real MiniLM and 40 passages, 8 queries: rows that make sense, and
-    EncoderLayer.INT8 restored after the sensitivity's context."""
+    EncoderLayer's declaration restored after the sensitivity's context."""
     from minialign.nn.int8 import available
 
     if not available():
         pytest.skip("no FBGEMM int8 kernels here")
-    saved = int8.EncoderLayer.INT8
+    saved = int8.EncoderLayer.precision_layers
     with int8.int8_layers(("ffn.up",)):
-        assert int8.EncoderLayer.INT8 == ("ffn.up",)
-    assert int8.EncoderLayer.INT8 == saved
+        assert int8.EncoderLayer.precision_layers[int8.Int8Linear] == ("ffn.up",)
+    assert int8.EncoderLayer.precision_layers is saved
     passages = human_text.sample(human_text.passages(), 40, seed=0)
     queries = human_text.sample(human_text.queries(), 8, seed=1)
     encoders = int8.sentence_encoders(minilm_dir, onnx_dir=None, config="avx2", threads=1)

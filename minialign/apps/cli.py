@@ -48,23 +48,25 @@ MINICHECK_DEFAULT = "lytang/MiniCheck-RoBERTa-Large"
 
 
 def _dtype(args: argparse.Namespace):
-    """--dtype as from_pretrained takes it; "auto" also says on stderr what it will pick, "int8" that the
-    results will be quantized."""
-    if args.dtype == "int8":
+    """--dtype parsed once, as from_pretrained takes it (loading.parse_dtype: a DtypeChoice); "auto" also says on
+    stderr what it will pick, "int8" that the results will be quantized."""
+    from minialign.loading import parse_dtype, resolve_device
+    from minialign.nn.precision import INT8
+
+    if args.dtype is None:
+        return None  # from_pretrained's default (fp32)
+    choice = parse_dtype(args.dtype)
+    if choice.precision == INT8:
         print("dtype int8: quantized (int8 products in every encoder layer's Linear layers, weights per output "
               "channel, inputs per token, smoothed by a calibration on loading; embeddings, attention, LayerNorm "
               "and heads fp32): results differ from "
               "fp32 (BENCHMARKS.md, int8)", file=sys.stderr)
-        return "int8"
-    if args.dtype != "auto":
-        return DTYPES[args.dtype] if args.dtype else None
-    from minialign.loading import auto_compute_dtype, resolve_device
-
-    compute = auto_compute_dtype(resolve_device(args.device))
-    print("dtype auto: " + ("bf16 matmuls with fp32 weights (attention output and FFN down projections; "
-                            "the rest fp32; bf16 is native here)"
-                            if compute is not None else "fp32 (no native bf16 here)"), file=sys.stderr)
-    return "auto"
+    elif choice.auto:
+        compute = choice.precision_on(resolve_device(args.device)).compute_dtype
+        print("dtype auto: " + ("bf16 matmuls with fp32 weights (attention output and FFN down projections; "
+                                "the rest fp32; bf16 is native here)"
+                                if compute is not None else "fp32 (no native bf16 here)"), file=sys.stderr)
+    return choice
 
 
 def _loading(args: argparse.Namespace) -> dict:

@@ -1,14 +1,15 @@
 """Checkpoints -> models: read a checkpoint from a resolved source, build a model class from it, write
 it back out. May import: nn, sources, text, convert."""
 
-from minialign.loading.devices import auto_compute_dtype, cpu_has_native, resolve_device, resolve_dtype
+from minialign.loading.devices import (DtypeChoice, auto_compute_dtype, cpu_has_native, parse_dtype, resolve_device,
+                                       resolve_dtype)
 from minialign.loading.weights import build, check_tensors, initialise, load, materialise, own_tensors
 from minialign.loading.checkpoints import (HEADS_FILE, NATIVE_FORMAT, Checkpoint, read_checkpoint,
                                            resolve_backbone)
 from minialign.loading.export import copy_tokenizer_files, export_hf, output_directory, save_native
 from minialign.loading.pretrained import Pretrained
 
-__all__ = ["HEADS_FILE", "NATIVE_FORMAT", "Checkpoint", "Pretrained", "auto_compute_dtype", "build", "check_tensors",
-           "copy_tokenizer_files", "cpu_has_native", "export_hf", "initialise", "load", "materialise",
-           "output_directory", "own_tensors", "read_checkpoint", "resolve_backbone", "resolve_device", "resolve_dtype",
-           "save_native"]
+__all__ = ["HEADS_FILE", "NATIVE_FORMAT", "Checkpoint", "DtypeChoice", "Pretrained", "auto_compute_dtype", "build",
+           "check_tensors", "copy_tokenizer_files", "cpu_has_native", "export_hf", "initialise", "load", "materialise",
+           "output_directory", "own_tensors", "parse_dtype", "read_checkpoint", "resolve_backbone", "resolve_device",
+           "resolve_dtype", "save_native"]

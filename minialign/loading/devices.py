@@ -1,16 +1,19 @@
 """The device and dtype decisions loading makes: which device a name means on this machine, whether
-this CPU runs bf16 / fp16 natively (oneDNN's own probes, nn.linear.ONEDNN_PROBES), what
-dtype="auto" picks, and where dtype="int8" runs."""
+this CPU runs bf16 / fp16 natively (oneDNN's own probes, nn.linear.ONEDNN_PROBES), what a `dtype` means
+(`parse_dtype`, the one place a user's dtype string is read: the weights' dtype and a precision,
+nn/precision.py), what dtype="auto" picks, and where dtype="int8" runs."""
 
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import torch
 
 from minialign.nn import int8
 from minialign.nn.config import DTYPES
 from minialign.nn.linear import ONEDNN_PROBES
+from minialign.nn.precision import INT8, PLAIN, Precision, mixed
 
 
 def auto_compute_dtype(device: torch.device) -> torch.dtype | None:
@@ -25,27 +28,70 @@ def auto_compute_dtype(device: torch.device) -> torch.dtype | None:
 
 
 # The dtype names from_pretrained takes (besides a torch.dtype): the command line's (nn.config.DTYPES), torch's
-# own names for the same three, and the two modes that keep fp32 weights.
+# own names for the same three, and the two precisions that keep fp32 weights.
 DTYPE_NAMES = {**DTYPES, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 MODES = ("auto", "int8")
 
 
-def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | str | None:
-    """A from_pretrained dtype as loading uses it: None (fp32), a floating torch.dtype, or "auto" / "int8";
-    a name (DTYPE_NAMES: "bf16", "float16", ...) becomes its torch.dtype. Anything else is a ValueError
-    naming the values taken."""
+@dataclass(frozen=True)
+class DtypeChoice:
+    """A from_pretrained `dtype`, parsed (`parse_dtype`): the dtype the weights are held in, and the precision
+    their declared layers run (nn/precision.py), or `auto`: mixed bf16 where the device runs bf16 natively, else
+    PLAIN (`precision_on`)."""
+
+    weights: torch.dtype = torch.float32
+    precision: Precision = PLAIN
+    auto: bool = False
+
+    def precision_on(self, device: torch.device) -> Precision:
+        """The precision on `device`: "auto" decided (auto_compute_dtype), INT8 checked to run there (check_int8)."""
+        if self.auto:
+            compute = auto_compute_dtype(device)
+            return PLAIN if compute is None else mixed(compute)
+        if self.precision == INT8:
+            check_int8(device)
+        return self.precision
+
+    def __str__(self) -> str:
+        """As a file's settings record it: the user's words ("auto", "int8") or the weights' dtype."""
+        if self.auto:
+            return "auto"
+        if self.precision == PLAIN:
+            return str(self.weights)
+        return str(self.precision) if self.weights == torch.float32 else f"{self.weights} {self.precision}"
+
+
+def parse_dtype(dtype: str | torch.dtype | DtypeChoice | None) -> DtypeChoice:
+    """What a from_pretrained / command-line dtype means, read once where it enters: None (fp32 weights), a
+    floating torch.dtype or its name (DTYPE_NAMES: "bf16", "float16", ...; the weights' dtype), "auto" or "int8"
+    (fp32 weights, a precision); a DtypeChoice as it is. Anything else is a ValueError naming the values taken."""
     if dtype is None:
-        return None
+        return DtypeChoice()
+    if isinstance(dtype, DtypeChoice):
+        return dtype
     if isinstance(dtype, torch.dtype):
         if not dtype.is_floating_point:
             raise ValueError(f"dtype={dtype} is not a floating-point dtype; {_TAKEN}")
-        return dtype
+        return DtypeChoice(weights=dtype)
     name = dtype.lower() if isinstance(dtype, str) else None
-    if name in MODES:
-        return name
+    if name == "auto":
+        return DtypeChoice(auto=True)
+    if name == "int8":
+        return DtypeChoice(precision=INT8)
     if name in DTYPE_NAMES:
-        return DTYPE_NAMES[name]
+        return DtypeChoice(weights=DTYPE_NAMES[name])
     raise ValueError(f"unknown dtype {dtype!r}; {_TAKEN}")
+
+
+def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | str | None:
+    """The form of old (CHANGELOG; parse_dtype's DtypeChoice replaces it): None, a floating torch.dtype, or "auto" /
+    "int8"."""
+    choice = parse_dtype(dtype)
+    if choice.auto:
+        return "auto"
+    if choice.precision == INT8:
+        return "int8"
+    return None if dtype is None else choice.weights
 
 
 _TAKEN = (f"use one of {', '.join(map(repr, (*DTYPE_NAMES, *MODES)))} or a floating torch.dtype "

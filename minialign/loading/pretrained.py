@@ -11,6 +11,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from minialign.nn.precision import INT8, PLAIN, Precision, apply_precision, mixed
+
 
 class Pretrained(nn.Module):
     """A model class that loads from any supported source through the contract it declares:
@@ -40,32 +42,52 @@ class Pretrained(nn.Module):
         return load(cls, src, **kwargs)
 
     @property
+    def precision(self) -> Precision:
+        """What the Linear layers each layer declares run (nn/precision.py): PLAIN (their weights' dtype; the
+        default), mixed(dtype) or INT8; loading sets it from its dtype. Everything else (embeddings, LayerNorm,
+        attention, the pooler, the heads) stays in the weights' dtype."""
+        return self.__dict__.get("_precision", PLAIN)
+
+    @precision.setter
+    def precision(self, precision: Precision) -> None:
+        apply_precision(self, precision)
+        for module in self.modules():
+            if isinstance(module, Pretrained):
+                module.__dict__["_precision"] = precision
+
+    @property
     def compute_dtype(self) -> torch.dtype | None:
-        """Mixed precision (loading's dtype="auto" sets bf16 where it is native): the matmuls each layer
-        names in its MIXED_PRECISION run in this dtype; everything else (the weights, the other
-        matmuls, attention, LayerNorm, the residual stream, the pooler, the heads) stays in the
-        weights' dtype. None: off."""
-        return self.__dict__.get("_compute_dtype")
+        """Mixed precision (loading's dtype="auto" sets bf16 where it is native): the dtype of a mixed precision
+        (`precision`), None otherwise. Setting a dtype sets mixed(dtype); None turns mixed precision off."""
+        return self.precision.compute_dtype
 
     @compute_dtype.setter
     def compute_dtype(self, dtype: torch.dtype | None) -> None:
-        for module in self.modules():
-            if isinstance(module, Pretrained):
-                module.__dict__["_compute_dtype"] = dtype
-            for name in getattr(module, "MIXED_PRECISION", ()):
-                module.get_submodule(name).compute_dtype = dtype
+        if dtype is None:
+            if self.precision.kind == "mixed":
+                self.precision = PLAIN
+            return
+        if self.int8:
+            raise one_at_a_time(self.precision, f"compute_dtype = {dtype}")
+        self.precision = mixed(dtype)
 
     @property
     def int8(self) -> bool:
-        """The quantized mode (loading's dtype="int8"): the Linear layers each layer names in its INT8 run
-        int8 products on CPU (nn/int8.py); everything else (embeddings, LayerNorm, attention, the pooler,
-        the heads) stays fp32. False: off."""
-        return self.__dict__.get("_int8_mode", False)
+        """The quantized mode (loading's dtype="int8"): whether `precision` is INT8. Setting True sets it, False
+        turns it off."""
+        return self.precision == INT8
 
     @int8.setter
     def int8(self, on: bool) -> None:
-        for module in self.modules():
-            if isinstance(module, Pretrained):
-                module.__dict__["_int8_mode"] = bool(on)
-            for name in getattr(module, "INT8", ()):
-                module.get_submodule(name).int8 = bool(on)
+        if not on:
+            if self.int8:
+                self.precision = PLAIN
+            return
+        if self.precision.kind == "mixed":
+            raise one_at_a_time(self.precision, "int8 = True")
+        self.precision = INT8
+
+
+def one_at_a_time(precision: Precision, request: str) -> ValueError:
+    return ValueError(f"model.{request}: the model runs the {precision} precision, and a model runs one at a time; "
+                      f"turn it off first (model.precision = minialign.nn.precision.PLAIN)")

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from minialign import convert
 from minialign.convert import CheckpointError
 from minialign.loading.checkpoints import Checkpoint, read_checkpoint
-from minialign.loading.devices import auto_compute_dtype, check_int8, resolve_device, resolve_dtype, warn_if_emulated
+from minialign.loading.devices import DtypeChoice, parse_dtype, resolve_device, warn_if_emulated
 from minialign.nn.config import Config
 from minialign.nn.init import init_parameter
 
@@ -62,12 +62,12 @@ def _first(items: list[str], shown: int = 5) -> str:
 
 
 def load(cls: type[nn.Module], src: str | Path, *, backbone: str | None = None, device: str | torch.device | None = None,
-         dtype: torch.dtype | str | None = None, attn_backend: str = "sdpa", revision: str | None = None,
-         cache_dir: str | Path | None = None, compile: bool = False) -> nn.Module:
+         dtype: torch.dtype | str | DtypeChoice | None = None, attn_backend: str = "sdpa",
+         revision: str | None = None, cache_dir: str | Path | None = None, compile: bool = False) -> nn.Module:
     """Build a model class (Encoder, AlignModel, ...) from any supported source, in eval mode.
 
     dtype: a torch.dtype, a name ("fp32", "bf16", "fp16", "float32", "bfloat16", "float16"), "auto" or "int8"
-    (devices.resolve_dtype); default float32. Checkpoint weights outside the class's `checkpoint_prefix` are not used.
+    (devices.parse_dtype); default float32. Checkpoint weights outside the class's `checkpoint_prefix` are not used.
     compile=True wraps the forward with torch.compile (nn.Module.compile).
     """
     ckpt = read_checkpoint(src, backbone=backbone, revision=revision, cache_dir=cache_dir)
@@ -78,22 +78,16 @@ def load(cls: type[nn.Module], src: str | Path, *, backbone: str | None = None, 
 
 
 def build(cls: type[nn.Module], ckpt: Checkpoint, *, device: str | torch.device | None = None,
-          dtype: torch.dtype | str | None = None, attn_backend: str = "sdpa", require: tuple[str, ...] = (),
-          advice: str = "") -> nn.Module:
+          dtype: torch.dtype | str | DtypeChoice | None = None, attn_backend: str = "sdpa",
+          require: tuple[str, ...] = (), advice: str = "") -> nn.Module:
     """Check, materialise, initialise: the model's declared weights from the checkpoint, on `device`
     in `dtype` (default float32), the declared-initialisable ones it lacks initialised (the same
     values in every run: `initialise`; one warning).
 
     require: prefixes of weights (the class's names) a product reads and must not be initialised: a
     checkpoint without them is refused before any weight is read, naming them and giving `advice`."""
-    device, dtype = resolve_device(device), resolve_dtype(dtype)
-    compute_dtype, int8 = None, dtype == "int8"
-    if dtype == "auto":  # fp32 weights; bf16 matmuls where bf16 is native (see auto_dtype)
-        dtype, compute_dtype = torch.float32, auto_compute_dtype(device)
-    elif int8:  # fp32 weights; int8 products in each layer's INT8 Linear layers (nn/int8.py)
-        check_int8(device)
-        dtype = torch.float32
-    dtype = dtype or torch.float32
+    device, choice = resolve_device(device), parse_dtype(dtype)
+    precision, dtype = choice.precision_on(device), choice.weights
     warn_if_emulated(device, dtype)
     tensors = own_tensors(cls, ckpt)
     with torch.device("meta"):
@@ -105,8 +99,7 @@ def build(cls: type[nn.Module], ckpt: Checkpoint, *, device: str | torch.device 
         raise CheckpointError(f"{ckpt.origin} has no trained {', '.join(untrained)}: it holds no such head, and "
                               f"one initialised at random would give scores that mean nothing. {advice}".rstrip())
     materialise(model, tensors, device, dtype)
-    model.compute_dtype = compute_dtype  # loading.pretrained: every layer's MIXED_PRECISION matmuls
-    model.int8 = int8  # loading.pretrained: every layer's INT8 products
+    model.precision = precision  # the Linear variants each layer declares (nn/layers.py PRECISION_LAYERS)
     if missing:
         initialise(model, missing, ckpt.config, device, dtype)
         warnings.warn(f"{ckpt.origin}: the checkpoint lacks {missing}: initialised (BERT's init, seeded by each "

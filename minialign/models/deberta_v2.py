@@ -45,7 +45,7 @@ from minialign.models.bert import Bert, BertConfig
 from minialign.models.heads import SequenceClassification
 from minialign.nn.activations import activation
 from minialign.nn.attention import PreparedMask, attention
-from minialign.nn.capture import record
+from minialign.nn.capture import record, unobserved
 from minialign.nn.config import (ACTIVATION, ANY_INT, BOOL, POSITIVE_INT, PROBABILITY, UNBOUNDED_POSITIONS, Config,
                                  Rule, checked, optional)
 from minialign.nn.layers import EncoderLayer, SelfAttention
@@ -303,7 +303,8 @@ class DisentangledAttention(SelfAttention):
         y, probs = attention(q, k, v, mask.prepared, score=score,
                              dropout_p=self.dropout_p if self.training else 0.0)
         y = record("context", y)  # (B, H, Lq, D)
-        out = self.output(y.transpose(1, 2).reshape(B, q.size(2), C))
+        # y (or the copy reshape makes of it) is read again only by a capture or a hook, as in SelfAttention
+        out = self.output(y.transpose(1, 2).reshape(B, q.size(2), C), scratch=unobserved(self.output))
         out = record("output", out)
         return out, probs
 

@@ -40,10 +40,10 @@ from minialign.models.family import Family
 from minialign.models.heads import SequenceClassification
 from minialign.nn.activations import activation
 from minialign.nn.attention import PreparedMask
-from minialign.nn.capture import record
+from minialign.nn.capture import record, unobserved
 from minialign.nn.config import (ACTIVATION, BOOL, POSITIVE_INT, POSITIVE_NUMBER, PROBABILITY, Config, checked,
                                  int_at_least, one_of, optional)
-from minialign.nn.layers import FeedForward, SelfAttention
+from minialign.nn.layers import PRECISION_LAYERS, FeedForward, SelfAttention
 from minialign.nn.layout import Layout
 from minialign.nn.linear import Linear
 from minialign.nn.rotary import rotary_tables
@@ -135,15 +135,15 @@ class GatedFeedForward(FeedForward):
         value, gate = self.up(x).chunk(2, dim=-1)  # (..., I) each
         h = self.act(value) * gate
         h = record("intermediate", h)
-        return self.down(self.dropout(h))  # (..., C)
+        # h is read again only by a capture or a hook (dropout: h itself at inference)
+        return self.down(self.dropout(h), scratch=unobserved(self.down))  # (..., C)
 
 
 class ModernBertLayer(nn.Module):
     """Pre-LN: x = x + attn(attn_norm(x)); x = x + mlp(mlp_norm(x)) (ModernBertEncoderLayer); attn_norm is an
     Identity on layer 0 (the embeddings' norm precedes it). Its rotary table is the one of its theta."""
 
-    MIXED_PRECISION = ("attention.output", "ffn.down")  # as EncoderLayer's: the matmuls writing the residual
-    INT8 = ("attention.qkv", "attention.output", "ffn.up", "ffn.down")
+    precision_layers = PRECISION_LAYERS  # EncoderLayer's: the same names, the same reasons
 
     def __init__(self, config: Config, index: int):
         super().__init__()

@@ -1,5 +1,6 @@
-"""int8 products on CPU: the opt-in quantized mode (loading's dtype="int8") of the Linear layers a model
-names in its INT8 tuple (nn/layers.py, EncoderLayer.INT8).
+"""int8 products on CPU: the opt-in quantized mode (loading's dtype="int8", nn/precision.py INT8), run by
+`Int8Linear`, the variant of nn/linear.py's Linear swapped in for the layers nn/layers.py PRECISION_LAYERS
+names (gpt-fast's quantize.py: a quantized Linear is another module, put where the Linear was).
 
 The formula (one input row r = one token, one output channel n; O the outlier input channels below,
 k outside O):
@@ -51,7 +52,7 @@ inputs 255 give 128.5, not 254). With AVX-512 VNNI (`vpdpbusd`) the sums are int
 all-MiniLM-L6-v2 (torch's own answer, `reduce_range`, takes a bit off the inputs instead: worse there).
 
 Taken only where it applies: a float32 CPU input, no autograd recording, not while torch.compile
-traces, and a torch with FBGEMM (x86). Anything else, the layer runs its fp32 product unchanged.
+traces, and a torch with FBGEMM (x86). Anything else, the layer runs Linear's product unchanged.
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
+
+from minialign.nn.linear import Linear, no_kernel_of_its_own, on_cpu, swap
 
 CALIBRATION_TEXT = Path(__file__).with_name("int8_calibration.txt")
 SMOOTHING_ALPHA = 0.5  # SmoothQuant's migration strength (eq. 4); measured best of 0.35 / 0.5 / 0.65 here
@@ -239,17 +242,19 @@ def fingerprint(model: nn.Module) -> str:
     return f"{SCHEME}; {levels}; calibration {digest.hexdigest()[:16]}"
 
 
-def quantized_layers(model: nn.Module) -> list[nn.Module]:
-    """The layers of `model` in the quantized mode (Linear layers with int8 on)."""
-    return [m for m in model.modules() if getattr(m, "int8", False) is True and isinstance(m, nn.Linear)]
+def quantized_layers(model: nn.Module) -> list[Int8Linear]:
+    """The layers of `model` in the quantized mode."""
+    return [m for m in model.modules() if isinstance(m, Int8Linear)]
 
 
 @contextlib.contextmanager
 def calibrating(model: nn.Module) -> Iterator[None]:
-    """Within: the model's quantized layers run their fp32 product and record the largest |X[:, k]| of
-    their inputs; on leaving, each keeps it as `int8_input_absmax` (its smoothing's statistics, replacing
-    any earlier ones) and runs int8 again. Deterministic: the same passes give the same statistics."""
+    """Within: the model's quantized layers are Linear layers again (their fp32 product) recording the largest
+    |X[:, k]| of their inputs; on leaving, each is an Int8Linear again and keeps it as `int8_input_absmax` (its
+    smoothing's statistics, replacing any earlier ones; a layer that saw no input keeps its own). Deterministic:
+    the same passes give the same statistics."""
     layers = quantized_layers(model)
+    kept = {layer: layer.int8_input_absmax for layer in layers}
     seen: dict[nn.Module, Tensor] = {}
 
     def observe(layer, args):
@@ -259,16 +264,56 @@ def calibrating(model: nn.Module) -> Iterator[None]:
 
     hooks = [layer.register_forward_pre_hook(observe) for layer in layers]
     for layer in layers:
-        layer.int8 = False
+        swap(layer, Linear)
     try:
         yield
     finally:
         for hook in hooks:
             hook.remove()
         for layer in layers:
-            layer.int8 = True
-            if layer in seen:
-                layer.int8_input_absmax = seen[layer].cpu()
+            swap(layer, Int8Linear, int8_input_absmax=seen[layer].cpu() if layer in seen else kept[layer])
+
+
+class Int8Linear(Linear):
+    """activation(x W^T + b) as the int8 product above (`linear`) on CPU float32 inference, on a weight quantized
+    and packed once (`int8_weight`); Linear's product wherever that does not apply (module docstring).
+    `int8_input_absmax`: the calibrated max |x_k| of the smoothing (`calibrating`), None: unsmoothed."""
+
+    variant_state = {"int8_input_absmax": None, "_int8": None}  # _int8: (the weight's and bias' identity,
+    # the statistics, FBGEMM's packed form)
+
+    def forward(self, x: Tensor, *, scratch: bool = False) -> Tensor:
+        """`scratch`: the caller does not read x again, so the product may change it in place (`linear`)."""
+        if not torch.is_autocast_enabled(x.device.type):
+            x = x.to(self.weight.dtype)
+        if self._kernel(x) != "int8":
+            return super().forward(x)
+        return self._activate(linear(x, self.int8_weight(), scratch=scratch))
+
+    def _kernel(self, x: Tensor) -> str:
+        """"int8" (FBGEMM, a weight quantized and packed once) where it applies, else Linear's choice."""
+        w = self.weight
+        if not no_kernel_of_its_own(x, w) and on_cpu(x, w) and x.dtype == torch.float32 and available():
+            return "int8"
+        return super()._kernel(x)
+
+    def int8_weight(self) -> Int8Weight:
+        """The weight quantized and packed for FBGEMM, with the bias and the smoothing (`pack`); made again
+        whenever any of them has changed."""
+        w, b, absmax = self.weight, self.bias, self.int8_input_absmax
+        key = (w.data_ptr(), w._version, tuple(w.shape), None if b is None else (b.data_ptr(), b._version))
+        if self._int8 is None or self._int8[0] != key or self._int8[1] is not absmax:
+            self._int8 = (key, absmax, pack(w, b, absmax))
+        return self._int8[2]
+
+    @property
+    def int8(self) -> bool:
+        return True
+
+    int8 = int8.setter(Linear.int8.fset)
+
+    def __getstate__(self) -> dict:  # pickles and deep copies (worker processes) leave the packed weight out
+        return {**super().__getstate__(), "_int8": None}
 
 
 def calibration_texts() -> list[str]:

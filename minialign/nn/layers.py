@@ -19,7 +19,8 @@ from torch import Tensor
 from minialign.nn.attention import PreparedMask, attention
 from minialign.nn.capture import capturing, record, unobserved
 from minialign.nn.config import Config
-from minialign.nn.linear import Linear
+from minialign.nn.int8 import Int8Linear
+from minialign.nn.linear import Linear, MixedPrecisionLinear
 from minialign.nn.rotary import apply_rotary
 from minialign.nn.score_functions import make_score_function
 
@@ -121,24 +122,32 @@ class FeedForward(nn.Module):
         return max(64, self.SLICE_BYTES // (self.up.out_features * x.element_size()) // 64 * 64)
 
 
+# Which Linear layers of an encoder layer each precision's variant takes (nn/precision.py, apply_precision): the
+# one declaration, read by every family's layer (EncoderLayer and its subclasses, ModernBertLayer).
+PRECISION_LAYERS: dict[type[Linear], tuple[str, ...]] = {
+    # Mixed precision (dtype="auto", Pretrained.compute_dtype) runs the matmuls that write into the residual stream
+    # in the lower dtype; those that read from it (Q/K/V, the feed-forward's up projection) and attention stay in
+    # the weights' dtype: rounded to bf16, queries, keys and GELU's inputs caused most of a trained model's score
+    # deviation, while a bf16 rounding of an update is small next to the stream it is added to (BENCHMARKS.md,
+    # "Precision", has the recipes measured).
+    MixedPrecisionLinear: ("attention.output", "ffn.down"),
+    # The quantized mode (loading's dtype="int8", nn/int8.py) runs these products in int8: all four, every Linear
+    # of the layer. Measured on the real all-MiniLM-L6-v2 and Python's documentation (BENCHMARKS.md, "int8",
+    # per-token inputs with smoothing and 4 fp32 outlier channels): each alone keeps top-10 neighbour overlap
+    # 0.977-0.995, all four 0.969-0.974 (three without ffn.down 0.977) at 1.22-1.35x fp32's encode speed (three:
+    # 1.13-1.18x); with one input range per call, as torch.ao and the ONNX qint8 export quantize, all four gave
+    # 0.865. attention.output alone is about as fast as fp32 (0.98-1.03x), but leaving it in fp32 moved the
+    # rerank figures by ties only.
+    Int8Linear: ("attention.qkv", "attention.output", "ffn.up", "ffn.down"),
+}
+
+
 class EncoderLayer(nn.Module):
     """Post-LN: x = LN(x + drop(attn(x))); x = LN(x + drop(ffn(x))) (BertLayer)."""
 
-    # Mixed precision (Pretrained.compute_dtype) runs the matmuls that write into the residual stream in the
-    # lower dtype; those that read from it (Q/K/V, the feed-forward's up projection) and attention stay in
-    # the weights' dtype: rounded to bf16, queries, keys and GELU's inputs caused most of a trained model's
-    # score deviation, while a bf16 rounding of an update is small next to the stream it is added to
-    # (BENCHMARKS.md, "Precision", has the recipes measured).
-    MIXED_PRECISION = ("attention.output", "ffn.down")
-
-    # The quantized mode (loading's dtype="int8", nn/int8.py) runs these products in int8: all four, every
-    # Linear of the layer. Measured on the real all-MiniLM-L6-v2 and Python's documentation (BENCHMARKS.md,
-    # "int8", per-token inputs with smoothing and 4 fp32 outlier channels): each alone keeps top-10 neighbour
-    # overlap 0.977-0.995, all four 0.969-0.974 (three without ffn.down 0.977) at 1.22-1.35x fp32's encode speed
-    # (three: 1.13-1.18x); with one input range per call, as torch.ao and the ONNX qint8 export quantize, all
-    # four gave 0.865. attention.output alone is about as fast as fp32 (0.98-1.03x), but leaving it in fp32 moved
-    # the rerank figures by ties only.
-    INT8 = ("attention.qkv", "attention.output", "ffn.up", "ffn.down")
+    precision_layers = PRECISION_LAYERS
+    MIXED_PRECISION = PRECISION_LAYERS[MixedPrecisionLinear]  # the names of old (CHANGELOG): read them, do not set
+    INT8 = PRECISION_LAYERS[Int8Linear]
 
     def __init__(self, config: Config):
         super().__init__()

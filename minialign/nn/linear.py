@@ -1,5 +1,15 @@
-"""nn.Linear that runs CPU inference on oneDNN with a prepacked weight where that is faster, optionally
-in a lower precision.
+"""nn.Linear and its variants for CPU inference: each variant one kernel, swapped in where a model's
+precision asks for it (`swap`; nn/precision.py applies a precision, nn/layers.py PRECISION_LAYERS declares
+which layers take which variant), as gpt-fast's quantize.py puts a WeightOnlyInt8Linear where a Linear was:
+a kernel is a module's class, not a flag read inside every forward.
+
+  Linear                the product in the weights' dtype: F.linear, or oneDNN on a prepacked fp32 weight
+  MixedPrecisionLinear  the product in a compute dtype (bf16): on a rounded copy of the weight, packed where
+                        oneDNN has that dtype
+  Int8Linear            the quantized product (nn/int8.py, where it is defined with its formula)
+
+Each variant falls back to the plain product wherever its kernel does not apply, by the rules below, so a
+model in any precision trains, compiles and runs on a GPU as a plain one does.
 
 torch's fp32 `F.linear` on CPU calls MKL's sgemm. oneDNN, with the weight reordered once into its
 blocked layout, computes the same product faster on some CPUs and shapes: it is what torch.compile's
@@ -26,32 +36,36 @@ version counter moves on optimizer steps and load_state_dict); it is not in the 
 pickled. It costs one more copy of each weight's memory. `Linear.prepack = False` turns it off
 everywhere.
 
-`compute_dtype` (None: the weight's own) is mixed precision for one layer, as torch.autocast does it
+MixedPrecisionLinear's `compute_dtype` is mixed precision for one layer, as torch.autocast does it
 for all: the input and the weight are rounded to it, the product is taken in it (fp32 accumulation)
 and the output is in it; the stored weight keeps its dtype. The rounded weight is made once and
-kept like the packed one (packed, where oneDNN can). The model chooses which layers get it
-(nn/layers.py, EncoderLayer.MIXED_PRECISION).
+kept like the packed one (packed, where oneDNN can).
 
-`int8` (False: off) is the opt-in quantized product (nn/int8.py: int8 weights per output channel, int8
-inputs per token, int32 accumulation, FBGEMM), set per layer by the model (EncoderLayer.INT8) when it is
-loaded with dtype="int8"; it applies to CPU float32 inference only, and its packed weight is kept and
-remade like the others (also when `int8_input_absmax`, the smoothing's calibrated statistics, is set anew).
+A swap changes the layer's class in place (`swap`): the module stays the same object, so its parameters,
+their names, the state dict, hooks and every reference to it are unchanged; what the old variant kept
+for its own kernel (packed weights, settings) goes with it.
 
 A Linear may carry the activation that follows it (the feed-forward's up projection, the MLM head's
 dense layer): oneDNN then applies it in the same pass.
+
+Every variant takes `scratch=` (the float ones ignore it): whether the product may overwrite its input, which
+the int8 product uses to skip a copy. It stays an argument of the call, because only the caller knows whether
+it reads the tensor again, and capture.unobserved whether anything else can (a capture, a hook); every caller
+that hands over an intermediate of its own passes it (SelfAttention and DeBERTa's attention for the output
+projection, FeedForward and ModernBERT's GeGLU for the down projection). The results are the same either way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from minialign.nn.activations import ACTIVATIONS as FUNCTIONS
-from minialign.nn import int8 as int8_kernel
 from minialign.nn.activations import IN_PLACE, ONEDNN_POST_OPS
 
 # name -> (the function, oneDNN's fused post-op as (attr, algorithm), or None where it has none): the
@@ -102,8 +116,34 @@ def packed_rows(rows: int) -> int:
     return -(-rows // step) * step
 
 
+
+def packs_fp32(rows: int) -> bool:
+    """Whether this CPU runs an fp32 product of `rows` rows on the packed kernel (PACKED_ROWS)."""
+    if cpu_kind() not in PACKED_ROWS:
+        return False
+    most = PACKED_ROWS[cpu_kind()]
+    return most is None or rows <= most
+
+
+def no_kernel_of_its_own(x: Tensor, weight: Tensor) -> bool:
+    """Where every variant runs torch's plain product: while torch.compile traces (the compiler picks its own
+    kernels), on an empty input, and where autograd records (training)."""
+    return torch.compiler.is_compiling() or x.numel() == 0 or (
+        torch.is_grad_enabled() and (weight.requires_grad or x.requires_grad))
+
+
+def on_cpu(x: Tensor, weight: Tensor) -> bool:
+    return x.device.type == "cpu" and weight.device.type == "cpu"
+
+
 class Linear(nn.Linear):
+    """activation(x W^T + b) in the weights' dtype: oneDNN on a prepacked fp32 weight where this CPU runs it faster
+    (module docstring), F.linear elsewhere. The base of every variant (`swap`)."""
+
     prepack = True  # class-wide switch: False runs torch's F.linear everywhere
+    # The instance attributes a variant adds for its own kernel, with their values on arrival (`swap`); the packed
+    # weight (`_packed`, every float variant's) is made again after any swap.
+    variant_state: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, activation: str | None = None,
                  **factory):
@@ -112,68 +152,47 @@ class Linear(nn.Linear):
         if activation is not None and activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation {activation!r}; choose from {tuple(ACTIVATIONS)}")
         self.activation = activation
-        self.compute_dtype: torch.dtype | None = None  # mixed precision (module docstring); None: the weight's
-        self.int8 = False  # the quantized product (module docstring)
-        self.int8_input_absmax: Tensor | None = None  # calibrated max |x_k| (nn/int8.py, smoothing); None: none
-        self._int8: tuple | None = None  # (the weight's and bias' identity, the statistics, FBGEMM's packed form)
         self._packed: tuple[tuple, Tensor] | None = None  # (the weight's identity, its packed / rounded copy)
 
     def forward(self, x: Tensor, *, scratch: bool = False) -> Tensor:
-        """`scratch`: the caller does not read x again, so the int8 product may change it in place (nn/int8.py,
-        `linear`); the other kernels leave x as it is either way."""
-        function, fused = ACTIVATIONS[self.activation] if self.activation else (None, None)
-        if self.compute_dtype is not None or not torch.is_autocast_enabled(x.device.type):
-            x = x.to(self.compute_dtype or self.weight.dtype)  # e.g. after a mixed-precision layer
-        kernel = self._kernel(x)
-        if kernel == "int8":
-            y = int8_kernel.linear(x, self.int8_weight(), scratch=scratch)
-            return self._activate(function, y) if function is not None else y
-        if kernel == "packed":
-            attr, algorithm = fused or ("none", "")
-            rows = x.numel() // x.shape[-1]
-            flat = x.reshape(rows, x.shape[-1])
-            if packed_rows(rows) > rows:  # a few shapes only (module docstring); padding rows' outputs dropped
-                flat = F.pad(flat, (0, 0, 0, packed_rows(rows) - rows))
-            y = torch.ops.mkldnn._linear_pointwise(flat, self.inference_weight(), self.bias, attr, [], algorithm)
-            y = y[:rows].reshape(*x.shape[:-1], self.out_features)
-            return y if fused or function is None else self._activate(function, y)
-        if self.compute_dtype is None:
-            y = F.linear(x, self.weight, self.bias)
-        else:
-            weight = self.inference_weight() if kernel == "rounded" else self.weight.to(self.compute_dtype)
-            y = F.linear(x, weight, None if self.bias is None else self.bias.to(self.compute_dtype))
-        return self._activate(function, y) if function is not None else y
-
-    def _activate(self, function: Callable[[Tensor], Tensor], y: Tensor) -> Tensor:
-        """function(y), in place where autograd does not need y: the product is this call's own buffer,
-        and a second one of its size is a fresh allocation (page faults) on every call."""
-        if y.requires_grad or self.activation not in IN_PLACE:
-            return function(y)
-        return IN_PLACE[self.activation](y)
+        """`scratch`: the caller does not read x again, so a variant may change it in place (Int8Linear); the float
+        kernels leave x as it is either way."""
+        if not torch.is_autocast_enabled(x.device.type):
+            x = x.to(self.weight.dtype)  # e.g. after a mixed-precision layer
+        if self._kernel(x) == "packed":
+            return self._packed_product(x)
+        return self._activate(F.linear(x, self.weight, self.bias))
 
     def _kernel(self, x: Tensor) -> str:
-        """"int8" (FBGEMM, a weight quantized and packed once), "packed" (oneDNN, a weight packed once),
-        "rounded" (F.linear on a weight rounded to compute_dtype once) or "plain" (F.linear on the weight
-        as it is) for this call."""
+        """"packed" (oneDNN, a weight packed once) or "plain" (F.linear on the weight as it is) for this call."""
         w = self.weight
-        if torch.compiler.is_compiling() or x.numel() == 0 or (
-                torch.is_grad_enabled() and (w.requires_grad or x.requires_grad)):
+        if no_kernel_of_its_own(x, w) or not on_cpu(x, w):
             return "plain"
-        if self.int8 and x.device.type == "cpu" and w.device.type == "cpu" and x.dtype == torch.float32 \
-                and int8_kernel.available():
-            return "int8"
-        rounded = "rounded" if self.compute_dtype not in (None, w.dtype) else "plain"
-        if x.device.type != "cpu" or w.device.type != "cpu":
-            return rounded
-        dtype = self.compute_dtype or w.dtype
-        if not (self.prepack and x.dtype == dtype and not torch.is_autocast_enabled("cpu")):
-            return rounded
-        if dtype == torch.float32:
-            if cpu_kind() not in PACKED_ROWS:
-                return "plain"
-            most = PACKED_ROWS[cpu_kind()]
-            return "packed" if most is None or x.numel() // x.shape[-1] <= most else "plain"
-        return "packed" if dtype == self.compute_dtype and onednn_has(dtype) else rounded
+        if not (self.prepack and x.dtype == w.dtype == torch.float32 and not torch.is_autocast_enabled("cpu")):
+            return "plain"
+        return "packed" if packs_fp32(x.numel() // x.shape[-1]) else "plain"
+
+    def _packed_product(self, x: Tensor) -> Tensor:
+        """oneDNN's product on inference_weight(), the activation fused where oneDNN has it as a post-op; the rows
+        rounded up to packed_rows (module docstring) and the padding rows' outputs dropped."""
+        fused = ACTIVATIONS[self.activation][1] if self.activation else None
+        attr, algorithm = fused or ("none", "")
+        rows = x.numel() // x.shape[-1]
+        flat = x.reshape(rows, x.shape[-1])
+        if packed_rows(rows) > rows:
+            flat = F.pad(flat, (0, 0, 0, packed_rows(rows) - rows))
+        y = torch.ops.mkldnn._linear_pointwise(flat, self.inference_weight(), self.bias, attr, [], algorithm)
+        y = y[:rows].reshape(*x.shape[:-1], self.out_features)
+        return y if fused else self._activate(y)
+
+    def _activate(self, y: Tensor) -> Tensor:
+        """activation(y), in place where autograd does not need y: the product is this call's own buffer,
+        and a second one of its size is a fresh allocation (page faults) on every call."""
+        if self.activation is None:
+            return y
+        if y.requires_grad or self.activation not in IN_PLACE:
+            return ACTIVATIONS[self.activation][0](y)
+        return IN_PLACE[self.activation](y)
 
     def inference_weight(self) -> Tensor:
         """The weight as this layer multiplies by it outside autograd: rounded to compute_dtype and, where
@@ -189,14 +208,90 @@ class Linear(nn.Linear):
                 self._packed = (key, torch.ops.mkldnn._reorder_linear_weight(rounded, None) if pack else rounded)
         return self._packed[1]
 
-    def int8_weight(self):
-        """The weight quantized and packed for FBGEMM, with the bias and the smoothing (nn/int8.py); made
-        again whenever any of them has changed."""
-        w, b, absmax = self.weight, self.bias, self.int8_input_absmax
-        key = (w.data_ptr(), w._version, tuple(w.shape), None if b is None else (b.data_ptr(), b._version))
-        if self._int8 is None or self._int8[0] != key or self._int8[1] is not absmax:
-            self._int8 = (key, absmax, int8_kernel.pack(w, b, absmax))
-        return self._int8[2]
+    @property
+    def compute_dtype(self) -> torch.dtype | None:
+        """The dtype the product runs in where it is not the weights' (MixedPrecisionLinear); None here."""
+        return None
 
-    def __getstate__(self) -> dict:  # pickles and deep copies (worker processes) leave the packed copy out
-        return {**super().__getstate__(), "_packed": None, "_int8": None}
+    @compute_dtype.setter
+    def compute_dtype(self, dtype: torch.dtype | None) -> None:
+        """The per-layer flag of old, now a swap (CHANGELOG): a dtype makes this layer a MixedPrecisionLinear,
+        None makes a MixedPrecisionLinear a Linear again."""
+        if dtype is not None:
+            swap(self, MixedPrecisionLinear, compute_dtype=dtype)
+        elif isinstance(self, MixedPrecisionLinear):
+            swap(self, Linear)
+
+    @property
+    def int8(self) -> bool:
+        """Whether this layer runs the quantized product (nn/int8.py, Int8Linear)."""
+        return False
+
+    @int8.setter
+    def int8(self, on: bool) -> None:
+        raise AttributeError(f"{type(self).__name__}.int8 is read-only: the quantized product is a variant, swapped in "
+                             f"by model.int8 = True (or minialign.nn.linear.swap(layer, minialign.nn.int8.Int8Linear))")
+
+    def __getstate__(self) -> dict:  # pickles and deep copies (worker processes) leave the packed copies out
+        return {**super().__getstate__(), "_packed": None}
+
+
+class MixedPrecisionLinear(Linear):
+    """activation(x W^T + b) with x and W rounded to `compute_dtype` and the product taken in it (module docstring):
+    oneDNN on a packed copy of the rounded weight where this CPU has that dtype's kernels, F.linear on a rounded
+    copy elsewhere, F.linear on the weight rounded per call where autograd records."""
+
+    variant_state = {"_compute_dtype": None}
+
+    def forward(self, x: Tensor, *, scratch: bool = False) -> Tensor:
+        dtype = self.compute_dtype
+        x = x.to(dtype)
+        kernel = self._kernel(x)
+        if kernel == "packed":
+            return self._packed_product(x)
+        weight = self.inference_weight() if kernel == "rounded" else self.weight.to(dtype)
+        return self._activate(F.linear(x, weight, None if self.bias is None else self.bias.to(dtype)))
+
+    def _kernel(self, x: Tensor) -> str:
+        """"packed" (oneDNN, the rounded weight packed once), "rounded" (F.linear on a weight rounded once) or
+        "plain" (F.linear on the weight rounded for this call) for this call."""
+        w, dtype = self.weight, self.compute_dtype
+        if no_kernel_of_its_own(x, w):
+            return "plain"
+        rounded = "rounded" if dtype != w.dtype else "plain"
+        if not on_cpu(x, w) or not (self.prepack and x.dtype == dtype and not torch.is_autocast_enabled("cpu")):
+            return rounded
+        if dtype == torch.float32:
+            return "packed" if packs_fp32(x.numel() // x.shape[-1]) else "plain"
+        return "packed" if onednn_has(dtype) else rounded
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        return self._compute_dtype
+
+    compute_dtype = compute_dtype.setter(Linear.compute_dtype.fset)
+
+
+def swap(layer: Linear, variant: type[Linear], **settings) -> Linear:
+    """Make `layer` a `variant` in place (module docstring) and return it: the same module object, its parameters,
+    their names, the state dict and its hooks unchanged. `settings`: the variant's own (MixedPrecisionLinear:
+    compute_dtype; Int8Linear: int8_input_absmax); a layer that is a `variant` already only takes the settings given."""
+    if not isinstance(layer, Linear) or not issubclass(variant, Linear):
+        raise TypeError(f"swap changes a minialign Linear into one of its variants, not {type(layer).__name__} into "
+                        f"{getattr(variant, '__name__', variant)!r}")
+    if "compute_dtype" in settings:  # stored under the variant's own name (a property reads it)
+        settings["_compute_dtype"] = settings.pop("compute_dtype")
+    unknown = set(settings) - set(variant.variant_state)
+    if unknown:
+        raise ValueError(f"{variant.__name__} has no setting {', '.join(sorted(unknown))}")
+    if "_compute_dtype" in settings and not (isinstance(settings["_compute_dtype"], torch.dtype)
+                                             and settings["_compute_dtype"].is_floating_point):
+        raise ValueError(f"compute_dtype must be a floating torch.dtype, got {settings['_compute_dtype']!r}")
+    if type(layer) is not variant:
+        for name in type(layer).variant_state:
+            layer.__dict__.pop(name, None)
+        layer.__class__ = variant
+        layer._packed = None
+        layer.__dict__.update(variant.variant_state)
+    layer.__dict__.update(settings)
+    return layer

@@ -26,8 +26,8 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from minialign.loading import resolve_dtype
-from minialign.nn import int8
+from minialign.loading import parse_dtype
+from minialign.nn import int8, precision
 from minialign.runtime.engine import BatchEngine, Results, Truncation
 from minialign.text.tokenizer import Tokenizer
 from minialign.text.validation import check_texts, value_problem
@@ -43,7 +43,7 @@ Input = str | tuple[str, str]  # a text, or a (text, pair) for pair models
 def refuse_int8(dtype, scorer: str) -> None:
     """dtype="int8" is offered where its loss is measured (embeddings, classifiers and rerankers:
     BENCHMARKS.md, "int8"); a scorer refuses it, naming why."""
-    if resolve_dtype(dtype) == "int8":
+    if parse_dtype(dtype).precision == precision.INT8:
         raise ValueError(f"{scorer} does not run dtype='int8': its scores are fact-checking decisions, and torch's "
                          f"dynamic int8 moved AlignScore scores by up to 3.2e-2; int8 is offered for embeddings, "
                          f"classifiers and rerankers (use fp32 or dtype='auto')")

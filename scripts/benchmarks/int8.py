@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from minialign.nn import int8 as int8_kernel
+from minialign.nn.int8 import Int8Linear
 from minialign.nn.layers import EncoderLayer
 
 from benchmarks import human_text
@@ -93,13 +94,14 @@ def onnx_label(config: str, precision: str = "qint8") -> str:
 
 @contextlib.contextmanager
 def int8_layers(names: tuple[str, ...]):
-    """EncoderLayer.INT8 set to `names` while models are loaded inside (the mode reads it at load time)."""
-    saved = EncoderLayer.__dict__["INT8"]
-    EncoderLayer.INT8 = tuple(names)
+    """EncoderLayer's declaration (nn/layers.py PRECISION_LAYERS) naming `names` for Int8Linear while models are
+    loaded inside (loading swaps the variants in)."""
+    saved = EncoderLayer.__dict__["precision_layers"]
+    EncoderLayer.precision_layers = {**saved, Int8Linear: tuple(names)}
     try:
         yield
     finally:
-        EncoderLayer.INT8 = saved
+        EncoderLayer.precision_layers = saved
 
 
 # --- quality figures -----------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""nn/int8.py and Linear's int8 product: the formula where every value is representable, no int16 pair sum
+"""nn/int8.py and its Linear variant, Int8Linear: the formula where every value is representable, no int16 pair sum
 saturating on this CPU's kernels, one input range per token, smoothing from calibrated statistics, close
 to fp32 elsewhere, fp32 wherever it does not apply."""
 
@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from minialign.nn import int8
-from minialign.nn.linear import Linear
+from minialign.nn.int8 import Int8Linear
+from minialign.nn.linear import Linear, swap
 
 pytestmark = pytest.mark.skipif(not int8.available(), reason="no FBGEMM int8 kernels on this torch / CPU")
 
@@ -175,22 +176,22 @@ def test_calibrating_records_the_largest_input_per_channel_in_fp32():
     with torch.inference_mode():
         quantized = model(a)
         with int8.calibrating(model):
-            assert layer._kernel(a) != "int8"
+            assert type(layer) is Linear  # the fp32 product while calibrating
             torch.testing.assert_close(model(a), F.linear(a, layer.weight, layer.bias))  # fp32 while calibrating
             model(b)
-        assert layer.int8 and layer._kernel(a) == "int8"
+        assert type(layer) is Int8Linear and layer.int8 and layer._kernel(a) == "int8"
         torch.testing.assert_close(layer.int8_input_absmax, torch.cat([a, b]).abs().amax(dim=0), rtol=0, atol=0)
         smoothed = model(a)  # packed anew with the statistics
     assert not torch.equal(smoothed, quantized)
     assert layer.int8_weight().input_scale is not None
 
 
-def _layer(activation=None) -> Linear:
+def _layer(activation=None) -> Int8Linear:
     torch.manual_seed(0)
     layer = Linear(96, 48, activation=activation)
     with torch.no_grad():
         layer.bias.normal_()
-    layer.int8 = True
+    swap(layer, Int8Linear)
     return layer
 
 
@@ -199,7 +200,7 @@ def test_linear_int8_is_close_to_fp32_at_inference(activation):
     layer, x = _layer(activation), torch.randn(2, 30, 96)
     with torch.inference_mode():
         y = layer(x)
-        layer.int8 = False
+        swap(layer, Linear)
         reference = layer(x)
     assert layer._kernel(x) != "int8"
     error = (y - reference).norm() / reference.norm()

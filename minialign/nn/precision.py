@@ -1,0 +1,87 @@
+"""A model's precision as a value: which kind of product the Linear layers it declares run (`Precision`), and
+the one function that applies it (`apply_precision`).
+
+  PLAIN           every product in its weights' dtype (fp32 weights: fp32; oneDNN's prepacked kernel where
+                  faster: nn/linear.py Linear)
+  mixed(dtype)    the declared layers' products in `dtype` (bf16) on fp32 weights (MixedPrecisionLinear)
+  INT8            the declared layers' products in int8 on CPU (nn/int8.py Int8Linear)
+
+A precision is a variant of Linear swapped into the layers a layer class declares for it (nn/layers.py
+PRECISION_LAYERS: `precision_layers`, a mapping variant -> the layer's Linear layers by name, read by every
+family's layer), as gpt-fast's quantize.py swaps a WeightOnlyInt8Linear in at load: the kernel is the module's
+class, chosen once, not a flag read inside every forward. A model runs one precision at a time.
+
+What users type (from_pretrained's dtype="auto" / "int8" / "bf16", the CLI's --dtype) is parsed once, where it
+enters (loading/devices.py parse_dtype): "bf16" is the weights' dtype with the PLAIN precision, "auto" a
+precision decided on the device; past that edge only these values travel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from minialign.nn.int8 import Int8Linear
+from minialign.nn.linear import Linear, MixedPrecisionLinear, swap
+
+# kind -> the Linear variant its declared layers become
+VARIANTS: dict[str, type[Linear]] = {"plain": Linear, "mixed": MixedPrecisionLinear, "int8": Int8Linear}
+
+
+@dataclass(frozen=True)
+class Precision:
+    """One of PLAIN, mixed(dtype), INT8 (module docstring). `compute_dtype`: mixed's dtype (None otherwise)."""
+
+    kind: str = "plain"
+    compute_dtype: torch.dtype | None = None
+
+    def __post_init__(self):
+        if self.kind not in VARIANTS:
+            raise ValueError(f"unknown precision kind {self.kind!r}; choose from {tuple(VARIANTS)}")
+        if self.kind == "mixed":
+            if not (isinstance(self.compute_dtype, torch.dtype) and self.compute_dtype.is_floating_point):
+                raise ValueError(f"a mixed precision needs a floating torch.dtype, got {self.compute_dtype!r}")
+        elif self.compute_dtype is not None:
+            raise ValueError(f"the {self.kind} precision takes no compute_dtype (got {self.compute_dtype}); "
+                             f"use mixed({self.compute_dtype})")
+
+    @property
+    def variant(self) -> type[Linear]:
+        """The Linear variant the declared layers become."""
+        return VARIANTS[self.kind]
+
+    def swap(self, layer: Linear) -> Linear:
+        """`layer` made this precision's variant (nn/linear.py swap)."""
+        return swap(layer, self.variant, **({"compute_dtype": self.compute_dtype} if self.kind == "mixed" else {}))
+
+    def __str__(self) -> str:
+        return f"mixed {str(self.compute_dtype).removeprefix('torch.')}" if self.kind == "mixed" else self.kind
+
+
+PLAIN = Precision()
+INT8 = Precision("int8")
+
+
+def mixed(dtype: torch.dtype) -> Precision:
+    """The mixed precision in `dtype` (e.g. torch.bfloat16)."""
+    return Precision("mixed", dtype)
+
+
+def apply_precision(model: nn.Module, precision: Precision) -> None:
+    """Swap every Linear layer a module of `model` declares (`precision_layers`) into `precision`'s variant where
+    the declaration names it for that variant, and back into Linear where it does not. Undeclared layers (the
+    embeddings' projections, the pooler, the heads) are left as they are."""
+    if not isinstance(precision, Precision):
+        raise TypeError(f"apply_precision takes a Precision (PLAIN, INT8, mixed(dtype)), not {precision!r}; a "
+                        f"user's dtype string is parsed by minialign.loading.parse_dtype")
+    for module in model.modules():
+        declared: dict[type[Linear], tuple[str, ...]] = getattr(module, "precision_layers", None) or {}
+        chosen = declared.get(precision.variant, ())
+        for name in dict.fromkeys(name for names in declared.values() for name in names):
+            layer = module.get_submodule(name)
+            if name in chosen:
+                precision.swap(layer)
+            else:
+                swap(layer, Linear)

@@ -1,0 +1,167 @@
+"""Kernels as modules: a precision (nn/precision.py) is a value, parsed once from what users type
+(loading.parse_dtype), applied by swapping Linear variants (nn/linear.py swap) into exactly the layers one
+declaration names (nn/layers.py PRECISION_LAYERS), every family's layer reading that declaration; a swap
+keeps the module, its parameters, its state dict and its hooks."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import minialign as ma
+from minialign.loading import Checkpoint, DtypeChoice, build, parse_dtype
+from minialign.models.modernbert import ModernBertLayer
+from minialign.nn import int8
+from minialign.nn.int8 import Int8Linear
+from minialign.nn.layers import PRECISION_LAYERS, EncoderLayer
+from minialign.nn.linear import Linear, MixedPrecisionLinear, swap
+from minialign.nn.precision import INT8, PLAIN, Precision, apply_precision, mixed
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from family_builders import FAMILIES, SHARED  # noqa: E402
+
+ARCHS = [arch for arch in ("bert", "modernbert", "deberta-v2") if arch in ma.models.FAMILIES]
+
+
+def _config(arch: str) -> ma.Config:
+    row = FAMILIES[arch]
+    return ma.Config.from_hf({"model_type": arch, "vocab_size": 99, **SHARED,
+                              "max_position_embeddings": 64 + row.reserved, **row.fields})
+
+
+def _by_class(model: torch.nn.Module) -> dict[str, str]:
+    return {name: type(m).__name__ for name, m in model.named_modules() if isinstance(m, Linear)}
+
+
+def _declared(model: torch.nn.Module, variant: type[Linear]) -> set[str]:
+    return {f"layers.{i}.{name}" for i in range(len(model.layers)) for name in PRECISION_LAYERS[variant]}
+
+
+def test_one_declaration_read_by_every_family_layer():
+    assert ModernBertLayer.precision_layers is EncoderLayer.precision_layers is PRECISION_LAYERS
+    assert set(PRECISION_LAYERS) == {MixedPrecisionLinear, Int8Linear}
+    assert EncoderLayer.MIXED_PRECISION == PRECISION_LAYERS[MixedPrecisionLinear] == ("attention.output", "ffn.down")
+    assert EncoderLayer.INT8 == PRECISION_LAYERS[Int8Linear]
+
+
+@pytest.mark.skipif(not int8.available(), reason="no FBGEMM int8 kernels on this torch / CPU")
+@pytest.mark.parametrize("arch", ARCHS)
+def test_loading_int8_swaps_exactly_the_declared_layers(arch):
+    config = _config(arch)
+    source = ma.Encoder(config, seed=0)
+    ckpt = Checkpoint(config, {f"encoder.{k}": v for k, v in source.state_dict().items()}, "test")
+    plain = build(ma.Encoder, ckpt)
+    quantized = build(ma.Encoder, ckpt, dtype="int8")
+    assert quantized.precision == INT8 and quantized.int8 and quantized.compute_dtype is None
+    classes = _by_class(quantized)
+    assert {name for name, kind in classes.items() if kind == "Int8Linear"} == _declared(quantized, Int8Linear)
+    assert set(_by_class(plain).values()) == {"Linear"}
+    assert quantized.state_dict().keys() == plain.state_dict().keys()
+    for key, value in plain.state_dict().items():
+        assert torch.equal(quantized.state_dict()[key], value), key
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_mixed_precision_and_back(arch):
+    model = ma.Encoder(_config(arch), seed=0).eval()
+    linears = {name: m for name, m in model.named_modules() if isinstance(m, Linear)}
+    parameters = {name: p for name, p in model.named_parameters()}
+    model.compute_dtype = torch.bfloat16
+    assert model.precision == mixed(torch.bfloat16) and str(model.precision) == "mixed bfloat16"
+    mixed_layers = {name for name, kind in _by_class(model).items() if kind == "MixedPrecisionLinear"}
+    assert mixed_layers == _declared(model, MixedPrecisionLinear)
+    assert all(model.get_submodule(n).compute_dtype == torch.bfloat16 for n in mixed_layers)
+    # the same modules and parameters, under the same names
+    assert all(model.get_submodule(name) is m for name, m in linears.items())
+    assert all(p is parameters[name] for name, p in model.named_parameters())
+    model.compute_dtype = None
+    assert model.precision == PLAIN and set(_by_class(model).values()) == {"Linear"}
+    assert all("_compute_dtype" not in m.__dict__ for m in linears.values())
+
+
+def test_a_model_runs_one_precision_at_a_time():
+    model = ma.Encoder(_config("bert"), seed=0)
+    model.compute_dtype = torch.bfloat16
+    with pytest.raises(ValueError, match="runs the mixed bfloat16 precision"):
+        model.int8 = True
+    model.int8 = False  # off already: nothing changes
+    assert model.compute_dtype == torch.bfloat16
+    model.precision = INT8
+    with pytest.raises(ValueError, match="runs the int8 precision"):
+        model.compute_dtype = torch.bfloat16
+    model.compute_dtype = None  # no mixed precision to turn off
+    assert model.int8
+    model.int8 = False
+    assert model.precision == PLAIN
+
+
+def test_swap_keeps_the_module_its_parameters_and_hooks():
+    layer = Linear(8, 4)
+    calls = []
+    layer.register_forward_hook(lambda *args: calls.append(1))
+    weight, state = layer.weight, layer.state_dict()
+    assert swap(layer, Int8Linear) is layer and type(layer) is Int8Linear and layer.int8
+    assert layer.weight is weight and layer.state_dict().keys() == state.keys()
+    absmax = torch.ones(8)
+    swap(layer, Int8Linear, int8_input_absmax=absmax)  # already one: only the setting
+    assert layer.int8_input_absmax is absmax
+    swap(layer, MixedPrecisionLinear, compute_dtype=torch.bfloat16)
+    assert "int8_input_absmax" not in layer.__dict__ and "_int8" not in layer.__dict__  # int8's own state left
+    with torch.inference_mode():
+        layer(torch.randn(2, 8))
+    assert calls == [1]
+    with pytest.raises(ValueError, match="floating torch.dtype"):
+        swap(layer, MixedPrecisionLinear, compute_dtype=torch.int8)
+    with pytest.raises(ValueError, match="no setting int8_input_absmax"):
+        swap(layer, Linear, int8_input_absmax=absmax)
+    with pytest.raises(TypeError):
+        swap(torch.nn.Linear(2, 2), Int8Linear)
+    with pytest.raises(AttributeError, match="read-only"):
+        layer.int8 = True
+
+
+@pytest.mark.skipif(not int8.available(), reason="no FBGEMM int8 kernels on this torch / CPU")
+def test_pickles_and_copies_keep_the_variant_and_leave_the_packed_weights_out():
+    model = ma.Encoder(_config("bert"), seed=0).eval()
+    model.int8 = True
+    ids = torch.randint(5, 99, (2, 7))
+    with torch.inference_mode():
+        expected = model(ids).last_hidden_state
+    for clone in (pickle.loads(pickle.dumps(model)), copy.deepcopy(model)):
+        layers = [m for m in clone.modules() if isinstance(m, Linear)]
+        assert all(m._packed is None for m in layers)
+        assert all(m._int8 is None for m in layers if isinstance(m, Int8Linear))
+        assert _by_class(clone) == _by_class(model) and clone.int8
+        with torch.inference_mode():
+            assert torch.equal(clone(ids).last_hidden_state, expected)
+
+
+def test_precision_values_are_checked():
+    with pytest.raises(ValueError, match="unknown precision kind 'int4'"):
+        Precision("int4")
+    with pytest.raises(ValueError, match="floating torch.dtype"):
+        mixed(torch.int8)
+    with pytest.raises(ValueError, match="takes no compute_dtype"):
+        Precision("int8", torch.bfloat16)
+    with pytest.raises(TypeError, match="takes a Precision"):
+        apply_precision(torch.nn.Linear(2, 2), "int8")
+
+
+def test_a_dtype_is_parsed_once_into_weights_and_precision():
+    assert parse_dtype(None) == DtypeChoice(torch.float32, PLAIN)
+    assert parse_dtype("bf16") == parse_dtype("BFloat16") == parse_dtype(torch.bfloat16) == DtypeChoice(torch.bfloat16)
+    assert parse_dtype("int8") == DtypeChoice(torch.float32, INT8)
+    assert parse_dtype("auto").auto and parse_dtype("auto").weights == torch.float32
+    choice = parse_dtype("int8")
+    assert parse_dtype(choice) is choice
+    assert [str(parse_dtype(d)) for d in ("auto", "int8", "bf16")] == ["auto", "int8", "torch.bfloat16"]
+    assert parse_dtype("auto").precision_on(torch.device("cpu")) in (PLAIN, mixed(torch.bfloat16))
+    for bad in ("int4", "", 3, torch.int8):
+        with pytest.raises(ValueError, match=r"dtype.*'auto', 'int8' or a floating torch.dtype") as raised:
+            parse_dtype(bad)
+        assert repr(bad) in str(raised.value) or str(bad) in str(raised.value)
