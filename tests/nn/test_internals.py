@@ -253,8 +253,8 @@ def test_a_family_is_one_class(monkeypatch):
             return [PreLNLayer(config) for _ in range(config.num_layers)]
 
         @classmethod
-        def layer_inputs(cls, encoder, position_ids, layout):
-            seen.append(tuple(position_ids.shape))
+        def layer_inputs(cls, encoder, inputs):
+            seen.append(tuple(inputs.position_ids.shape))
             return {"gate": torch.tensor(0.5)}
 
         @classmethod
