@@ -177,7 +177,7 @@ class PreparedMask:
 
 
 def prepare_mask(backend: Backend, inputs: AttentionInputs | Tensor | None, *legacy, **legacy_options) -> PreparedMask:
-    """One forward's mask on `backend`, from its AttentionInputs (inputs.py). The 0.1 form,
+    """One forward's mask on `backend`, from its AttentionInputs (inputs.py). The earlier form,
     prepare_mask(backend, mask, layout, queries=, dtype=, num_heads=, relative=, window=, device=), still
     works, with a DeprecationWarning."""
     if not isinstance(inputs, AttentionInputs):

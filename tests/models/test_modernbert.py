@@ -112,7 +112,8 @@ def test_the_window_joins_the_padding_mask_in_every_backend():
     real_queries = (pos[None, :] < lengths[:, None])[:, None, :, None]
     assert torch.equal(dense & real_queries, expected & real_queries)
     assert block_mask.kv_num_blocks[0].sum() + block_mask.full_kv_num_blocks[0].sum() < 3 * 3  # blocks skipped
-    assert additive_bias(AttentionInputs(mask[:, :9], padded(3, 9), torch.float32, 4, window=window)).shape == (3, 1, 1, 9)
+    short = AttentionInputs(mask[:, :9], padded(3, 9), torch.float32, 4, window=window)
+    assert additive_bias(short).shape == (3, 1, 1, 9)
 
 
 def test_window_and_theta_matter(tmp_path):
