@@ -44,10 +44,11 @@ from minialign.convert.families import deberta_v2 as deberta_v2_format
 from minialign.models.bert import Bert, BertConfig
 from minialign.models.heads import SequenceClassification
 from minialign.nn.activations import activation
-from minialign.nn.attention import PreparedMask, attention
-from minialign.nn.capture import record, unobserved
+from minialign.nn.attention import PreparedMask
+from minialign.nn.capture import record
 from minialign.nn.config import (ACTIVATION, ANY_INT, BOOL, POSITIVE_INT, PROBABILITY, UNBOUNDED_POSITIONS, Config,
                                  Rule, checked, optional)
+from minialign.nn.inputs import ForwardInputs
 from minialign.nn.layers import EncoderLayer, SelfAttention
 from minialign.nn.layout import Layout
 from minialign.nn.linear import Linear
@@ -270,15 +271,14 @@ class Disentangled:
 
 class DisentangledAttention(SelfAttention):
     """DisentangledSelfAttention: BERT's projections (query_proj, key_proj, value_proj as the fused qkv),
-    the position projections unless share_att_key, the Disentangled score."""
+    the position projections unless share_att_key, and SelfAttention's forward under the Disentangled score,
+    bound once per forward from the relative embeddings (`bind`; the layer passes it as `score`)."""
 
     def __init__(self, config: Config):
         if config.score_fn != "scaled_dot":
             raise ValueError(f"DeBERTa's attention is its own score function (content and position terms, "
                              f"disentangled): Config.score_fn must be 'scaled_dot', got {config.score_fn!r}")
         super().__init__(config)
-        del self.score  # the scaled dot product's module: replaced by the Disentangled score
-        self.score = Disentangled(None, None, torch.empty(0, dtype=torch.long), 1.0)  # its form, read at build
         kinds = config.pos_att_type
         self.relative = config.relative_attention
         self.scale = math.sqrt(config.head_dim * (1 + len(kinds)))
@@ -288,25 +288,9 @@ class DisentangledAttention(SelfAttention):
         self.pos_query = Linear(config.hidden_size, config.hidden_size) if own and self.p2c else None
         self.pos_dropout = nn.Dropout(config.hidden_dropout)
 
-    def forward(self, x: Tensor, mask: DeBERTaMask, queries=None) -> tuple[Tensor, Tensor | None]:
-        """x (B, L, C); `mask` carries the forward's relative inputs beside the prepared mask."""
-        B, L, C = x.shape
-        heads = lambda t: t.view(B, t.size(1), self.num_heads, -1).transpose(1, 2)  # noqa: E731  (B, H, L, D)
-        q, k, v = self.qkv(x).split(C, dim=-1)  # (B, L, C) each
-        if queries is not None:
-            q = queries(q)
-        q, k, v = heads(q), heads(k), heads(v)
-        q = record("q", q)
-        k = record("k", k)
-        v = record("v", v)
-        score = self.bind(mask.rel_embeddings, mask.index)
-        y, probs = attention(q, k, v, mask.prepared, score=score,
-                             dropout_p=self.dropout_p if self.training else 0.0)
-        y = record("context", y)  # (B, H, Lq, D)
-        # y (or the copy reshape makes of it) is read again only by a capture or a hook, as in SelfAttention
-        out = self.output(y.transpose(1, 2).reshape(B, q.size(2), C), scratch=unobserved(self.output))
-        out = record("output", out)
-        return out, probs
+    def own_score(self, config: Config) -> None:
+        """None: the score is bound per forward (`bind`)."""
+        return None
 
     def bind(self, rel: Tensor | None, index: Tensor) -> Disentangled:
         """This forward's score: the relative embeddings through the position projections, (H, 2S, D) each."""
@@ -321,15 +305,6 @@ class DisentangledAttention(SelfAttention):
             if self.p2c:
                 pos_query = heads(F.linear(rel, w[:C], b[:C]) if self.pos_query is None else self.pos_query(rel))
         return Disentangled(pos_key, pos_query, index, self.scale)
-
-
-@dataclass(frozen=True)
-class DeBERTaMask:
-    """What a DeBERTa layer's attention reads: the forward's prepared mask and relative inputs."""
-
-    prepared: PreparedMask
-    rel_embeddings: Tensor | None
-    index: Tensor
 
 
 class ConvLayer(nn.Module):
@@ -378,7 +353,9 @@ class DebertaV2Layer(EncoderLayer):
 
     def forward(self, x: Tensor, mask: PreparedMask, queries=None, *, rel_embeddings: Tensor | None,
                 index: Tensor, padding: Tensor | None, layout: Layout) -> tuple[Tensor, Tensor | None]:
-        out, probs = super().forward(x, DeBERTaMask(mask, rel_embeddings, index), queries)
+        """The post-LN layer under this forward's Disentangled score (the family's `layer_inputs`: the relative
+        embeddings and each offset's table row), then v2's convolution (its padding, the layout)."""
+        out, probs = super().forward(x, mask, queries, score=self.attention.bind(rel_embeddings, index))
         if self.conv is not None:
             out = self.conv(x, out, queries, padding, layout)
         return out, probs
@@ -404,17 +381,19 @@ class DebertaV2(Bert):
         return [DebertaV2Layer(config, conv=i == 0 and config.conv_kernel_size > 0) for i in range(config.num_layers)]
 
     @classmethod
-    def layer_inputs(cls, encoder: nn.Module, position_ids: Tensor, layout: Layout) -> dict[str, Any]:
-        """Once per forward: the relative embeddings (get_rel_embedding), the table row of every offset within
-        this row's length, and the layout (the convolution's)."""
-        return {"rel_embeddings": encoder.relative(),
-                "index": relative_index(encoder.config, position_ids.size(1), position_ids.device), "layout": layout}
+    def score_form(cls, config: Config) -> str:
+        return DISENTANGLED
 
     @classmethod
-    def mask_inputs(cls, encoder: nn.Module, attention_mask: Tensor | None, layout: Layout) -> dict[str, Any]:
-        """The convolution's padding, (B, L) True at real tokens (ConvLayer's input_mask: a 2-D mask, or the keys
-        some query of a 3-D one attends); None: none, or a packed row (no padding in it)."""
+    def layer_inputs(cls, encoder: nn.Module, inputs: ForwardInputs) -> dict[str, Any]:
+        """Once per forward: the relative embeddings (get_rel_embedding), the table row of every offset within
+        this row's length, the layout, and the convolution's padding: (B, L) True at real tokens (ConvLayer's
+        input_mask: a 2-D mask, or the keys some query of a 3-D one attends); None: none, or a packed row (no
+        padding in it)."""
+        mask, layout, position_ids = inputs.attention_mask, inputs.layout, inputs.position_ids
         padding = None
-        if attention_mask is not None and not layout.packed and attention_mask.dim() in (2, 3):
-            padding = attention_mask.bool() if attention_mask.dim() == 2 else attention_mask.bool().any(-2)
-        return {"padding": padding}
+        if mask is not None and not layout.packed and mask.dim() in (2, 3):
+            padding = mask.bool() if mask.dim() == 2 else mask.bool().any(-2)
+        return {"rel_embeddings": encoder.relative(),
+                "index": relative_index(encoder.config, position_ids.size(1), position_ids.device),
+                "padding": padding, "layout": layout}

@@ -15,7 +15,8 @@ Reference implementations each module matches:
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -28,11 +29,24 @@ from minialign.models.heads import SequenceClassificationHead
 from minialign.nn import layout as layouts
 from minialign.nn import masks
 from minialign.nn.attention import BACKENDS, Backend, PreparedMask, choose_backend, prepare_mask
+from minialign.nn.inputs import AttentionInputs, ForwardInputs
 from minialign.nn.config import Config
 from minialign.nn.init import init_weights
 from minialign.nn.layers import Pooler
 from minialign.nn.layout import FINAL_TOKENS, Layout
 from minialign.nn.linear import Linear
+
+
+@dataclass(frozen=True)
+class ForwardPlan:
+    """One forward's decisions, each made once (Encoder._plan), then read by the forward's steps."""
+
+    attention_mask: Tensor | None  # the user's mask; None: none, or a (B, L) one without padding
+    backend: Backend  # the row every layer's attention runs on (attention.choose_backend)
+    final_backend: Backend  # the last layer's: `backend`, or a row taking the first tokens' queries alone
+    first_only: bool  # the last layer runs for each sequence's first token alone
+    layout: Layout  # padded, or the real tokens packed into one row (nn/layout.py)
+    windows: tuple[int | None, ...]  # each layer's window, |i - j| <= window (None: every key)
 
 
 @dataclass
@@ -99,57 +113,75 @@ class Encoder(Pretrained):
         self._check_input(input_ids)
         if final_tokens not in FINAL_TOKENS:
             raise ValueError(f"final_tokens must be one of {FINAL_TOKENS}, got {final_tokens!r}")
-        B, L = input_ids.shape
-        if (attention_mask is not None and tuple(attention_mask.shape) == (B, L)
-                and not torch.compiler.is_compiling() and bool(attention_mask.all())):
-            attention_mask = None  # no padding: skip the mask (sdpa can then use its fastest kernel)
-        backend = self._backend(probabilities=output_attentions, query_subset=False)
-        first_only = final_tokens == "first" and not (output_hidden_states or output_attentions or backend.whole)
-        if (unpad or self._flex_on_cpu(backend, attention_mask)) and attention_mask is not None \
-                and not (output_attentions or backend.whole):
-            layout = layouts.packed(attention_mask)
-        else:
-            layout = layouts.padded(B, L)
+        plan = self._plan(input_ids, attention_mask, unpad=unpad, final_tokens=final_tokens,
+                          output_hidden_states=output_hidden_states, output_attentions=output_attentions,
+                          windows_over_custom_mask=windows_over_custom_mask)
+        layout = plan.layout
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         if position_ids is None:
             position_ids = self.embeddings.position_ids(input_ids)
         position_ids = layout.pack(position_ids)
         x = self.embeddings(layout.pack(input_ids), layout.pack(token_type_ids), position_ids)
-        relative = self.family.relative_bias(self, L)  # (H, 2L - 1) or None
-        # one mask per distinct window (a local layer's reach; None: global), each layer handed its own
-        windows = self.family.attention_windows(self.config)
-        if not windows_over_custom_mask and attention_mask is not None and attention_mask.dim() > 2:
-            windows = [None] * len(windows)  # the caller's mask alone, as transformers takes a 4-D one
-        every = {window: prepare_mask(backend, attention_mask, layout, queries="all", dtype=x.dtype,
-                                      num_heads=self.config.num_heads, relative=relative, window=window,
-                                      device=x.device) for window in dict.fromkeys(windows)}
-        masks = [every[window] for window in windows]
-        if first_only:
-            masks[-1] = prepare_mask(self._backend(probabilities=False, query_subset=True), attention_mask, layout,
-                                     queries="first", dtype=x.dtype, num_heads=self.config.num_heads,
-                                     relative=relative, window=windows[-1], device=x.device)
-        inputs = {**self.family.layer_inputs(self, position_ids, layout),
-                  **self.family.mask_inputs(self, attention_mask, layout)}
-        out = self._layers(x, masks, layout, inputs, first_only, output_hidden_states, output_attentions)
+        # the family's per-forward inputs, each built once: what every attention backend's prepare reads (the
+        # relative bias by offset: (H, 2L - 1) or None), and the keyword arguments of every layer
+        attention_inputs = AttentionInputs(plan.attention_mask, layout, x.dtype, self.config.num_heads,
+                                           relative=self.family.relative_bias(self, input_ids.size(1)),
+                                           device=x.device)
+        masks = self._masks(plan, attention_inputs)
+        inputs = self.family.layer_inputs(self, ForwardInputs(plan.attention_mask, layout, position_ids))
+        out = self._layers(x, masks, plan, inputs, output_hidden_states, output_attentions)
         if self.pooler is not None:
             out.pooler_output = self.pooler(out.last_hidden_state)
         return out
 
-    def _layers(self, x: Tensor, masks: list[PreparedMask], layout: Layout, inputs: dict[str, Tensor],
-                first_only: bool, output_hidden_states: bool, output_attentions: bool) -> EncoderOutput:
-        """The stack, each layer under its own mask, the last for the first tokens alone when `first_only`;
+    def _plan(self, input_ids: Tensor, attention_mask: Tensor | None, *, unpad: bool, final_tokens: str,
+              output_hidden_states: bool, output_attentions: bool, windows_over_custom_mask: bool) -> ForwardPlan:
+        """This forward's decisions, each made here once (forward's docstring says what each option asks)."""
+        B, L = input_ids.shape
+        if attention_mask is not None and self._without_padding(attention_mask, B, L):
+            attention_mask = None  # sdpa can then use its fastest kernel
+        backend = self._backend(probabilities=output_attentions, query_subset=False)
+        # hidden states, attentions and a recording row (capture) ask for every token of every layer
+        first_only = final_tokens == "first" and not (output_hidden_states or output_attentions or backend.whole)
+        # the last layer's row: the first tokens' queries alone are a capability of their own (flex lacks it)
+        final_backend = self._backend(probabilities=False, query_subset=True) if first_only else backend
+        packable = attention_mask is not None and not (output_attentions or backend.whole)
+        if packable and (unpad or self._flex_on_cpu(backend, attention_mask)):
+            layout = layouts.packed(attention_mask)
+        else:
+            layout = layouts.padded(B, L)
+        windows = self.family.attention_windows(self.config)
+        if not windows_over_custom_mask and attention_mask is not None and attention_mask.dim() > 2:
+            windows = [None] * len(windows)  # the caller's mask alone, as transformers takes a 4-D one
+        return ForwardPlan(attention_mask, backend, final_backend, first_only, layout, tuple(windows))
+
+    @staticmethod
+    def _masks(plan: ForwardPlan, inputs: AttentionInputs) -> list[PreparedMask]:
+        """Each layer's mask: one per distinct window on the plan's row, each layer handed its own; the last
+        layer's for the first tokens alone, on the final row, when the plan says so."""
+        by_window = {window: prepare_mask(plan.backend, replace(inputs, window=window))
+                     for window in dict.fromkeys(plan.windows)}
+        masks = [by_window[window] for window in plan.windows]
+        if plan.first_only:
+            masks[-1] = prepare_mask(plan.final_backend, replace(inputs, queries="first", window=plan.windows[-1]))
+        return masks
+
+    def _layers(self, x: Tensor, masks: list[PreparedMask], plan: ForwardPlan, inputs: dict[str, Any],
+                output_hidden_states: bool, output_attentions: bool) -> EncoderOutput:
+        """The stack, each layer under its own mask, the last for the first tokens alone when the plan says so;
         x (B, L, C) or packed (1, T, C)."""
+        layout = plan.layout
         hidden_states = [layout.unpack(x)] if output_hidden_states else None  # embeddings, then each layer
         attentions = []
         for i, (layer, mask) in enumerate(zip(self.layers, masks, strict=True)):
             final = i == len(self.layers) - 1
-            x, probs = layer(x, mask, layout.first_tokens if final and first_only else None, **inputs)
+            x, probs = layer(x, mask, layout.first_tokens if final and plan.first_only else None, **inputs)
             if output_hidden_states:
                 hidden_states.append(layout.unpack(x))
             attentions.append(probs)
         x = self.family.finish(self, x)
-        x = layout.batch_first(x) if first_only else layout.unpack(x)  # (B, 1, C) or (B, L, C)
+        x = layout.batch_first(x) if plan.first_only else layout.unpack(x)  # (B, 1, C) or (B, L, C)
         if output_hidden_states:  # the last state is the finished one (transformers' tie_last_hidden_states)
             hidden_states[-1] = x
         return EncoderOutput(
@@ -160,11 +192,18 @@ class Encoder(Pretrained):
         )
 
     def _backend(self, *, probabilities: bool, query_subset: bool) -> Backend:
-        """The row this forward's attention runs on (attention.choose_backend, the one fallback rule)."""
+        """The row this forward's attention runs on (attention.choose_backend, the one fallback rule), for the
+        score form the family declares."""
         return choose_backend(self.attn_backend, probabilities=probabilities,
-                              score_form=self.layers[0].attention.score.form,
+                              score_form=self.family.score_form(self.config),
                               dropout=self.training and self.config.attention_dropout > 0,
                               query_subset=query_subset)
+
+    @staticmethod
+    def _without_padding(attention_mask: Tensor, batch: int, length: int) -> bool:
+        """Whether the mask is a (B, L) padding mask with no padding (one host sync; never while compiling)."""
+        return (tuple(attention_mask.shape) == (batch, length) and not torch.compiler.is_compiling()
+                and bool(attention_mask.all()))
 
     @staticmethod
     def _flex_on_cpu(backend: Backend, attention_mask: Tensor | None) -> bool:

@@ -21,16 +21,19 @@ What a family declares (the defaults are BERT's, or nothing):
                       EncoderLayer (nn/layers.py)
   parts               further encoder-level modules by name -> builder(config): a pre-LN family's
                       final norm, a relative-position table shared by every layer
-  layer_inputs(...)   per forward, once: keyword arguments every layer receives besides the mask
-                      (rotary tables: one per theta, each layer picking its own)
-  mask_inputs(...)    per forward, once: further keyword arguments read off the user's mask (DeBERTa-v2's
-                      convolution, which zeroes padded positions); default none
+  score_form(config)  the form of the scores its layers' attention computes (nn/score_functions.py), which
+                      decides the backend row a forward runs on (nn/attention.py choose_backend); default
+                      the form of Config.score_fn (DeBERTa-v2's: DISENTANGLED)
+  layer_inputs(...)   per forward, once, from the forward's ForwardInputs (nn/inputs.py: the user's mask, the
+                      layout, the positions in it): keyword arguments every layer receives besides its mask
+                      (ModernBERT's rotary tables, one per theta, each layer picking its own; DeBERTa-v2's
+                      relative embeddings and its convolution's padding); default none
   attention_windows   one per layer: how far its queries see, keys with |i - j| <= window, or None
                       (every key, the default); the Encoder prepares one mask per distinct window and
                       hands each layer its own (ModernBERT's local layers)
   relative_bias(...)  per forward, once: an additive relative-position bias, one value per head and
                       offset j - i (MPNet's), which every attention backend adds to the scaled scores
-                      (nn/attention.py Backend says how); default none
+                      (a field of nn/inputs.py AttentionInputs, which every backend's prepare reads); default none
   finish(encoder, x)  after the last layer: a pre-LN family's final norm
   pooler              whether the bare model has a pooler (BertModel does)
   sequence_classification(config)
@@ -45,15 +48,16 @@ What a family declares (the defaults are BERT's, or nothing):
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch.nn as nn
 from torch import Tensor
 
 from minialign.models.heads import SequenceClassification
 from minialign.nn.config import Config, families
+from minialign.nn.inputs import ForwardInputs
 from minialign.nn.layers import EncoderLayer
-from minialign.nn.layout import Layout
+from minialign.nn.score_functions import score_form
 
 
 
@@ -99,13 +103,13 @@ class Family:
         return [EncoderLayer(config) for _ in range(config.num_layers)]
 
     @classmethod
-    def layer_inputs(cls, encoder: nn.Module, position_ids: Tensor, layout: Layout) -> dict[str, Tensor]:
-        """position_ids in the forward's layout ((B, L) padded, (1, T) packed)."""
-        return {}
+    def score_form(cls, config: Config) -> str:
+        """The form of the scores every layer's attention computes (nn/score_functions.py DOT, OFFSET, ...)."""
+        return score_form(config.score_fn)
 
     @classmethod
-    def mask_inputs(cls, encoder: nn.Module, attention_mask: Tensor | None, layout: Layout) -> dict[str, Tensor]:
-        """attention_mask as the forward holds it (None: no padding)."""
+    def layer_inputs(cls, encoder: nn.Module, inputs: ForwardInputs) -> dict[str, Any]:
+        """The keyword arguments every layer receives besides its mask, built once per forward."""
         return {}
 
     @classmethod

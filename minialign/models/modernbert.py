@@ -43,8 +43,8 @@ from minialign.nn.attention import PreparedMask
 from minialign.nn.capture import record, unobserved
 from minialign.nn.config import (ACTIVATION, BOOL, POSITIVE_INT, POSITIVE_NUMBER, PROBABILITY, Config, checked,
                                  int_at_least, one_of, optional)
+from minialign.nn.inputs import ForwardInputs
 from minialign.nn.layers import PRECISION_LAYERS, FeedForward, SelfAttention
-from minialign.nn.layout import Layout
 from minialign.nn.linear import Linear
 from minialign.nn.rotary import rotary_tables
 
@@ -125,11 +125,14 @@ class GatedFeedForward(FeedForward):
     in FeedForward's inference slices."""
 
     def __init__(self, config: Config):
-        nn.Module.__init__(self)
-        self.up = Linear(config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias)
+        super().__init__(config, bias=config.mlp_bias)
         self.act = activation(config.activation)
         self.dropout = nn.Dropout(config.hidden_dropout if config.mlp_dropout is None else config.mlp_dropout)
-        self.down = Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
+
+    @staticmethod
+    def up_projection(config: Config, *, bias: bool) -> Linear:
+        """Wi, C -> 2I: the input and its gate; the activation applies to the input half alone (`rows`)."""
+        return Linear(config.hidden_size, 2 * config.intermediate_size, bias=bias)
 
     def rows(self, x: Tensor) -> Tensor:
         value, gate = self.up(x).chunk(2, dim=-1)  # (..., I) each
@@ -161,7 +164,7 @@ class ModernBertLayer(nn.Module):
         x = record("input", x)
         normed = self.attention_norm(x)
         normed = record("attention_norm", normed)  # pre-LN: what the attention reads (layer 0: the input itself)
-        a, probs = self.attention(normed, mask, queries, rotary[self.theta])
+        a, probs = self.attention(normed, mask, queries, rotary=rotary[self.theta])
         if queries is not None:
             x = queries(x)
         x = x + self.attention_dropout(a)
@@ -203,12 +206,14 @@ class ModernBert(Family):
                                       dense_bias=config.classifier_bias, norm_bias=config.norm_bias, record="pool")
 
     @classmethod
-    def layer_inputs(cls, encoder: nn.Module, position_ids: Tensor, layout: Layout) -> dict[str, object]:
-        """One (cos, sin) per distinct theta, in the weights' dtype (ModernBertRotaryEmbedding's cast)."""
+    def layer_inputs(cls, encoder: nn.Module, inputs: ForwardInputs) -> dict[str, object]:
+        """One (cos, sin) per distinct theta, in the weights' dtype (ModernBertRotaryEmbedding's cast), at the
+        positions in the forward's layout."""
         dtype = encoder.embeddings.word.weight.dtype
         thetas = dict.fromkeys(layer.theta for layer in encoder.layers)
         dim = encoder.config.head_dim
-        return {"rotary": {t: tuple(table.to(dtype) for table in rotary_tables(position_ids, dim, t)) for t in thetas}}
+        return {"rotary": {t: tuple(table.to(dtype) for table in rotary_tables(inputs.position_ids, dim, t))
+                           for t in thetas}}
 
     @classmethod
     def finish(cls, encoder: nn.Module, x: Tensor) -> Tensor:

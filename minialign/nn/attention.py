@@ -5,7 +5,8 @@ D head dim, T tokens of a packed batch. Mask convention: True (or non-zero) = at
 layouts and their normalisation are in masks.py (`keep_mask`, `attention_bias`).
 
 A backend is one row of BACKENDS (pattern: transformers' ALL_ATTENTION_FUNCTIONS): a `run` function
-with the signature of `eager`, a `prepare` that turns the user's mask into what `run` reads once per
+with the signature of `eager`, a `prepare` that turns one forward's AttentionInputs (inputs.py: the user's
+mask, the layout, the queries, a family's relative bias and window) into what `run` reads, once per
 forward, and what it can do. Adding a backend is two functions (run, prepare; they may live in their
 own module, as flex's do in flex.py) and one row.
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -38,7 +40,8 @@ from torch import Tensor, nn
 
 from minialign.nn import flex
 from minialign.nn.capture import capturing, current, record
-from minialign.nn.layout import Layout, padded
+from minialign.nn.inputs import AttentionInputs
+from minialign.nn.layout import padded
 # attention_bias and keep_mask are also read from here (ma.attention_bias), as before they moved to masks.py
 from minialign.nn.masks import attention_bias, first_query_only, keep_mask, offset_bias  # noqa: F401
 from minialign.nn.score_functions import DENSE, DISENTANGLED, DOT, OFFSET, ScaledDot
@@ -77,34 +80,30 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, score: nn.Module,
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=scale), None
 
 
-def additive_bias(mask: Tensor | None, layout: Layout, queries: str, dtype: torch.dtype, heads: int,
-                  relative: Tensor | None = None, *, window: int | None = None,
-                  device: torch.device | None = None) -> Tensor | None:
+def additive_bias(inputs: AttentionInputs) -> Tensor | None:
     """What eager and sdpa read: an additive (B|1, H|1, Lq|1, L) bias, or None (attend everywhere):
     the mask's bias (with a local layer's window materialised in it) plus the relative-position bias
     materialised (masks.offset_bias)."""
-    bias = attention_bias(mask, layout.batch, layout.length, dtype, window=window, device=device)
-    if relative is not None:
-        positions = offset_bias(relative.to(dtype), layout.length)  # (1, H, L, L)
+    layout, dtype = inputs.layout, inputs.dtype
+    bias = attention_bias(inputs.mask, layout.batch, layout.length, dtype, window=inputs.window, device=inputs.device)
+    if inputs.relative is not None:
+        positions = offset_bias(inputs.relative.to(dtype), layout.length)  # (1, H, L, L)
         bias = positions if bias is None else bias + positions
-    return first_query_only(bias) if queries == "first" else bias
+    return first_query_only(bias) if inputs.queries == "first" else bias
 
 
 @dataclass(frozen=True)
 class Backend:
     """A row of the table. `run(q, k, v, mask, score, dropout_p) -> (output (B, H, Lq, D),
-    probabilities (B, H, Lq, L) or None)`, where `mask` is what `prepare(user_mask, layout, queries,
-    dtype, num_heads, relative, window=, device=)` made, or None for a sequence attending everywhere.
-    `relative` is a family's relative-position bias, one value per head and offset j - i ((H, 2R + 1),
-    offsets -R..R, R >= L - 1; None: none): every row takes it, added to the scores after scaling (eager
-    and sdpa in their additive bias, flex in a score_mod). `window`: a local layer's, keys j with
-    |i - j| <= window only (None: every key), on top of the user's mask (eager and sdpa materialise it in
-    the bias; flex in its BlockMask, which skips the blocks out of reach); `device`: where a mask made
-    from nothing but the window lives."""
+    probabilities (B, H, Lq, L) or None)`, where `mask` is what `prepare(inputs)` made of one forward's
+    AttentionInputs (inputs.py), or None for a sequence attending everywhere. Every row takes every field:
+    a family's relative bias by offset is added to the scores after scaling (eager and sdpa in their
+    additive bias, flex in a score_mod); a local layer's window joins the user's mask (eager and sdpa
+    materialise it in the bias; flex in its BlockMask, which skips the blocks out of reach)."""
 
     name: str
     run: Callable
-    prepare: Callable
+    prepare: Callable[[AttentionInputs], Any]
     probabilities: bool = False  # returns attention probabilities
     packed: bool = False  # takes a packed row (layout.packed) as one call
     query_subset: bool = True  # takes queries="first": the first token's query against all keys
@@ -128,10 +127,8 @@ def recording(row: Backend) -> Backend:
     (scores_raw, scores_masked, probs) for the record only, so a capture changes no result. Padded
     layout, every query (`whole`): every layer records full (B, H, L, L) maps."""
 
-    def prepare(mask: Tensor | None, layout: Layout, queries: str, dtype: torch.dtype, heads: int,
-                relative: Tensor | None = None, *, window: int | None = None, device: torch.device | None = None):
-        return (row.prepare(mask, layout, queries, dtype, heads, relative, window=window, device=device),
-                additive_bias(mask, layout, queries, dtype, heads, relative, window=window, device=device))
+    def prepare(inputs: AttentionInputs):
+        return row.prepare(inputs), additive_bias(inputs)
 
     def run(q: Tensor, k: Tensor, v: Tensor, prepared, score: nn.Module, dropout_p: float):
         value, bias = prepared if prepared is not None else (None, None)
@@ -179,17 +176,20 @@ class PreparedMask:
     per_sequence: tuple[list[int], list[int], list[Any]] | None = None
 
 
-def prepare_mask(backend: Backend, mask: Tensor | None, layout: Layout, *, queries: str, dtype: torch.dtype,
-                 num_heads: int, relative: Tensor | None = None, window: int | None = None,
-                 device: torch.device | None = None) -> PreparedMask:
-    """One forward's mask on `backend`; `relative`: the family's relative-position bias by offset, `window`:
-    a local layer's reach, |i - j| <= window (None: global), `device`: the batch's (Backend)."""
-    extra = dict(window=window, device=device)
-    if layout.packed and not backend.packed:
-        keys = layout.host_lengths
-        alone = [backend.prepare(None, padded(1, n), queries, dtype, num_heads, relative, **extra) for n in keys]
-        return PreparedMask(backend, per_sequence=([1] * len(keys) if queries == "first" else keys, keys, alone))
-    return PreparedMask(backend, backend.prepare(mask, layout, queries, dtype, num_heads, relative, **extra))
+def prepare_mask(backend: Backend, inputs: AttentionInputs | Tensor | None, *legacy, **legacy_options) -> PreparedMask:
+    """One forward's mask on `backend`, from its AttentionInputs (inputs.py). The earlier form,
+    prepare_mask(backend, mask, layout, queries=, dtype=, num_heads=, relative=, window=, device=), still
+    works, with a DeprecationWarning."""
+    if not isinstance(inputs, AttentionInputs):
+        warnings.warn("prepare_mask(backend, mask, layout, queries=..., dtype=..., ...) is deprecated: pass one "
+                      "minialign.nn.inputs.AttentionInputs, prepare_mask(backend, AttentionInputs(mask, layout, "
+                      "dtype, num_heads, ...))", DeprecationWarning, stacklevel=2)
+        inputs = AttentionInputs(inputs, *legacy, **legacy_options)
+    if inputs.layout.packed and not backend.packed:
+        keys = inputs.layout.host_lengths
+        alone = [backend.prepare(replace(inputs, mask=None, layout=padded(1, n))) for n in keys]
+        return PreparedMask(backend, per_sequence=([1] * len(keys) if inputs.queries == "first" else keys, keys, alone))
+    return PreparedMask(backend, backend.prepare(inputs))
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, mask: PreparedMask, *, score: nn.Module | None = None,

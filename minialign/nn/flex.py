@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 from torch.nn.attention.flex_attention import flex_attention as _flex_attention
 
-from minialign.nn.layout import Layout
+from minialign.nn.inputs import AttentionInputs
 from minialign.nn.masks import keep_mask, right_padded_lengths, window_keep
 from minialign.nn.score_functions import DISENTANGLED, OFFSET
 
@@ -104,15 +104,14 @@ def run(q: Tensor, k: Tensor, v: Tensor, mask: FlexMask | None, score: nn.Module
                           relative=mask.relative, disentangled=disentangled), None
 
 
-def prepare(mask: Tensor | None, layout: Layout, queries: str, dtype: torch.dtype, num_heads: int,
-            relative: Tensor | None = None, *, window: int | None = None,
-            device: torch.device | None = None) -> FlexMask:
+def prepare(inputs: AttentionInputs) -> FlexMask:
     """Flex's `prepare`, one forward's FlexMask (every query: flex declares no query subset): a document
     mask for a packed layout, a padding mask for a right-padded 2-D mask, a score_mod bias for a
-    floating mask, a looked-up BlockMask for any other boolean one; `relative` kept for the score_mod.
-    `window` (a local layer's |i - j| <= window) joins each BlockMask: the blocks out of its reach are
+    floating mask, a looked-up BlockMask for any other boolean one; the relative bias kept for the score_mod.
+    The window (a local layer's |i - j| <= window) joins each BlockMask: the blocks out of its reach are
     not visited; on a floating mask it is blocked in the bias."""
-    relative = relative.to(dtype) if relative is not None else None
+    mask, layout, dtype, window = inputs.mask, inputs.layout, inputs.dtype, inputs.window
+    relative = inputs.relative.to(dtype) if inputs.relative is not None else None
     if window is not None and layout.length - 1 <= window:
         window = None  # the band covers every pair
     if layout.packed:
@@ -120,13 +119,13 @@ def prepare(mask: Tensor | None, layout: Layout, queries: str, dtype: torch.dtyp
     B, L = layout.batch, layout.length
     keep = keep_mask(mask, B, L)
     if keep is None:
-        return FlexMask(window_block_mask(L, window, device), relative=relative) if window is not None \
+        return FlexMask(window_block_mask(L, window, inputs.device), relative=relative) if window is not None \
             else FlexMask(relative=relative)
     if keep.is_floating_point():
         bias = keep.to(dtype)
         if window is not None:
             bias = bias.masked_fill(~window_keep(L, window, keep.device), torch.finfo(dtype).min)
-        return FlexMask(score_bias=bias.expand(B, num_heads, L, L), relative=relative)
+        return FlexMask(score_bias=bias.expand(B, inputs.num_heads, L, L), relative=relative)
     lengths = right_padded_lengths(mask) if mask.dim() == 2 else None
     if lengths is not None:
         return FlexMask(padding_block_mask(lengths, L, L, window), relative=relative)

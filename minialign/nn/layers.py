@@ -31,21 +31,28 @@ class SelfAttention(nn.Module):
     Q, K and V are one (3C, C) matmul; the state dict still names them query / key / value
     (split on save, fused on load: `split_qkv`, `fuse_qkv`), so checkpoints and the converter see
     the usual names; `fused_names`: it names the fused qkv, for a family whose checkpoints hold one
-    (ModernBERT's Wqkv). `rotary`: (cos, sin) tables (B, L, D) rotating queries and keys (nn/rotary.py)."""
+    (ModernBERT's Wqkv). `rotary`: (cos, sin) tables (B, L, D) rotating queries and keys (nn/rotary.py);
+    `score`: this forward's score function, where a family binds one per forward (DeBERTa's, from the relative
+    embeddings), else the attention's own (`own_score`: Config.score_fn's, score_functions.py)."""
 
     def __init__(self, config: Config, *, bias: bool = True, fused_names: bool = False):
         super().__init__()
         self.num_heads, self.dropout_p = config.num_heads, config.attention_dropout
         self.qkv = Linear(config.hidden_size, 3 * config.hidden_size, bias=bias)
-        self.score = make_score_function(config.score_fn, config.num_heads, config.head_dim,
-                                         config.max_relative_distance)
+        self.score = self.own_score(config)
         self.output = Linear(config.hidden_size, config.hidden_size, bias=bias)
         if not fused_names:
             self._register_state_dict_hook(split_qkv)
             self._register_load_state_dict_pre_hook(fuse_qkv)
 
+    def own_score(self, config: Config) -> nn.Module | None:
+        """The score function this attention holds (its parameters are the layer's); None: one is bound per
+        forward and passed as `score`."""
+        return make_score_function(config.score_fn, config.num_heads, config.head_dim, config.max_relative_distance)
+
     def forward(self, x: Tensor, mask: PreparedMask, queries: Callable[[Tensor], Tensor] | None = None,
-                rotary: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor | None]:
+                rotary: tuple[Tensor, Tensor] | None = None, *,
+                score: nn.Module | None = None) -> tuple[Tensor, Tensor | None]:
         """x (B, L, C). `queries` picks the query tokens (default: all), e.g. Layout.first_tokens."""
         B, L, C = x.shape
         heads = lambda t: t.view(B, t.size(1), self.num_heads, -1).transpose(1, 2)  # noqa: E731  (B, H, L, D)
@@ -58,7 +65,8 @@ class SelfAttention(nn.Module):
         q = record("q", q)
         k = record("k", k)
         v = record("v", v)
-        y, probs = attention(q, k, v, mask, score=self.score, dropout_p=self.dropout_p if self.training else 0.0)
+        y, probs = attention(q, k, v, mask, score=self.score if score is None else score,
+                             dropout_p=self.dropout_p if self.training else 0.0)
         y = record("context", y)  # (B, H, Lq, D)
         # y (or the copy reshape makes of it) is read again only by a capture or a hook
         out = self.output(y.transpose(1, 2).reshape(B, q.size(2), C), scratch=unobserved(self.output))  # (B, Lq, C)
@@ -99,8 +107,13 @@ class FeedForward(nn.Module):
 
     def __init__(self, config: Config, *, bias: bool = True):
         super().__init__()
-        self.up = Linear(config.hidden_size, config.intermediate_size, bias=bias, activation=config.activation)
+        self.up = self.up_projection(config, bias=bias)
         self.down = Linear(config.intermediate_size, config.hidden_size, bias=bias)
+
+    @staticmethod
+    def up_projection(config: Config, *, bias: bool) -> Linear:
+        """C -> I, the activation fused into it."""
+        return Linear(config.hidden_size, config.intermediate_size, bias=bias, activation=config.activation)
 
     def forward(self, x: Tensor) -> Tensor:
         rows = x.numel() // x.shape[-1]
@@ -158,12 +171,12 @@ class EncoderLayer(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout)
         self.attention_dropout = self.dropout  # on the attention output (a family may have none there)
 
-    def forward(self, x: Tensor, mask: PreparedMask,
-                queries: Callable[[Tensor], Tensor] | None = None) -> tuple[Tensor, Tensor | None]:
+    def forward(self, x: Tensor, mask: PreparedMask, queries: Callable[[Tensor], Tensor] | None = None, *,
+                score: nn.Module | None = None) -> tuple[Tensor, Tensor | None]:
         """x (B, L, C) -> the new states of the `queries` tokens (default: all) (B, Lq, C), and the
-        attention probabilities (B, H, Lq, L) when the backend gives them."""
+        attention probabilities (B, H, Lq, L) when the backend gives them. `score`: SelfAttention's."""
         x = record("input", x)
-        a, probs = self.attention(x, mask, queries)
+        a, probs = self.attention(x, mask, queries, score=score)
         if queries is not None:
             x = queries(x)
         x = x + self.attention_dropout(a)

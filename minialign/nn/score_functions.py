@@ -30,7 +30,6 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-SCORE_FUNCTIONS = ("scaled_dot", "general", "bilinear", "additive", "location")
 DOT, OFFSET, DENSE, DISENTANGLED = "dot", "offset", "dense", "disentangled"
 
 
@@ -121,15 +120,27 @@ class Location(nn.Module):
         return torch.gather(table, -1, index)
 
 
+SCORE_CLASSES: dict[str, type[nn.Module]] = {"scaled_dot": ScaledDot, "general": General, "bilinear": Bilinear,
+                                              "additive": Additive, "location": Location}
+SCORE_FUNCTIONS = tuple(SCORE_CLASSES)  # Config.score_fn's names
+
+
+def score_class(name: str) -> type[nn.Module]:
+    try:
+        return SCORE_CLASSES[name]
+    except KeyError:
+        raise ValueError(f"unknown score function {name!r}; choose from {SCORE_FUNCTIONS}") from None
+
+
+def score_form(name: str) -> str:
+    """The form of the score function `name` (what the attention backends read to know whether they run it)."""
+    return score_class(name).form
+
+
 def make_score_function(name: str, heads: int, head_dim: int, max_distance: int) -> nn.Module:
-    if name == "scaled_dot":
+    cls = score_class(name)
+    if cls is ScaledDot:
         return ScaledDot()
-    if name == "general":
-        return General(heads, head_dim)
-    if name == "bilinear":
-        return Bilinear(heads, head_dim)
-    if name == "additive":
-        return Additive(heads, head_dim)
-    if name == "location":
+    if cls is Location:
         return Location(heads, head_dim, max_distance)
-    raise ValueError(f"unknown score function {name!r}; choose from {SCORE_FUNCTIONS}")
+    return cls(heads, head_dim)

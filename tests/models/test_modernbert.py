@@ -18,6 +18,7 @@ from minialign.apps.cli import main as cli
 from minialign.models import Family
 from minialign.nn import flex
 from minialign.nn.attention import additive_bias
+from minialign.nn.inputs import AttentionInputs
 from minialign.nn.layout import padded
 
 TOL = dict(atol=1e-5, rtol=0)
@@ -101,17 +102,18 @@ def test_the_window_joins_the_padding_mask_in_every_backend():
     L, window = 300, 8
     lengths = torch.tensor([300, 200, 5])
     mask = (torch.arange(L)[None] < lengths[:, None]).long()
-    bias = additive_bias(mask, padded(3, L), "all", torch.float32, 4, window=window)
+    bias = additive_bias(AttentionInputs(mask, padded(3, L), torch.float32, 4, window=window))
     keep = bias == 0
     pos = torch.arange(L)
     expected = mask.bool()[:, None, None, :] & ((pos[:, None] - pos[None, :]).abs() <= window)[None, None]
     assert torch.equal(keep, expected) and torch.isfinite(bias).all()
-    block_mask = flex.prepare(mask, padded(3, L), "all", torch.float32, 4, window=window).block_mask
+    block_mask = flex.prepare(AttentionInputs(mask, padded(3, L), torch.float32, 4, window=window)).block_mask
     dense = torch.nn.attention.flex_attention.create_mask(block_mask.mask_mod, 3, 1, L, L)
     real_queries = (pos[None, :] < lengths[:, None])[:, None, :, None]
     assert torch.equal(dense & real_queries, expected & real_queries)
     assert block_mask.kv_num_blocks[0].sum() + block_mask.full_kv_num_blocks[0].sum() < 3 * 3  # blocks skipped
-    assert additive_bias(mask[:, :9], padded(3, 9), "all", torch.float32, 4, window=window).shape == (3, 1, 1, 9)
+    short = AttentionInputs(mask[:, :9], padded(3, 9), torch.float32, 4, window=window)
+    assert additive_bias(short).shape == (3, 1, 1, 9)
 
 
 def test_window_and_theta_matter(tmp_path):
