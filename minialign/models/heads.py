@@ -26,7 +26,7 @@ each with its one module, and a family states what it changes about each the sam
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 import torch.nn as nn
@@ -37,8 +37,12 @@ from minialign.nn.capture import record
 from minialign.nn.config import Config
 from minialign.nn.linear import Linear
 
-if TYPE_CHECKING:
-    from minialign.models.encoder import EncoderOutput
+
+class EncoderOutput(Protocol):
+    """What a head reads of the encoder's output (models/encoder.py EncoderOutput)."""
+
+    last_hidden_state: Tensor  # (B, L, C), or (B, 1, C) when only the first tokens were computed
+    pooler_output: Tensor | None  # (B, C)
 
 POOLS = ("pooler", "first", "mean")
 

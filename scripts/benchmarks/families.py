@@ -13,9 +13,8 @@ from pathlib import Path
 
 import torch
 
-from minialign.convert import hf_config
 from minialign.models.encoder import Encoder
-from minialign.nn.config import Config
+from minialign.nn.config import Config, families
 
 from benchmarks.corpus import mixed_texts
 from benchmarks.encoder import inputs, mixed_lengths
@@ -44,7 +43,7 @@ EMBEDDING_TABLE = {"model": "", "texts": "", "impl": "", "texts/s": ".1f", "spee
 
 def configs() -> dict[str, Config]:
     """The families to time, each at its base preset."""
-    return {arch: Config.from_name(name) for arch, name in SHAPES.items() if arch in hf_config.FAMILIES}
+    return {arch: Config.from_name(name) for arch, name in SHAPES.items() if arch in families()}
 
 
 def transformers_model(directory: str):
@@ -104,7 +103,7 @@ def measure_encoders(*, reps: int, families: dict[str, Config] | None = None, le
 
 def mpnet_source(directory: str | None) -> tuple[Path | None, str]:
     """(the sentence-transformers MPNet directory, "") or (None, why the embeddings row is skipped)."""
-    if "mpnet" not in hf_config.FAMILIES:
+    if "mpnet" not in families():
         return None, "minialign does not run mpnet yet"
     directory = directory or os.environ.get(MPNET_ENV)
     if not directory:
