@@ -33,7 +33,8 @@ __all__ = ["Format", "format_of", "model_types", "module_name"]
 
 def format_of(model_type: str, *, source: str = "config") -> Format:
     """The format of `model_type` (its file here); a ValueError naming it and the known families otherwise."""
-    if not isinstance(model_type, str) or module_name(model_type) not in {m.name for m in pkgutil.iter_modules(__path__)}:
+    files = {m.name for m in pkgutil.iter_modules(__path__)}
+    if not isinstance(model_type, str) or module_name(model_type) not in files:
         raise ValueError(f"{source}: model_type {model_type!r} is not supported (expected one of "
                          f"{', '.join(map(repr, model_types()))})")
     found = importlib.import_module(f"{__name__}.{module_name(model_type)}").FORMAT

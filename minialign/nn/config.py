@@ -80,7 +80,8 @@ BOOL = Rule("a bool", lambda v: isinstance(v, bool))
 PROBABILITY = Rule("in [0, 1)", lambda v: _number(v) and 0.0 <= v < 1.0)
 POSITIVE_NUMBER = Rule("a positive number", lambda v: _number(v) and v > 0)
 ACTIVATION = one_of(ACTIVATIONS)
-LABELS = Rule("a sequence of label names", lambda v: isinstance(v, (tuple, list)) and all(isinstance(x, str) for x in v),
+LABELS = Rule("a sequence of label names",
+              lambda v: isinstance(v, (tuple, list)) and all(isinstance(x, str) for x in v),
               tuple)
 
 
@@ -160,9 +161,10 @@ class Config:
         known = {f.name for f in dataclasses.fields(target)}
         foreign = sorted(set(kwargs) - known)
         if foreign:
+            declaring = [arch for arch, other in _FAMILIES.items()
+                         if set(foreign) <= {f.name for f in dataclasses.fields(other)}]
             raise ValueError(f"Config field(s) {foreign} are not fields of the {target.format.model_type} family "
-                             f"({target.__name__}); the families declaring them: "
-                             f"{[t for t, c in _FAMILIES.items() if set(foreign) <= {f.name for f in dataclasses.fields(c)}]}")
+                             f"({target.__name__}); the families declaring them: {declaring}")
         return object.__new__(target)
 
     def __post_init__(self) -> None:
@@ -174,7 +176,8 @@ class Config:
             raise ValueError(f"Config.arch {self.arch!r} does not match {type(self).__name__} "
                              f"({type(self).format.model_type!r})")
         if self.hidden_size % self.num_heads:
-            raise ValueError(f"Config.hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads})")
+            raise ValueError(f"Config.hidden_size ({self.hidden_size}) must be divisible by num_heads "
+                             f"({self.num_heads})")
         if not _int(self.pad_token_id) or not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(f"Config.pad_token_id must be in [0, vocab_size), got {self.pad_token_id!r}")
         if self.max_seq_len < 1:
