@@ -103,7 +103,6 @@ for arch in FAMILIES:
         cls = getattr(ma, cls_name)
         model = cls(config, seed=0).eval()
         with tempfile.TemporaryDirectory() as d:
-            from minialign.loading.checkpoints import read_checkpoint
             from minialign.loading.export import export_hf
             from minialign.loading import Checkpoint, save_native
             tensors_ = {cls.checkpoint_prefix + k: v for k, v in model.state_dict().items()}
