@@ -5,6 +5,8 @@ against its definition (tests/nn/test_analysis.py).
   attention_rollout(probs_list)     Abnar & Zuidema 2020 ("Quantifying Attention Flow in Transformers", eq. 1):
                                     per layer 0.5 * (mean over heads) + 0.5 * I, rows renormalised, multiplied
                                     from the first layer up: how much each output token draws on each input token
+  attention_flow(probs_list)        the same paper's flow: the maximum flow from each input token to each output
+                                    token through the layers' attention graph (exact max-flow, short inputs)
   logit_lens(model, cap)            each layer's residual stream read through the model's own finish (a pre-LN
                                     family's final norm) and masked-LM head: (layers, B, L, V) vocabulary logits
   residual_decomposition(model, cap)   the last hidden state as a sum of what the embeddings, each layer's
@@ -48,6 +50,71 @@ def attention_rollout(probs: Sequence[Tensor], *, residual: bool = True) -> Tens
     if rollout is None:
         raise ValueError("attention_rollout needs at least one layer's probabilities")
     return rollout
+
+
+def attention_flow(probs: Sequence[Tensor], *, residual: bool = True) -> Tensor:
+    """Attention flow over layers (Abnar & Zuidema 2020, "Quantifying Attention Flow in Transformers", sec. 3)
+    -> (B, L, L): entry (i, j) is the maximum flow from input token j to output token i in the attention graph,
+    a flow network whose node (l, t) is token t after layer l (l = 0: the input) and whose edge
+    (l - 1, j) -> (l, i) has capacity A_l[i, j]: the layer's probabilities with heads averaged, with the
+    residual 0.5 A + 0.5 I rows renormalised as in `attention_rollout`. Where rollout multiplies the layers'
+    attention up (every path counts), flow bounds each path by its narrowest edge.
+
+    Exact, by Edmonds-Karp (shortest augmenting paths) for each pair: L^2 flows over (N + 1) L nodes and
+    N L^2 edges, in Python: meant for the short inputs the paper studies (tens of tokens)."""
+    layers = [layer.float().mean(dim=1) for layer in probs]  # (B, L, L) each: heads averaged
+    if not layers:
+        raise ValueError("attention_flow needs at least one layer's probabilities")
+    if residual:
+        eye = torch.eye(layers[0].size(-1), device=layers[0].device)
+        layers = [(0.5 * a + 0.5 * eye) / (0.5 * a + 0.5 * eye).sum(dim=-1, keepdim=True) for a in layers]
+    B, L = layers[0].shape[:2]
+    flows = torch.zeros(B, L, L, dtype=torch.float64)
+    for b in range(B):
+        capacity = [a[b].double().tolist() for a in layers]  # capacity[l - 1][i][j]: edge (l - 1, j) -> (l, i)
+        for i in range(L):
+            for j in range(L):
+                flows[b, i, j] = _max_flow(capacity, source=j, sink=i)
+    return flows.to(layers[0].dtype)
+
+
+def _max_flow(capacity: list[list[list[float]]], *, source: int, sink: int, eps: float = 1e-12) -> float:
+    """Edmonds-Karp on the layered attention graph (attention_flow): from node (0, source) to (N, sink). Edges
+    join adjacent layers only; a residual edge runs backward where flow was sent."""
+    N, L = len(capacity), len(capacity[0])
+    used = [[[0.0] * L for _ in range(L)] for _ in range(N)]  # used[l - 1][i][j]: flow on (l - 1, j) -> (l, i)
+    total = 0.0
+    while True:
+        parent = {(0, source): None}
+        queue, head = [(0, source)], 0
+        while head < len(queue) and (N, sink) not in parent:
+            layer, token = queue[head]
+            head += 1
+            steps = []
+            if layer < N:  # forward edges to the next layer, where capacity is left
+                steps += [((layer + 1, i), True) for i in range(L)
+                          if capacity[layer][i][token] - used[layer][i][token] > eps]
+            if layer > 0:  # backward along edges carrying flow
+                steps += [((layer - 1, k), False) for k in range(L) if used[layer - 1][token][k] > eps]
+            for node, forward in steps:
+                if node not in parent:
+                    parent[node] = ((layer, token), forward)
+                    queue.append(node)
+        if (N, sink) not in parent:
+            return total
+        path, node = [], (N, sink)
+        while parent[node] is not None:
+            previous, forward = parent[node]
+            path.append((previous, node, forward))
+            node = previous
+        room = min(capacity[a[0]][b[1]][a[1]] - used[a[0]][b[1]][a[1]] if forward else used[b[0]][a[1]][b[1]]
+                   for a, b, forward in path)
+        for a, b, forward in path:
+            if forward:
+                used[a[0]][b[1]][a[1]] += room
+            else:
+                used[b[0]][a[1]][b[1]] -= room
+        total += room
 
 
 def _spread(norm: nn.LayerNorm, total: Tensor, parts: dict[str, Tensor], bias_name: str) -> dict[str, Tensor]:

@@ -71,3 +71,30 @@ def test_logit_lens_ends_in_the_models_own_predictions():
     assert (lens[0] - lens[-1]).abs().max() > 1e-3  # earlier layers read otherwise
     with pytest.raises(ValueError, match="no masked-LM head"):
         analysis.logit_lens(ma.Encoder(config, seed=0), cap)
+
+
+def test_attention_flow_is_the_max_flow_of_the_attention_graph():
+    """Against its definition (Abnar & Zuidema 2020, sec. 3), solved by networkx (torch's own dependency) on the
+    same graph: node (l, t), edge (l - 1, j) -> (l, i) of capacity A_l[i, j], heads averaged, residual mixed in."""
+    import networkx
+
+    torch.manual_seed(0)
+    layers = [torch.softmax(torch.randn(2, 3, 5, 5), dim=-1) for _ in range(3)]
+    got = analysis.attention_flow(layers)
+    assert got.shape == (2, 5, 5)
+    for b in range(2):
+        graph = networkx.DiGraph()
+        for n, layer in enumerate(layers, start=1):
+            a = 0.5 * layer[b].mean(0).double() + 0.5 * torch.eye(5, dtype=torch.float64)
+            a = a / a.sum(-1, keepdim=True)
+            for i in range(5):
+                for j in range(5):
+                    graph.add_edge((n - 1, j), (n, i), capacity=float(a[i, j]))
+        for i in range(5):
+            for j in range(5):
+                expected = networkx.maximum_flow_value(graph, (0, j), (3, i))
+                assert abs(float(got[b, i, j]) - expected) < 1e-5, (b, i, j)
+    one = analysis.attention_flow(layers[:1], residual=False)  # one layer: each flow is its one edge
+    torch.testing.assert_close(one, layers[0].mean(1))
+    with pytest.raises(ValueError, match="at least one layer"):
+        analysis.attention_flow([])
