@@ -99,6 +99,8 @@ def fields_from_hf(hf: dict[str, Any], row: ConfigRow, *, source: str = "config.
     for name in ("problem_type", "classifier_dropout"):
         if hf.get(name) is not None:
             out[name] = hf[name]
+    if hf.get("pruned_heads"):  # PretrainedConfig (v4): {"3": [0, 2]}; checked by the config's rule
+        out["pruned_heads"] = hf["pruned_heads"]
     return out
 
 
@@ -130,6 +132,8 @@ def fields_to_hf(fields: dict[str, Any], row: ConfigRow, *, classifier: bool = F
     for name in ("problem_type", "classifier_dropout"):
         if fields.get(name) is not None:
             hf[name] = fields[name]
+    if fields.get("pruned_heads"):  # (layer, heads) pairs -> transformers v4's {"3": [0, 2]}
+        hf["pruned_heads"] = {str(layer): list(heads) for layer, heads in fields["pruned_heads"]}
     hf.update(model_type=row.model_type, architectures=[row.classifier_class if classifier else row.base_class],
               **row.written)
     return hf

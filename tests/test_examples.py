@@ -52,3 +52,19 @@ def test_score_functions():
     first = {line.split(":")[0].strip(): line.split("loss ")[1].split(" ->")[0] for line in lines}
     # one seeded head for all: general and bilinear start as the scaled dot product, so their first loss is its
     assert first["scaled_dot"] == first["general"] == first["bilinear"], first
+
+
+def test_activation_patching(minilm_dir):
+    """The city is carried by its own token through layer 4 (patching it alone restores the clean cosine, any
+    other token nothing); the last layer, which mean pooling reads, has spread it over every token."""
+    out = run("activation_patching.py", str(minilm_dir))
+    lines = out.splitlines()
+    tokens = lines[2].split()
+    city = tokens.index("paris")
+    rows = {line.split()[0]: [float(v) for v in line.split()[1:]] for line in lines[3:] if line.strip().startswith(
+        ("embeddings.", "layers."))}
+    for name in ["embeddings.norm", *(f"layers.{i}.output" for i in range(5))]:
+        assert rows[name][city] > 0.9, (name, out)
+        assert all(abs(v) < 0.05 for i, v in enumerate(rows[name]) if i != city), (name, out)
+    assert rows["layers.5.output"][city] < 0.9 and min(rows["layers.5.output"]) > 0.02, out
+    assert lines[-1].startswith("layer 5, one head's context patched: head 0")

@@ -41,6 +41,20 @@ class Pretrained(nn.Module):
 
         return load(cls, src, **kwargs)
 
+    def save_pretrained(self, directory, *, layout: str = "native", dtype: torch.dtype | None = None):
+        """Write this model's weights and config to `directory`, which from_pretrained reads back: "native"
+        (minialign's config.json + model.safetensors) or "hf" (transformers' layout, as `minialign convert
+        --to hf` writes it; loading.export). dtype: cast the floating weights (default: as they are). Returns
+        the directory."""
+        from minialign.loading.checkpoints import Checkpoint
+        from minialign.loading.export import export_hf, save_native
+
+        writers = {"native": save_native, "hf": export_hf}
+        if layout not in writers:
+            raise ValueError(f"layout must be one of {tuple(writers)}, got {layout!r}")
+        tensors = {self.checkpoint_prefix + name: t.detach() for name, t in self.state_dict().items()}
+        return writers[layout](Checkpoint(self.config, tensors, origin=type(self).__name__), directory, dtype=dtype)
+
     @property
     def precision(self) -> Precision:
         """What the Linear layers each layer declares run (nn/precision.py): PLAIN (their weights' dtype; the

@@ -368,6 +368,9 @@ class DebertaV2(Bert):
     Embeddings = DebertaV2Embeddings
     parts = {"relative": RelativeEmbeddings}
     pooler = False  # DebertaV2Model has none
+    unprunable = ("its relative-position projections are shared with each layer's key and query projections "
+                  "(share_att_key) and the position terms are computed per head from them; transformers' "
+                  "DebertaV2 has no prune_heads either")
 
     @classmethod
     def sequence_classification(cls, config: Config) -> SequenceClassification:

@@ -88,11 +88,32 @@ class Encoder(Pretrained):
                 self.add_module(name, build(config))
             self.pooler = Pooler(config) if (family.pooler if pooler is None else pooler) else None
             init_weights(self, config, seed)
+        if config.pruned_heads:  # a pruned model's config: its checkpoint holds the pruned layers
+            self._prune(dict(config.pruned_heads))
+
+    def prune_heads(self, heads_to_prune: dict[int, list[int]]) -> None:
+        """Remove attention heads, in place: {layer: [heads]}, heads numbered as in the unpruned layer (transformers
+        v4 PreTrainedModel.prune_heads; its config's pruned_heads records them, so a saved model loads pruned). A
+        pruned head's output is gone as if a head_mask of 0 silenced it, and its parameters with it. Parameters
+        of a pruned layer's attention become new tensors: make an optimizer afterwards."""
+        merged = {layer: set(heads) for layer, heads in self.config.pruned_heads}
+        for layer, heads in heads_to_prune.items():
+            merged.setdefault(layer, set()).update(heads)
+        config = replace(self.config, pruned_heads=merged)  # checks every layer and head index
+        self._prune(heads_to_prune)
+        self.config = config
+
+    def _prune(self, heads_to_prune: dict[int, Any]) -> None:
+        if self.family.unprunable:
+            raise ValueError(f"{self.config.arch} heads cannot be pruned: {self.family.unprunable}")
+        for layer, heads in heads_to_prune.items():
+            self.layers[layer].attention.prune(heads)
 
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
         position_ids: Tensor | None = None, *, output_hidden_states: bool = False, output_attentions: bool = False,
         unpad: bool = False, final_tokens: str = "all", windows_over_custom_mask: bool = True,
+        head_mask: Tensor | None = None,
     ) -> EncoderOutput:
         """input_ids (B, L); attention_mask (B, L), (B, L, L) or (B|1, H|1, L, L), True/1 = attend.
 
@@ -109,6 +130,10 @@ class Encoder(Pretrained):
             of a custom (B, L, L) or 4-D mask (True, the default: the layer never sees past its window); False
             drops the windows under such a mask, as transformers does when it is given a 4-D mask
             (masking_utils: a custom mask is taken as it is). A 2-D padding mask always keeps them.
+        head_mask: (H,) or (num_layers, H), transformers v4's: each head's attention probabilities times its
+            entry (1 keeps the head, 0 silences it), on every backend and layout; the probabilities returned
+            by output_attentions are the scaled ones, a capture's `attention.probs` the softmax before it.
+            Heads are numbered as in the unpruned model: a pruned head's entry is not read.
         """
         self._check_input(input_ids)
         if final_tokens not in FINAL_TOKENS:
@@ -129,6 +154,8 @@ class Encoder(Pretrained):
                                            relative=self.family.relative_bias(self, input_ids.size(1)),
                                            device=x.device)
         masks = self._masks(plan, attention_inputs)
+        if head_mask is not None:
+            masks = [replace(mask, head_scale=scale) for mask, scale in zip(masks, self._head_scales(head_mask, x))]
         inputs = self.family.layer_inputs(self, ForwardInputs(plan.attention_mask, layout, position_ids))
         out = self._layers(x, masks, plan, inputs, output_hidden_states, output_attentions)
         if self.pooler is not None:
@@ -190,6 +217,17 @@ class Encoder(Pretrained):
             hidden_states=tuple(hidden_states) if hidden_states is not None else None,
             attentions=tuple(attentions) if output_attentions else None,
         )
+
+    def _head_scales(self, head_mask: Tensor, x: Tensor) -> list[Tensor]:
+        """Each layer's (1, H_i, 1, 1) head scale from a head_mask of (H,) or (num_layers, H) (transformers v4
+        PreTrainedModel.get_head_mask), the entries of its kept heads."""
+        layers, heads = self.config.num_layers, self.config.num_heads
+        if not isinstance(head_mask, Tensor) or tuple(head_mask.shape) not in ((heads,), (layers, heads)):
+            raise ValueError(f"head_mask must be a tensor of shape ({heads},) or ({layers}, {heads}) (num_layers, "
+                             f"num_heads), got {tuple(getattr(head_mask, 'shape', ())) or type(head_mask).__name__}")
+        head_mask = head_mask.to(device=x.device, dtype=torch.float32 if not x.is_floating_point() else x.dtype)
+        per_layer = head_mask.expand(layers, heads)
+        return [per_layer[i, list(self.config.kept_heads(i))].view(1, -1, 1, 1) for i in range(layers)]
 
     def _backend(self, *, probabilities: bool, query_subset: bool) -> Backend:
         """The row this forward's attention runs on (attention.choose_backend, the one fallback rule), for the
@@ -259,7 +297,16 @@ class AlignOutput:
     attentions: tuple[Tensor, ...] | None = None
 
 
-class AlignModel(Pretrained):
+class _OnEncoder:
+    """What a model with heads on `encoder` passes on to it."""
+
+    def prune_heads(self, heads_to_prune: dict[int, list[int]]) -> None:
+        """Encoder.prune_heads on this model's encoder; its config records them too."""
+        self.encoder.prune_heads(heads_to_prune)
+        self.config = replace(self.config, pruned_heads=self.encoder.config.pruned_heads)
+
+
+class AlignModel(_OnEncoder, Pretrained):
     """AlignScore's BERTAlignModel: an Encoder, the MLM head and three heads on the pooled first token."""
 
     checkpoint_prefix = ""  # see Encoder: a checkpoint's tensors are under AlignModel's names
@@ -292,13 +339,14 @@ class AlignModel(Pretrained):
         self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
         position_ids: Tensor | None = None, *, mlm: bool = False,
         output_hidden_states: bool = False, output_attentions: bool = False, unpad: bool = False,
+        head_mask: Tensor | None = None,
     ) -> AlignOutput:
         """Heads on the pooled first token; the MLM head (every token) only with mlm=True. Without it
         the last layer runs for the first tokens alone (Encoder.forward final_tokens="first"), and
         last_hidden_state is (B, 1, C). unpad: see Encoder.forward."""
         out = self.encoder(input_ids, attention_mask, token_type_ids, position_ids,
                            output_hidden_states=output_hidden_states, output_attentions=output_attentions,
-                           unpad=unpad, final_tokens="all" if mlm else "first")
+                           unpad=unpad, final_tokens="all" if mlm else "first", head_mask=head_mask)
         pooled = out.pooler_output
         return AlignOutput(
             tri_label_logits=self.tri_layer(self.dropout(pooled)),
@@ -321,7 +369,7 @@ class ClassifierOutput:
     attentions: tuple[Tensor, ...] | None = None
 
 
-class ClassifierModel(Pretrained):
+class ClassifierModel(_OnEncoder, Pretrained):
     """<Family>ForSequenceClassification: an Encoder (with a pooler where the family's head reads it) and the
     sequence-classification head the family declares (Family.sequence_classification, heads.py)."""
 
@@ -347,14 +395,14 @@ class ClassifierModel(Pretrained):
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
         position_ids: Tensor | None = None, *, output_hidden_states: bool = False, output_attentions: bool = False,
-        unpad: bool = False,
+        unpad: bool = False, head_mask: Tensor | None = None,
     ) -> ClassifierOutput:
         """Logits on the first token, the last layer running for it alone (Encoder final_tokens="first"); a
         head that pools every token (SequenceClassification.tokens "all") gets them and the mask."""
         tokens = self.classifier.kind.tokens
         out = self.encoder(input_ids, attention_mask, token_type_ids, position_ids,
                            output_hidden_states=output_hidden_states, output_attentions=output_attentions,
-                           unpad=unpad, final_tokens=tokens)
+                           unpad=unpad, final_tokens=tokens, head_mask=head_mask)
         logits = self.classifier(out, attention_mask)
         return ClassifierOutput(logits, out.last_hidden_state, out.pooler_output, out.hidden_states, out.attentions)
 

@@ -42,6 +42,7 @@ What a family declares (the defaults are BERT's, or nothing):
                       its dropouts); default BERT's, dropout -> out_proj on the pooler's output. Whether
                       the classifier keeps the pooler and whose final states it reads follow from it.
   mlm_activation      the MLM head's activation; None: the config's hidden activation
+  unprunable          why its attention heads cannot be pruned (Encoder.prune_heads), or None: they can
   config_class        the family's config (nn/config.py Config subclass); `arch` is its model_type
 """
 
@@ -91,6 +92,7 @@ class Family:
     parts: ClassVar[dict[str, Callable[[Config], nn.Module]]] = {}
     pooler: ClassVar[bool] = True
     mlm_activation: ClassVar[str | None] = None
+    unprunable: ClassVar[str | None] = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

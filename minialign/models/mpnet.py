@@ -89,6 +89,8 @@ class MPNetEmbeddings(RobertaEmbeddings):
 
 class MPNet(Roberta):
     config_class = MPNetConfig
+    unprunable = ("its relative-position bias is one table of every head, computed once per forward and added to "
+                  "every layer's scores (MPNetEncoder.relative_attention_bias)")
     Embeddings = MPNetEmbeddings
     parts = {"relative_position_bias": RelativePositionBias}
 

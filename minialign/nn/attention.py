@@ -74,8 +74,9 @@ def eager(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, score: nn.Module
 def sdpa(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, score: nn.Module,
          dropout_p: float) -> tuple[Tensor, None]:
     if score.form == DISENTANGLED:  # DeBERTa's position terms depend on q and k: materialised into the bias
-        terms = score.position_scores(q, k)  # (B, H, Lq, L)
-        bias = terms if bias is None else bias + terms
+        terms = score.position_scores(q, k)  # (B, H, Lq, L); None for a config without relative attention
+        if terms is not None:
+            bias = terms if bias is None else bias + terms
     q, k, scale = score.project(q, k)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=scale), None
 
@@ -169,11 +170,14 @@ class PreparedMask:
     value:        what the row's run() reads (None when `per_sequence` is set)
     per_sequence: (query counts, key counts, what run() reads for each sequence) of a packed row on a
                   backend that runs sequences alone
+    head_scale:   (1, H, 1, 1), one layer's head mask (transformers v4's head_mask: each head's probabilities
+                  times its entry, 0 silencing the head), or None
     """
 
     backend: Backend
     value: Any = None
     per_sequence: tuple[list[int], list[int], list[Any]] | None = None
+    head_scale: Tensor | None = None
 
 
 def prepare_mask(backend: Backend, inputs: AttentionInputs | Tensor | None, *legacy, **legacy_options) -> PreparedMask:
@@ -197,13 +201,22 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: PreparedMask, *, score: nn.
     """softmax(score(Q, K) + mask) V for q (B, H, Lq, D) and k, v (B, H, L, D), on mask.backend.
 
     `score` is an alignment-score function (score_functions.py); None is the scaled dot product.
-    Returns (output (B, H, Lq, D), probabilities (B, H, Lq, L) from eager, else None).
+    Returns (output (B, H, Lq, D), probabilities (B, H, Lq, L) from eager, else None); both times the mask's
+    head_scale where it has one.
     """
     score = score if score is not None else _SCALED_DOT
     row = mask.backend
     if mask.per_sequence is not None:
-        return _per_sequence(row, q, k, v, mask.per_sequence, score, dropout_p), None
-    return row.run(q, k, v, _matching(mask.value, q), score, dropout_p)
+        out, probs = _per_sequence(row, q, k, v, mask.per_sequence, score, dropout_p), None
+    else:
+        out, probs = row.run(q, k, v, _matching(mask.value, q), score, dropout_p)
+    if mask.head_scale is not None:
+        # head_mask (transformers v4 BertSelfAttention: attention_probs * head_mask, then @ V): a head's
+        # probabilities times m_h give m_h times its output, so every backend applies it to its output
+        scale = mask.head_scale.to(out.dtype)
+        out = out * scale
+        probs = probs * scale if probs is not None else None
+    return out, probs
 
 
 def _matching(value: Any, q: Tensor) -> Any:

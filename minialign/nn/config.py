@@ -85,6 +85,30 @@ LABELS = Rule("a sequence of label names",
               tuple)
 
 
+def _pruned_heads(value: Any) -> tuple[tuple[int, tuple[int, ...]], ...] | None:
+    """{layer: [heads]} (JSON's keys are strings: "3") or (layer, heads) pairs, as sorted pairs of ints; None when
+    it is neither."""
+    items = value.items() if isinstance(value, Mapping) else value
+    if not isinstance(items, (list, tuple, type({}.items()))):
+        return None
+    pairs: dict[int, set[int]] = {}
+    for item in items:
+        if not isinstance(item, (list, tuple)) or len(item) != 2:
+            return None
+        layer, heads = item
+        if isinstance(layer, str) and layer.isdigit():
+            layer = int(layer)
+        if not _int(layer) or not isinstance(heads, (list, tuple, set)) or not all(_int(h) for h in heads):
+            return None
+        pairs.setdefault(layer, set()).update(heads)
+    return tuple((layer, tuple(sorted(heads))) for layer, heads in sorted(pairs.items()) if heads)
+
+
+# transformers PretrainedConfig.pruned_heads (v4): {layer: [heads removed]}, written as {"3": [0, 2]}
+PRUNED_HEADS = Rule("a mapping of layer index -> head indices ({3: [0, 2]}) or such (layer, heads) pairs",
+                    lambda v: _pruned_heads(v) is not None, _pruned_heads)
+
+
 def checked(rule: Rule, default: Any = MISSING) -> Any:
     """A dataclass field whose value `rule` checks (and normalises) when the config is made."""
     return dataclasses.field(default=default, metadata={"rule": rule})
@@ -147,6 +171,9 @@ class Config:
     labels: tuple[str, ...] = checked(LABELS, ())
     problem_type: str | None = checked(one_of(PROBLEM_TYPES), None)
     classifier_dropout: float | None = checked(optional(PROBABILITY), None)
+    # Heads removed from layers (transformers v4's prune_heads, Encoder.prune_heads): (layer, heads) pairs, the
+    # heads numbered as in the unpruned layer; a model built from the config has them removed.
+    pruned_heads: tuple[tuple[int, tuple[int, ...]], ...] = checked(PRUNED_HEADS, ())
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -183,7 +210,18 @@ class Config:
         if self.max_seq_len < 1:
             raise ValueError(f"Config.max_position_embeddings ({self.max_position_embeddings}) leaves no room "
                              f"for {self.arch} positions, which start at pad_token_id + 1")
+        for layer, heads in self.pruned_heads:
+            if not 0 <= layer < self.num_layers or not all(0 <= h < self.num_heads for h in heads):
+                raise ValueError(f"Config.pruned_heads names layer {layer} heads {list(heads)}: layers are "
+                                 f"0..{self.num_layers - 1}, heads 0..{self.num_heads - 1}")
+            if len(heads) == self.num_heads:
+                raise ValueError(f"Config.pruned_heads removes every head of layer {layer}; keep at least one")
         self.check()
+
+    def kept_heads(self, layer: int) -> tuple[int, ...]:
+        """The heads layer `layer` keeps (pruned_heads), numbered as in the unpruned layer."""
+        pruned = dict(self.pruned_heads).get(layer, ())
+        return tuple(h for h in range(self.num_heads) if h not in pruned)
 
     def check(self) -> None:
         """A family's checks across its fields (one field's own rule is declared with it)."""

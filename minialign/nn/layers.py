@@ -10,7 +10,7 @@ BertSelfOutput, BertIntermediate, BertOutput, BertLayer, BertPooler).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 import torch.nn as nn
@@ -38,6 +38,8 @@ class SelfAttention(nn.Module):
     def __init__(self, config: Config, *, bias: bool = True, fused_names: bool = False):
         super().__init__()
         self.num_heads, self.dropout_p = config.num_heads, config.attention_dropout
+        self.head_dim = config.head_dim
+        self.heads = tuple(range(config.num_heads))  # the heads it has, numbered as in the unpruned layer (prune)
         self.qkv = Linear(config.hidden_size, 3 * config.hidden_size, bias=bias)
         self.score = self.own_score(config)
         self.output = Linear(config.hidden_size, config.hidden_size, bias=bias)
@@ -54,11 +56,12 @@ class SelfAttention(nn.Module):
                 rotary: tuple[Tensor, Tensor] | None = None, *,
                 score: nn.Module | None = None) -> tuple[Tensor, Tensor | None]:
         """x (B, L, C). `queries` picks the query tokens (default: all), e.g. Layout.first_tokens."""
-        B, L, C = x.shape
+        B, L, _ = x.shape
+        inner = self.num_heads * self.head_dim  # C, or less once heads are pruned
         heads = lambda t: t.view(B, t.size(1), self.num_heads, -1).transpose(1, 2)  # noqa: E731  (B, H, L, D)
-        q, k, v = self.qkv(x).split(C, dim=-1)  # (B, L, C) each
+        q, k, v = self.qkv(x).split(inner, dim=-1)  # (B, L, H * D) each
         if rotary is not None:  # every token rotated at its own position, before any query is picked
-            q, k = (apply_rotary(t.view(B, L, self.num_heads, -1), *rotary).view(B, L, C) for t in (q, k))
+            q, k = (apply_rotary(t.view(B, L, self.num_heads, -1), *rotary).view(B, L, inner) for t in (q, k))
         if queries is not None:
             q = queries(q)  # (B, Lq, C)
         q, k, v = heads(q), heads(k), heads(v)
@@ -69,9 +72,35 @@ class SelfAttention(nn.Module):
                              dropout_p=self.dropout_p if self.training else 0.0)
         y = record("context", y)  # (B, H, Lq, D)
         # y (or the copy reshape makes of it) is read again only by a capture or a hook
-        out = self.output(y.transpose(1, 2).reshape(B, q.size(2), C), scratch=unobserved(self.output))  # (B, Lq, C)
+        out = self.output(y.transpose(1, 2).reshape(B, q.size(2), inner), scratch=unobserved(self.output))  # (B, Lq, C)
         out = record("output", out)
         return out, probs
+
+    def prune(self, heads: Iterable[int]) -> None:
+        """Remove these heads, numbered as in the unpruned layer (those already gone are skipped): their rows of
+        Q, K and V, their columns of the output projection, their rows of a score function's per-head parameters
+        (transformers v4 BertSelfAttention.prune_heads with pytorch_utils.prune_linear_layer). The output is
+        what the unpruned layer gives with those heads' contexts zeroed (a head_mask of 0 on them)."""
+        gone = set(heads)
+        keep = [i for i, head in enumerate(self.heads) if head not in gone]
+        if len(keep) == len(self.heads):
+            return
+        if not keep:
+            raise ValueError(f"pruning heads {sorted(gone)} would leave the layer none; keep at least one")
+        for name in ("qkv", "output"):
+            if type(getattr(self, name)) is not Linear:
+                raise ValueError(f"prune heads before choosing a precision: attention.{name} is a "
+                                 f"{type(getattr(self, name)).__name__}, whose kernel keeps weights of its own")
+        D, inner = self.head_dim, self.num_heads * self.head_dim
+        rows = torch.tensor([i * D + d for i in keep for d in range(D)])  # the kept heads' features
+        self.qkv.keep(outputs=torch.cat([rows + part * inner for part in range(3)]))  # Q, K, V stacked
+        self.output.keep(inputs=rows)
+        if self.score is not None:  # every score function's parameters are per head, heads first (score_functions.py)
+            for name, parameter in list(self.score.named_parameters(recurse=False)):
+                setattr(self.score, name, nn.Parameter(parameter.detach()[keep].clone(),
+                                                       requires_grad=parameter.requires_grad))
+        self.heads = tuple(self.heads[i] for i in keep)
+        self.num_heads = len(keep)
 
 
 QKV = ("query", "key", "value")

@@ -208,6 +208,23 @@ class Linear(nn.Linear):
                 self._packed = (key, torch.ops.mkldnn._reorder_linear_weight(rounded, None) if pack else rounded)
         return self._packed[1]
 
+    def keep(self, *, outputs: Tensor | None = None, inputs: Tensor | None = None) -> None:
+        """Keep only these output rows (and their biases) and input columns of the weight, in place (head
+        pruning: SelfAttention.prune); the parameters become new ones (an optimizer holding the old ones must be
+        made again), and a packed copy is made again on next use."""
+        with torch.no_grad():
+            weight = self.weight.detach()
+            if outputs is not None:
+                weight = weight[outputs.to(weight.device)]
+                if self.bias is not None:
+                    self.bias = nn.Parameter(self.bias.detach()[outputs.to(weight.device)].clone(),
+                                             requires_grad=self.bias.requires_grad)
+            if inputs is not None:
+                weight = weight[:, inputs.to(weight.device)]
+            self.weight = nn.Parameter(weight.clone(), requires_grad=self.weight.requires_grad)
+        self.out_features, self.in_features = self.weight.shape
+        self._packed = None
+
     @property
     def compute_dtype(self) -> torch.dtype | None:
         """The dtype the product runs in where it is not the weights' (MixedPrecisionLinear); None here."""
