@@ -31,6 +31,8 @@ VARIANTS = {
                type_vocab_size=2, max_relative_positions=24, conv_act="gelu"),
     "c2p": dict(pos_att_type=["c2p"], embedding_size=20, type_vocab_size=2, position_biased_input=True,
                 share_att_key=False, pooler_hidden_act="tanh", max_relative_positions=-1),
+    # DebertaV2Config's defaults: no relative attention at all, absolute positions only (sdpa once crashed on it)
+    "absolute": dict(relative_attention=False, position_biased_input=True, type_vocab_size=2),
 }
 
 
