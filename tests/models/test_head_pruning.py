@@ -25,7 +25,7 @@ def reference():
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("family", ["bert", "distilbert"])
+@pytest.mark.parametrize("family", ["bert", "roberta", "electra", "distilbert", "mpnet"])
 def test_head_mask_and_pruning_match_transformers_v4(family, backend, reference):
     ids, mask, head_mask = reference["input_ids"], reference["attention_mask"], reference["head_mask"]
     theirs = reference["outputs"][family]
@@ -42,6 +42,8 @@ def test_head_mask_and_pruning_match_transformers_v4(family, backend, reference)
         torch.testing.assert_close(ours, want, **TOL)
     assert attentions[0][:, 0].abs().max() == 0 and attentions[2][:, 1].max() <= 0.5
 
+    if "pruned" not in theirs:  # MPNet: v4's prune_heads leaves its relative bias at every head (it breaks)
+        return
     pruned = ma.Encoder.from_pretrained(REFERENCE / f"{family}-pruned", attn_backend=backend)  # as v4 saved it
     assert pruned.config.pruned_heads == ((0, (0,)), (1, (2, 3)))
     assert [layer.attention.num_heads for layer in pruned.layers] == [3, 2, 4]
