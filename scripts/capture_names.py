@@ -1,6 +1,6 @@
 """The names `ma.capture` records, per encoder family, read off the code: a tiny model of each family's preset
-runs one forward under capture and its names are listed, layer indices folded to `{i}`. README.md's
-"Capture names" block is this script's output (tests/nn/test_capture_names.py keeps the two equal).
+runs one forward under capture and its names are listed, layer indices folded to `{i}`. The docs'
+"Capture names" block (docs/internals/index.md) is this script's output (tests/nn/test_capture_names.py keeps the two equal).
 
     python scripts/capture_names.py          # prints the markdown block
 """

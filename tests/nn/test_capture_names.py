@@ -1,17 +1,17 @@
-"""README's "Capture names" table is the code's: scripts/capture_names.py generates it from one forward of each
-family under capture, and the README holds exactly that output (so a new record, or a new family, shows here)."""
+"""The docs' "Capture names" table (docs/internals/index.md) is the code's: scripts/capture_names.py generates it from one forward of each
+family under capture, and the page holds exactly that output (so a new record, or a new family, shows here)."""
 
 from pathlib import Path
 
 import capture_names
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "internals" / "index.md"
 
 
 def test_the_readme_lists_the_names_the_code_records():
     text = README.read_text(encoding="utf-8")
     block = text.split("<!-- capture-names -->\n", 1)[1].split("\n<!-- /capture-names -->", 1)[0]
-    assert block == capture_names.table(), "README's capture names drifted: python scripts/capture_names.py"
+    assert block == capture_names.table(), "docs/internals/index.md's capture names drifted: python scripts/capture_names.py"
 
 
 def test_every_family_has_its_row_and_the_pre_ln_names():
