@@ -3,8 +3,8 @@ machinery of hf_config.py / names.py with it. A family may also be given as its 
 config class carries: Config.format) or its Names. Weight-name errors say which other families the names
 fit (every family with a format file).
 
-Also the 0.2 views by model_type: FAMILIES (config rows), NAMES, TABLES, MODEL_PREFIX, MLM_PREFIX (before
-0.3 module constants of hf_config.py and names.py, where the families' rows and tables lived).
+Also the views by model_type: FAMILIES (config rows), NAMES, TABLES, MODEL_PREFIX, MLM_PREFIX (formerly module
+constants of hf_config.py and names.py, where the families' rows and tables lived).
 """
 
 from __future__ import annotations

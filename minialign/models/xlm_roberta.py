@@ -25,7 +25,7 @@ class XLMRoberta(Roberta):
 
 
 def __getattr__(name: str):
-    """Camembert lived here before 0.3 (models/camembert.py now)."""
+    """Camembert lived here in the 0.2 development builds (models/camembert.py now); removed in 0.3."""
     if name in ("Camembert", "CamembertConfig"):
         import warnings
 

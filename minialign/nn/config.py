@@ -271,7 +271,7 @@ class Config:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Config:
-        """A config from to_dict's dict (minialign's native config.json). Before 0.3 one Config held every
+        """A config from to_dict's dict (minialign's native config.json). Before 0.2 one Config held every
         family's fields, so a native file lists other families' fields too, at their defaults: those are
         dropped; any other field the family does not declare is an error naming it."""
         target = family_config(data.get("arch", "bert"))
@@ -283,7 +283,7 @@ class Config:
 
 
 def _unset_elsewhere(name: str, value: Any) -> bool:
-    """Whether `name` is another family's field and `value` its default there (a pre-0.3 native file)."""
+    """Whether `name` is another family's field and `value` its default there (a native file of 0.1)."""
     for other in _FAMILIES.values():
         for f in dataclasses.fields(other):
             if f.name == name and f.default is not MISSING:
