@@ -166,3 +166,34 @@ def test_activation_patching_names_bad_input():
         analysis.activation_patching(model, clean, corrupted, lambda out: float("nan"), ["layers.0.output"])
     with pytest.raises(ValueError, match="close: layers.0.output"):
         analysis.activation_patching(model, clean, corrupted, metric, ["layers.0.outptu"])
+
+
+FAMILY_FIELDS = {"modernbert": {"rope_theta": 160000.0, "local_rope_theta": 10000.0, "local_attention": 4},
+                 "deberta-v2": {"relative_attention": True, "pos_att_type": ("c2p", "p2c")}}
+
+
+# every family on eager and sdpa; flex (a compile per case) on a post-LN and the pre-LN family
+FAMILY_BACKENDS = [(arch, backend) for arch in ma.models.FAMILIES for backend in ("eager", "sdpa")] + [
+    pytest.param("bert", "flex", marks=pytest.mark.slow), pytest.param("modernbert", "flex", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("arch,backend", FAMILY_BACKENDS)
+def test_activation_patching_on_every_family_and_backend(arch, backend):
+    """Padded inputs on any backend: the clean last state restores the clean metric exactly, a token's state
+    patched where the inputs agree (before any layer mixed them) changes nothing."""
+    config = ma.Config(arch=arch, vocab_size=300, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=48,
+                       hidden_dropout=0.0, attention_dropout=0.0, **FAMILY_FIELDS.get(arch, {}))
+    model = ma.Encoder(config, attn_backend=backend, seed=0).eval()
+    clean, corrupted = _clean_and_corrupted()
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1, 1, 0]])  # the last token is padding
+    clean, corrupted = {**clean, "attention_mask": mask}, {**corrupted, "attention_mask": mask}
+
+    def metric(out):
+        return out.last_hidden_state[0, 1, :4].sum()
+
+    last = "final_norm" if "final_norm" in dict(model.named_modules()) else "layers.1.output"
+    result = analysis.activation_patching(model, clean, corrupted, metric, [last, "layers.0.input"], per="position")
+    assert result.effects[last][1].item() == pytest.approx(result.clean, abs=1e-5)
+    unchanged = [i for i in range(7) if i != 3]
+    torch.testing.assert_close(result.effects["layers.0.input"][unchanged], torch.full((6,), result.corrupted),
+                               atol=1e-5, rtol=0)
