@@ -142,7 +142,7 @@ def residual_decomposition(model: nn.Module, cap: Capture) -> dict[str, Tensor]:
     if model.training:
         raise ValueError("residual_decomposition reads an eval-mode forward (dropout would add parts it cannot see)")
     layers = len(model.layers)
-    if any(f"layers.{i}.conv" in cap for i in range(layers)):
+    if any(getattr(layer, "conv", None) is not None for layer in model.layers):  # DebertaV2Layer.conv: v2's ConvLayer
         raise ValueError("residual_decomposition does not cover DeBERTa-v2's convolution after the first layer")
     missing = [n for n in ("layers.0.input", f"layers.{layers - 1}.output") if n not in cap]
     if missing:

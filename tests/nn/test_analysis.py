@@ -58,6 +58,18 @@ def test_the_parts_sum_to_the_last_hidden_state(family, tiny_family):
         analysis.residual_decomposition(model.train(), cap)
 
 
+def test_the_decomposition_refuses_deberta_v2s_convolution():
+    """DeBERTa-v2's ConvLayer after the first layer adds a part the decomposition does not split: refused, not a
+    sum that misses it (whatever the capture recorded: the model declares the convolution)."""
+    config = ma.Config(arch="deberta-v2", vocab_size=100, hidden_size=32, num_layers=2, num_heads=4,
+                       intermediate_size=40, relative_attention=True, pos_att_type=("p2c", "c2p"), conv_kernel_size=3)
+    model = ma.Encoder(config, seed=0).eval()
+    with torch.no_grad(), ma.capture(model) as cap:
+        model(torch.randint(5, 100, (1, 7)))
+    with pytest.raises(ValueError, match="does not cover DeBERTa-v2's convolution"):
+        analysis.residual_decomposition(model, cap)
+
+
 def test_logit_lens_ends_in_the_models_own_predictions():
     config = ma.Config(vocab_size=120, hidden_size=32, num_layers=3, num_heads=4, intermediate_size=48,
                        tie_word_embeddings=False)
