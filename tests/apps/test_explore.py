@@ -7,6 +7,7 @@ import array
 import contextlib
 import base64
 import json
+import math
 import os
 import re
 import shutil
@@ -19,7 +20,8 @@ import torch.nn.functional as F
 
 import minialign as ma
 from minialign.apps.cli import main
-from minialign.apps.explore.data import PAGE_LIMIT, QUANT, with_score_function
+from minialign.apps.explore.data import FLOW_STEPS, PAGE_LIMIT, QUANT, with_score_function
+from minialign.nn import analysis
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -55,6 +57,12 @@ def u16(b64: str) -> torch.Tensor:
     values = array.array("H")
     values.frombytes(base64.b64decode(b64))
     return torch.tensor(values.tolist(), dtype=torch.float32)
+
+
+def _maps(stored: dict, T: int) -> torch.Tensor:
+    """Maps the page stores whole (data.py _token_maps) as (maps, T, T) weights."""
+    assert stored["storage"] == "full"
+    return u16(stored["weights"]).view(-1, T, T) / QUANT
 
 
 @pytest.fixture(scope="module")
@@ -186,6 +194,11 @@ def test_a_512_token_input_on_12x12_heads_stays_under_the_page_limit(minilm_dir)
     index = u16(attention["index"]).view(12, 12, T, k)[5, 7].long()
     assert (kept - probs.gather(-1, index)).abs().max() <= 0.5 / QUANT + 1e-7  # the captured weights
     assert (kept[:, 0] - probs.max(-1).values).abs().max() <= 0.5 / QUANT + 1e-7  # the strongest first
+    rollout = _maps(data["runs"][0]["analysis"]["rollout"], T)[0]  # one T x T map, whole
+    expected = analysis.attention_rollout([cap[f"layers.{i}.attention.probs"] for i in range(12)])[0]
+    assert (rollout - expected).abs().max() <= 0.5 / QUANT + 1e-6
+    assert len(data["runs"][0]["analysis"]["decomposition"]["share"][0]) == T
+    assert "flow_note" in data["runs"][0]["analysis"]
 
 
 LONG = " ".join(f"w{i}" for i in range(3000))  # 3,000 words, each its own few tokens: a cut is easy to see
@@ -264,13 +277,90 @@ def test_every_heat_map_has_a_colour_scale(minilm):
     text = "The bank raised rates."
     _, left = _left_only(tokenizer, text)
     html = ma.explore(model, tokenizer, text, compare_mask=left).html()
-    for canvas in ("grid", "zoom-canvas", "norms", "parts", "diff"):
+    for canvas in ("grid", "zoom-canvas", "norms", "parts", "diff", "entropy", "rollout"):
         assert f'<div class="legend" id="{canvas}-legend">' in html, canvas
     data = page_data(html)  # the model view's maps are each scaled to their own largest: the page says how large
     thumb_max = torch.tensor(data["runs"][0]["attention"]["thumb_max"])
     cap, _ = _capture(model, tokenizer, text)
     probs = torch.cat([cap[f"layers.{i}.attention.probs"] for i in range(model.config.num_layers)])
     torch.testing.assert_close(thumb_max, probs.flatten(0, 1).amax(dim=(1, 2)), atol=1e-5, rtol=0)  # T <= THUMB
+
+
+TINY = ma.Config(vocab_size=30522, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=40)  # 2 layers: flow
+
+
+def test_the_analysis_sections_are_ma_analysis_on_the_same_capture(minilm):
+    """Head entropy, the rollout and the residual decomposition on the page are ma.analysis's on the same capture, to
+    the storage's rounding; the decomposition's shares of the last hidden state sum to 1 on every token. MiniLM's 6
+    layers make the exact flow too costly for this input, and the page says so."""
+    model, tokenizer = minilm
+    text, pair = "The bank raised rates.", "Rates at the bank went up."
+    data = page_data(ma.explore(model, tokenizer, text, pair=pair).html())
+    cap, out = _capture(model, tokenizer, text, pair)
+    L, T = model.config.num_layers, len(data["tokens"])
+    probs = [cap[f"layers.{i}.attention.probs"] for i in range(L)]
+    got = data["runs"][0]["analysis"]
+    entropy = torch.tensor(got["entropy"])  # (layers, heads), nats
+    torch.testing.assert_close(entropy, torch.stack([analysis.head_entropy(p) for p in probs]), atol=1e-5, rtol=0)
+    assert 0 < entropy.min() < entropy.max() < math.log(T)
+    rollout = _maps(got["rollout"], T)
+    assert rollout.shape == (1, T, T)
+    assert (rollout[0] - analysis.attention_rollout(probs)[0]).abs().max() <= 0.5 / QUANT + 1e-6
+    assert "flow" not in got and L ** 2 * T ** 4 > FLOW_STEPS
+    assert got["flow_note"].startswith("Attention flow is left out")
+    assert f"({L}\u00b2 x {T}\u2074 = {L ** 2 * T ** 4:,} here" in got["flow_note"]
+    decomposition = got["decomposition"]
+    names = decomposition["parts"]
+    assert names == ["embeddings", *(f"layers.{i}.{p}" for i in range(L) for p in ("attention", "ffn")), "norm biases"]
+    with torch.inference_mode():  # the records are inference tensors; the norms' weights are parameters
+        parts = torch.stack([analysis.residual_decomposition(model, cap)[name][0] for name in names])  # (parts, T, C)
+    x = out.last_hidden_state[0]  # (T, C)
+    share = torch.tensor(decomposition["share"])  # (parts, T): <p, x> / |x|^2
+    torch.testing.assert_close(share, (parts * x).sum(-1) / (x * x).sum(-1), atol=1e-5, rtol=0)
+    torch.testing.assert_close(share.sum(0), torch.ones(T), atol=1e-4, rtol=0)  # the bars sum to 1, every token
+    torch.testing.assert_close(torch.tensor(decomposition["norm"]), parts.norm(dim=-1), atol=1e-4, rtol=1e-5)
+    torch.testing.assert_close(torch.tensor(decomposition["state_norm"]), x.norm(dim=-1), atol=1e-4, rtol=1e-5)
+    assert decomposition["sum_error"] < 1e-5 and share.max() - share.min() > 0.1  # parts that differ
+
+
+def test_the_flow_and_both_runs_under_an_alignmodel(minilm_dir):
+    """A 2-layer model on a short input gets the attention flow (ma.analysis.attention_flow on the same capture);
+    an AlignModel's encoder is what is decomposed; the left-only run's rollout and flow draw on no later token."""
+    torch.manual_seed(0)
+    model = ma.AlignModel(TINY).eval()
+    tokenizer = ma.Tokenizer.from_pretrained(minilm_dir)
+    text, pair = "A claim.", "A context about it."
+    T = len(tokenizer([text], [pair])["input_ids"][0])
+    left = ma.masks.left_only_mask(torch.ones(1, T, dtype=torch.bool))
+    data = page_data(ma.explore(model, tokenizer, text, pair=pair, compare_mask=left).html())
+    batch = tokenizer([text], [pair])
+    with torch.inference_mode(), ma.capture(model.encoder) as cap:  # the encoder's own names
+        model(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"])
+    probs = [cap[f"layers.{i}.attention.probs"] for i in range(TINY.num_layers)]
+    first, second = (run["analysis"] for run in data["runs"])
+    flow = _maps(first["flow"], T)[0]
+    assert (flow - analysis.attention_flow(probs)[0]).abs().max() <= 0.5 / QUANT + 1e-6 and "flow_note" not in first
+    assert (flow - _maps(first["rollout"], T)[0]).abs().max() > 0.01  # the flow is not the rollout
+    with torch.inference_mode():
+        parts = analysis.residual_decomposition(model.encoder, cap)
+    x = cap[f"layers.{TINY.num_layers - 1}.output"][0]
+    share = torch.tensor(first["decomposition"]["share"])
+    embeddings = (parts["embeddings"][0] * x).sum(-1) / (x * x).sum(-1)
+    torch.testing.assert_close(share[0], embeddings, atol=1e-5, rtol=0)
+    torch.testing.assert_close(share.sum(0), torch.ones(T), atol=1e-4, rtol=0)
+    for kind in ("rollout", "flow"):  # left-only: no output token draws on a later input token
+        later = _maps(second[kind], T)[0].triu(1)
+        assert later.max() == 0 and _maps(first[kind], T)[0].triu(1).max() > 0.01, kind
+    assert torch.tensor(second["decomposition"]["share"]).sum(0).sub(1).abs().max() < 1e-4
+
+
+def test_a_training_mode_page_says_why_it_has_no_decomposition(minilm_dir):
+    torch.manual_seed(0)
+    model = ma.Encoder(TINY).train()  # dropout: residual_decomposition refuses
+    html = ma.explore(model, ma.Tokenizer.from_pretrained(minilm_dir), "The bank raised rates.").html()
+    refused = page_data(html)["runs"][0]["analysis"]["decomposition"]
+    assert list(refused) == ["refused"] and "eval-mode" in refused["refused"]
+    assert 'id="decomposition-refused"' in html and model.training  # the page says it; the model left as it was
 
 
 def _png_pixels(png: bytes) -> list[bytes]:
@@ -354,9 +444,11 @@ def test_the_page_in_headless_chromium(tmp_path, minilm_dir, minilm):
         assert zoom["step"] == 1 and zoom["rows"] == zoom["cols"] == zoom["tokens"]  # every token, both axes
         assert zoom["row_ink"] > 100 and zoom["col_ink"] > 100  # and drawn
         assert page.is_visible("#diff-section")
-        legends = {name: _legend(page, name) for name in ("grid", "zoom-canvas", "norms", "parts", "diff")}
+        legends = {name: _legend(page, name) for name in ("grid", "zoom-canvas", "norms", "parts", "diff", "entropy",
+                                                          "rollout")}
         diff = page.eval_on_selector("#diff", _INK + "c => ({values: +c.dataset.values, header: "
                                      "ink(c, +c.dataset.left, 0, c.width - c.dataset.left, +c.dataset.top)})")
+        analysis_view = _analysis_view(page)
         shot = tmp_path / "explore.png"
         page.screenshot(path=str(shot), full_page=False)
     assert errors == []
@@ -377,11 +469,100 @@ def test_the_page_in_headless_chromium(tmp_path, minilm_dir, minilm):
     assert legends["diff"][1:3] == (pytest.approx(float(cosine.min()), abs=1e-4),
                                     pytest.approx(float(cosine.max()), abs=1e-4))
     assert diff["values"] == cosine.numel() and diff["header"] > 50  # every cosine printed; layers named
+    _check_analysis_view(analysis_view, data, legends)
     rows = _png_pixels(shot.read_bytes())
     colours = {row[i:i + 3] for row in rows[::7] for i in range(0, len(row), 4 * 7)}
     assert len(colours) > 20  # drawn content, not a blank page
     if os.environ.get("MINIALIGN_SCREENSHOT"):  # how README's picture is made
         shutil.copyfile(shot, os.environ["MINIALIGN_SCREENSHOT"])
+
+
+def _analysis_view(page) -> dict:
+    """The analysis sections as drawn, and as they answer a click and a hover: an entropy cell (layer 1, head 3)
+    enlarges its head's map; the rollout reads out (output token 1, input token 2); a click on token 3 redraws the
+    decomposition; the run selector redraws the rollout."""
+    seen = {"entropy_values": int(page.get_attribute("#entropy", "data-values"))}
+    box = lambda name: page.eval_on_selector(  # noqa: E731  (its dataset, numbers as numbers)
+        f"#{name}", "c => Object.fromEntries(Object.entries(c.dataset).map(([k, v]) => "
+        "[k, v !== '' && !isNaN(v) ? +v : v]))")
+    e = box("entropy")
+    page.click("#entropy", position={"x": e["left"] + 3.5 * e["cw"], "y": e["top"] + 1.5 * e["rh"]})
+    seen["zoom_title"] = page.text_content("#zoom-title")
+    seen["entropy_readout"] = page.text_content("#entropy-readout")
+    r = box("rollout")
+    page.hover("#rollout", position={"x": r["left"] + 2.5 * r["cell"], "y": r["top"] + 1.5 * r["cell"]})
+    seen["rollout"] = {**r, "readout": page.text_content("#rollout-readout"),
+                       "kinds": page.eval_on_selector_all("#rollout-kind option", "os => os.map(o => o.value)"),
+                       "flow_note": page.text_content("#flow-note"),
+                       "row_ink": page.eval_on_selector("#rollout", _INK + "c => ink(c, 0, +c.dataset.top, "
+                                                        "+c.dataset.left, c.height - c.dataset.top)")}
+    table = lambda: page.eval_on_selector(  # noqa: E731  (what it shows: which run and token, its rows, its sum)
+        "#decomposition", "t => [t.dataset.drawn, [...t.tBodies[0].rows].map(r => [...r.cells].map(c => "
+        "c.textContent)), t.tFoot.textContent]")
+    seen["decomposition_first"] = table()
+    page.click("#decomposition-tokens .tok >> nth=3")
+    seen["decomposition_picked"] = table()
+    seen["picked_chip"] = page.eval_on_selector_all("#decomposition-tokens .tok.picked", "cs => cs.map(c => c.title)")
+    seen["refused_visible"] = page.is_visible("#decomposition-refused") and page.text_content("#decomposition-refused")
+    before = page.get_attribute("#rollout", "data-drawn")
+    page.select_option("#run", "1")
+    seen["rollout_drawn"] = (before, page.get_attribute("#rollout", "data-drawn"))
+    return seen
+
+
+def _check_analysis_view(seen: dict, data: dict, legends: dict) -> None:
+    T, L, H = len(data["tokens"]), data["model"]["layers"], data["model"]["heads"]
+    first = data["runs"][0]["analysis"]
+    entropy = torch.tensor(first["entropy"])
+    assert legends["entropy"][1:3] == (pytest.approx(float(entropy.min()), abs=1e-4),
+                                       pytest.approx(float(entropy.max()), abs=1e-4))
+    assert seen["entropy_values"] == L * H  # every head's entropy printed in its cell
+    assert seen["zoom_title"].endswith("layer 1, head 3 (rows: queries, columns: keys)")  # the click enlarged it
+    run = data["runs"][0]["label"]
+    assert seen["entropy_readout"].startswith(f"{run}: layer 1, head 3: {float(entropy[1, 3]):.4f} nats")
+    rollout = _maps(first["rollout"], T)[0]
+    assert legends["rollout"][1:3] == (0, pytest.approx(float(rollout.max()), abs=1e-4))
+    r = seen["rollout"]
+    assert r["step"] == 1 and r["rowLabels"] == r["colLabels"] == T and r["row_ink"] > 100  # every token labelled
+    query, key = (re.sub(r"\s", "\u00b7", data["tokens"][i]) or "\u2205" for i in (1, 2))  # the page's label()
+    assert r["readout"] == f"{run}, rollout: {query} after the last layer from input {key}: {float(rollout[1, 2]):.5f}"
+    assert r["kinds"] == ["rollout"] and r["flow_note"].startswith("Attention flow is left out")  # 6 layers: too costly
+    parts = first["decomposition"]["parts"]
+    share = torch.tensor(first["decomposition"]["share"])
+    for (drawn, rows, foot), token in ((seen["decomposition_first"], 0), (seen["decomposition_picked"], 3)):
+        assert drawn == f"0:{token}" and [row[0] for row in rows] == parts
+        assert [float(row[2]) for row in rows] == pytest.approx(share[:, token].tolist(), abs=1e-4)
+        assert foot == f"sum{float(share[:, token].sum()):.4f}" == "sum1.0000"  # the bars sum to 1
+    assert seen["decomposition_first"][1] != seen["decomposition_picked"][1]  # the click redrew it
+    assert seen["picked_chip"] == ["token 3"] and not seen["refused_visible"]
+    assert seen["rollout_drawn"] == ("0:rollout", "1:rollout")  # the run selector redraws the rollout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install chromium)")
+def test_the_flow_and_a_refused_decomposition_in_headless_chromium(tmp_path, minilm_dir):
+    """A 2-layer model in training mode: the flow can be chosen and is drawn; the decomposition section gives
+    residual_decomposition's reason instead of its table."""
+    torch.manual_seed(0)
+    model = ma.Encoder(TINY).train()
+    out = ma.explore(model, ma.Tokenizer.from_pretrained(minilm_dir), "A claim.", pair="A context.").save(
+        tmp_path / "train.html")
+    with headless_page(out.resolve().as_uri()) as (page, _, errors):
+        drawn = lambda: page.eval_on_selector("#rollout", "c => [c.dataset.drawn, c.toDataURL()]")  # noqa: E731
+        before = drawn()
+        page.select_option("#rollout-kind", "flow")
+        after = drawn()
+        legend = _legend(page, "rollout")
+        refused = page.text_content("#decomposition-refused")
+        shown = page.is_visible("#decomposition-shown")
+        flow_note = page.text_content("#flow-note")
+    assert errors == []
+    data = page_data(out.read_text())
+    flow = _maps(data["runs"][0]["analysis"]["flow"], len(data["tokens"]))[0]
+    assert before[0] == "0:rollout" and after[0] == "0:flow" and before[1] != after[1] and flow_note == ""
+    assert legend[0].startswith("flow") and legend[1:3] == (0, pytest.approx(float(flow.max()), abs=1e-4))
+    assert "eval-mode" in refused and refused == f"Not shown for this model (run): " \
+        f"{data['runs'][0]['analysis']['decomposition']['refused']}." and not shown
 
 
 @pytest.mark.slow

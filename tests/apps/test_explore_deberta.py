@@ -88,6 +88,20 @@ def test_the_score_terms_are_the_captured_tensors(deberta):
                                (expected["c2p"][0].abs() * keep).sum(dim=(-2, -1)) / keep.sum(), atol=1e-7, rtol=1e-5)
 
 
+def test_a_convolution_leaves_the_decomposition_out_and_says_why(minilm_dir):
+    """DeBERTa-v2's convolution after the first layer is not covered by ma.analysis.residual_decomposition: the page
+    holds its reason instead; the entropy and rollout are there as for every model."""
+    config = ma.Config(arch="deberta-v2", vocab_size=30522, hidden_size=32, num_layers=2, num_heads=4,
+                       intermediate_size=40, relative_attention=True, pos_att_type=("p2c", "c2p"), conv_kernel_size=3)
+    torch.manual_seed(0)
+    model = ma.Encoder(config).eval()
+    html = ma.explore(model, ma.Tokenizer.from_pretrained(minilm_dir), TEXT).html()
+    analysis = page_data(html)["runs"][0]["analysis"]
+    assert list(analysis["decomposition"]) == ["refused"] and "convolution" in analysis["decomposition"]["refused"]
+    assert len(analysis["entropy"]) == 2 and analysis["rollout"]["storage"] == "full"
+    assert 'id="decomposition-refused"' in html
+
+
 def test_no_score_terms_for_a_model_without_them(minilm_dir):
     model, tokenizer = ma.Encoder.from_pretrained(minilm_dir), ma.Tokenizer.from_pretrained(minilm_dir)
     html = ma.explore(model, tokenizer, "The bank raised rates.").html()
@@ -107,7 +121,9 @@ def test_a_512_token_deberta_input_on_12x12_heads_stays_under_the_page_limit(min
     page = ma.explore(model, tokenizer, text, max_length=512).html()
     data = page_data(page)
     T = len(data["tokens"])
-    assert T == 512 and len(page.encode()) < PAGE_LIMIT
+    assert T == 512 and len(page.encode()) < PAGE_LIMIT  # with the analysis sections: the rollout and decomposition
+    assert data["runs"][0]["analysis"]["rollout"]["storage"] == "full" and "share" in data["runs"][0]["analysis"][
+        "decomposition"]
     terms = data["runs"][0]["terms"]
     N = terms["size"]
     assert terms["storage"] == "blocks" and 16 <= N < T

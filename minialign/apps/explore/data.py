@@ -10,8 +10,10 @@ norms by layer, the embedding decomposition (word / position / token type: their
 much of each every layer's state still points along, as cosines), AlignScore's head probabilities
 for an AlignModel, for two runs the cosine between the same token's states, layer by layer, and for a model
 whose attention scores have position terms (DeBERTa's disentangled attention) the parts of its scores.
+Beside them, what `ma.analysis` (nn/analysis.py) computes from the same capture, each run's own: every head's
+entropy, the attention rollout (and flow, for short inputs) and the last hidden state's residual decomposition.
 
-The decomposition shows the parts the model's embeddings record and no other (`ma.capture`: a family
+The embedding decomposition shows the parts the model's embeddings record and no other (`ma.capture`: a family
 without token types, DistilBERT's or MPNet's, records none). Embeddings narrower than the layers and
 projected to them (ELECTRA's `embedding_size`, the Embeddings' `project`) are shown at their own width,
 with the projection: the parts' norms and the "emb" cosines at the embedding width, the layers' cosines
@@ -30,6 +32,15 @@ otherwise each query's TOP_K strongest keys (k as large as the budget allows, at
 weight of the keys left out; the page says which. The model view's small maps are block means of at most
 THUMB x THUMB, each scaled to its own largest (stored beside it). So a 512-token input on 12 layers x 12
 heads stays under PAGE_LIMIT bytes.
+
+Analysis (`_analysis`; every number from the ma.analysis function named, never computed here again):
+`head_entropy` per layer and head (nats, over the input's queries: a single input has no padding);
+`attention_rollout` over all layers (residual: 0.5 A + 0.5 I), stored as the attention maps are (`_token_maps`:
+uint16, whole while tokens^2 x 2 fits ROLLOUT_BYTES, else each output token's top k); `attention_flow` where its
+exact max-flows are cheap (layers^2 x tokens^4, what its Edmonds-Karp's work grows as, within FLOW_STEPS; the
+page says when it is left out and why); `residual_decomposition` of the last hidden state x into parts p, shown
+per token as share(p) = <p, x> / |x|^2 (the parts' shares sum to 1 where the parts sum to x) and |p|, or the
+function's refusal (a training-mode forward, DeBERTa-v2's convolution) in its own words.
 
 Score terms (DeBERTa-v2/v3, whose capture records each layer's `attention.c2p` / `attention.p2c`; other families
 record none and get no `terms`): every layer's raw scores (before the mask) split into content-to-content (c2c =
@@ -53,9 +64,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from minialign.nn.capture import capture
+from minialign.nn import analysis
+from minialign.nn.capture import Capture, capture
 
-ATTENTION_BYTES = 6_000_000  # raw bytes of attention data a page may hold (before base64)
+ATTENTION_BYTES = 5_100_000  # raw bytes of attention data a run may hold (before base64): room for the rollout
+# and the score terms, so a 512-token input on 12 x 12 heads stays under PAGE_LIMIT (each query's 17 keys)
 MIN_TOP_K, MAX_TOP_K = 4, 32
 THUMB = 64  # the model view's maps: at most THUMB x THUMB block means
 PAGE_LIMIT = 10_000_000  # what a page of up to 512 tokens on 12 x 12 heads stays under (tests)
@@ -65,6 +78,8 @@ PARTS = ("word", "position", "token_type")  # the embedding parts a family may r
 TERM_BYTES = 600_000  # raw bytes of score-term maps a run may hold (before base64): the page stays under PAGE_LIMIT
 MIN_TERM_BLOCKS = 16
 TERM_QUANT = 32767  # score terms are stored as round(v / largest |v| of the map * TERM_QUANT) in int16
+ROLLOUT_BYTES = 2 * 512 * 512  # raw bytes of one rollout map (uint16): whole up to 512 tokens, top-k beyond
+FLOW_STEPS = 500_000  # attention flow where layers^2 x tokens^4 is within (2 layers: 18 tokens; 6: 10; 12: 7)
 
 
 def _b64(t: Tensor, code: str) -> str:
@@ -126,6 +141,7 @@ def _run(model: nn.Module, batch: dict[str, Tensor], mask: Tensor | None, label:
         "part_cosines": {name: _rounded(torch.stack(_part_cosines(embedded, states[1:], t, into_layers)))
                          for name, t in parts.items()},
         "attention": _attention(probs.float()),
+        "analysis": _analysis(encoder, cap, prefix, probs.float(), states[-1]),
     }
     if terms := _score_terms(cap, prefix, layers, mask):
         run["terms"] = terms
@@ -137,6 +153,44 @@ def _run(model: nn.Module, batch: dict[str, Tensor], mask: Tensor | None, label:
                         "bin: aligned": float(torch.softmax(out.seq_relationship_logits.float(), dim=-1)[0, 1]),
                         "reg": float(out.reg_label_logits.float()[0, 0])}
     return run, {"states": states}
+
+
+def _analysis(encoder: nn.Module, cap: Capture, prefix: str, probs: Tensor, last: Tensor) -> dict:
+    """What ma.analysis computes from one run's capture (module docstring, "Analysis"). probs (layers, H, T, T): the
+    captured attention; last (T, C): the last hidden state the page shows (after a pre-LN family's final norm)."""
+    layers = [p[None] for p in probs]  # (1, H, T, T) each, first layer first: ma.analysis's batch of one
+    L, T = len(layers), probs.size(-1)
+    data = {"entropy": _rounded(torch.stack([analysis.head_entropy(p) for p in layers])),  # (layers, H), nats
+            "rollout": _token_maps(analysis.attention_rollout(layers), ROLLOUT_BYTES, T)}
+    steps = L ** 2 * T ** 4
+    if steps <= FLOW_STEPS:  # whole: at most a few dozen tokens (rows are not distributions: never top-k)
+        data["flow"] = _token_maps(analysis.attention_flow(layers), T * T * 2, T)
+    else:
+        data["flow_note"] = (f"Attention flow is left out: it is {T}\u00b2 exact max-flow problems over the "
+                             f"attention graph, work growing as layers\u00b2 x tokens\u2074 ({L}\u00b2 x {T}\u2074 "
+                             f"= {steps:,} here, over the page's {FLOW_STEPS:,}); ma.analysis.attention_flow "
+                             f"computes it outside the page.")
+    data["decomposition"] = _decomposition(encoder, cap, prefix, last)
+    return data
+
+
+def _decomposition(encoder: nn.Module, cap: Capture, prefix: str, last: Tensor) -> dict:
+    """The last hidden state x (T, C) as residual_decomposition's parts p: per part and token its share
+    <p, x> / |x|^2 (the shares sum to 1 where the parts sum to x) and its norm |p|; or, where the function refuses
+    (a training-mode forward, DeBERTa-v2's convolution), its reason."""
+    bare = cap if not prefix else Capture(tensors={name[len(prefix):]: t for name, t in cap.tensors.items()
+                                                   if name.startswith(prefix)})  # the Encoder's own names
+    try:
+        with torch.inference_mode():  # the records are inference tensors
+            parts = analysis.residual_decomposition(encoder, bare)
+    except ValueError as error:
+        return {"refused": str(error)}
+    names = sorted(parts, key=lambda name: name == "norm biases")  # embeddings, the layers in order, biases last
+    x = last.float()  # (T, C)
+    stacked = torch.stack([parts[name][0].float() for name in names])  # (parts, T, C)
+    return {"parts": names, "share": _rounded((stacked * x).sum(-1) / (x * x).sum(-1).clamp_min(1e-30)),
+            "norm": _rounded(stacked.norm(dim=-1)), "state_norm": [round(float(v), 5) for v in x.norm(dim=-1)],
+            "sum_error": float(((stacked.sum(0) - x).norm(dim=-1) / x.norm(dim=-1).clamp_min(1e-30)).max())}
 
 
 def _part_cosines(embedded: Tensor, layer_states: list[Tensor], part: Tensor,
@@ -191,13 +245,21 @@ def _attention(probs: Tensor) -> dict:
     pooled = F.adaptive_avg_pool2d(flat[:, None], size)[:, 0]  # (maps, size, size) block means
     top = pooled.amax(dim=(1, 2))  # each small map is scaled to its own largest block mean: the page's colour scale
     thumbs = pooled / top[:, None, None].clamp_min(1e-12)
-    data = {"layers": layers, "heads": heads, "tokens": T, "quant": QUANT, "thumb": size,
-            "thumbs": _b64((thumbs * 255).round(), "B"), "thumb_max": [round(float(v), 5) for v in top]}
-    if maps * T * T * 2 <= ATTENTION_BYTES:
-        return {**data, "storage": "full", "weights": _b64(_quantise(flat), "H")}
-    k = max(MIN_TOP_K, min(MAX_TOP_K, T, ATTENTION_BYTES // (maps * T * 4)))
-    values, index = flat.topk(k, dim=-1)  # (maps, T, k), strongest first
-    rest = (1 - values.sum(-1)).clamp_min(0)  # the weight of the keys left out, per query
+    return {"layers": layers, "heads": heads, "thumb": size, "thumbs": _b64((thumbs * 255).round(), "B"),
+            "thumb_max": [round(float(v), 5) for v in top], **_token_maps(flat, ATTENTION_BYTES, MAX_TOP_K)}
+
+
+def _token_maps(maps: Tensor, budget: int, max_k: int) -> dict:
+    """maps (M, T, T) of weights in [0, 1] whose rows are distributions over tokens (attention, rollout) -> the
+    page's storage, uint16 (p x QUANT, rounded): every weight while M x T^2 x 2 bytes fit `budget`, otherwise each
+    row's k strongest (k as large as the budget allows, from MIN_TOP_K to max_k) and the largest weight left out."""
+    M, T, _ = maps.shape
+    data = {"tokens": T, "quant": QUANT}
+    if M * T * T * 2 <= budget:
+        return {**data, "storage": "full", "weights": _b64(_quantise(maps), "H")}
+    k = max(MIN_TOP_K, min(max_k, T, budget // (M * T * 4)))
+    values, index = maps.topk(k, dim=-1)  # (M, T, k), strongest first
+    rest = (1 - values.sum(-1)).clamp_min(0)  # the weight of the keys left out, per row
     return {**data, "storage": "topk", "k": k, "weights": _b64(_quantise(values), "H"),
             "index": _b64(index, "H"), "rest_max": float(rest.max())}
 

@@ -3,7 +3,10 @@ fetched (a Content-Security-Policy forbids every request). Every heat map has a 
 quantity, its colour bar, the numbers at both ends); the enlarged attention map names its tokens on both
 axes (every token, or every k-th on long inputs so that labels never overlap). A model whose scores have
 position terms (DeBERTa's c2p / p2c: data.py `terms`) gets one more section, the parts of its scores; other
-models' pages hold no such section."""
+models' pages hold no such section. The analysis sections (data.py `analysis`, from ma.analysis) draw every head's
+entropy as a layers x heads map, the attention rollout (or flow) as a tokens x tokens map labelled as the enlarged
+attention map is (one function draws both), and, for the token clicked, the residual decomposition's parts as
+bars of their shares of the last hidden state, with the shares' sum; or the reason the decomposition is refused."""
 
 from __future__ import annotations
 
@@ -23,6 +26,10 @@ table { border-collapse: collapse; } td, th { padding: 1px 8px; text-align: righ
 .input { max-height: 9em; overflow: auto; border: 1px solid #ddd; padding: 0.4em 0.6em; font-size: 0.9em; }
 .cut { color: #a33; } .legend { display: flex; align-items: center; gap: 6px; font-size: 12px; margin: 6px 0; }
 .legend .what { color: #444; margin-right: 4px; } .legend canvas { border: 1px solid #999; image-rendering: auto; }
+.tok { cursor: pointer; padding: 0 2px; margin: 1px; display: inline-block; border-radius: 2px; font-family: monospace; }
+.tok:hover { background: #eef; } .tok.picked { background: #4a7bd0; color: #fff; }
+.share { position: relative; width: 240px; height: 0.9em; background: linear-gradient(#999, #999) 50% / 1px 100% no-repeat; }
+.share div { position: absolute; top: 0; height: 100%; } #decomposition td:first-child, #decomposition th:first-child { text-align: left; }
 """
 
 _SCRIPT = r"""
@@ -32,15 +39,17 @@ const T = D.tokens.length, COLORS = ["#e6194b","#3cb44b","#4363d8","#f58231","#9
   "#9a6324","#469990","#800000","#808000","#000075","#bfef45","#fabed4","#dcbeff","#a9a9a9"];
 function bytes(b64) { const s = atob(b64), a = new Uint8Array(s.length); for (let i = 0; i < s.length; i++) a[i] = s.charCodeAt(i); return a; }
 function u16(b64) { const b = bytes(b64); return new Uint16Array(b.buffer, 0, b.length / 2); }
+function decode(S) { S.w = u16(S.weights); if (S.storage === "topk") S.i = u16(S.index); return S; }  // data.py _token_maps
 for (const run of D.runs) {
-  const A = run.attention; A.w = u16(A.weights); A.t = bytes(A.thumbs); if (A.storage === "topk") A.i = u16(A.index);
+  const A = decode(run.attention), R = run.analysis; A.t = bytes(A.thumbs); decode(R.rollout); if (R.flow) decode(R.flow);
 }
-function attnRow(run, layer, head, q) {  // the query's weights over every key (top-k storage: the kept keys)
-  const A = run.attention, m = layer * A.heads + head, row = new Float32Array(T);
-  if (A.storage === "full") { const o = (m * T + q) * T; for (let j = 0; j < T; j++) row[j] = A.w[o + j] / A.quant; }
-  else { const o = (m * T + q) * A.k; for (let r = 0; r < A.k; r++) row[A.i[o + r]] += A.w[o + r] / A.quant; }
+function mapRow(S, m, q) {  // row q of stored map m over every token (top-k storage: the kept ones, the rest 0)
+  const row = new Float32Array(T);
+  if (S.storage === "full") { const o = (m * T + q) * T; for (let j = 0; j < T; j++) row[j] = S.w[o + j] / S.quant; }
+  else { const o = (m * T + q) * S.k; for (let r = 0; r < S.k; r++) row[S.i[o + r]] += S.w[o + r] / S.quant; }
   return row;
 }
+function attnRow(run, layer, head, q) { return mapRow(run.attention, layer * run.attention.heads + head, q); }
 // colour scales (ColorBrewer): t in [0, 1] -> [r, g, b]; every heat map names its scale in a legend beside it
 const BLUES = [[247,251,255],[222,235,247],[198,219,239],[158,202,225],[107,174,214],[66,146,198],[33,113,181],[8,81,156],[8,48,107]];
 const RDBU = [[178,24,43],[214,96,77],[244,165,130],[253,219,199],[247,247,247],[209,229,240],[146,197,222],[67,147,195],[33,102,172]];
@@ -115,7 +124,8 @@ el("head-canvas").onmousemove = e => {
   const r = e.target.getBoundingClientRect(), q = Math.floor((e.clientY - r.top - 5) / 16);
   const f = (e.clientX - r.left) < 150 && q >= 0 && q < T ? q : -1; if (f !== focus) { focus = f; drawHeads(); }
 };
-runSel.onchange = () => { drawHeads(); drawGrid(); }; layerSel.onchange = drawHeads;
+const ON_RUN = [drawHeads, drawGrid];  // what the run selector redraws (the analysis and terms sections add theirs)
+runSel.onchange = () => ON_RUN.forEach(draw => draw()); layerSel.onchange = drawHeads;
 
 // -- model view ------------------------------------------------------------------------------------
 const LUT = Array.from({length: 256}, (_, v) => blues(v / 255));
@@ -136,14 +146,12 @@ function drawGrid() {
     }
   }
 }
-function zoom(l, h) {  // the whole map: queries on rows, keys on columns, a label every `step` tokens (never overlapping)
-  const c = el("zoom-canvas"), run = D.runs[+runSel.value], cell = Math.max(1, Math.floor(600 / T)), FONT = 10;
-  const step = Math.ceil((FONT + 2) / cell), g = c.getContext("2d");
+function tokenMap(c, rows, what, readout) {  // rows[q][k] on tokens x tokens, a label every `step` tokens (never overlapping)
+  const cell = Math.max(1, Math.floor(600 / T)), FONT = 10, step = Math.ceil((FONT + 2) / cell), g = c.getContext("2d");
   const name = t => (step > 1 ? `${t} ` : "") + short(D.tokens[t]);  // long inputs: the position too
   g.font = `${FONT}px monospace`; let LW = 0;
   for (let t = 0; t < T; t += step) LW = Math.max(LW, Math.ceil(g.measureText(name(t)).width) + 8);
-  const TOP = LW, rows = Array.from({length: T}, (_, q) => attnRow(run, l, h, q));
-  const top = Math.max(1e-12, ...rows.map(row => Math.max(...row)));
+  const TOP = LW, top = Math.max(1e-12, ...rows.map(row => Math.max(...row)));
   c.width = LW + cell * T; c.height = TOP + cell * T;  // resizing resets the context: font set again below
   g.fillStyle = "#fff"; g.fillRect(0, 0, c.width, c.height);
   for (let q = 0; q < T; q++) for (let k = 0; k < T; k++) if (rows[q][k] > 0) {
@@ -155,33 +163,42 @@ function zoom(l, h) {  // the whole map: queries on rows, keys on columns, a lab
     g.textAlign = "left"; g.fillText(name(t), 0, 0); g.restore(); colLabels++;
   }
   Object.assign(c.dataset, {tokens: T, step, cell, rowLabels, colLabels, left: LW, top: TOP});
-  legend("zoom-canvas-legend", blues, 0, top, "attention weight (query row to key column):", "0");
-  el("zoom-title").textContent = `${run.label}: layer ${l}, head ${h} (rows: queries, columns: keys)`;
+  legend(`${c.id}-legend`, blues, 0, top, what, "0");
   c.onmousemove = e => { const r = c.getBoundingClientRect(), k = Math.floor((e.clientX - r.left - LW) / cell),
-    q = Math.floor((e.clientY - r.top - TOP) / cell);
-    if (q >= 0 && q < T && k >= 0 && k < T) el("zoom-readout").textContent =
-      `${label(D.tokens[q])} -> ${label(D.tokens[k])}: ${rows[q][k].toFixed(5)}`; };
+    q = Math.floor((e.clientY - r.top - TOP) / cell); if (q >= 0 && q < T && k >= 0 && k < T) readout(q, k, rows[q][k]); };
+}
+function zoom(l, h) {  // one head's whole map: queries on rows, keys on columns
+  const run = D.runs[+runSel.value], rows = Array.from({length: T}, (_, q) => attnRow(run, l, h, q));
+  tokenMap(el("zoom-canvas"), rows, "attention weight (query row to key column):", (q, k, v) =>
+    el("zoom-readout").textContent = `${label(D.tokens[q])} -> ${label(D.tokens[k])}: ${v.toFixed(5)}`);
+  el("zoom-title").textContent = `${run.label}: layer ${l}, head ${h} (rows: queries, columns: keys)`;
 }
 
-// -- heatmaps: rows are tokens, columns layers -----------------------------------------------------
-function heatmap(canvasId, readoutId, table, scale, lo, hi, what, describe, {CW = 28, RH = 12, digits = -1} = {}) {
-  // table[column][token]; columns: after the embeddings ("emb") and after each layer (L0, L1, ...)
-  const c = el(canvasId), cols = table.length, LW = 130, TOP = 18, emb = cols === M.layers + 1;
-  c.width = LW + cols * CW; c.height = TOP + T * RH;
+// -- heatmaps: rows are tokens, columns layers (or any rows and columns named) ------------------------
+function heatmap(canvasId, readoutId, table, scale, lo, hi, what, describe,
+                 {CW = 28, RH = 12, digits = -1, rows = null, cols = null, corner = "token \\ after", click = null} = {}) {
+  // table[column][row]; by default rows are tokens, columns after the embeddings ("emb") and after each layer (L0, ...)
+  const c = el(canvasId), nc = table.length, LW = 130, TOP = 18, emb = nc === M.layers + 1;
+  const rowNames = rows ?? D.tokens.map(t => short(t, 18)), nr = rowNames.length;
+  const colNames = cols ?? table.map((_, x) => emb && x === 0 ? "emb" : `L${emb ? x - 1 : x}`);
+  c.width = LW + nc * CW; c.height = TOP + nr * RH;
   const g = c.getContext("2d"); g.fillStyle = "#fff"; g.fillRect(0, 0, c.width, c.height); g.font = "10px monospace";
-  g.textBaseline = "middle"; g.fillStyle = "#333"; g.textAlign = "right"; g.fillText("token \\ after", LW - 4, TOP / 2);
+  g.textBaseline = "middle"; g.fillStyle = "#333"; g.textAlign = "right"; g.fillText(corner, LW - 4, TOP / 2);
   g.textAlign = "center";
-  for (let x = 0; x < cols; x++) g.fillText(emb && x === 0 ? "emb" : `L${emb ? x - 1 : x}`, LW + x * CW + CW / 2, TOP / 2);
+  for (let x = 0; x < nc; x++) g.fillText(colNames[x], LW + x * CW + CW / 2, TOP / 2);
   const at = v => (hi > lo ? (v - lo) / (hi - lo) : 0); let printed = 0;
-  for (let t = 0; t < T; t++) { g.fillStyle = "#333"; g.textAlign = "right"; g.fillText(short(D.tokens[t], 18), LW - 4, TOP + t * RH + RH / 2);
+  for (let t = 0; t < nr; t++) { g.fillStyle = "#333"; g.textAlign = "right"; g.fillText(rowNames[t], LW - 4, TOP + t * RH + RH / 2);
     g.textAlign = "center";
-    for (let x = 0; x < cols; x++) { const rgb = scale(at(table[x][t])); g.fillStyle = css(rgb); g.fillRect(LW + x * CW, TOP + t * RH, CW - 1, RH - 1);
+    for (let x = 0; x < nc; x++) { const rgb = scale(at(table[x][t])); g.fillStyle = css(rgb); g.fillRect(LW + x * CW, TOP + t * RH, CW - 1, RH - 1);
       if (digits < 0) continue; const s = table[x][t].toFixed(digits);
       if (RH >= 12 && g.measureText(s).width <= CW - 4) { g.fillStyle = inkOn(rgb); g.fillText(s, LW + x * CW + CW / 2, TOP + t * RH + RH / 2); printed++; } } }
-  Object.assign(c.dataset, {left: LW, top: TOP, values: printed});
+  Object.assign(c.dataset, {left: LW, top: TOP, cw: CW, rh: RH, values: printed});
   legend(`${canvasId}-legend`, scale, lo, hi, what);
-  c.onmousemove = e => { const r = c.getBoundingClientRect(), x = Math.floor((e.clientX - r.left - LW) / CW), t = Math.floor((e.clientY - r.top - TOP) / RH);
-    if (x >= 0 && x < cols && t >= 0 && t < T) el(readoutId).textContent = describe(x, t, table[x][t]); };
+  const cellAt = e => { const r = c.getBoundingClientRect(), x = Math.floor((e.clientX - r.left - LW) / CW),
+    t = Math.floor((e.clientY - r.top - TOP) / RH); return x >= 0 && x < nc && t >= 0 && t < nr ? [x, t] : null; };
+  c.onmousemove = e => { const at = cellAt(e); if (at) el(readoutId).textContent = describe(at[0], at[1], table[at[0]][at[1]]); };
+  c.onclick = e => { const at = cellAt(e); if (at && click) click(at[0], at[1]); };
+  c.style.cursor = click ? "pointer" : "";
 }
 function maxOf(table) { return Math.max(...table.map(r => Math.max(...r))); }
 function minOf(table) { return Math.min(...table.map(r => Math.min(...r))); }
@@ -208,7 +225,56 @@ function drawParts() {
     if (E.projected) tr.insertCell().textContent = run.projected_norms[t].toFixed(3); });
 }
 ["norm-run"].forEach(id => D.runs.forEach((r, i) => el(id).add(new Option(r.label, i))));
-el("norm-run").onchange = () => { drawNorms(); drawParts(); }; el("part").onchange = drawParts;
+el("norm-run").onchange = () => { drawNorms(); drawParts(); drawDecomposition(); }; el("part").onchange = drawParts;
+
+// -- analysis: what ma.analysis computes from each run's capture (data.py `analysis`) -------------------
+function drawEntropy() {  // head_entropy: each head's mean attention entropy over the queries, in nats; E[layer][head]
+  const run = D.runs[+runSel.value], E = run.analysis.entropy, table = Array.from({length: M.heads}, (_, h) => E.map(row => row[h]));
+  heatmap("entropy", "entropy-readout", table, blues, minOf(E), maxOf(E), "mean attention entropy (nats):",
+    (h, l, v) => `${run.label}: layer ${l}, head ${h}: ${v.toFixed(4)} nats, as spread as ${Math.exp(v).toFixed(2)} keys alike ` +
+      `(all ${T} alike: ln ${T} = ${Math.log(T).toFixed(4)})`,
+    {CW: 34, RH: 16, digits: 2, rows: E.map((_, l) => `layer ${l}`), cols: table.map((_, h) => `${h}`), corner: "layer \\ head",
+     click: (h, l) => { zoom(l, h); el("zoom-title").scrollIntoView(); }});
+}
+el("rollout-kind").add(new Option("attention rollout", "rollout"));
+if (D.runs.every(r => r.analysis.flow)) el("rollout-kind").add(new Option("attention flow", "flow"));
+el("rollout-kind").onchange = () => drawRollout(); ON_RUN.push(drawEntropy, drawRollout);
+function drawRollout() {  // attention_rollout (or attention_flow): output tokens (rows) from input tokens (columns)
+  const run = D.runs[+runSel.value], R = run.analysis, kind = R.flow ? el("rollout-kind").value : "rollout", S = R[kind];
+  const rows = Array.from({length: T}, (_, q) => mapRow(S, 0, q));
+  tokenMap(el("rollout"), rows, `${kind} (output token row, input token column):`, (q, k, v) => el("rollout-readout").textContent =
+    `${run.label}, ${kind}: ${label(D.tokens[q])} after the last layer from input ${label(D.tokens[k])}: ${v.toFixed(5)}`);
+  el("rollout").dataset.drawn = `${runSel.value}:${kind}`;
+  el("rollout-storage").textContent = S.storage === "full" ? `Stored as uint16 (x ${S.quant}, rounded): every entry.`
+    : `Stored as uint16: each output token's ${S.k} largest entries; the ones left out hold at most ${S.rest_max.toFixed(3)} of a row.`;
+  el("flow-note").textContent = R.flow ? "" : R.flow_note;
+}
+let picked = 0;  // the token whose decomposition is shown: the first until another is clicked
+el("decomposition-tokens").replaceChildren(...D.tokens.map((tok, t) => Object.assign(span("tok", label(tok)),
+  {title: `token ${t}`, onclick: () => { picked = t; drawDecomposition(); }})));
+function drawDecomposition() {  // residual_decomposition: each part's share <p, x> / |x|^2 of the picked token's last state x
+  const run = D.runs[+el("norm-run").value], R = run.analysis.decomposition;
+  el("decomposition-refused").textContent = R.refused ? `Not shown for this model (${run.label}): ${R.refused}.` : "";
+  el("decomposition-shown").style.display = R.refused ? "none" : "";
+  if (R.refused) return;
+  [...el("decomposition-tokens").children].forEach((chip, t) => chip.classList.toggle("picked", t === picked));
+  const shares = R.share.map(row => row[picked]), top = Math.max(1e-12, ...shares.map(Math.abs)), body = el("decomposition-rows");
+  body.replaceChildren();
+  R.parts.forEach((name, p) => {
+    const tr = body.insertRow(), bar = document.createElement("div"), fill = document.createElement("div");
+    const w = 50 * Math.abs(shares[p]) / top;
+    fill.style.cssText = `left:${shares[p] < 0 ? 50 - w : 50}%;width:${w}%;background:${shares[p] < 0 ? "#d6604d" : "#4a7bd0"}`;
+    bar.className = "share"; bar.append(fill);
+    tr.insertCell().textContent = name; tr.insertCell().append(bar);
+    tr.insertCell().textContent = shares[p].toFixed(4); tr.insertCell().textContent = R.norm[p][picked].toFixed(3);
+  });
+  const sum = shares.reduce((a, b) => a + b, 0);
+  el("decomposition-sum").textContent = sum.toFixed(4);
+  el("decomposition-title").textContent = `${run.label}: token ${picked} (${label(D.tokens[picked])}), |x| = ` +
+    `${R.state_norm[picked].toFixed(3)}: the shares sum to ${sum.toFixed(4)} (the parts add up to x to within ` +
+    `${R.sum_error.toExponential(1)} of |x|, every token)`;
+  el("decomposition").dataset.drawn = `${el("norm-run").value}:${picked}`;
+}
 
 // -- AlignScore heads and the two-run diff --------------------------------------------------------
 function drawProbs() {
@@ -299,9 +365,10 @@ if (HAS_TERMS) {
   for (let h = 0; h < M.heads; h++) el("term-head").add(new Option(`head ${h}`, h));
   el("term-layer").onchange = () => setLayer(+el("term-layer").value); el("term-head").onchange = drawTerms;
   layerSel.onchange = () => setLayer(+layerSel.value);
-  runSel.onchange = () => { drawHeads(); drawGrid(); drawTermTable(); drawTerms(); };
+  ON_RUN.push(drawTermTable, drawTerms);
 }
-drawHeads(); drawGrid(); zoom(0, 0); drawNorms(); drawParts(); drawProbs(); drawDiff(); if (HAS_TERMS) { drawTermTable(); drawTerms(); }
+drawHeads(); drawGrid(); zoom(0, 0); drawEntropy(); drawRollout(); drawNorms(); drawParts(); drawDecomposition(); drawProbs();
+drawDiff(); if (HAS_TERMS) { drawTermTable(); drawTerms(); }
 document.body.dataset.ready = "1";
 """
 
@@ -321,6 +388,24 @@ Hover a query to see only its lines.</p>
 <div class="legend" id="grid-legend"></div><div id="grid"></div>
 <h3 id="zoom-title"></h3><div class="legend" id="zoom-canvas-legend"></div>
 <div class="readout" id="zoom-readout"></div><canvas id="zoom-canvas"></canvas>
+<h2>Head entropy</h2>
+<p class="note">Each head's attention entropy &minus;&Sigma; p ln p over the keys, averaged over the queries, in nats
+(<code>ma.analysis.head_entropy</code>): 0 where every query puts all its weight on one key, ln T where it spreads it
+over all T tokens alike. Hover a cell for its value; click one to enlarge that head's map above.</p>
+<div class="legend" id="entropy-legend"></div><div class="readout" id="entropy-readout"></div>
+<canvas id="entropy"></canvas>
+<h2>Attention rollout</h2>
+<p class="note">How much each token after the last layer (rows) draws on each input token (columns). Rollout (Abnar
+&amp; Zuidema 2020, <code>ma.analysis.attention_rollout</code>): every layer's attention averaged over its heads,
+mixed half and half with the identity for the skip connection (0.5 A + 0.5 I, rows renormalised), multiplied up from
+the first layer; each row sums to 1. Flow (the same paper, <code>ma.analysis.attention_flow</code>): the maximum flow
+from the input token to the output token through that graph of layers, where a path carries no more than its narrowest
+edge.</p>
+<div class="controls"><label><select id="rollout-kind"></select></label>
+<span class="note" id="rollout-storage"></span></div>
+<p class="note" id="flow-note"></p>
+<div class="legend" id="rollout-legend"></div><div class="readout" id="rollout-readout"></div>
+<canvas id="rollout"></canvas>
 <h2>Residual stream</h2>
 <div class="controls"><label>run <select id="norm-run"></select></label></div>
 <p class="note">Norm of each token's state after the embeddings and after each layer (darker: larger); hover a cell
@@ -334,6 +419,19 @@ one part (blue: along it, red: against it).</p>
 <tbody id="part-norms"></tbody></table>
 <div class="controls"><label>part <select id="part"></select></label></div>
 <div class="legend" id="parts-legend"></div><div class="readout" id="parts-readout"></div><canvas id="parts"></canvas>
+<h2>Residual decomposition</h2>
+<p class="note">A token's last hidden state x as the sum of what the embeddings, each layer's attention and
+feed-forward and the LayerNorms' biases wrote into the residual stream
+(<code>ma.analysis.residual_decomposition</code>: each LayerNorm spread over its input's parts with that input's mean
+and deviation, a linearised view). A part's share is its projection onto x divided by |x|, &lang;p, x&rang; /
+|x|&sup2;, so the shares sum to 1 (bars: blue along x, red against it, on one scale per token); |p| is its norm. Click
+a token (the first until then); the run is the residual stream's.</p>
+<p class="note" id="decomposition-refused"></p>
+<div id="decomposition-shown"><div class="input" id="decomposition-tokens"></div><p id="decomposition-title"></p>
+<table id="decomposition">
+<thead><tr><th>part p</th><th>share (0 in the middle)</th><th>share</th><th>|p|</th></tr></thead>
+<tbody id="decomposition-rows"></tbody>
+<tfoot><tr><th>sum</th><th></th><th id="decomposition-sum"></th><th></th></tr></tfoot></table></div>
 {terms}<section id="probs-section"><h2>AlignScore heads</h2><div id="probs"></div></section>
 <section id="diff-section"><h2>Two runs: the same token's states</h2>
 <p class="note">Cosine between the two runs' states of each token (rows), after the embeddings and each layer
