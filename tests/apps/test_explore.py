@@ -294,7 +294,7 @@ def test_the_analysis_sections_are_ma_analysis_on_the_same_capture(minilm):
     the storage's rounding; the decomposition's shares of the last hidden state sum to 1 on every token. MiniLM's 6
     layers make the exact flow too costly for this input, and the page says so."""
     model, tokenizer = minilm
-    text, pair = "The bank raised rates.", "Rates at the bank went up."
+    text, pair = "The bank raised rates.", "Rates at the bank went up again this year."  # 18 tokens: no flow
     data = page_data(ma.explore(model, tokenizer, text, pair=pair).html())
     cap, out = _capture(model, tokenizer, text, pair)
     L, T = model.config.num_layers, len(data["tokens"])
@@ -428,7 +428,7 @@ def test_the_page_in_headless_chromium(tmp_path, minilm_dir, minilm):
     pytest.importorskip("playwright.sync_api", reason="playwright (the test extra) is not installed")
     out = tmp_path / "explore.html"
     assert main(["explore", "--model", str(minilm_dir), "--text", "The bank raised rates.", "--pair",
-                 "Rates at the bank went up.", "--mask", "left-only", "--output", str(out)]) == 0
+                 "Rates at the bank went up again this year.", "--mask", "left-only", "--output", str(out)]) == 0
     url = out.resolve().as_uri()
     with headless_page(url) as (page, requests, errors):
         drawn = lambda: page.eval_on_selector("#head-canvas", "c => [c.dataset.drawn, c.toDataURL()]")  # noqa: E731
