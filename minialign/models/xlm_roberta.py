@@ -23,14 +23,3 @@ class XLMRobertaConfig(RobertaConfig):
 class XLMRoberta(Roberta):
     config_class = XLMRobertaConfig
 
-
-def __getattr__(name: str):
-    """Camembert lived here in the 0.2 development builds (models/camembert.py now); removed in 0.3."""
-    if name in ("Camembert", "CamembertConfig"):
-        import warnings
-
-        from minialign.models import camembert
-        warnings.warn(f"minialign.models.xlm_roberta.{name} moved to minialign.models.camembert", DeprecationWarning,
-                      stacklevel=2)
-        return getattr(camembert, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
