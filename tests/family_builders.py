@@ -112,6 +112,22 @@ FAMILIES = {row.model_type: row for row in [
 NEW = [name for name in FAMILIES if name not in ("bert", "roberta")]  # the families bert/roberta tests do not cover
 
 
+# What a family's minialign config needs beyond the shared sizes to build a model without transformers (the
+# interventions and analysis tests build every family this way): ModernBERT's rotary thetas and window, DeBERTa's
+# relative attention with both position terms.
+OWN_FIELDS = {"modernbert": {"rope_theta": 160000.0, "local_rope_theta": 10000.0, "local_attention": 4},
+              "deberta-v2": {"relative_attention": True, "pos_att_type": ("c2p", "p2c")}}
+
+
+def random_encoder(arch: str, backend: str = "sdpa", *, num_layers: int = 3, seed: int = 0):
+    """A tiny randomly initialised minialign Encoder of `arch` (300 ids, 32 wide, 4 heads), without dropout, in eval."""
+    import minialign as ma
+
+    config = ma.Config(arch=arch, vocab_size=300, hidden_size=32, num_layers=num_layers, num_heads=4,
+                       intermediate_size=48, hidden_dropout=0.0, attention_dropout=0.0, **OWN_FIELDS.get(arch, {}))
+    return ma.Encoder(config, attn_backend=backend, seed=seed).eval()
+
+
 def supported(model_type: str) -> bool:
     from minialign.models import FAMILIES as DECLARED
 

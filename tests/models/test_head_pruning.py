@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from family_builders import random_encoder
 
 import minialign as ma
 from minialign.nn.precision import INT8, apply_precision
 
 TOL = dict(atol=1e-5, rtol=0)
 REFERENCE = Path(__file__).parent / "data" / "transformers4_heads"
-FAMILY_FIELDS = {"modernbert": {"rope_theta": 160000.0, "local_rope_theta": 10000.0, "local_attention": 4},
-                 "deberta-v2": {"relative_attention": True, "pos_att_type": ("c2p", "p2c")}}
 
 
 @pytest.fixture(scope="module")
@@ -55,9 +54,7 @@ def test_head_mask_and_pruning_match_transformers_v4(family, backend, reference)
 
 
 def _model(arch, backend="sdpa"):
-    config = ma.Config(arch=arch, vocab_size=300, hidden_size=32, num_layers=3, num_heads=4, intermediate_size=48,
-                       hidden_dropout=0.0, attention_dropout=0.0, **FAMILY_FIELDS.get(arch, {}))
-    return ma.Encoder(config, attn_backend=backend, seed=0).eval()
+    return random_encoder(arch, backend)
 
 
 def _batch():

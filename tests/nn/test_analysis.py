@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from family_builders import random_encoder
 
 import minialign as ma
 from minialign.nn import analysis
@@ -180,10 +181,6 @@ def test_activation_patching_names_bad_input():
         analysis.activation_patching(model, clean, corrupted, metric, ["layers.0.outptu"])
 
 
-FAMILY_FIELDS = {"modernbert": {"rope_theta": 160000.0, "local_rope_theta": 10000.0, "local_attention": 4},
-                 "deberta-v2": {"relative_attention": True, "pos_att_type": ("c2p", "p2c")}}
-
-
 # every family on eager and sdpa; flex (a compile per case) on a post-LN and the pre-LN family
 FAMILY_BACKENDS = [(arch, backend) for arch in ma.models.FAMILIES for backend in ("eager", "sdpa")] + [
     pytest.param("bert", "flex", marks=pytest.mark.slow), pytest.param("modernbert", "flex", marks=pytest.mark.slow)]
@@ -193,9 +190,7 @@ FAMILY_BACKENDS = [(arch, backend) for arch in ma.models.FAMILIES for backend in
 def test_activation_patching_on_every_family_and_backend(arch, backend):
     """Padded inputs on any backend: the clean last state restores the clean metric exactly, a token's state
     patched where the inputs agree (before any layer mixed them) changes nothing."""
-    config = ma.Config(arch=arch, vocab_size=300, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=48,
-                       hidden_dropout=0.0, attention_dropout=0.0, **FAMILY_FIELDS.get(arch, {}))
-    model = ma.Encoder(config, attn_backend=backend, seed=0).eval()
+    model = random_encoder(arch, backend, num_layers=2)
     clean, corrupted = _clean_and_corrupted()
     mask = torch.tensor([[1, 1, 1, 1, 1, 1, 1, 0]])  # the last token is padding
     clean, corrupted = {**clean, "attention_mask": mask}, {**corrupted, "attention_mask": mask}
