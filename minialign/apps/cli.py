@@ -181,39 +181,85 @@ def _serve(args: argparse.Namespace) -> int:
         import uvicorn  # noqa: F401
     except ImportError:
         raise ValueError("minialign serve needs the serve extra: pip install 'minialign[serve]'") from None
-    from minialign.apps.serve import ALIGNSCORE_ROUTES, Limits, Models, Service, serve
+    from minialign.apps.products import PRODUCTS
+    from minialign.apps.serve import Limits, Models, Service, serve
     from minialign.products.runner import refuse_int8
 
-    if args.alignscore:  # refused before anything is announced or loaded
-        refuse_int8(args.dtype, "AlignScorer (--alignscore)")
-    loading = {"device": args.device, "dtype": _dtype(args)}
+    wanted = [(PRODUCTS[name], spec) for name, specs in args.products.items() for spec in specs]
+    for product, _ in wanted:  # refused before anything is announced or loaded
+        if not product.int8:
+            refuse_int8(args.dtype, f"{product.runner.__name__} (--{product.name})")
     models = Models()
-    from minialign.products.alignscore import AlignScorer
+    for product, spec in wanted:
+        _serve_load(models, product, spec, args)
+    limits = Limits(max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
+                    max_body_bytes=args.max_body_bytes, max_client_batch_size=args.max_client_batch_size,
+                    api_key=args.api_key)
+    serve(Service(models, limits), host=args.host, port=args.port)
+    return 0
 
-    for spec in args.alignscore or []:
+
+def _serve_load(models, product, spec: str, args: argparse.Namespace) -> None:
+    """Load one model the service was told to (--NAME SPEC) where its protocols find it (serve/core.Models)."""
+    from minialign.apps.serve import ALIGNSCORE_ROUTES
+
+    loading = {"device": args.device, "dtype": _dtype(args)}
+    if product.name == "alignscore":  # NeMo Guardrails' route names: --alignscore [NAME=]SRC
         name, _, src = spec.rpartition("=")
         name = name or ("large" if src == "AlignScore-large" else "base")
         if name not in ALIGNSCORE_ROUTES:
             raise ValueError(f"--alignscore {spec}: the route name must be one of {ALIGNSCORE_ROUTES} (NAME=SRC)")
         if name in models.alignscore:
             raise ValueError(f"--alignscore: two models for /alignscore_{name}")
-        models.alignscore[name] = AlignScorer.from_pretrained(src, backbone=args.backbone, **loading)
+        models.alignscore[name] = product.load_runner(src, backbone=args.backbone, **loading)
         models.names["alignscore"] = src
         models.names[f"alignscore_{name}"] = src  # each route's own, for /info
-    if args.embed:
-        from minialign.products.embeddings import SentenceEncoder
+        return
+    runner = product.load_runner(spec, **loading)
+    field = {"embed": "embedder", "classify": "classifier", "minicheck": "minicheck"}.get(product.name)
+    if field is not None:
+        setattr(models, field, runner)
+    else:
+        models.products[product.name] = runner
+    models.names[product.name] = spec
 
-        models.embedder, models.names["embed"] = SentenceEncoder.from_pretrained(args.embed, **loading), args.embed
-    if args.classify:
-        from minialign.products.classifier import Classifier
 
-        models.classifier = Classifier.from_pretrained(args.classify, **loading)
-        models.names["classify"] = args.classify
-    limits = Limits(max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
-                    max_body_bytes=args.max_body_bytes, max_client_batch_size=args.max_client_batch_size,
-                    api_key=args.api_key)
-    serve(Service(models, limits), host=args.host, port=args.port)
-    return 0
+class _ProductSpec(argparse.Action):
+    """--NAME SRC of `serve`: collected into args.products (name -> the sources given, in order)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        products = dict(getattr(namespace, "products", None) or {})
+        name = self.dest
+        if products.get(name) and name != "alignscore":
+            raise argparse.ArgumentError(self, "given twice: the service runs one model of it")
+        products[name] = [*products.get(name, []), values]
+        namespace.products = products
+
+
+def _serve_parser(sub) -> None:
+    from minialign.apps.products import PRODUCTS
+
+    p = sub.add_parser("serve", help="an HTTP service: NeMo Guardrails' AlignScore API, TEI's API, HF Inference's "
+                                     "text-classification, /score, /rows (needs the serve extra)")
+    for product in PRODUCTS.values():  # --alignscore [NAME=]SRC (repeatable), --minicheck [SRC], --embed SRC, ...
+        optional = product.model is not None and product.name != "alignscore"
+        p.add_argument(f"--{product.name}", dest=product.name, action=_ProductSpec, help=product.serve_help,
+                       nargs="?" if optional else None, const=product.model if optional else None,
+                       metavar="[NAME=]SRC" if product.name == "alignscore" else "SRC")
+    p.set_defaults(products={})
+    p.add_argument("--backbone", help="for an AlignScore .ckpt: backbone dir or hub id")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (0: any free port, printed at start)")
+    p.add_argument("--max-batch-tokens", type=int, default=None, help="token budget of one model call")
+    p.add_argument("--max-wait-ms", type=float, default=5.0, help="how long a call waits to merge requests")
+    p.add_argument("--max-queue", type=int, default=512, help="requests in flight per model before 429")
+    p.add_argument("--max-body-bytes", type=int, default=2 * 2**20, help="larger request bodies get 413")
+    p.add_argument("--max-client-batch-size", type=int, default=1024, help="inputs in one request")
+    p.add_argument("--api-key", help="require Authorization: Bearer KEY on every route but /health")
+    p.add_argument("--device", default=None)
+    p.add_argument("--dtype", choices=(*DTYPES, "auto", "int8"),
+                   help="as the file commands' --dtype; int8 for --embed and --classify only")
+    p.set_defaults(run=_serve)
 
 
 def _common(p: argparse.ArgumentParser, *, batch: str, int8: bool = True) -> None:
@@ -360,26 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output", default="explore.html")
     p.set_defaults(run=_explore)
 
-    p = sub.add_parser("serve", help="an HTTP service: NeMo Guardrails' AlignScore API, TEI's API, /score "
-                                     "(needs the serve extra)")
-    p.add_argument("--alignscore", action="append", metavar="[NAME=]SRC",
-                   help="an AlignScore model for /alignscore_NAME (base or large; AlignScore-large -> large); "
-                        "repeat for both")
-    p.add_argument("--backbone", help="for an AlignScore .ckpt: backbone dir or hub id")
-    p.add_argument("--embed", metavar="SRC", help="an embedding model for TEI's /embed (and POST /)")
-    p.add_argument("--classify", metavar="SRC", help="a classifier or reranker for TEI's /predict and /rerank")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8000, help="port (0: any free port, printed at start)")
-    p.add_argument("--max-batch-tokens", type=int, default=None, help="token budget of one model call")
-    p.add_argument("--max-wait-ms", type=float, default=5.0, help="how long a call waits to merge requests")
-    p.add_argument("--max-queue", type=int, default=512, help="requests in flight per model before 429")
-    p.add_argument("--max-body-bytes", type=int, default=2 * 2**20, help="larger request bodies get 413")
-    p.add_argument("--max-client-batch-size", type=int, default=1024, help="inputs in one request")
-    p.add_argument("--api-key", help="require Authorization: Bearer KEY on every route but /health")
-    p.add_argument("--device", default=None)
-    p.add_argument("--dtype", choices=(*DTYPES, "auto", "int8"),
-                   help="as the file commands' --dtype; int8 for --embed and --classify only")
-    p.set_defaults(run=_serve)
+    _serve_parser(sub)
 
     p = sub.add_parser("convert", help="convert a checkpoint to minialign's format or to transformers layout")
     p.add_argument("src", help="HF dir, hub id, minialign dir, or AlignScore .ckpt")

@@ -40,6 +40,7 @@ CHUNK_SIZE = 400  # MiniCheck.score's default for roberta-large and deberta-v3-l
 MAX_LENGTHS = {"deberta-v2": 2048}
 MAX_LENGTH = 512
 SUPPORTED = 1  # label index of "supported"
+LABELS = ("unsupported", "supported")  # by label index, as MiniCheck's classifiers are trained (SUPPORTED)
 NEWLINE = "\n"  # the block marker
 
 
