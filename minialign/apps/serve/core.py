@@ -290,14 +290,16 @@ class Core:
         source = self.models.names.get(kind, self.models.names.get(product))
         described: dict[str, Any] = {"model_id": source, "model_dtype": runner.dtype_name,
                                      "max_input_length": runner.max_length}
-        if isinstance(runner, SentenceEncoder):
+        if product in self.models.products:  # a product the protocols do not speak: /rows/NAME
+            described.update(kind=product)
+        elif isinstance(runner, SentenceEncoder):
             described.update(kind="embedding", pooling=pooling.tei_name(runner.pooling), dimension=runner.dimension)
         elif isinstance(runner, Classifier):
             described.update(kind="reranker" if runner.reranker else "classifier", labels=runner.labels)
         elif isinstance(runner, AlignScorer):
             described.update(kind="alignscore", mode=runner.mode)
         else:
-            described.update(kind=product)
+            described.update(kind=product)  # minicheck
         described["routes"] = [route.path for route in self.routes()
                                if route.kinds is not None and kind in route.kinds(self.models)]
         return described
