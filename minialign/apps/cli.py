@@ -204,7 +204,7 @@ def _serve_load(models, product, spec: str, args: argparse.Namespace) -> None:
     from minialign.apps.serve import ALIGNSCORE_ROUTES
 
     loading = {"device": args.device, "dtype": _dtype(args)}
-    if product.name == "alignscore":  # NeMo Guardrails' route names: --alignscore [NAME=]SRC
+    if product.serve_as == "alignscore":  # NeMo Guardrails' route names: --alignscore [NAME=]SRC
         name, _, src = spec.rpartition("=")
         name = name or ("large" if src == "AlignScore-large" else "base")
         if name not in ALIGNSCORE_ROUTES:
@@ -216,21 +216,25 @@ def _serve_load(models, product, spec: str, args: argparse.Namespace) -> None:
         models.names[f"alignscore_{name}"] = src  # each route's own, for /info
         return
     runner = product.load_runner(spec, **loading)
-    field = {"embed": "embedder", "classify": "classifier", "minicheck": "minicheck"}.get(product.name)
-    if field is not None:
-        setattr(models, field, runner)
+    if product.serve_as is not None:
+        setattr(models, product.serve_as, runner)
     else:
         models.products[product.name] = runner
     models.names[product.name] = spec
 
 
 class _ProductSpec(argparse.Action):
-    """--NAME SRC of `serve`: collected into args.products (name -> the sources given, in order)."""
+    """--NAME SRC of `serve`: collected into args.products (name -> the sources given, in order); only AlignScore
+    takes several (one per NeMo Guardrails route name)."""
+
+    def __init__(self, *args, repeatable: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.repeatable = repeatable
 
     def __call__(self, parser, namespace, values, option_string=None):
         products = dict(getattr(namespace, "products", None) or {})
         name = self.dest
-        if products.get(name) and name != "alignscore":
+        if products.get(name) and not self.repeatable:
             raise argparse.ArgumentError(self, "given twice: the service runs one model of it")
         products[name] = [*products.get(name, []), values]
         namespace.products = products
@@ -242,10 +246,11 @@ def _serve_parser(sub) -> None:
     p = sub.add_parser("serve", help="an HTTP service: NeMo Guardrails' AlignScore API, TEI's API, HF Inference's "
                                      "text-classification, /score, /rows (needs the serve extra)")
     for product in PRODUCTS.values():  # --alignscore [NAME=]SRC (repeatable), --minicheck [SRC], --embed SRC, ...
-        optional = product.model is not None and product.name != "alignscore"
+        named = product.serve_as == "alignscore"
+        optional = product.model is not None and not named
         p.add_argument(f"--{product.name}", dest=product.name, action=_ProductSpec, help=product.serve_help,
                        nargs="?" if optional else None, const=product.model if optional else None,
-                       metavar="[NAME=]SRC" if product.name == "alignscore" else "SRC")
+                       metavar="[NAME=]SRC" if named else "SRC", repeatable=named)
     p.set_defaults(products={})
     p.add_argument("--backbone", help="for an AlignScore .ckpt: backbone dir or hub id")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")

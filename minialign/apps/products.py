@@ -5,7 +5,7 @@
     files (--input / --output)     the product's `job` (apps/files/jobs.py): which fields a row has, its output records
     Ray Data                       apps/raydata.py: a map_batches class per product (its `ray` name) over the same job
     the service                    apps/serve/: `--<name> SRC` loads it; POST /rows/<name> answers the file job's
-                                   records for rows in a body; the protocols it also speaks are its `http` shapes
+                                   records for rows in a body; the protocols read it where its `serve_as` puts it
 
 A product is its runner (products/: loads with the keywords every runner takes, products/runner.Loading, plus the
 options of its own declared here) and the job that turns a block of rows into records. Adding one entry to
@@ -75,9 +75,10 @@ class Product:
     check     a row's problems known before the model loads (rows.Fields.check), e.g. AlignScore's claim
               needs a sentence; the loaded runner's own check applies in the job too
     ray       the name of its Ray Data class (raydata.py)
-    http      the protocol shapes the service also answers it on (serve/): "nemo" (NeMo Guardrails'
-              AlignScore request), "score" (minialign's /score pairs), "tei-embed", "tei-classify",
-              "hf-text-classification"
+    serve_as  where the service's protocols find it (serve/core.Models): "alignscore" (NeMo Guardrails'
+              /alignscore_NAME and /score), "minicheck" (/minicheck, /score, HF text-classification), "embedder"
+              (TEI's /embed, /similarity, POST /), "classifier" (TEI's /predict, /rerank, HF text-classification);
+              None: POST /rows/NAME alone
     int8      whether --dtype offers int8 (the scorers refuse it: products/runner.refuse_int8)
     """
 
@@ -96,7 +97,7 @@ class Product:
     outputs: tuple[str, ...] = ("jsonl", "csv")
     check: Callable[[dict[str, str | None]], list[tuple[str, str]]] | None = None
     ray: str = ""
-    http: tuple[str, ...] = ()
+    serve_as: str | None = None
     int8: bool = True
 
     def fields(self, **named: str | None) -> Fields:
@@ -164,7 +165,7 @@ register(Product(
     load=(Option("backbone", help="for a .ckpt: backbone dir (config.json + tokenizer) or hub id"),
           Option("tokenizer", help="tokenizer dir or hub id (default: beside the model or backbone)"),
           Option("mode", alignscore.DEFAULT_MODE, help="alignscore only", choices=alignscore.MODES)),
-    inputs=PAIR_INPUTS, check=_alignscore_check, ray="AlignScoreBatches", http=("nemo", "score"), int8=False))
+    inputs=PAIR_INPUTS, check=_alignscore_check, ray="AlignScoreBatches", serve_as="alignscore", int8=False))
 
 register(Product(
     name="minicheck", runner=minicheck.MiniCheckScorer, command="score", job=jobs.score_job, verb="scored",
@@ -174,7 +175,7 @@ register(Product(
                "text-classification) and /score with \"model\": \"minicheck\"",
     load=(Option("tokenizer", help="tokenizer dir or hub id (default: beside the model or backbone)"),
           Option("chunk_size", minicheck.CHUNK_SIZE, help="minicheck only: tokens per document chunk", type=int)),
-    inputs=PAIR_INPUTS, ray="MiniCheckBatches", http=("nemo", "score", "hf-text-classification"), int8=False))
+    inputs=PAIR_INPUTS, ray="MiniCheckBatches", serve_as="minicheck", int8=False))
 
 register(Product(
     name="embed", runner=SentenceEncoder, command="embed", job=jobs.embed_job, verb="embedded", outputs=jobs.OUTPUT_FORMATS["embed"],
@@ -188,7 +189,7 @@ register(Product(
              Option("prompt", exclusive="prompt",
                     help="a prompt text put before every text (\"\": none, not even the default)")),
     inputs=(Input("text", "one text: prints its embedding as a JSON list"),),
-    ray="EmbedBatches", http=("tei-embed",)))
+    ray="EmbedBatches", serve_as="embedder"))
 
 register(Product(
     name="classify", runner=Classifier, command="classify", job=jobs.classify_job, verb="classified",
@@ -199,4 +200,4 @@ register(Product(
     options=(Option("activation", "auto", choices=("auto", "none", "softmax", "sigmoid", "tanh")),),
     inputs=(Input("text", "one text: prints its label and scores as JSON"),
             Input("pair", "with --text: the second text of a pair", optional=True)),
-    ray="ClassifyBatches", http=("tei-classify", "hf-text-classification")))
+    ray="ClassifyBatches", serve_as="classifier"))
