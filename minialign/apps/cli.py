@@ -111,8 +111,8 @@ def _run_ray(product, options: dict, args: argparse.Namespace) -> int:
         ray.init(address=None if local else args.ray, **({"log_to_driver": False, "logging_level": "WARNING"}
                                                          if local else {}))
     verb = product.verb
-    counts = raydata.run_sharded(raydata.batches_class(product.name), options, input=Path(args.input), output=Path(args.output),
-                                 id_field=args.id_field, shards=args.shards, output_format=args.output_format,
+    counts = raydata.run_sharded(raydata.batches_class(product.name), options, input=Path(args.input),
+                                 output=Path(args.output), id_field=args.id_field, shards=args.shards, output_format=args.output_format,
                                  actors=args.actors, batch_rows=args.batch_rows, cpus_per_actor=args.cpus_per_actor,
                                  gpus_per_actor=args.gpus_per_actor, echo=lambda line: print(line, file=sys.stderr))
     print(f"{verb} {counts['written']} shard(s) into {args.output} ({counts['skipped']} already there, skipped)",

@@ -178,7 +178,8 @@ register(Product(
     inputs=PAIR_INPUTS, ray="MiniCheckBatches", serve_as="minicheck", int8=False))
 
 register(Product(
-    name="embed", runner=SentenceEncoder, command="embed", job=jobs.embed_job, verb="embedded", outputs=jobs.OUTPUT_FORMATS["embed"],
+    name="embed", runner=SentenceEncoder, command="embed", job=jobs.embed_job, verb="embedded",
+    outputs=jobs.OUTPUT_FORMATS["embed"],
     help="sentence embeddings of a text, or of a JSONL/CSV file (.jsonl or .safetensors out)",
     model_help="a sentence-transformers or HF directory, or a hub id",
     serve_help="an embedding model for TEI's /embed (and POST /)",

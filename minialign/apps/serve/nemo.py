@@ -127,8 +127,8 @@ def not_loaded(path: str) -> str | None:
     if name in ALIGNSCORE_ROUTES:
         return f"no AlignScore model is loaded for {path} (start the service with --alignscore {name}=SRC)"
     if path == "/score":
-        return "no AlignScore or MiniCheck model is loaded for /score (start the service with --alignscore [NAME=]SRC " \
-               "or --minicheck [SRC])"
+        return ("no AlignScore or MiniCheck model is loaded for /score (start the service with --alignscore "
+                "[NAME=]SRC or --minicheck [SRC])")
     if path == "/minicheck":
         return "no MiniCheck model is loaded for /minicheck (start the service with --minicheck [SRC])"
     return None
