@@ -44,9 +44,6 @@ def _validate(ckpt) -> None:
     check_tensors(model, own_tensors(cls, ckpt), ckpt.origin)
 
 
-MINICHECK_DEFAULT = "lytang/MiniCheck-RoBERTa-Large"
-
-
 def _dtype(args: argparse.Namespace):
     """--dtype parsed once, as from_pretrained takes it (loading.parse_dtype: a DtypeChoice); "auto" also says on
     stderr what it will pick, "int8" that the results will be quantized."""
@@ -95,8 +92,8 @@ def _run_file(job, args: argparse.Namespace, verb: str) -> int:
     return 0
 
 
-def _run_ray(mapper: str, options: dict, args: argparse.Namespace, verb: str) -> int:
-    """--ray: the file job on Ray Data, sharded (raydata.run_sharded)."""
+def _run_ray(product, options: dict, args: argparse.Namespace) -> int:
+    """--ray: the product's file job on Ray Data, sharded (raydata.run_sharded)."""
     if args.input is None or args.output is None:
         raise ValueError("--ray needs --input (a file or directory) and --output (a directory of shards)")
     try:
@@ -113,8 +110,9 @@ def _run_ray(mapper: str, options: dict, args: argparse.Namespace, verb: str) ->
         # INFO lines unsaid; errors still reach us as exceptions
         ray.init(address=None if local else args.ray, **({"log_to_driver": False, "logging_level": "WARNING"}
                                                          if local else {}))
-    counts = raydata.run_sharded(getattr(raydata, mapper), options, input=Path(args.input), output=Path(args.output),
-                                 id_field=args.id_field, shards=args.shards, output_format=args.output_format,
+    verb = product.verb
+    counts = raydata.run_sharded(raydata.batches_class(product.name), options, input=Path(args.input),
+                                 output=Path(args.output), id_field=args.id_field, shards=args.shards, output_format=args.output_format,
                                  actors=args.actors, batch_rows=args.batch_rows, cpus_per_actor=args.cpus_per_actor,
                                  gpus_per_actor=args.gpus_per_actor, echo=lambda line: print(line, file=sys.stderr))
     print(f"{verb} {counts['written']} shard(s) into {args.output} ({counts['skipped']} already there, skipped)",
@@ -135,83 +133,46 @@ def _quiet_ray_data() -> None:
             handler.setLevel(logging.WARNING)
 
 
-def _score(args: argparse.Namespace) -> int:
-    from minialign.apps.files.jobs import score_job
+def _product(args: argparse.Namespace):
+    """The product a command runs (apps/products.py): its --method, or the command's one product."""
+    from minialign.apps.products import commands
 
-    if args.ray is not None:
-        minicheck = args.method == "minicheck"
-        options = {"model": args.model or (MINICHECK_DEFAULT if minicheck else "AlignScore-base"),
-                   "tokenizer": args.tokenizer, "context_field": args.context_field, "claim_field": args.claim_field}
-        options.update({"chunk_size": args.chunk_size} if minicheck else {"backbone": args.backbone, "mode": args.mode})
-        return _run_ray("MiniCheckBatches" if minicheck else "AlignScoreBatches", options, args, "scored")
-    files = _files(args)
-    if files == (args.context is not None or args.claim is not None):
-        raise ValueError("give either --context and --claim, or --input and --output")
-    if not files and (args.context is None or args.claim is None):
-        raise ValueError("--context and --claim go together")
-    if args.method == "minicheck":
-        from minialign.products.minicheck import MiniCheckScorer
-
-        args.model = args.model or MINICHECK_DEFAULT
-        scorer = MiniCheckScorer.from_pretrained(args.model, tokenizer=args.tokenizer, chunk_size=args.chunk_size,
-                                                 **_loading(args))
-    else:
-        from minialign.products.alignscore import AlignScorer
-
-        args.model = args.model or "AlignScore-base"
-        scorer = AlignScorer.from_pretrained(args.model, backbone=args.backbone, tokenizer=args.tokenizer,
-                                             mode=args.mode, **_loading(args))
-    if not files:
-        tally = scorer.tally(details=False)  # the command line has no return_details to point to
-        print(scorer.score([args.context], [args.claim], tally=tally)[0])
-        tally.warn()
-        return 0
-    job = score_job(scorer, context_field=args.context_field, claim_field=args.claim_field,
-                    model=_named(args, "method", "model", "backbone", "tokenizer"))
-    return _run_file(job, args, "scored")
+    products = commands()[args.command]
+    return next(p for p in products if p.name == getattr(args, "method", products[0].name))
 
 
-def _embed(args: argparse.Namespace) -> int:
-    from minialign.products.embeddings import SentenceEncoder
-    from minialign.apps.files.jobs import embed_job
+def _run_product(args: argparse.Namespace) -> int:
+    """A product's command (score, embed, classify, and any other the table declares): one input given by flags
+    (printed), a file (--input/--output), or a dataset on Ray Data (--ray)."""
+    product = _product(args)
+    args.model = args.model or product.model
+    load = {o.name: getattr(args, o.name) for o in product.load}
+    fields = {f"{i.role}_field": getattr(args, f"{i.role}_field") for i in product.inputs}
+    options = {o.name: getattr(args, o.name) for o in product.options if getattr(args, o.name) is not None}
+    if args.ray is not None:  # (an option left unset is not recorded: an output begun without it resumes)
+        return _run_ray(product, {"model": args.model or product.model, **load, **fields, **options}, args)
+    required = [i for i in product.inputs if not i.optional]
+    files, given = _files(args), [getattr(args, i.role) is not None for i in required]
+    if files == any(given):
+        optional = "".join(f" (and --{i.role})" for i in product.inputs if i.optional)
+        raise ValueError(f"give either {' and '.join(f'--{i.role}' for i in required)}{optional}, "
+                         "or --input and --output")
+    if not files and not all(given):
+        raise ValueError(f"{' and '.join(f'--{i.role}' for i in required)} go together")
+    runner = product.load_runner(args.model, **load, **_loading(args))
+    # the model as the command named it: its source and the options that name files (those with a default, such as
+    # --mode, are recorded by the runner's settings)
+    named = [o.name for o in product.load if o.default is None]
+    job = product.make_job(runner, model=_named(args, *(["method"] if hasattr(args, "method") else []), "model",
+                                                *named), **fields, **options)
+    if files:
+        return _run_file(job, args, product.verb)
+    from minialign.apps.files.rows import Row
 
-    prompts = {k: v for k, v in (("prompt_name", args.prompt_name), ("prompt", args.prompt)) if v is not None}
-    if args.ray is not None:  # (the prompt options only when given: an output begun without them resumes)
-        return _run_ray("EmbedBatches", {"model": args.model, "text_field": args.text_field,
-                                         "normalize": args.normalize, **prompts}, args, "embedded")
-    files = _files(args)
-    if files == (args.text is not None):
-        raise ValueError("give either --text, or --input and --output")
-    encoder = SentenceEncoder.from_pretrained(args.model, **_loading(args))
-    if not files:
-        print(json.dumps(encoder.encode([args.text], normalize_embeddings=args.normalize, **prompts)[0].tolist()))
-        return 0
-    job = embed_job(encoder, text_field=args.text_field, normalize=args.normalize, model=_named(args, "model"),
-                    **prompts)
-    return _run_file(job, args, "embedded")
-
-
-def _classify(args: argparse.Namespace) -> int:
-    from minialign.products.classifier import Classifier
-    from minialign.apps.files.jobs import classify_job
-
-    if args.ray is not None:
-        return _run_ray("ClassifyBatches", {"model": args.model, "tokenizer": args.tokenizer,
-                                            "text_field": args.text_field, "pair_field": args.pair_field,
-                                            "activation": args.activation}, args, "classified")
-    files = _files(args)
-    if files == (args.text is not None):
-        raise ValueError("give either --text (and --pair), or --input and --output")
-    classifier = Classifier.from_pretrained(args.model, tokenizer=args.tokenizer, **_loading(args))
-    job = classify_job(classifier, text_field=args.text_field, pair_field=args.pair_field,
-                       activation=args.activation, model=_named(args, "model", "tokenizer"))
-    if not files:
-        from minialign.apps.files.rows import Row
-
-        (record,) = job.run([Row(None, 0, {"text": args.text, "pair": args.pair})])
-        print(json.dumps(record, ensure_ascii=False))
-        return 0
-    return _run_file(job, args, "classified")
+    (record,) = job.run([Row(None, 0, {i.role: getattr(args, i.role) for i in product.inputs})])
+    job.finish()
+    print(json.dumps(next(iter(record.values())) if len(record) == 1 else record, ensure_ascii=False))
+    return 0
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -220,39 +181,90 @@ def _serve(args: argparse.Namespace) -> int:
         import uvicorn  # noqa: F401
     except ImportError:
         raise ValueError("minialign serve needs the serve extra: pip install 'minialign[serve]'") from None
-    from minialign.apps.serve import ALIGNSCORE_ROUTES, Limits, Models, Service, serve
+    from minialign.apps.products import PRODUCTS
+    from minialign.apps.serve import Limits, Models, Service, serve
     from minialign.products.runner import refuse_int8
 
-    if args.alignscore:  # refused before anything is announced or loaded
-        refuse_int8(args.dtype, "AlignScorer (--alignscore)")
-    loading = {"device": args.device, "dtype": _dtype(args)}
+    wanted = [(PRODUCTS[name], spec) for name, specs in args.products.items() for spec in specs]
+    for product, _ in wanted:  # refused before anything is announced or loaded
+        if not product.int8:
+            refuse_int8(args.dtype, f"{product.runner.__name__} (--{product.name})")
     models = Models()
-    from minialign.products.alignscore import AlignScorer
+    for product, spec in wanted:
+        _serve_load(models, product, spec, args)
+    limits = Limits(max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
+                    max_body_bytes=args.max_body_bytes, max_client_batch_size=args.max_client_batch_size,
+                    api_key=args.api_key)
+    serve(Service(models, limits), host=args.host, port=args.port)
+    return 0
 
-    for spec in args.alignscore or []:
+
+def _serve_load(models, product, spec: str, args: argparse.Namespace) -> None:
+    """Load one model the service was told to (--NAME SPEC) where its protocols find it (serve/core.Models)."""
+    from minialign.apps.serve import ALIGNSCORE_ROUTES
+
+    loading = {"device": args.device, "dtype": _dtype(args)}
+    if product.serve_as == "alignscore":  # NeMo Guardrails' route names: --alignscore [NAME=]SRC
         name, _, src = spec.rpartition("=")
         name = name or ("large" if src == "AlignScore-large" else "base")
         if name not in ALIGNSCORE_ROUTES:
             raise ValueError(f"--alignscore {spec}: the route name must be one of {ALIGNSCORE_ROUTES} (NAME=SRC)")
         if name in models.alignscore:
             raise ValueError(f"--alignscore: two models for /alignscore_{name}")
-        models.alignscore[name] = AlignScorer.from_pretrained(src, backbone=args.backbone, **loading)
+        models.alignscore[name] = product.load_runner(src, backbone=args.backbone, **loading)
         models.names["alignscore"] = src
         models.names[f"alignscore_{name}"] = src  # each route's own, for /info
-    if args.embed:
-        from minialign.products.embeddings import SentenceEncoder
+        return
+    runner = product.load_runner(spec, **loading)
+    if product.serve_as is not None:
+        setattr(models, product.serve_as, runner)
+    else:
+        models.products[product.name] = runner
+    models.names[product.name] = spec
 
-        models.embedder, models.names["embed"] = SentenceEncoder.from_pretrained(args.embed, **loading), args.embed
-    if args.classify:
-        from minialign.products.classifier import Classifier
 
-        models.classifier = Classifier.from_pretrained(args.classify, **loading)
-        models.names["classify"] = args.classify
-    limits = Limits(max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
-                    max_body_bytes=args.max_body_bytes, max_client_batch_size=args.max_client_batch_size,
-                    api_key=args.api_key)
-    serve(Service(models, limits), host=args.host, port=args.port)
-    return 0
+class _ProductSpec(argparse.Action):
+    """--NAME SRC of `serve`: collected into args.products (name -> the sources given, in order); only AlignScore
+    takes several (one per NeMo Guardrails route name)."""
+
+    def __init__(self, *args, repeatable: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.repeatable = repeatable
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        products = dict(getattr(namespace, "products", None) or {})
+        name = self.dest
+        if products.get(name) and not self.repeatable:
+            raise argparse.ArgumentError(self, "given twice: the service runs one model of it")
+        products[name] = [*products.get(name, []), values]
+        namespace.products = products
+
+
+def _serve_parser(sub) -> None:
+    from minialign.apps.products import PRODUCTS
+
+    p = sub.add_parser("serve", help="an HTTP service: NeMo Guardrails' AlignScore API, TEI's API, HF Inference's "
+                                     "text-classification, /score, /rows (needs the serve extra)")
+    for product in PRODUCTS.values():  # --alignscore [NAME=]SRC (repeatable), --minicheck [SRC], --embed SRC, ...
+        named = product.serve_as == "alignscore"
+        optional = product.model is not None and not named
+        p.add_argument(f"--{product.name}", dest=product.name, action=_ProductSpec, help=product.serve_help,
+                       nargs="?" if optional else None, const=product.model if optional else None,
+                       metavar="[NAME=]SRC" if named else "SRC", repeatable=named)
+    p.set_defaults(products={})
+    p.add_argument("--backbone", help="for an AlignScore .ckpt: backbone dir or hub id")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (0: any free port, printed at start)")
+    p.add_argument("--max-batch-tokens", type=int, default=None, help="token budget of one model call")
+    p.add_argument("--max-wait-ms", type=float, default=5.0, help="how long a call waits to merge requests")
+    p.add_argument("--max-queue", type=int, default=512, help="requests in flight per model before 429")
+    p.add_argument("--max-body-bytes", type=int, default=2 * 2**20, help="larger request bodies get 413")
+    p.add_argument("--max-client-batch-size", type=int, default=1024, help="inputs in one request")
+    p.add_argument("--api-key", help="require Authorization: Bearer KEY on every route but /health")
+    p.add_argument("--device", default=None)
+    p.add_argument("--dtype", choices=(*DTYPES, "auto", "int8"),
+                   help="as the file commands' --dtype; int8 for --embed and --classify only")
+    p.set_defaults(run=_serve)
 
 
 def _common(p: argparse.ArgumentParser, *, batch: str, int8: bool = True) -> None:
@@ -290,14 +302,38 @@ def _common(p: argparse.ArgumentParser, *, batch: str, int8: bool = True) -> Non
     ray.add_argument("--gpus-per-actor", type=float, default=None, help="e.g. 1 with --device cuda")
 
 
-def _texts(p: argparse.ArgumentParser, *, text: str, model: str) -> None:
-    """The options of a command on texts (embed, classify): one --text, or a file's --text-field; the
-    model; and every model command's (_common)."""
-    p.add_argument("--text", help=text)
-    p.add_argument("--text-field", default="text", help="with --input: the field holding each row's text "
-                                                        "(default: text)")
-    p.add_argument("--model", required=True, help=model)
-    _common(p, batch="texts")
+def _product_parser(sub, command: str, products: list) -> None:
+    """A product command's parser, from the table (apps/products.py): per input --ROLE (one value) and
+    --ROLE-field (a file's field); --method where several products share the command; --model; each product's
+    options (its load options, then its per-call ones; an option several declare is offered once); and every
+    model command's (_common)."""
+    first = products[0]
+    p = sub.add_parser(command, help=first.help)
+    inputs = {i.role: i for product in products for i in product.inputs}
+    for role, i in inputs.items():
+        p.add_argument(f"--{role}", help=i.help)
+        p.add_argument(i.field_flag, default=role, help=f"with --input: the field holding each row's {role} "
+                                                        f"(default: {role})" + ("; rows without it are single texts"
+                                                                                if i.optional else ""))
+    if len(products) > 1:
+        p.add_argument("--method", default=first.name, choices=[product.name for product in products],
+                       help=f"{first.name} (default) or " + " or ".join(product.name for product in products[1:]))
+    model_help = "; ".join(f"{product.name}: {product.model_help}" for product in products) \
+        if len(products) > 1 else first.model_help
+    p.add_argument("--model", required=all(product.model is None for product in products), help=model_help)
+    options = {o.name: o for product in products for o in (*product.load, *product.options)}
+    groups: dict[str, argparse._MutuallyExclusiveGroup] = {}
+    for o in options.values():
+        if o.exclusive and o.exclusive not in groups:
+            groups[o.exclusive] = p.add_mutually_exclusive_group()
+        where = groups[o.exclusive] if o.exclusive else p
+        if isinstance(o.default, bool):
+            where.add_argument(o.flag, action="store_true", help=o.help)
+        else:
+            where.add_argument(o.flag, default=o.default, type=o.type, choices=o.choices, help=o.help)
+    pairs = sum(not i.optional for i in inputs.values()) > 1
+    _common(p, batch="pairs" if pairs else "texts", int8=all(product.int8 for product in products))
+    p.set_defaults(run=_run_product)
 
 
 MASKS = ("left-only", "segment")  # explore --mask: the second run's mask (masks.py)
@@ -356,42 +392,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"minialign {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("score", help="AlignScore (or MiniCheck) a claim against a context, or a JSONL/CSV file")
-    p.add_argument("--context", help="the context (premise, document) text")
-    p.add_argument("--claim", help="the claim (hypothesis) text")
-    p.add_argument("--context-field", default="context")
-    p.add_argument("--claim-field", default="claim")
-    p.add_argument("--method", default="alignscore", choices=("alignscore", "minicheck"),
-                   help="alignscore (default) or minicheck (a MiniCheck RoBERTa or DeBERTa-v3 classifier as --model)")
-    p.add_argument("--model", default=None,
-                   help="alignscore: AlignScore-base (default) / AlignScore-large, a .ckpt, or a minialign / HF "
-                        f"directory; minicheck: a classifier directory or hub id (default {MINICHECK_DEFAULT})")
-    p.add_argument("--backbone", help="for a .ckpt: backbone dir (config.json + tokenizer) or hub id")
-    p.add_argument("--tokenizer", help="tokenizer dir or hub id (default: beside the model or backbone)")
-    p.add_argument("--mode", default="nli_sp", choices=("nli_sp", "bin_sp", "reg_sp", "nli", "bin", "reg"),
-                   help="alignscore only")
-    p.add_argument("--chunk-size", type=int, default=400, help="minicheck only: tokens per document chunk")
-    _common(p, batch="pairs", int8=False)
-    p.set_defaults(run=_score)
+    from minialign.apps.products import commands
 
-    p = sub.add_parser("embed", help="sentence embeddings of a text, or of a JSONL/CSV file (.jsonl or .safetensors out)")
-    _texts(p, text="one text: prints its embedding as a JSON list",
-           model="a sentence-transformers or HF directory, or a hub id")
-    p.add_argument("--normalize", action="store_true", help="unit-length embeddings")
-    prompt = p.add_mutually_exclusive_group()
-    prompt.add_argument("--prompt-name", help="one of the model's prompts (config_sentence_transformers.json), put "
-                                              "before every text (default: the model's default_prompt_name, if any)")
-    prompt.add_argument("--prompt", help="a prompt text put before every text (\"\": none, not even the default)")
-    p.set_defaults(run=_embed)
-
-    p = sub.add_parser("classify", help="classify a text or pair, or a JSONL/CSV file (labels and scores)")
-    _texts(p, text="one text: prints its label and scores as JSON",
-           model="a *ForSequenceClassification directory or hub id")
-    p.add_argument("--pair", help="with --text: the second text of a pair")
-    p.add_argument("--pair-field", default="pair", help="rows without it are classified as single texts")
-    p.add_argument("--tokenizer", help="tokenizer dir or hub id (default: beside the model)")
-    p.add_argument("--activation", default="auto", choices=("auto", "none", "softmax", "sigmoid", "tanh"))
-    p.set_defaults(run=_classify)
+    for command, products in commands().items():
+        _product_parser(sub, command, products)
 
     p = sub.add_parser("explore", help="one self-contained HTML page of a model's attention and residual stream")
     p.add_argument("--model", required=True, help="HF dir, hub id, minialign dir, or AlignScore .ckpt")
@@ -407,26 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output", default="explore.html")
     p.set_defaults(run=_explore)
 
-    p = sub.add_parser("serve", help="an HTTP service: NeMo Guardrails' AlignScore API, TEI's API, /score "
-                                     "(needs the serve extra)")
-    p.add_argument("--alignscore", action="append", metavar="[NAME=]SRC",
-                   help="an AlignScore model for /alignscore_NAME (base or large; AlignScore-large -> large); "
-                        "repeat for both")
-    p.add_argument("--backbone", help="for an AlignScore .ckpt: backbone dir or hub id")
-    p.add_argument("--embed", metavar="SRC", help="an embedding model for TEI's /embed (and POST /)")
-    p.add_argument("--classify", metavar="SRC", help="a classifier or reranker for TEI's /predict and /rerank")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8000, help="port (0: any free port, printed at start)")
-    p.add_argument("--max-batch-tokens", type=int, default=None, help="token budget of one model call")
-    p.add_argument("--max-wait-ms", type=float, default=5.0, help="how long a call waits to merge requests")
-    p.add_argument("--max-queue", type=int, default=512, help="requests in flight per model before 429")
-    p.add_argument("--max-body-bytes", type=int, default=2 * 2**20, help="larger request bodies get 413")
-    p.add_argument("--max-client-batch-size", type=int, default=1024, help="inputs in one request")
-    p.add_argument("--api-key", help="require Authorization: Bearer KEY on every route but /health")
-    p.add_argument("--device", default=None)
-    p.add_argument("--dtype", choices=(*DTYPES, "auto", "int8"),
-                   help="as the file commands' --dtype; int8 for --embed and --classify only")
-    p.set_defaults(run=_serve)
+    _serve_parser(sub)
 
     p = sub.add_parser("convert", help="convert a checkpoint to minialign's format or to transformers layout")
     p.add_argument("src", help="HF dir, hub id, minialign dir, or AlignScore .ckpt")
@@ -471,40 +456,28 @@ def _check_paths(args: argparse.Namespace) -> None:
     """Where the command reads and writes, checked before any model is loaded or row read
     (files.rows.check_output, the one check of a destination)."""
     from minialign.apps.files.rows import InputError, check_output
-    from minialign.apps.files.jobs import OUTPUT_FORMATS
 
     if args.command == "convert":
         check_output(args.dst, formats=None, flag="DST")
     elif args.command == "explore":
         check_output(args.output, formats=("html",))
-    elif args.command in OUTPUT_FORMATS and args.output is not None:
+    elif args.run is _run_product and args.output is not None:
         if args.input is not None and not Path(args.input).exists():
             raise InputError(f"--input {args.input}: no such file or directory")
-        check_output(args.output, formats=None if args.ray is not None else OUTPUT_FORMATS[args.command],
+        check_output(args.output, formats=None if args.ray is not None else _product(args).outputs,
                      input=args.input, resume=args.resume)
 
 
 def _check_rows(args: argparse.Namespace) -> None:
     """A file command's every input row, checked before any model is loaded (files.rows.validate_input: the
-    same refusal the run makes, without the wait for the model). --ray reads its rows on the cluster."""
-    from minialign.apps.files import jobs
+    same refusal the run makes, without the wait for the model; the product's pre-load check, such as
+    AlignScore's claim with a sentence). --ray reads its rows on the cluster."""
     from minialign.apps.files.rows import validate_input
 
-    if args.command not in jobs.OUTPUT_FORMATS or args.input is None or args.output is None or args.ray is not None:
+    if args.run is not _run_product or args.input is None or args.output is None or args.ray is not None:
         return
-    if args.command == "score":
-        check = None
-        if args.method == "alignscore":  # AlignScorer.check with its default splitter: a claim needs a sentence
-            from minialign.products.alignscore import check_example
-            from minialign.text.sentences import split_sentences
-
-            check = lambda values: check_example(values["context"], values["claim"], split_sentences,  # noqa: E731
-                                                 null="null")[0]
-        fields = jobs.score_fields(context_field=args.context_field, claim_field=args.claim_field, check=check)
-    elif args.command == "embed":
-        fields = jobs.embed_fields(text_field=args.text_field)
-    else:
-        fields = jobs.classify_fields(text_field=args.text_field, pair_field=args.pair_field)
+    product = _product(args)
+    fields = product.fields(**{f"{i.role}_field": getattr(args, f"{i.role}_field") for i in product.inputs})
     validate_input(args.input, fields, id_field=args.id_field, skip_invalid=args.skip_invalid)
 
 

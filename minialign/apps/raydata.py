@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from minialign.apps.files.rows import InputError, Job, Row, read_settings, record_values, settings_record
+from minialign.products.runner import LOAD_KEYWORDS
 
 SETTINGS_FILE = "_minialign.json"  # in the output directory: what produced the shards
 READERS = {".jsonl": "json", ".json": "json", ".ndjson": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -94,62 +95,61 @@ class JobBatches:
         return out
 
 
-def _loading(options: dict) -> dict:
-    """Model options common to every class (from_pretrained keywords), minus Nones."""
-    return {k: v for k, v in options.items() if v is not None}
+class ProductBatches(JobBatches):
+    """Adds a product's results (its file job's records: apps/products.py) to rows with its inputs. The product is
+    the class's `product` (one class per product, named as the table says: AlignScoreBatches, ...), or the
+    `product` keyword. Options: the fields (<role>_field), the job's per-call options, and from_pretrained's
+    keywords (the product's own and products/runner.Loading's); None means the default."""
+
+    product: str | None = None
+
+    def __init__(self, model: str | None = None, *, id_field: str = "id", product: str | None = None,
+                 **options: Any):
+        from minialign.apps.products import PRODUCTS
+
+        entry = PRODUCTS[product or self.product]
+        model = entry.model if model is None else model
+        loading = {k: v for k, v in options.items() if k in LOAD_KEYWORDS or k in {o.name for o in entry.load}}
+        job_keywords = {f"{i.role}_field" for i in entry.inputs} | {o.name for o in entry.options}
+        if unknown := sorted(set(options) - set(loading) - job_keywords):
+            raise TypeError(f"{type(self).__name__}: unexpected keyword(s) {unknown} for {entry.name}")
+        runner = entry.load_runner(model, **loading)
+        super().__init__(entry.make_job(runner, model=str(model), **options), id_field=id_field)
 
 
-class AlignScoreBatches(JobBatches):
-    """Adds "score" to rows with a context and a claim (AlignScorer)."""
+def batches_class(product: str) -> type[ProductBatches]:
+    """The map_batches class of a product of the table: the module's own (AlignScoreBatches, ...) for a product
+    the table had when this module was imported, else one made now."""
+    from minialign.apps.products import PRODUCTS
 
-    def __init__(self, model: str = "AlignScore-base", *, context_field: str = "context", claim_field: str = "claim",
-                 id_field: str = "id", **options: Any):
-        from minialign.apps.files.jobs import score_job
-        from minialign.products.alignscore import AlignScorer
-
-        scorer = AlignScorer.from_pretrained(model, **_loading(options))
-        super().__init__(score_job(scorer, context_field=context_field, claim_field=claim_field, model=str(model)),
-                         id_field=id_field)
-
-
-class MiniCheckBatches(JobBatches):
-    """Adds "score", P(supported), to rows with a context (document) and a claim (MiniCheckScorer)."""
-
-    def __init__(self, model: str = "lytang/MiniCheck-RoBERTa-Large", *, context_field: str = "context",
-                 claim_field: str = "claim", id_field: str = "id", **options: Any):
-        from minialign.apps.files.jobs import score_job
-        from minialign.products.minicheck import MiniCheckScorer
-
-        scorer = MiniCheckScorer.from_pretrained(model, **_loading(options))
-        super().__init__(score_job(scorer, context_field=context_field, claim_field=claim_field, model=str(model)),
-                         id_field=id_field)
+    entry = PRODUCTS[product]
+    made = globals().get(entry.ray)
+    if isinstance(made, type) and issubclass(made, ProductBatches) and made.product == product:
+        return made
+    return _batches_class(entry)
 
 
-class EmbedBatches(JobBatches):
-    """Adds "embedding" (float32, the model's dimension) to rows with a text (SentenceEncoder)."""
-
-    def __init__(self, model: str, *, text_field: str = "text", normalize: bool = False,
-                 prompt_name: str | None = None, prompt: str | None = None, id_field: str = "id", **options: Any):
-        from minialign.products.embeddings import SentenceEncoder
-        from minialign.apps.files.jobs import embed_job
-
-        encoder = SentenceEncoder.from_pretrained(model, **_loading(options))
-        super().__init__(embed_job(encoder, text_field=text_field, normalize=normalize, prompt_name=prompt_name,
-                                   prompt=prompt, model=str(model)), id_field=id_field)
+def _batches_class(entry) -> type[ProductBatches]:
+    names = ", ".join(i.role for i in entry.inputs)
+    return type(entry.ray or f"{entry.name}Batches", (ProductBatches,),
+                {"product": entry.name, "__module__": __name__,
+                 "__doc__": f"Adds {entry.name}'s results to rows with {names} ({entry.runner.__name__})."})
 
 
-class ClassifyBatches(JobBatches):
-    """Adds "label" and "score_<label>" per label (one-label models: "score") to rows with a text and,
-    optionally, a pair text (Classifier)."""
+def _define_classes() -> None:
+    """The table's Ray classes as names of this module (importable, and pickled by reference as Ray needs)."""
+    from minialign.apps.products import PRODUCTS
 
-    def __init__(self, model: str, *, text_field: str = "text", pair_field: str = "pair", activation: str = "auto",
-                 id_field: str = "id", **options: Any):
-        from minialign.products.classifier import Classifier
-        from minialign.apps.files.jobs import classify_job
+    for entry in PRODUCTS.values():
+        globals()[entry.ray] = _batches_class(entry)
 
-        classifier = Classifier.from_pretrained(model, **_loading(options))
-        super().__init__(classify_job(classifier, text_field=text_field, pair_field=pair_field, activation=activation,
-                                      model=str(model)), id_field=id_field)
+
+_define_classes()
+# The classes _define_classes makes, named for readers and linters (the table's `ray` names).
+AlignScoreBatches: type[ProductBatches]
+MiniCheckBatches: type[ProductBatches]
+EmbedBatches: type[ProductBatches]
+ClassifyBatches: type[ProductBatches]
 
 
 def shard_of(row_id, shards: int) -> int:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from minialign.products.runner import PairScorer, refuse_int8
+from minialign.products.runner import Loading, PairScorer, load_keywords, refuse_int8
 from minialign.runtime.engine import Results, Truncation, TruncationWarning  # noqa: F401  (TruncationWarning: re-exported)
 from minialign.sources import HubUnavailableError, resolve
 from minialign.loading import build, read_checkpoint, save_native
@@ -39,12 +39,14 @@ from minialign.text.tokenizer import TOKENIZER_FILES, Tokenizer
 from minialign.text.validation import value_problem
 
 MODES = ("nli_sp", "bin_sp", "reg_sp", "nli", "bin", "reg")
+DEFAULT_MODE = "nli_sp"
 HUB_REPO = "yzha/AlignScore"
 # name -> (file in HUB_REPO, backbone); AlignScore README "Checkpoints".
 PUBLISHED = {
     "AlignScore-base": ("AlignScore-base.ckpt", "roberta-base"),
     "AlignScore-large": ("AlignScore-large.ckpt", "roberta-large"),
 }
+DEFAULT_MODEL = "AlignScore-base"
 WORDS_PER_CHUNK = 350
 # The weights scoring reads, which a checkpoint must hold (loading.weights.build refuses it otherwise).
 TRAINED = ("encoder.pooler.", "tri_layer.", "bin_layer.", "reg_layer.")
@@ -70,7 +72,7 @@ class Example:
     chunks: list[str]
     sentences: list[str]
     pair_ids: list[int]  # row-major chunks x sentences, indices into the pairs of all examples
-    mode: str = "nli_sp"
+    mode: str = DEFAULT_MODE
 
 
 def check_mode(mode) -> str:
@@ -83,7 +85,7 @@ class AlignScorer(PairScorer):
     truncation_unit, truncation_like = "(chunk, sentence) pair(s)", "the original AlignScore"
     progress_label = "scoring"
 
-    def __init__(self, model: AlignModel, tokenizer: Tokenizer, *, mode: str = "nli_sp", batch_size: int = 32,
+    def __init__(self, model: AlignModel, tokenizer: Tokenizer, *, mode: str = DEFAULT_MODE, batch_size: int = 32,
                  splitter: Callable[[str], list[str]] | None = None, unpad: bool = True, compile: bool = False,
                  bucket: int = 64, max_tokens: int | None = None, workers: int = 1):
         """A batch holds at most batch_size pairs and at most max_tokens tokens (default: 2048 on CPU,
@@ -100,26 +102,22 @@ class AlignScorer(PairScorer):
                     bucket=bucket, workers=workers)
 
     @classmethod
-    def from_pretrained(cls, src: str | Path = "AlignScore-base", *, backbone: str | None = None,
-                        tokenizer: str | Path | Tokenizer | None = None, mode: str = "nli_sp", batch_size: int = 32,
-                        device: str | torch.device | None = None, dtype: torch.dtype | str | None = None,
-                        splitter: Callable[[str], list[str]] | None = None, unpad: bool = True,
-                        compile: bool = False, max_tokens: int | None = None, workers: int = 1,
-                        cache_dir: str | Path | None = None, attn_backend: str = "sdpa",
-                        revision: str | None = None) -> AlignScorer:
+    @load_keywords
+    def from_pretrained(cls, src: str | Path = DEFAULT_MODEL, *, backbone: str | None = None, mode: str = DEFAULT_MODE,
+                        splitter: Callable[[str], list[str]] | None = None, load: Loading) -> AlignScorer:
         """`src`: anything AlignModel.from_pretrained takes, or `AlignScore-base` / `AlignScore-large`
         (downloaded from the hub once, converted to minialign's format in the cache, then reused).
-        The keywords every runner takes are products/runner.py's (LOAD_KEYWORDS)."""
-        refuse_int8(dtype, "AlignScorer")
+        The keywords every runner takes are products/runner.py's (Loading)."""
+        refuse_int8(load.dtype, "AlignScorer")
         if str(src) in PUBLISHED and not Path(src).exists():
-            src = published_checkpoint(str(src), cache_dir=cache_dir)
-        ckpt = read_checkpoint(src, backbone=backbone, revision=revision, cache_dir=cache_dir)
-        model = build(AlignModel, ckpt, device=device, dtype=dtype, attn_backend=attn_backend, require=TRAINED,
-                      advice=NO_HEADS)
+            src = published_checkpoint(str(src), cache_dir=load.cache_dir)
+        ckpt = read_checkpoint(src, backbone=backbone, revision=load.revision, cache_dir=load.cache_dir)
+        model = build(AlignModel, ckpt, require=TRAINED, advice=NO_HEADS,
+                      **load.only("device", "dtype", "attn_backend"))
+        tokenizer = load.tokenizer
         if not isinstance(tokenizer, Tokenizer):
-            tokenizer = _find_tokenizer(tokenizer, ckpt, backbone, cache_dir)
-        scorer = cls(model, tokenizer, mode=mode, batch_size=batch_size, splitter=splitter, unpad=unpad,
-                     compile=compile, max_tokens=max_tokens, workers=workers)
+            tokenizer = _find_tokenizer(tokenizer, ckpt, backbone, load.cache_dir)
+        scorer = cls(model, tokenizer, mode=mode, splitter=splitter, **load.engine())
         scorer.source = str(src)
         return scorer
 

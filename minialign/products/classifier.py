@@ -22,7 +22,7 @@ from torch import Tensor
 
 from minialign import convert
 from minialign.nn.activations import ACTIVATIONS as FUNCTIONS, TORCH_MODULES
-from minialign.products.runner import Runner, inputs_of
+from minialign.products.runner import Loading, Runner, inputs_of, load_keywords
 from minialign.runtime.engine import Results, Truncation
 from minialign.sources import resolve
 from minialign.loading import build, read_checkpoint
@@ -79,23 +79,20 @@ class Classifier(Runner):
                     unpad=unpad, compile=compile, workers=workers, truncation="longest_first")
 
     @classmethod
-    def from_pretrained(cls, src: str | Path, *, tokenizer: str | Path | Tokenizer | None = None,
-                        device: str | torch.device | None = None, dtype: torch.dtype | str | None = None,
-                        batch_size: int = 32, max_tokens: int | None = None, max_length: int | None = None,
-                        attn_backend: str = "sdpa", revision: str | None = None, workers: int = 1,
-                        cache_dir: str | Path | None = None, compile: bool = False,
-                        unpad: bool = True) -> Classifier:
+    @load_keywords
+    def from_pretrained(cls, src: str | Path, *, max_length: int | None = None, load: Loading) -> Classifier:
         """A transformers *ForSequenceClassification directory or hub id (a CrossEncoder dir too),
-        or a minialign directory of one. The keywords every runner takes are products/runner.py's."""
-        source = resolve(src, revision=revision, cache_dir=cache_dir)  # every file below is read from it
+        or a minialign directory of one. The keywords every runner takes are products/runner.py's (Loading)."""
+        source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)  # every file below is read from it
         ckpt = read_checkpoint(source)
-        model = build(ClassifierModel, ckpt, device=device, dtype=dtype, attn_backend=attn_backend, require=TRAINED,
-                      advice=NO_HEAD)
+        model = build(ClassifierModel, ckpt, require=TRAINED, advice=NO_HEAD, **load.only("device", "dtype",
+                                                                                            "attn_backend"))
+        tokenizer = load.tokenizer
         if not isinstance(tokenizer, Tokenizer):
-            tokenizer = Tokenizer.from_pretrained(tokenizer or ckpt.tokenizer or source, revision=revision, cache_dir=cache_dir)
+            tokenizer = Tokenizer.from_pretrained(tokenizer or ckpt.tokenizer or source, revision=load.revision,
+                                                  cache_dir=load.cache_dir)
         saved = convert.crossencoder_activation(source)  # a CrossEncoder's saved activation, if any
-        classifier = cls(model, tokenizer, batch_size=batch_size, max_tokens=max_tokens, max_length=max_length,
-                         saved_activation=saved, workers=workers, compile=compile, unpad=unpad)
+        classifier = cls(model, tokenizer, max_length=max_length, saved_activation=saved, **load.engine())
         classifier.source = str(src)
         return classifier
 

@@ -33,7 +33,7 @@ from tokenizers import normalizers
 from minialign import convert
 from minialign.nn.activations import ACTIVATIONS, TORCH_MODULES
 from minialign.products import pooling as pooling_modes
-from minialign.products.runner import Runner
+from minialign.products.runner import Loading, Runner, load_keywords
 from minialign.runtime.engine import Truncation
 from minialign.sources import resolve
 from minialign.loading import build, read_checkpoint, resolve_device
@@ -81,14 +81,11 @@ class SentenceEncoder(Runner):
                     unpad=unpad, compile=compile, workers=workers)
 
     @classmethod
-    def from_pretrained(cls, src: str | Path, *, device: str | torch.device | None = None,
-                        dtype: torch.dtype | str | None = None, batch_size: int = 32, max_tokens: int | None = None,
-                        attn_backend: str = "sdpa", revision: str | None = None, workers: int = 1,
-                        cache_dir: str | Path | None = None, tokenizer: str | Path | Tokenizer | None = None,
-                        compile: bool = False, unpad: bool = True) -> SentenceEncoder:
+    @load_keywords
+    def from_pretrained(cls, src: str | Path, *, load: Loading) -> SentenceEncoder:
         """A sentence-transformers directory (modules.json) or a plain transformers one (mean pooling).
-        The keywords every runner takes are products/runner.py's (LOAD_KEYWORDS)."""
-        source = resolve(src, revision=revision, cache_dir=cache_dir)  # every file below is read from it
+        The keywords every runner takes are products/runner.py's (Loading)."""
+        source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)  # every file below is read from it
         modules = convert.read_modules(source)
         pooling, dense, normalize, model, settings, include_prompt = ["mean"], [], False, source, {}, True
         if modules is not None:
@@ -115,18 +112,19 @@ class SentenceEncoder(Runner):
             settings = convert.read_sentence_config(inner)
         prompts, default_prompt_name = convert.read_prompts(source)
         ckpt = read_checkpoint(model)
-        encoder = build(Encoder, ckpt, device=device, dtype=dtype, attn_backend=attn_backend)
+        encoder = build(Encoder, ckpt, **load.only("device", "dtype", "attn_backend"))
+        tokenizer = load.tokenizer
         if not isinstance(tokenizer, Tokenizer):
-            tokenizer = Tokenizer.from_pretrained(tokenizer or ckpt.tokenizer or model, revision=revision, cache_dir=cache_dir)
+            tokenizer = Tokenizer.from_pretrained(tokenizer or ckpt.tokenizer or model, revision=load.revision,
+                                                  cache_dir=load.cache_dir)
         if settings.get("do_lower_case"):
             lowercase(tokenizer)
-        device = resolve_device(device)
+        device = resolve_device(load.device)
         dense = [d.to(device=device, dtype=next(encoder.parameters()).dtype) for d in dense]
         embedder = cls(encoder, tokenizer, pooling=pooling, dense=dense, normalize=normalize,
                        max_seq_length=settings.get("max_seq_length"), prompts=prompts,
                        default_prompt_name=default_prompt_name,
-                       include_prompt=include_prompt,
-                       batch_size=batch_size, max_tokens=max_tokens, workers=workers, compile=compile, unpad=unpad)
+                       include_prompt=include_prompt, **load.engine())
         embedder.source = str(src)
         return embedder
 

@@ -28,18 +28,19 @@ from pathlib import Path
 import torch
 
 from minialign.products.classifier import Classifier
-from minialign.products.runner import PairScorer, refuse_int8
+from minialign.products.runner import Loading, PairScorer, load_keywords, refuse_int8
 from minialign.runtime.engine import Truncation
 from minialign.text.sentences import split_sentences
-from minialign.text.tokenizer import Tokenizer
 from minialign.text.validation import check_texts
 
+DEFAULT_MODEL = "lytang/MiniCheck-RoBERTa-Large"
 CHUNK_SIZE = 400  # MiniCheck.score's default for roberta-large and deberta-v3-large
 # Inferencer's max_model_len (inference.py L47-53) by the checkpoint's family (Config.arch, config.json's
 # model_type): deberta-v3-large 2048; roberta-large (and any other family) 512.
 MAX_LENGTHS = {"deberta-v2": 2048}
 MAX_LENGTH = 512
 SUPPORTED = 1  # label index of "supported"
+LABELS = ("unsupported", "supported")  # by label index, as MiniCheck's classifiers are trained (SUPPORTED)
 NEWLINE = "\n"  # the block marker
 
 
@@ -64,23 +65,18 @@ class MiniCheckScorer(PairScorer):
         self.eos_token = eos_token or classifier.tokenizer.end_token or "[SEP]"
 
     @classmethod
-    def from_pretrained(cls, src: str | Path, *, tokenizer: str | Path | Tokenizer | None = None,
-                        device: str | torch.device | None = None, dtype: torch.dtype | str | None = None,
-                        chunk_size: int = CHUNK_SIZE, batch_size: int = 32, max_tokens: int | None = None,
-                        splitter: Callable[[str], list[str]] | None = None, workers: int = 1,
-                        cache_dir: str | Path | None = None, attn_backend: str = "sdpa", compile: bool = False,
-                        unpad: bool = True, revision: str | None = None) -> MiniCheckScorer:
+    @load_keywords
+    def from_pretrained(cls, src: str | Path = DEFAULT_MODEL, *, chunk_size: int = CHUNK_SIZE,
+                        splitter: Callable[[str], list[str]] | None = None, load: Loading) -> MiniCheckScorer:
         """A MiniCheck classifier directory or hub id (lytang/MiniCheck-RoBERTa-Large,
         lytang/MiniCheck-DeBERTa-v3-Large). The window is MiniCheck's for the checkpoint's family
-        (MAX_LENGTHS). The keywords every runner takes are products/runner.py's (LOAD_KEYWORDS)."""
-        refuse_int8(dtype, "MiniCheckScorer")
-        loaded = Classifier.from_pretrained(src, tokenizer=tokenizer, device=device, dtype=dtype,
-                                            max_length=MAX_LENGTH, cache_dir=cache_dir, attn_backend=attn_backend,
-                                            revision=revision)
+        (MAX_LENGTHS). The keywords every runner takes are products/runner.py's (Loading)."""
+        refuse_int8(load.dtype, "MiniCheckScorer")
+        loaded = Classifier.from_pretrained(src, max_length=MAX_LENGTH, **load.only(
+            "tokenizer", "device", "dtype", "cache_dir", "attn_backend", "revision"))
         # the runner over the loaded model and tokenizer, with the window of the family the checkpoint is
         max_length = MAX_LENGTHS.get(loaded.model.config.arch, MAX_LENGTH)
-        classifier = Classifier(loaded.model, loaded.tokenizer, batch_size=batch_size, max_tokens=max_tokens,
-                                max_length=max_length, workers=workers, compile=compile, unpad=unpad)
+        classifier = Classifier(loaded.model, loaded.tokenizer, max_length=max_length, **load.engine())
         classifier.source = loaded.source
         scorer = cls(classifier, chunk_size=chunk_size, splitter=splitter)
         scorer.source = str(src)

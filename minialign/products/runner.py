@@ -1,8 +1,8 @@
 """The runner contract: what AlignScorer, MiniCheckScorer, SentenceEncoder and Classifier share.
 
-    load      Runner.from_pretrained(src, *, tokenizer, device, dtype, attn_backend, compile, unpad,
-              batch_size, max_tokens, workers, revision, cache_dir, ...its product's options): the
-              same keywords, with the same defaults, on every runner (LOAD_KEYWORDS)
+    load      Runner.from_pretrained(src, *, ...its product's options, tokenizer, device, dtype, attn_backend,
+              compile, unpad, batch_size, max_tokens, workers, revision, cache_dir): the keywords every
+              runner takes are declared once (Loading) and added to each from_pretrained (@load_keywords)
     tokenize  the batching engine (runtime/engine.py): dedup, sort by length, batches within the
     + batch   token budget (set_budget changes it), packed; a CPU process pool with workers > 1
     forward   runner.forward(batch) -> one row per sequence: the one method the engine calls
@@ -20,8 +20,12 @@ warns once per run); runners with return_details give each input's count under "
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
-from typing import ClassVar
+import dataclasses
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -32,12 +36,57 @@ from minialign.runtime.engine import BatchEngine, Results, Truncation
 from minialign.text.tokenizer import Tokenizer
 from minialign.text.validation import check_texts, value_problem
 
-# The keywords every runner's from_pretrained takes (tests/test_runner.py holds them to it).
-LOAD_KEYWORDS = ("tokenizer", "device", "dtype", "attn_backend", "compile", "unpad", "batch_size", "max_tokens",
-                 "workers", "revision", "cache_dir")
 COMPILE_BUCKET = 64  # compiled runners round batch lengths up to a multiple of it: a handful of shapes
 
 Input = str | tuple[str, str]  # a text, or a (text, pair) for pair models
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Loading:
+    """The keywords every runner's from_pretrained takes, with their defaults: declared here once, added to
+    each from_pretrained's signature by @load_keywords, and handed to it as one `load` object."""
+
+    tokenizer: str | Path | Tokenizer | None = None  # a tokenizer directory or hub id (default: beside the model)
+    device: str | torch.device | None = None  # cpu (default), cuda, cuda:N, mps (loading.resolve_device)
+    dtype: torch.dtype | str | None = None  # the weights' dtype (loading.parse_dtype: fp32 default, "auto", "int8")
+    attn_backend: str = "sdpa"  # nn/attention.py's table
+    compile: bool = False  # torch.compile the model (batch lengths rounded to COMPILE_BUCKET)
+    unpad: bool = True  # batches run packed, on real tokens only
+    batch_size: int = 32  # most sequences in one forward
+    max_tokens: int | None = None  # most tokens in one forward (default: the engine's)
+    workers: int = 1  # model processes on the CPU (runtime/process_pool.py)
+    revision: str | None = None  # a hub revision
+    cache_dir: str | Path | None = None  # the hub cache
+
+    def engine(self) -> dict[str, Any]:
+        """The keywords of the batching engine (Runner._start, each runner's constructor)."""
+        return self.only("batch_size", "max_tokens", "workers", "compile", "unpad")
+
+    def only(self, *names: str) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in names}
+
+
+LOAD_KEYWORDS = tuple(f.name for f in dataclasses.fields(Loading))  # tests/products/test_runner.py reads them
+
+
+def load_keywords(from_pretrained: Callable) -> Callable:
+    """Declares a runner's from_pretrained(cls, src, *, its own options, load: Loading) as taking every
+    Loading keyword besides its own (inspect.signature and help() show them all, with Loading's defaults);
+    a call's Loading keywords arrive as one `load`. Apply under @classmethod."""
+    own = inspect.signature(from_pretrained)
+    params = [p for p in own.parameters.values() if p.name != "load"]
+    shared = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type)
+              for f in dataclasses.fields(Loading)]
+    tail = [p for p in params if p.kind is inspect.Parameter.VAR_KEYWORD]
+    params = [p for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD] + shared + tail
+
+    @functools.wraps(from_pretrained)
+    def loader(cls, *args, **kwargs):
+        load = Loading(**{name: kwargs.pop(name) for name in LOAD_KEYWORDS if name in kwargs})
+        return from_pretrained(cls, *args, load=load, **kwargs)
+
+    loader.__signature__ = own.replace(parameters=params)
+    return loader
 
 
 def refuse_int8(dtype, scorer: str) -> None:

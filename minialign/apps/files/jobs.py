@@ -7,12 +7,14 @@ rest (products/runner.py): what is wrong with a row (`check`), the settings a re
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from minialign.apps.files.rows import Fields, Job, Row
 from minialign.products.classifier import Classifier
 from minialign.products.embeddings import SentenceEncoder
 from minialign.products.runner import PairScorer, Runner
+from minialign.runtime.engine import Truncation
 
 # What each command writes (rows.FORMATS' values), known before a model is loaded: the command line
 # checks its --output against it first (rows.check_output), and each job declares it.
@@ -40,15 +42,16 @@ def classify_fields(*, text_field: str = "text", pair_field: str = "pair") -> Fi
                   optional=("pair",))
 
 
-def _job(runner: Runner, command: str, fields: Fields, *, model: str | None, settings: dict[str, Any],
-         **job: Any) -> Job:
-    """A Job of `command` run by `runner` on rows of `fields`: its batch size, the settings a resumed run must
-    share, and one truncation warning per run (job["run"] takes the tally and adds each block's counts to it)."""
+def make_job(runner: Runner, fields: Fields, *, outputs: tuple[str, ...], model: str | None,
+             settings: dict[str, Any], run: Callable[[list[Row], Truncation], list[dict[str, Any]]],
+             **job: Any) -> Job:
+    """A Job run by `runner` on rows of `fields`, writing `outputs`: its batch size, the settings a resumed run
+    must share, and one truncation warning per run (`run` takes the rows and the tally, and adds each block's
+    counts to it). A product's job (apps/products.py) is one call of this."""
     totals = runner.tally(details=False)  # a row of the output holds no details: the warning does not offer them
-    run = job.pop("run")
     return Job(fields=fields.fields, flags=fields.flags, optional=fields.optional, check=fields.check,
                run=lambda rows: run(rows, totals), finish=totals.warn, batch_size=runner.batch_size,
-               outputs=OUTPUT_FORMATS[command], settings={"model": model, **settings}, **job)
+               outputs=outputs, settings={"model": model, **settings}, **job)
 
 
 def score_job(scorer: PairScorer, *, context_field: str = "context", claim_field: str = "claim",
@@ -61,8 +64,8 @@ def score_job(scorer: PairScorer, *, context_field: str = "context", claim_field
 
     fields = score_fields(context_field=context_field, claim_field=claim_field,
                           check=lambda values: scorer.check(values["context"], values["claim"], null="null"))
-    return _job(scorer, "score", fields, model=model or scorer.source, settings=scorer.settings(), run=run,
-                columns=["score"])
+    return make_job(scorer, fields, outputs=OUTPUT_FORMATS["score"], model=model or scorer.source,
+                    settings=scorer.settings(), run=run, columns=["score"])
 
 
 def embed_job(encoder: SentenceEncoder, *, text_field: str = "text", normalize: bool = False,
@@ -78,8 +81,8 @@ def embed_job(encoder: SentenceEncoder, *, text_field: str = "text", normalize: 
                                  tally=totals)
         return [{"embedding": v} for v in vectors.tolist()]
 
-    return _job(encoder, "embed", embed_fields(text_field=text_field), model=model, settings=settings, run=run,
-                tensor="embedding")
+    return make_job(encoder, embed_fields(text_field=text_field), outputs=OUTPUT_FORMATS["embed"], model=model,
+                    settings=settings, run=run, tensor="embedding")
 
 
 def classify_job(classifier: Classifier, *, text_field: str = "text", pair_field: str = "pair",
@@ -97,5 +100,6 @@ def classify_job(classifier: Classifier, *, text_field: str = "text", pair_field
                 for ranked, row in zip(classifier.label_ranking(scores), scores.tolist())]
 
     columns = ["score"] if classifier.reranker else ["label", *(f"score_{label}" for label in labels)]
-    return _job(classifier, "classify", classify_fields(text_field=text_field, pair_field=pair_field), model=model,
-                settings=classifier.settings(activation=activation), run=run, columns=columns)
+    return make_job(classifier, classify_fields(text_field=text_field, pair_field=pair_field),
+                    outputs=OUTPUT_FORMATS["classify"], model=model,
+                    settings=classifier.settings(activation=activation), run=run, columns=columns)

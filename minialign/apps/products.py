@@ -1,0 +1,204 @@
+"""The product table: each product declared once, and every face reads it.
+
+    minialign <command> ...        apps/cli.py builds each command from the products that name it (their inputs,
+                                   options, default model and help), one product per --method where several share one
+    files (--input / --output)     the product's `job` (apps/files/jobs.py): which fields a row has, its output records
+    Ray Data                       apps/raydata.py: a map_batches class per product (its `ray` name) over the same job
+    the service                    apps/serve/: `--<name> SRC` loads it; POST /rows/<name> answers the file job's
+                                   records for rows in a body; the protocols read it where its `serve_as` puts it
+
+A product is its runner (products/: loads with the keywords every runner takes, products/runner.Loading, plus the
+options of its own declared here) and the job that turns a block of rows into records. Adding one entry to
+PRODUCTS (register) puts a product on every face; tests/apps/test_products.py registers a throwaway one and
+finds it on all four. The anchor is sentence-transformers' modules.json (each module named, with its config).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from minialign.apps.files import jobs
+from minialign.apps.files.rows import Fields, Job
+from minialign.products import alignscore, minicheck
+from minialign.products.classifier import Classifier
+from minialign.products.embeddings import SentenceEncoder
+from minialign.products.runner import Runner
+
+
+@dataclass(frozen=True)
+class Option:
+    """A keyword of a product (its runner's from_pretrained's, or its job's), and its command-line flag."""
+
+    name: str  # the Python keyword, e.g. "chunk_size"; the flag is --chunk-size
+    default: Any = None
+    help: str | None = None
+    type: Callable[[str], Any] | None = None  # the flag's parser (str when None); a bool default is a switch
+    choices: tuple | None = None
+    exclusive: str | None = None  # options sharing this name exclude each other on the command line
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class Input:
+    """A role of a row: the file / Ray field holding it (the role's name unless told, --<role>-field), and on the
+    command line one value (--<role>)."""
+
+    role: str
+    help: str  # of --<role>, the command line's one value
+    optional: bool = False  # a row may leave it out (or give null)
+
+    @property
+    def field_flag(self) -> str:
+        return f"--{self.role}-field"
+
+
+@dataclass(frozen=True)
+class Product:
+    """One product on every face (the module docstring).
+
+    name      its name on the faces: --method NAME (several share a command), Ray's `product`, the service's
+              --NAME flag and /rows/NAME
+    runner    the Runner class; from_pretrained(model, **load options, **Loading keywords) loads it
+    command   the command-line command it belongs to
+    job       (runner, *, model, <role>_field=..., **options) -> rows.Job: the file and Ray shape of its outputs
+              (jobs.py); its keywords are the roles' fields and `options`
+    model     the default model (None: --model is required)
+    load      the runner's own from_pretrained options the faces offer (beside the Loading keywords)
+    options   the job's per-call options (the same loaded model serves each value)
+    inputs    the roles of a row
+    outputs   the file formats the command writes (rows.FORMATS' values)
+    check     a row's problems known before the model loads (rows.Fields.check), e.g. AlignScore's claim
+              needs a sentence; the loaded runner's own check applies in the job too
+    ray       the name of its Ray Data class (raydata.py)
+    serve_as  where the service's protocols find it (serve/core.Models): "alignscore" (NeMo Guardrails'
+              /alignscore_NAME and /score), "minicheck" (/minicheck, /score, HF text-classification), "embedder"
+              (TEI's /embed, /similarity, POST /), "classifier" (TEI's /predict, /rerank, HF text-classification);
+              None: POST /rows/NAME alone
+    int8      whether --dtype offers int8 (the scorers refuse it: products/runner.refuse_int8)
+    """
+
+    name: str
+    runner: type[Runner]
+    command: str
+    job: Callable[..., Job]
+    model: str | None = None
+    help: str = ""  # the command's help line (the first product of a command gives it)
+    verb: str = "ran"  # what the command says it did: "scored 3 row(s) into out.jsonl"
+    model_help: str = ""
+    serve_help: str = ""  # of the service's --NAME flag
+    load: tuple[Option, ...] = ()
+    options: tuple[Option, ...] = ()
+    inputs: tuple[Input, ...] = ()
+    outputs: tuple[str, ...] = ("jsonl", "csv")
+    check: Callable[[dict[str, str | None]], list[tuple[str, str]]] | None = None
+    ray: str = ""
+    serve_as: str | None = None
+    int8: bool = True
+
+    def fields(self, **named: str | None) -> Fields:
+        """What a row holds: each role's field (<role>_field=..., default the role's name), as the file commands,
+        Ray and /rows read it, with the product's pre-load check."""
+        fields = {i.role: named.get(f"{i.role}_field") or i.role for i in self.inputs}
+        return Fields(fields=fields, flags={i.role: i.field_flag for i in self.inputs},
+                      optional=tuple(i.role for i in self.inputs if i.optional),
+                      check=self.check or (lambda values: []))
+
+    def load_runner(self, model: str | None, **keywords: Any) -> Runner:
+        """The runner from `model` (default: the product's) and keywords (load options and Loading's; None: the
+        default)."""
+        if model is None and self.model is None:
+            raise ValueError(f"{self.name}: a model is required")
+        given = {k: v for k, v in keywords.items() if v is not None}
+        return self.runner.from_pretrained(self.model if model is None else model, **given)
+
+    def make_job(self, runner: Runner, *, model: str | None = None, **keywords: Any) -> Job:
+        """The job over a loaded runner: keywords are <role>_field and the per-call options (others: ignored, so
+        a face can hand over everything it was given)."""
+        names = {f"{i.role}_field" for i in self.inputs} | {o.name for o in self.options}
+        return self.job(runner, model=model, **{k: v for k, v in keywords.items() if k in names and v is not None})
+
+
+PRODUCTS: dict[str, Product] = {}
+
+
+def register(product: Product) -> Product:
+    """Add a product to the table (a later entry of the same name replaces it); every face reads the table when
+    it runs (the command line when it builds its parser, the service when it starts, Ray per actor)."""
+    PRODUCTS[product.name] = product
+    return product
+
+
+def unregister(name: str) -> None:
+    PRODUCTS.pop(name, None)
+
+
+def commands() -> dict[str, list[Product]]:
+    """Command name -> its products, in table order (the first is the command's default --method)."""
+    out: dict[str, list[Product]] = {}
+    for product in PRODUCTS.values():
+        out.setdefault(product.command, []).append(product)
+    return out
+
+
+def _alignscore_check(values: dict[str, str | None]) -> list[tuple[str, str]]:
+    """AlignScorer.check with its default splitter, before the model loads: a claim needs a sentence."""
+    from minialign.text.sentences import split_sentences
+
+    return alignscore.check_example(values["context"], values["claim"], split_sentences, null="null")[0]
+
+
+TOKENIZER = Option("tokenizer", help="tokenizer dir or hub id (default: beside the model)")
+PAIR_INPUTS = (Input("context", "the context (premise, document) text"),
+               Input("claim", "the claim (hypothesis) text"))
+
+register(Product(
+    name="alignscore", runner=alignscore.AlignScorer, command="score", job=jobs.score_job, verb="scored",
+    model=alignscore.DEFAULT_MODEL,
+    help="AlignScore (or MiniCheck) a claim against a context, or a JSONL/CSV file",
+    model_help="AlignScore-base (default) / AlignScore-large, a .ckpt, or a minialign / HF directory",
+    serve_help="an AlignScore model for /alignscore_NAME (base or large; AlignScore-large -> large); repeat for both",
+    load=(Option("backbone", help="for a .ckpt: backbone dir (config.json + tokenizer) or hub id"),
+          Option("tokenizer", help="tokenizer dir or hub id (default: beside the model or backbone)"),
+          Option("mode", alignscore.DEFAULT_MODE, help="alignscore only", choices=alignscore.MODES)),
+    inputs=PAIR_INPUTS, check=_alignscore_check, ray="AlignScoreBatches", serve_as="alignscore", int8=False))
+
+register(Product(
+    name="minicheck", runner=minicheck.MiniCheckScorer, command="score", job=jobs.score_job, verb="scored",
+    model=minicheck.DEFAULT_MODEL,
+    model_help=f"a MiniCheck classifier directory or hub id (default {minicheck.DEFAULT_MODEL})",
+    serve_help="a MiniCheck model for POST /minicheck (AlignScore's request shapes and HF Inference's "
+               "text-classification) and /score with \"model\": \"minicheck\"",
+    load=(Option("tokenizer", help="tokenizer dir or hub id (default: beside the model or backbone)"),
+          Option("chunk_size", minicheck.CHUNK_SIZE, help="minicheck only: tokens per document chunk", type=int)),
+    inputs=PAIR_INPUTS, ray="MiniCheckBatches", serve_as="minicheck", int8=False))
+
+register(Product(
+    name="embed", runner=SentenceEncoder, command="embed", job=jobs.embed_job, verb="embedded",
+    outputs=jobs.OUTPUT_FORMATS["embed"],
+    help="sentence embeddings of a text, or of a JSONL/CSV file (.jsonl or .safetensors out)",
+    model_help="a sentence-transformers or HF directory, or a hub id",
+    serve_help="an embedding model for TEI's /embed (and POST /)",
+    options=(Option("normalize", False, help="unit-length embeddings"),
+             Option("prompt_name", exclusive="prompt",
+                    help="one of the model's prompts (config_sentence_transformers.json), put before every text "
+                         "(default: the model's default_prompt_name, if any)"),
+             Option("prompt", exclusive="prompt",
+                    help="a prompt text put before every text (\"\": none, not even the default)")),
+    inputs=(Input("text", "one text: prints its embedding as a JSON list"),),
+    ray="EmbedBatches", serve_as="embedder"))
+
+register(Product(
+    name="classify", runner=Classifier, command="classify", job=jobs.classify_job, verb="classified",
+    help="classify a text or pair, or a JSONL/CSV file (labels and scores)",
+    model_help="a *ForSequenceClassification directory or hub id",
+    serve_help="a classifier or reranker for TEI's /predict and /rerank",
+    load=(TOKENIZER,),
+    options=(Option("activation", "auto", choices=("auto", "none", "softmax", "sigmoid", "tanh")),),
+    inputs=(Input("text", "one text: prints its label and scores as JSON"),
+            Input("pair", "with --text: the second text of a pair", optional=True)),
+    ray="ClassifyBatches", serve_as="classifier"))

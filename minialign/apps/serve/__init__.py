@@ -1,0 +1,45 @@
+"""`minialign serve`: an HTTP service that existing clients use unchanged (the `serve` extra: Starlette, uvicorn).
+
+One module per protocol over one core (the layout of TEI's router/src/http/server.rs over its core):
+
+  core.py          what is loaded, one request queue per model (requests that arrive together share model
+                   calls, on a worker thread per model), the checks every route makes, the errors, /info
+  nemo.py          AlignScore's request shapes: NeMo Guardrails' POST /alignscore_base, /alignscore_large
+                   {"evidence", "claim"} -> {"alignscore"}; POST /minicheck, the same body for MiniCheck;
+                   minialign's POST /score {"pairs": [{"context", "claim"}], "model", "mode", "details"}
+  tei.py           text-embeddings-inference: POST /embed, /similarity, /predict, /rerank, and POST / routed by the
+                   body; errors as {"error", "error_type"}
+  hf_inference.py  HF Inference's text-classification (huggingface_hub's InferenceClient), for the classifier and
+                   MiniCheck; its feature-extraction and sentence-similarity are TEI's bodies
+  rows.py          POST /rows/KIND: any product of the table (apps/products.py) on its file rows
+  app.py           the ASGI app (each declared route mounted, body limits, API key), GET /, /health, /info; serve()
+
+The service binds 127.0.0.1 unless told otherwise, reads no file and loads no model because of a request, and
+stops on SIGTERM after answering what it has taken. What an input may be, which inputs exceed the window, how
+labels and documents are ranked, what the pooling is called and every scoring option are the runners'
+(products/); one loaded model serves every mode and activation a request asks for.
+"""
+
+from __future__ import annotations
+
+from minialign.apps.serve import app, nemo, rows, tei
+from minialign.apps.serve.app import serve
+from minialign.apps.serve.core import VERSION, Core, Limits, Models, ServiceError, bad_request, empty
+from minialign.apps.serve.hf_inference import HFInferenceShapes
+from minialign.apps.serve.nemo import ALIGNSCORE_ROUTES, AlignScoreShapes
+from minialign.apps.serve.rows import RowShapes
+from minialign.apps.serve.tei import TEIShapes
+
+
+class Service(AlignScoreShapes, TEIShapes, HFInferenceShapes, RowShapes, Core):
+    """The loaded models (Models) behind every protocol's routes, within Limits."""
+
+    PROTOCOLS = (app.front_routes, nemo.routes, tei.routes, rows.routes, app.back_routes)
+
+    def app(self):
+        """The ASGI app (Starlette)."""
+        return app.build(self)
+
+
+__all__ = ["ALIGNSCORE_ROUTES", "VERSION", "Limits", "Models", "Service", "ServiceError", "bad_request", "empty",
+           "serve"]

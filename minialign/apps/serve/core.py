@@ -1,0 +1,305 @@
+"""The service's core, under every protocol: what is loaded, each model's request queue, the checks every route
+makes (a body's values, a batch's size, the window) and the errors they raise; /info.
+
+Each loaded model has one queue (runtime/request_queue.DynamicBatcher) and one worker thread: requests that
+arrive together are merged into model calls, off the event loop, and the batching engine inside each call
+sorts, packs and bounds by tokens. An item of a queue is ((call, key), payload): the items of one call and key
+run together (an embedder's texts under one prompt; a product's rows under one set of options), so every
+route that reaches a model shares its queue.
+
+The protocols (nemo.py, tei.py, hf_inference.py, rows.py) parse bodies and shape answers; what an input may be,
+which inputs exceed the window, how labels and documents are ranked, what the pooling is called and every
+scoring option are the runners' (products/).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+from minialign.products import pooling
+from minialign.products.alignscore import AlignScorer
+from minialign.products.classifier import Classifier
+from minialign.products.embeddings import SentenceEncoder
+from minialign.products.minicheck import MiniCheckScorer
+from minialign.products.runner import Input, Runner
+from minialign.runtime.request_queue import Closed, DynamicBatcher, Overloaded
+from minialign.text.validation import text_problem
+
+# TEI's error bodies are {"error", "error_type"}, with these statuses (router/src/http/server.rs,
+# From<&ErrorType> for StatusCode): Unhealthy 503, Backend 424, Overloaded 429, Validation 413,
+# Tokenizer 422, Empty 400 (an empty batch, or a claim with no sentence). Departures, by design: an empty text
+# is embedded / classified as its special tokens alone, as sentence-transformers and every other face of
+# minialign do (TEI refuses an input whose texts are all empty: EncodingInput::is_empty); a malformed body (bad
+# JSON, a wrong type, a value the product refuses, such as a claim with no sentence) is a JSON 422 naming the
+# field (TEI: axum's plain-text 400/422), a model call that fails is a 500, and an unknown route or method is a
+# JSON 404 NotFound / 405 MethodNotAllowed (TEI: axum's empty body).
+VERSION = "minialign"
+
+
+class ServiceError(Exception):
+    def __init__(self, status: int, error_type: str, message: str):
+        super().__init__(message)
+        self.status, self.error_type, self.message = status, error_type, message
+
+
+def bad_request(message: str) -> ServiceError:
+    """A malformed body: 422, naming the field."""
+    return ServiceError(422, "Validation", message)
+
+
+def empty(name: str) -> ServiceError:
+    """Empty input, TEI's 400 Empty (router: "`inputs` cannot be empty"; core/src/tokenization.rs)."""
+    return ServiceError(400, "Empty", f"Input validation error: `{name}` cannot be empty")
+
+
+@dataclass
+class Limits:
+    max_batch_tokens: int | None = None  # each model call's token budget (default: the engine's)
+    max_wait_ms: float = 5.0  # how long the first request of a call waits for others
+    max_queue: int = 512  # requests in flight per model before 429
+    max_body_bytes: int = 2 * 2**20  # larger bodies get 413
+    max_client_batch_size: int = 1024  # inputs in one request
+    api_key: str | None = None
+
+
+@dataclass
+class Models:
+    """What the service runs; each is optional. `products` holds the runners of other products of the table
+    (apps/products.py) by name, which the service answers on POST /rows/NAME."""
+
+    alignscore: dict[str, AlignScorer] = field(default_factory=dict)  # route name ("base" / "large") -> scorer
+    embedder: SentenceEncoder | None = None
+    classifier: Classifier | None = None
+    minicheck: MiniCheckScorer | None = None
+    products: dict[str, Runner] = field(default_factory=dict)
+    names: dict[str, str] = field(default_factory=dict)  # kind -> what was loaded (for /info)
+
+    def loaded(self) -> dict[str, tuple[str, Runner]]:
+        """Kind (its queue's name: "alignscore_base", "embed", "classify", "minicheck", a product's name) ->
+        (its product in the table, the runner)."""
+        kinds = {f"alignscore_{name}": ("alignscore", scorer) for name, scorer in self.alignscore.items()}
+        for product, runner in (("embed", self.embedder), ("classify", self.classifier),
+                                ("minicheck", self.minicheck), *self.products.items()):
+            if runner is not None:
+                kinds[product] = (product, runner)
+        return kinds
+
+
+# -- the model calls (call name -> (runner, key, payloads) -> one result per payload) -------------------------
+
+def _score_pairs(scorer, _, items: list[tuple[str | None, str, str]]) -> list[dict]:
+    """Items (mode or None, context, claim) -> per-item details (every probability): one call, each item's mode
+    (AlignScore's; MiniCheck has one)."""
+    modes, contexts, claims = map(list, zip(*items))
+    options = {"mode": modes} if isinstance(scorer, AlignScorer) else {}
+    return scorer.score(contexts, claims, return_details=True, warn_truncation=False, **options)
+
+
+def _encode(embedder: SentenceEncoder, prompt: str, texts: list[str]) -> list[torch.Tensor]:
+    """Texts -> their embeddings, unnormalized, under one prompt text ("" for none)."""
+    return list(embedder.encode(texts, prompt=prompt, warn_truncation=False))
+
+
+def _logits(classifier: Classifier, _, items: list[tuple[str, str | None]]) -> list[torch.Tensor]:
+    """Items (text, pair or None) -> the logits of each, singles and pairs in one call."""
+    texts, pairs = map(list, zip(*items))
+    return list(classifier.predict(texts, pairs, activation="none", warn_truncation=False).view(len(items), -1))
+
+
+def _rows(_, __, items: list[tuple[Any, Any]]) -> list[dict]:
+    """Items (a product's job, a row: files.rows.Row) -> the job's records; the items of a call share their job
+    (the key is the job's: serve/rows.py)."""
+    return items[0][0].run([row for _, row in items])
+
+
+CALLS = {"score": _score_pairs, "encode": _encode, "logits": _logits, "rows": _rows}
+
+
+def _model_run(runner: Runner) -> Callable[[list], list]:
+    """A queue's run: items ((call, key), payload) -> results in order, one model call per (call, key)."""
+
+    def run(items: list[tuple[tuple[str, Hashable], Any]]) -> list:
+        groups: dict[tuple[str, Hashable], list[int]] = {}
+        for i, (call, _) in enumerate(items):
+            groups.setdefault(call, []).append(i)
+        out: list = [None] * len(items)
+        for (name, key), where in groups.items():
+            for i, result in zip(where, CALLS[name](runner, key, [items[i][1] for i in where])):
+                out[i] = result
+        return out
+
+    return run
+
+
+# -- request bodies -----------------------------------------------------------------------------------------
+
+def text(value: Any, name: str) -> str:
+    if not isinstance(value, str):
+        raise bad_request(f"`{name}` must be a string, got {type(value).__name__}")
+    if problem := text_problem(value):
+        raise bad_request(f"`{name}` {problem}")
+    return value
+
+
+def texts(value: Any, name: str) -> list[str]:
+    if isinstance(value, str):
+        return [text(value, name)]
+    if not isinstance(value, list):
+        raise bad_request(f"`{name}` must be a string or a list of strings, got {type(value).__name__}")
+    return [text(v, f"{name}[{i}]") for i, v in enumerate(value)]
+
+
+def flag(body: dict, name: str, default: bool) -> bool:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise bad_request(f"`{name}` must be a boolean, got {type(value).__name__}")
+    return value
+
+
+def parameters(body: dict) -> dict:
+    """HF Inference's task options (`parameters`), an object when given."""
+    given = body.get("parameters")
+    if given is None:
+        return {}
+    if not isinstance(given, dict):
+        raise bad_request(f"`parameters` must be an object, got {type(given).__name__}")
+    return given
+
+
+# -- the core ------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Route:
+    """One route, declared once by its protocol: the ASGI app mounts it, GET / lists it, /info names it under
+    each model it calls."""
+
+    path: str
+    handler: Callable[[Any, dict], Awaitable[Any]]  # (service, body) -> a JSON-able answer (str: plain text)
+    kinds: Callable[[Models], list[str]] | None = None  # the loaded models it calls (None: none, always served)
+    method: str = "POST"
+    always: bool = False  # mounted without its models too (TEI's routes then answer 424; others are a JSON 404)
+    open: bool = False  # answered without the API key (/health)
+
+    def serves(self, models: Models) -> bool:
+        return self.kinds is None or bool(self.kinds(models))
+
+    def mounted(self, models: Models) -> bool:
+        return self.always or self.serves(models)
+
+
+class Core:
+    """The loaded models, their queues and the checks every protocol makes. A service mixes in its protocols'
+    handlers and names their route declarations in PROTOCOLS (serve/__init__.py)."""
+
+    PROTOCOLS: ClassVar[tuple[Callable[[Models], list[Route]], ...]] = ()
+
+    def __init__(self, models: Models, limits: Limits | None = None):
+        self.models, self.limits = models, limits or Limits()
+        loaded = models.loaded()
+        if not loaded:
+            raise ValueError("nothing to serve: load at least one of --alignscore, --embed, --classify, --minicheck")
+        if self.limits.max_batch_tokens:
+            for _, runner in loaded.values():
+                runner.set_budget(max_tokens=self.limits.max_batch_tokens)
+        self.jobs: dict[tuple[str, str], Any] = {}  # POST /rows' product jobs, by (kind, options): serve/rows.py
+        self.batchers: dict[str, DynamicBatcher] = {
+            kind: DynamicBatcher(_model_run(runner), max_wait=self.limits.max_wait_ms / 1000,
+                                 max_requests=self.limits.max_queue, name=kind.replace("_", "-"))
+            for kind, (_, runner) in loaded.items()}
+
+    def close(self) -> None:
+        for batcher in self.batchers.values():
+            batcher.close()
+
+    async def _run(self, kind: str, call: str, payloads: list, key: Hashable = None) -> list:
+        """The results of `call` (CALLS) on the model `kind` for one request's payloads."""
+        try:
+            future = self.batchers[kind].submit([((call, key), payload) for payload in payloads])
+        except Overloaded:
+            raise ServiceError(429, "Overloaded", "Model is overloaded") from None
+        except Closed:
+            raise ServiceError(503, "Unhealthy", "the service is shutting down") from None
+        try:
+            return await asyncio.wrap_future(future)
+        except Exception as e:  # noqa: BLE001  (the model failed on this call: a 500, the service goes on)
+            raise ServiceError(500, "Backend", f"Backend error: {type(e).__name__}: {e}") from None
+
+    def _check_batch(self, n: int, name: str = "inputs") -> None:
+        if n == 0:
+            raise empty(name)
+        if n > self.limits.max_client_batch_size:
+            raise ServiceError(413, "Validation", f"Input validation error: batch size {n} > maximum allowed batch "
+                                                  f"size {self.limits.max_client_batch_size}")
+
+    @staticmethod
+    def _check_length(runner: Runner, inputs: list[Input], truncate: bool, **options: Any) -> None:
+        """With truncate false, an input the runner's window would cut is refused, as TEI does (options:
+        the call's, such as the embedder's prompt, which counts)."""
+        if not truncate and (long := runner.over_window(inputs, **options)):
+            _, total = long[0]
+            raise ServiceError(413, "Validation", f"Input validation error: `inputs` must have less than "
+                                                  f"{runner.max_length} tokens. Given: {total}")
+
+    # -- what is served (GET /, /info) --
+
+    def routes(self) -> list[Route]:
+        """Every route of the service's protocols, in the order they are declared."""
+        return [route for protocol in self.PROTOCOLS for route in protocol(self.models)]
+
+    def served(self) -> list[tuple[str, str]]:
+        """(method, path) of each route the loaded models answer (GET / lists them). /embed, /similarity,
+        /predict and /rerank also answer without their model: TEI's 424 Backend."""
+        return [(route.method, route.path) for route in self.routes() if route.serves(self.models)]
+
+    def info(self) -> dict:
+        """TEI's /info fields for the one model TEI would serve (the embedder, else the classifier), and under
+        "models" every loaded one, each with the routes that use it."""
+        m = self.models
+        info: dict[str, Any] = {"model_id": m.names.get("embed") or m.names.get("classify") or m.names.get("alignscore")
+                                or next(iter(m.names.values()), None),
+                                "version": VERSION, "max_concurrent_requests": self.limits.max_queue,
+                                "max_client_batch_size": self.limits.max_client_batch_size,
+                                "max_batch_tokens": self.limits.max_batch_tokens, "max_batch_requests": None,
+                                "model_sha": None, "auto_truncate": False, "tokenization_workers": 1,
+                                "alignscore": sorted(m.alignscore)}
+        if m.embedder is not None:
+            info.update(model_dtype=m.embedder.dtype_name,
+                        model_type={"embedding": {"pooling": pooling.tei_name(m.embedder.pooling)}},
+                        max_input_length=m.embedder.max_length, prompts=m.embedder.prompts,
+                        default_prompt_name=m.embedder.default_prompt_name)
+        elif m.classifier is not None:
+            labels = m.classifier.labels
+            kind = "reranker" if m.classifier.reranker else "classifier"
+            info.update(model_dtype=m.classifier.dtype_name,
+                        model_type={kind: {"id2label": {str(i): l for i, l in enumerate(labels)},
+                                           "label2id": {l: i for i, l in enumerate(labels)}}},
+                        max_input_length=m.classifier.max_length)
+        info["models"] = {kind: self._describe(kind, product, runner)
+                          for kind, (product, runner) in m.loaded().items()}
+        return info
+
+    def _describe(self, kind: str, product: str, runner: Runner) -> dict:
+        """One loaded model for /info: what was loaded, its dtype, window and routes, and its product's own facts."""
+        source = self.models.names.get(kind, self.models.names.get(product))
+        described: dict[str, Any] = {"model_id": source, "model_dtype": runner.dtype_name,
+                                     "max_input_length": runner.max_length}
+        if product in self.models.products:  # a product the protocols do not speak: /rows/NAME
+            described.update(kind=product)
+        elif isinstance(runner, SentenceEncoder):
+            described.update(kind="embedding", pooling=pooling.tei_name(runner.pooling), dimension=runner.dimension)
+        elif isinstance(runner, Classifier):
+            described.update(kind="reranker" if runner.reranker else "classifier", labels=runner.labels)
+        elif isinstance(runner, AlignScorer):
+            described.update(kind="alignscore", mode=runner.mode)
+        else:
+            described.update(kind=product)  # minicheck
+        described["routes"] = [route.path for route in self.routes()
+                               if route.kinds is not None and kind in route.kinds(self.models)]
+        return described

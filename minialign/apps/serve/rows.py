@@ -1,0 +1,79 @@
+"""minialign's own route for every product of the table (apps/products.py): the file face over HTTP.
+
+    POST /rows/KIND   {"rows": [{ROLE: str, ...}], "options": {OPTION: value}} -> {"results": [record, ...]}
+
+KIND is a loaded model's name in /info's "models" (embed, classify, minicheck, alignscore_base, a product's
+name); a row holds the product's inputs by role (score: context and claim; embed: text; classify: text and an
+optional pair), checked as a file's rows are (files/rows.record_values: the same messages); options are the
+product's per-call options (normalize, prompt_name, activation, ...); each record is what the file command
+writes for that row. Requests with the same options share model calls.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from minialign.apps.files.rows import Row, record_values
+from minialign.apps.products import PRODUCTS, Option, Product
+from minialign.apps.serve.core import Models, Route, ServiceError, bad_request
+
+
+def _option(option: Option, value: Any) -> Any:
+    """A per-call option's value from JSON, of the type its default (or its parser) says."""
+    kind = bool if isinstance(option.default, bool) else option.type or str
+    if value is None or (type(value) is kind) or (kind is float and type(value) is int):
+        if option.choices is not None and value is not None and value not in option.choices:
+            raise bad_request(f"`options.{option.name}` must be one of {list(option.choices)}, got {value!r}")
+        return value
+    raise bad_request(f"`options.{option.name}` must be {kind.__name__}, got {type(value).__name__}")
+
+
+class RowShapes:
+    """The handler (mixed into the Service, over serve/core.Core)."""
+
+    models: Models
+
+    def _job(self, kind: str, product: Product, given: Any):
+        """The product's job for a request's options, made once per distinct options (requests that share it
+        share model calls)."""
+        if given is None:
+            given = {}
+        if not isinstance(given, dict):
+            raise bad_request(f"`options` must be an object, got {type(given).__name__}")
+        offered = {o.name: o for o in product.options}
+        if unknown := sorted(set(given) - set(offered)):
+            raise bad_request(f"`options` {unknown} are not options of {product.name}; its options: {sorted(offered)}")
+        options = {name: _option(offered[name], value) for name, value in given.items()}
+        key = (kind, json.dumps(options, sort_keys=True))
+        if key not in self.jobs:
+            _, runner = self.models.loaded()[kind]
+            try:
+                self.jobs[key] = product.make_job(runner, model=self.models.names.get(kind), **options)
+            except ValueError as e:  # an option the runner refuses (an unknown prompt name)
+                raise ServiceError(422, "Validation", f"`options`: {e}") from None
+        return self.jobs[key]
+
+    async def rows(self, kind: str, body: dict) -> dict:
+        product = PRODUCTS[self.models.loaded()[kind][0]]
+        job = self._job(kind, product, body.get("options"))
+        given = body.get("rows")
+        if not isinstance(given, list):
+            raise bad_request(f"`rows` must be a list of objects with {', '.join(job.fields)}")
+        self._check_batch(len(given), "rows")
+        rows = []
+        for i, record in enumerate(given):
+            if not isinstance(record, dict):
+                raise bad_request(f"`rows[{i}]` must be an object with {', '.join(job.fields)}")
+            values, problems = record_values(record, job)
+            if problems:
+                raise bad_request(f"`rows[{i}]`: " + "; ".join(problems))
+            rows.append(Row(None, i, values))
+        return {"results": await self._run(kind, "rows", [(job, row) for row in rows], key=id(job))}
+
+
+def routes(models: Models) -> list[Route]:
+    """POST /rows/KIND for each loaded model."""
+    return [Route(f"/rows/{kind}", lambda service, body, k=kind: service.rows(k, body),
+                  lambda m, k=kind: [k] if k in m.loaded() else [])
+            for kind in models.loaded()]

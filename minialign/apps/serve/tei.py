@@ -1,0 +1,175 @@
+"""text-embeddings-inference's API (TEI: router/src/http/server.rs and types.rs), for the embedder and the
+classifier or reranker.
+
+    POST /embed        {"inputs": str | [str], "normalize", "truncate", "prompt_name"} -> [[float]]
+    POST /similarity   {"inputs": {"source_sentence", "sentences"}, "parameters": {"truncate", "prompt_name"}}
+                       -> [cosine]  (huggingface_hub's sentence_similarity posts this too)
+    POST /predict      {"inputs": text | [a, b] | [[a], [b, c]], "raw_scores", "truncate"} -> [{"label", "score"}]
+    POST /rerank       {"query", "texts", "raw_scores", "return_text", "truncate"} -> [{"index", "score", "text"?}]
+    POST /             routed by the body (TEI routes it by the one model it serves): Service.root
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from minialign.apps.serve.core import (Models, Route, ServiceError, bad_request, empty, flag, parameters, text,
+                                       texts)
+from minialign.products.embeddings import SentenceEncoder
+from minialign.products.runner import inputs_of
+
+# TEI's messages for a route that does not fit the model (424 Backend)
+NOT_A = {"embed": "Model is not an embedding model", "classify": "Model is not a classifier model"}
+
+
+def _predict_inputs(value: Any) -> tuple[list[tuple[str, str | None]], bool]:
+    """TEI's PredictInput: a text, a pair [a, b], or a batch of either ([[a], [b, c]]); (items, batched)."""
+    def sequence(v: Any, name: str) -> tuple[str, str | None]:
+        if isinstance(v, str):
+            return text(v, name), None
+        if isinstance(v, list) and len(v) == 1:
+            return text(v[0], f"{name}[0]"), None
+        if isinstance(v, list) and len(v) == 2:
+            return text(v[0], f"{name}[0]"), text(v[1], f"{name}[1]")
+        raise bad_request(f"`{name}` must be a text, a pair [text, text], or a list of those")
+
+    if isinstance(value, list) and all(isinstance(v, list) for v in value):  # [] too: an empty batch
+        return [sequence(v, f"inputs[{i}]") for i, v in enumerate(value)], True
+    return [sequence(value, "inputs")], False
+
+
+class TEIShapes:
+    """The handlers (mixed into the Service, over serve/core.Core)."""
+
+    models: Models
+
+    def _require(self, kind: str):
+        runner = {"embed": self.models.embedder, "classify": self.models.classifier}[kind]
+        if runner is None:
+            raise ServiceError(424, "Backend", f"Backend error: {NOT_A[kind]}")
+        return runner
+
+    @staticmethod
+    def _prompt(embedder: SentenceEncoder, name: Any, field: str = "prompt_name") -> str:
+        """The prompt text a request's `prompt_name` asks for (absent or null: the model's default prompt,
+        if any), as the embedder resolves it; "" for none. An unknown name is TEI's 413 Validation."""
+        if name is not None and not isinstance(name, str):
+            raise bad_request(f"`{field}` must be a string, got {type(name).__name__}")
+        try:
+            return embedder.resolve_prompt(prompt_name=name) or ""
+        except ValueError as e:
+            raise ServiceError(413, "Validation", f"Input validation error: `{field}`: {e}") from None
+
+    async def embed(self, body: dict) -> list:
+        embedder = self._require("embed")
+        given = texts(body.get("inputs"), "inputs")
+        self._check_batch(len(given))
+        prompt = self._prompt(embedder, body.get("prompt_name"))
+        self._check_length(embedder, given, flag(body, "truncate", False), prompt=prompt)
+        vectors = await self._run("embed", "encode", given, key=prompt)
+        if flag(body, "normalize", True):
+            vectors = [torch.nn.functional.normalize(v, dim=0) for v in vectors]
+        return [v.tolist() for v in vectors]
+
+    async def predict(self, body: dict) -> list:
+        classifier = self._require("classify")
+        items, batched = _predict_inputs(body.get("inputs"))
+        self._check_batch(len(items))
+        self._check_length(classifier, inputs_of(*zip(*items)), flag(body, "truncate", False))
+        logits = await self._run("classify", "logits", items)
+        # TEI's scores: the raw logits, or sigmoid for one label and softmax for several
+        activation = "none" if flag(body, "raw_scores", False) else "sigmoid" if classifier.reranker else "softmax"
+        ranked = classifier.label_ranking(classifier.activate(torch.stack(logits), activation))
+        answers = [[{"label": label, "score": score} for label, score in row] for row in ranked]
+        return answers if batched else answers[0]
+
+    async def rerank(self, body: dict) -> list:
+        query, documents = text(body.get("query"), "query"), body.get("texts")
+        if not isinstance(documents, list):
+            raise bad_request("`texts` must be a list of strings")
+        documents = texts(documents, "texts")
+        if not documents:
+            raise empty("texts")
+        classifier = self._require("classify")
+        if not classifier.reranker:
+            raise ServiceError(424, "Backend", "Backend error: model is not a re-ranker model")
+        self._check_batch(len(documents), "texts")
+        pairs = [(query, t) for t in documents]
+        self._check_length(classifier, pairs, flag(body, "truncate", False))
+        logits = await self._run("classify", "logits", pairs)
+        scores = classifier.activate(torch.stack(logits), "none" if flag(body, "raw_scores", False) else "sigmoid")
+        with_text = flag(body, "return_text", False)
+        return [{"index": i, "score": score, **({"text": documents[i]} if with_text else {})}
+                for i, score in classifier.rank(scores.tolist())]
+
+    async def similarity(self, body: dict) -> list:
+        """TEI's /similarity, huggingface_hub's sentence_similarity: {"inputs": {"source_sentence",
+        "sentences"}, "parameters": {"truncate", "prompt_name"}} -> the cosine similarity of each sentence to the source
+        (router/src/http/server.rs, similarity: 1 - cosine distance of the unnormalized embeddings)."""
+        embedder = self._require("embed")
+        inputs, options = body.get("inputs"), parameters(body)
+        if not isinstance(inputs, dict):
+            raise bad_request('`inputs` must be an object {"source_sentence": str, "sentences": [str, ...]}')
+        source = text(inputs.get("source_sentence"), "inputs.source_sentence")
+        if not isinstance(inputs.get("sentences"), list):
+            raise bad_request("`inputs.sentences` must be a list of strings")
+        sentences = texts(inputs["sentences"], "inputs.sentences")
+        if not sentences:
+            raise empty("inputs.sentences")
+        self._check_batch(len(sentences) + 1, "inputs.sentences")  # the source counts, as in TEI
+        prompt = self._prompt(embedder, options.get("prompt_name"), "parameters.prompt_name")
+        self._check_length(embedder, [source, *sentences], flag(options, "truncate", False), prompt=prompt)
+        vectors = torch.stack(await self._run("embed", "encode", [source, *sentences], key=prompt)).float()
+        return torch.nn.functional.cosine_similarity(vectors[:1], vectors[1:]).tolist()
+
+    async def root(self, body: dict) -> Any:
+        """POST /. TEI routes it by the one model it serves (router/src/http/server.rs: an embedding model
+        embeds, a classifier predicts, a reranker reranks); here several can be loaded, so the body decides,
+        by the first rule that fits:
+          1. a `query`                                  -> /rerank (TEI's rerank body)
+          2. `inputs` an object with `text`             -> HF Inference's text-classification of a (text, text_pair):
+                                                           MiniCheck if loaded, else the classifier (hf_inference.py)
+          3. `inputs` another object (source_sentence)  -> /similarity (huggingface_hub's sentence_similarity)
+          4. `inputs` a string with `parameters`, and a classifier loaded
+                                                        -> text classification (huggingface_hub's text_classification)
+          5. any other `inputs`                         -> /embed if an embedding model is loaded (feature_extraction,
+                                                           LangChain), else /predict
+        With both models loaded, rule 5 refuses `inputs` holding a list (a pair or a batch of pairs, or
+        ["a", "b"] meant as one pair): /predict and /embed read those differently, so the client names one."""
+        inputs, models = body.get("inputs"), self.models
+        if "query" in body:
+            return await self.rerank(body)
+        if isinstance(inputs, dict) and "text" in inputs and (models.minicheck or models.classifier) is not None:
+            return await self.text_classification(body, model="minicheck" if models.minicheck else "classify")
+        if isinstance(inputs, dict):
+            return await self.similarity(body)
+        if isinstance(inputs, str) and "parameters" in body and models.classifier is not None:
+            return await self.text_classification(body)
+        if models.embedder is not None:
+            if models.classifier is not None and isinstance(inputs, list) and any(isinstance(v, list) for v in inputs):
+                raise bad_request("POST / sends `inputs` to the embedding model when a classifier is loaded too, and "
+                                  "the embedding model takes no pairs: post pairs to /predict (texts to /embed)")
+            return await self.embed(body)
+        if models.classifier is not None:
+            return await self.predict(body)
+        raise ServiceError(424, "Backend", "Backend error: no TEI model is loaded (start with --embed or --classify; "
+                                           "GET / lists the routes served)")
+
+
+def _kind(name: str, attribute: str):
+    return lambda m: [name] if getattr(m, attribute) is not None else []
+
+
+def routes(models: Models) -> list[Route]:
+    """TEI's routes, mounted whatever is loaded (without their model: TEI's 424 Backend); POST / serves the
+    embedder, the classifier and MiniCheck (rules above)."""
+    embed, classify, minicheck = _kind("embed", "embedder"), _kind("classify", "classifier"), \
+        _kind("minicheck", "minicheck")
+    reranker = (lambda m: classify(m) if m.classifier is not None and m.classifier.reranker else [])
+    return [Route("/embed", TEIShapes.embed, embed, always=True),
+            Route("/similarity", TEIShapes.similarity, embed, always=True),
+            Route("/predict", TEIShapes.predict, classify, always=True),
+            Route("/rerank", TEIShapes.rerank, reranker, always=True),
+            Route("/", TEIShapes.root, lambda m: embed(m) + classify(m) + minicheck(m), always=True)]
