@@ -390,7 +390,7 @@ class DebertaV2(Bert):
     @classmethod
     def layer_inputs(cls, encoder: nn.Module, inputs: ForwardInputs) -> dict[str, Any]:
         """Once per forward: the relative embeddings (get_rel_embedding), the table row of every offset within
-        this row's length, the layout, and the convolution's padding: (B, L) True at real tokens (ConvLayer's
+        this row's length (or the longest bucket a packed sequence is attended at, layout.span), the layout, and the convolution's padding: (B, L) True at real tokens (ConvLayer's
         input_mask: a 2-D mask, or the keys some query of a 3-D one attends); None: none, or a packed row (no
         padding in it)."""
         mask, layout, position_ids = inputs.attention_mask, inputs.layout, inputs.position_ids
@@ -398,5 +398,5 @@ class DebertaV2(Bert):
         if mask is not None and not layout.packed and mask.dim() in (2, 3):
             padding = mask.bool() if mask.dim() == 2 else mask.bool().any(-2)
         return {"rel_embeddings": encoder.relative(),
-                "index": relative_index(encoder.config, position_ids.size(1), position_ids.device),
+                "index": relative_index(encoder.config, max(position_ids.size(1), layout.span), position_ids.device),
                 "padding": padding, "layout": layout}

@@ -149,9 +149,9 @@ class Encoder(Pretrained):
         position_ids = layout.pack(position_ids)
         x = self.embeddings(layout.pack(input_ids), layout.pack(token_type_ids), position_ids)
         # the family's per-forward inputs, each built once: what every attention backend's prepare reads (the
-        # relative bias by offset: (H, 2L - 1) or None), and the keyword arguments of every layer
+        # relative bias by offset: (H, 2 span - 1) or None), and the keyword arguments of every layer
         attention_inputs = AttentionInputs(plan.attention_mask, layout, x.dtype, self.config.num_heads,
-                                           relative=self.family.relative_bias(self, input_ids.size(1)),
+                                           relative=self.family.relative_bias(self, layout.span),
                                            device=x.device)
         masks = self._masks(plan, attention_inputs)
         if head_mask is not None:
@@ -166,14 +166,16 @@ class Encoder(Pretrained):
               output_hidden_states: bool, output_attentions: bool, windows_over_custom_mask: bool) -> ForwardPlan:
         """This forward's decisions, each made here once (forward's docstring says what each option asks)."""
         B, L = input_ids.shape
-        if attention_mask is not None and self._without_padding(attention_mask, B, L):
-            attention_mask = None  # sdpa can then use its fastest kernel
         backend = self._backend(probabilities=output_attentions, query_subset=False)
+        packable = attention_mask is not None and not (output_attentions or backend.whole)
+        if attention_mask is not None and not (unpad and packable) and self._without_padding(attention_mask, B, L):
+            attention_mask = None  # sdpa can then use its fastest kernel. Packed (unpad), a batch without
+            # padding stays packed: each sequence is then attended as in any other batch (layout.bucket_length)
         # hidden states, attentions and a recording row (capture) ask for every token of every layer
         first_only = final_tokens == "first" and not (output_hidden_states or output_attentions or backend.whole)
         # the last layer's row: the first tokens' queries alone are a capability of their own (flex lacks it)
         final_backend = self._backend(probabilities=False, query_subset=True) if first_only else backend
-        packable = attention_mask is not None and not (output_attentions or backend.whole)
+        packable = packable and attention_mask is not None
         if packable and (unpad or self._flex_on_cpu(backend, attention_mask)):
             layout = layouts.packed(attention_mask)
         else:

@@ -18,8 +18,9 @@ own module, as flex's do in flex.py) and one row.
 The fallback rule, the only one (`choose_backend`): a forward runs on the backend the model was
 built with if that backend declares everything the call needs (probabilities, the score
 function's form, dropout, a subset of queries); otherwise on sdpa if sdpa does; otherwise on eager,
-which does everything. A packed batch on a backend that does not take packed rows runs each
-sequence alone through that backend. Under `capture` (capture.py) the rule hands out the chosen
+which does everything. A packed batch on a backend that does not take packed rows runs as padded
+batches, one per length bucket (layout.py, `Layout.buckets`): one call per bucket, each sequence padded
+to a length of its own, so its result is the same whatever it is batched with. Under `capture` (capture.py) the rule hands out the chosen
 row's recording twin (`recording`): the same row, with the eager formulas run beside it for the
 record, on the padded layout and every token; so the forward itself makes no capture decisions. Under
 `patch` too; where a patch replaces a score or the probabilities, the twin's output is eager's from them.
@@ -41,7 +42,7 @@ from torch import Tensor, nn
 from minialign.nn import flex
 from minialign.nn.capture import capturing, current, record
 from minialign.nn.inputs import AttentionInputs
-from minialign.nn.layout import padded
+from minialign.nn.layout import Bucket, padded
 # attention_bias and keep_mask are also read from here (ma.attention_bias), as before they moved to masks.py
 from minialign.nn.masks import attention_bias, first_query_only, keep_mask, offset_bias  # noqa: F401
 from minialign.nn.score_functions import DENSE, DISENTANGLED, DOT, OFFSET, ScaledDot
@@ -167,16 +168,18 @@ def choose_backend(requested: str, *, probabilities: bool, score_form: str, drop
 class PreparedMask:
     """One forward's mask for one backend row, built once and read by every layer.
 
-    value:        what the row's run() reads (None when `per_sequence` is set)
-    per_sequence: (query counts, key counts, what run() reads for each sequence) of a packed row on a
-                  backend that runs sequences alone
+    value:        what the row's run() reads (None when `buckets` is set)
+    buckets:      a packed row on a backend that takes padded batches only: each length bucket
+                  (layout.Bucket) with what run() reads for it; `first`: the queries are each sequence's
+                  first token (queries="first")
     head_scale:   (1, H, 1, 1), one layer's head mask (transformers v4's head_mask: each head's probabilities
                   times its entry, 0 silencing the head), or None
     """
 
     backend: Backend
     value: Any = None
-    per_sequence: tuple[list[int], list[int], list[Any]] | None = None
+    buckets: tuple[tuple[Bucket, Any], ...] | None = None
+    first: bool = False
     head_scale: Tensor | None = None
 
 
@@ -190,9 +193,10 @@ def prepare_mask(backend: Backend, inputs: AttentionInputs | Tensor | None, *leg
                       "dtype, num_heads, ...))", DeprecationWarning, stacklevel=2)
         inputs = AttentionInputs(inputs, *legacy, **legacy_options)
     if inputs.layout.packed and not backend.packed:
-        keys = inputs.layout.host_lengths
-        alone = [backend.prepare(replace(inputs, mask=None, layout=padded(1, n))) for n in keys]
-        return PreparedMask(backend, per_sequence=([1] * len(keys) if inputs.queries == "first" else keys, keys, alone))
+        buckets = tuple((bucket, backend.prepare(replace(inputs, mask=bucket.keep,
+                                                         layout=padded(*bucket.keep.shape))))
+                        for bucket in inputs.layout.buckets)
+        return PreparedMask(backend, buckets=buckets, first=inputs.queries == "first")
     return PreparedMask(backend, backend.prepare(inputs))
 
 
@@ -206,8 +210,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: PreparedMask, *, score: nn.
     """
     score = score if score is not None else _SCALED_DOT
     row = mask.backend
-    if mask.per_sequence is not None:
-        out, probs = _per_sequence(row, q, k, v, mask.per_sequence, score, dropout_p), None
+    if mask.buckets is not None:
+        out, probs = _by_bucket(row, q, k, v, mask, score, dropout_p), None
     else:
         out, probs = row.run(q, k, v, _matching(mask.value, q), score, dropout_p)
     if mask.head_scale is not None:
@@ -224,11 +228,24 @@ def _matching(value: Any, q: Tensor) -> Any:
     return value.to(q.dtype) if isinstance(value, Tensor) and value.dtype != q.dtype else value
 
 
-def _per_sequence(row: Backend, q: Tensor, k: Tensor, v: Tensor, counts: tuple[list[int], list[int], list[Any]],
-                  score: nn.Module, dropout_p: float) -> Tensor:
-    """A packed row (1, H, T, D), attended sequence by sequence: no token sees another sequence."""
-    queries, keys, values = counts
-    outputs = [row.run(qi, ki, vi, _matching(value, qi), score, dropout_p)[0]
-               for qi, ki, vi, value in zip(q.split(queries, dim=2), k.split(keys, dim=2), v.split(keys, dim=2),
-                                            values)]
-    return torch.cat(outputs, dim=2)
+def _by_bucket(row: Backend, q: Tensor, k: Tensor, v: Tensor, mask: PreparedMask, score: nn.Module,
+               dropout_p: float) -> Tensor:
+    """A packed row, q (1, H, Tq, D) (Tq: T, or B first tokens) and k, v (1, H, T, D), attended as one padded
+    batch per length bucket (layout.Bucket): no token sees another sequence. Returns (1, H, Tq, D), laid out
+    token-major (as sdpa lays out its own output), so the output projection reads it without a copy."""
+    _, H, Tq, D = q.shape
+    tokens = lambda t: t[0].transpose(0, 1).reshape(t.size(2), H * D)  # noqa: E731  (T, H * D): a view of heads()'
+    out = q.new_empty(Tq + 1, H * D)  # the last row takes the padding slots' outputs, then is dropped
+    for bucket, value in mask.buckets:
+        S, L = bucket.keep.shape
+        heads = lambda rows, n: rows.view(S, n, H, D).transpose(1, 2)  # noqa: E731  (S, H, n, D)
+        kb, vb = (heads(tokens(t).index_select(0, bucket.gather), L) for t in (k, v))
+        if mask.first:  # each sequence's first token, into the sequences' rows of out
+            qb = heads(tokens(q).index_select(0, bucket.sequences), 1)
+            where = bucket.sequences
+        else:
+            qb = heads(tokens(q).index_select(0, bucket.gather), L)
+            where = bucket.scatter
+        y = row.run(qb, kb, vb, _matching(value, qb), score, dropout_p)[0]  # (S, H, Lq, D)
+        out.index_copy_(0, where, y.transpose(1, 2).reshape(-1, H * D))
+    return out[:Tq].view(1, Tq, H, D).transpose(1, 2)

@@ -6,9 +6,16 @@ outputs (pattern: flash-attention `bert_padding.py`, `unpad_input` / `pad_input`
 batch's device. Packing waits on the device (a host sync) a few times per forward, each once:
 checking that the mask is right-padded (`masks.right_padded_lengths`), finding the real tokens
 (`indices`: nonzero's output size), and only for the backends that read them, the lengths as Python
-ints (`host_lengths`: eager and sdpa, which run a packed row one sequence at a time) or each token's
-sequence (`document`: flex's BlockMask). The Encoder adds its own, padded or packed: the vocabulary
-check of the ids and, for a 2-D mask, whether it has any padding at all.
+ints (`host_lengths`: eager and sdpa, which attend a packed row by length buckets, `buckets`) or each
+token's sequence (`document`: flex's BlockMask). The Encoder adds its own, padded or packed: the
+vocabulary check of the ids and, for a 2-D mask, whether it has any padding at all.
+
+Length buckets: a backend that takes padded batches but not packed rows (eager, sdpa) attends a packed
+row in one call per bucket of sequences of about the same length, each sequence padded (its keys
+masked) to `bucket_length` of its own length, never to its neighbours': so the number of calls does not
+grow with the number of sequences (one per bucket, at most ~8 per doubling of length), and a sequence's
+attention is the same computation, bit for bit, whatever it is batched with (pattern: flash-attention's
+varlen entry point takes cu_seqlens; torch's CPU kernels have none, so the batch is regrouped instead).
 
 Shapes: B batch, L padded length, T real tokens of the batch, C hidden size.
 """
@@ -16,6 +23,7 @@ Shapes: B batch, L padded length, T real tokens of the batch, C hidden size.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -23,6 +31,44 @@ from torch import Tensor
 from minialign.nn.masks import right_padded_lengths
 
 FINAL_TOKENS = ("all", "first")  # which tokens' final states a forward computes (Encoder.forward)
+
+
+def bucket_length(n: int) -> int:
+    """The length a packed sequence of n tokens is attended at on a backend without packed rows (module
+    docstring): n rounded up to a multiple of 8 below 128, then to one of 8 sizes per doubling (multiples of
+    16 up to 256, of 32 up to 512, ...): at most 7 padding keys, or 12.5% of its length. A function of n
+    alone, so the computation for a sequence never depends on the rest of its batch."""
+    step = 1 << max(3, n.bit_length() - 4)
+    return -(-n // step) * step
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """The sequences of a packed row attended in one call, each padded to `length` (bucket_length).
+
+    sequences  (S,) their indices in the batch, ascending
+    keep       (S, length) bool: True at a sequence's real tokens (its padding keys are masked)
+    gather     (S * length,) the packed row's token at each slot; a padding slot reads its sequence's last
+               token (any real value would do: it is masked, and its query's output is dropped)
+    scatter    (S * length,) where each slot's output goes in the packed row: its token, or for a padding
+               slot T (one row past the T tokens, dropped)
+    """
+
+    length: int
+    sequences: Tensor
+    keep: Tensor
+    gather: Tensor
+    scatter: Tensor
+
+
+def _bucket(length: int, sequences: list[int], lengths: list[int], starts: list[int], device) -> Bucket:
+    own = torch.tensor([lengths[i] for i in sequences], device=device)[:, None]  # (S, 1)
+    first = torch.tensor([starts[i] for i in sequences], device=device)[:, None]
+    positions = torch.arange(length, device=device)[None, :]  # (1, length)
+    keep = positions < own
+    gather = first + torch.minimum(positions, own - 1)
+    scatter = gather.masked_fill(~keep, starts[-1] + lengths[-1])
+    return Bucket(length, torch.tensor(sequences, device=device), keep, gather.flatten(), scatter.flatten())
 
 
 class Layout:
@@ -38,6 +84,12 @@ class Layout:
     @property
     def packed(self) -> bool:
         return self.lengths is not None
+
+    @property
+    def span(self) -> int:
+        """The most keys a query is attended against: the padded length, or for a packed row the longest
+        bucket a sequence may be padded to (bucket_length of the padded length)."""
+        return bucket_length(self.length) if self.packed else self.length
 
     @functools.cached_property
     def keep(self) -> Tensor:
@@ -55,6 +107,19 @@ class Layout:
     def host_lengths(self) -> list[int]:
         """Sequence lengths as Python ints, for backends that split a packed row (one sync)."""
         return self.lengths.tolist()
+
+    @functools.cached_property
+    def buckets(self) -> tuple[Bucket, ...]:
+        """The packed row's sequences grouped by bucket_length (module docstring), shortest bucket first."""
+        lengths = self.host_lengths
+        starts = [0]
+        for n in lengths[:-1]:
+            starts.append(starts[-1] + n)
+        groups: dict[int, list[int]] = {}
+        for i, n in enumerate(lengths):
+            groups.setdefault(bucket_length(n), []).append(i)
+        device = self.lengths.device
+        return tuple(_bucket(length, groups[length], lengths, starts, device) for length in sorted(groups))
 
     @functools.cached_property
     def document(self) -> Tensor:

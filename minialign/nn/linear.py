@@ -179,8 +179,12 @@ class Linear(nn.Linear):
         attr, algorithm = fused or ("none", "")
         rows = x.numel() // x.shape[-1]
         flat = x.reshape(rows, x.shape[-1])
-        if packed_rows(rows) > rows:
-            flat = F.pad(flat, (0, 0, 0, packed_rows(rows) - rows))
+        if packed_rows(rows) > rows:  # the rows copied into a taller buffer, only the extra rows zeroed (F.pad
+            # would zero them all first: a second pass over the input's size)
+            taller = flat.new_empty(packed_rows(rows), flat.size(1))
+            taller[:rows].copy_(flat)
+            flat = taller
+            flat[rows:].zero_()
         y = torch.ops.mkldnn._linear_pointwise(flat, self.inference_weight(), self.bias, attr, [], algorithm)
         y = y[:rows].reshape(*x.shape[:-1], self.out_features)
         return y if fused else self._activate(y)

@@ -100,15 +100,34 @@ def test_alignmodel_unpad_and_first_tokens_only(tmp_path):
         assert model(ids, attention_mask=mask, mlm=True).last_hidden_state.shape == (*ids.shape, model.config.hidden_size)
 
 
-def test_unpad_without_padding_runs_the_padded_path(pair, monkeypatch):
+@pytest.mark.parametrize("backend", ["eager", "sdpa"])
+def test_unpad_attends_each_text_alike_in_every_batch(pair, backend):
+    """Packed (unpad=True), eager and sdpa attend each sequence padded to a length of its own
+    (layout.bucket_length), so a text alone, in a batch without padding and in a mixed batch gives the same
+    bits; one attention call per length bucket, not one per sequence."""
     hf, directory = pair
-    model = ma.Encoder.from_pretrained(directory)
-    ids, mask = _batch(hf.config, lengths=(9, 9))
+    model = ma.Encoder.from_pretrained(directory, attn_backend=backend)
+    ids, mask = _batch(hf.config, lengths=(9, 9, 30, 5, 33, 10))  # buckets 16, 32, 8, 40
     with torch.no_grad():
-        expected = model(ids, attention_mask=mask).last_hidden_state
-        monkeypatch.setattr(ma.nn.layout, "packed", lambda *a, **k: pytest.fail("packed a batch without padding"))
-        for m in (mask, None):
-            torch.testing.assert_close(model(ids, attention_mask=m, unpad=True).last_hidden_state, expected, **TOL)
+        mixed = model(ids, attention_mask=mask, unpad=True).last_hidden_state
+        alone = model(ids[:1, :9], attention_mask=mask[:1, :9], unpad=True).last_hidden_state
+        without_padding = model(ids[:2, :9], attention_mask=mask[:2, :9], unpad=True).last_hidden_state
+        for i, n in enumerate((9, 9, 30, 5, 33, 10)):
+            assert torch.equal(model(ids[i:i + 1, :n], attention_mask=mask[i:i + 1, :n],
+                                     unpad=True).last_hidden_state[0], mixed[i, :n])
+    assert torch.equal(alone[0], mixed[0, :9]) and torch.equal(without_padding, mixed[:2, :9])
+    torch.testing.assert_close(mixed, model(ids, attention_mask=mask).last_hidden_state * mask[..., None], **TOL)
+    layout = ma.nn.layout.packed(mask)
+    assert [b.length for b in layout.buckets] == [8, 16, 32, 40]
+    assert [b.sequences.tolist() for b in layout.buckets] == [[3], [0, 1, 5], [2], [4]]
+
+
+def test_bucket_length_pads_at_most_seven_keys_or_an_eighth():
+    for n in range(1, 2049):
+        length = ma.nn.layout.bucket_length(n)
+        assert n <= length <= max(n + 7, n * 9 // 8) and ma.nn.layout.bucket_length(length) == length
+    assert [ma.nn.layout.bucket_length(n) for n in (1, 8, 9, 64, 65, 127, 128, 129, 300)] == \
+        [8, 8, 16, 64, 72, 128, 128, 144, 320]
 
 
 def test_unpad_needs_right_padding(pair):
@@ -298,3 +317,20 @@ def test_flex_on_cpu_runs_a_padded_batch_packed_and_exact():
                 out = flex(ids, attention_mask=mask).last_hidden_state
                 assert (out - reference)[mask.bool()].abs().max() < 1e-5, lengths
                 assert not out[~mask.bool()].any()  # pad rows zero: it ran packed
+
+
+@pytest.mark.parametrize("arch", list(ma.models.FAMILIES))
+def test_every_family_packed_gives_a_text_the_same_bits_alone_and_batched(arch):
+    """Every family, sdpa packed: each text alone (its bucket longer than the whole row: relative tables and
+    windows sized by layout.span) and batched with others of every bucket gives the same bits."""
+    from family_builders import random_encoder
+
+    model = random_encoder(arch, num_layers=2)
+    lengths = (9, 30, 5, 70, 9)
+    ids, mask = _batch(model.config, lengths=lengths)
+    with torch.no_grad():
+        batched = model(ids, attention_mask=mask, unpad=True).last_hidden_state
+        for i, n in enumerate(lengths):
+            alone = model(ids[i:i + 1, :n], attention_mask=mask[i:i + 1, :n], unpad=True).last_hidden_state
+            assert torch.equal(alone[0], batched[i, :n]), (arch, n)
+    assert torch.isfinite(batched).all()
