@@ -66,9 +66,13 @@ def _dtype(args: argparse.Namespace):
     return choice
 
 
+THREADS_HELP = ("intra-op threads of the forwards (default: the CPUs this process may use, by its affinity and its "
+                "container's CPU quota, not the host's count; fewer can be faster on a busy machine: the speed guide)")
+
+
 def _loading(args: argparse.Namespace) -> dict:
     return {"device": args.device, "dtype": _dtype(args), "batch_size": args.batch_size,
-            "max_tokens": args.max_tokens, "workers": args.workers}
+            "max_tokens": args.max_tokens, "workers": args.workers, "threads": args.threads}
 
 
 def _named(args: argparse.Namespace, *flags: str) -> str:
@@ -203,7 +207,7 @@ def _serve_load(models, product, spec: str, args: argparse.Namespace) -> None:
     """Load one model the service was told to (--NAME SPEC) where its protocols find it (serve/core.Models)."""
     from minialign.apps.serve import ALIGNSCORE_ROUTES
 
-    loading = {"device": args.device, "dtype": _dtype(args)}
+    loading = {"device": args.device, "dtype": _dtype(args), "threads": args.threads}
     if product.serve_as == "alignscore":  # NeMo Guardrails' route names: --alignscore [NAME=]SRC
         name, _, src = spec.rpartition("=")
         name = name or ("large" if src == "AlignScore-large" else "base")
@@ -264,6 +268,7 @@ def _serve_parser(sub) -> None:
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", choices=(*DTYPES, "auto", "int8"),
                    help="as the file commands' --dtype; int8 for --embed and --classify only")
+    p.add_argument("--threads", type=int, default=None, help=THREADS_HELP + "; each loaded model's forwards use them")
     p.set_defaults(run=_serve)
 
 
@@ -284,7 +289,8 @@ def _common(p: argparse.ArgumentParser, *, batch: str, int8: bool = True) -> Non
                         "matmuls in bf16 where bf16 is native" + ("; int8: quantized products on CPU (never chosen "
                                                                   "for you)" if int8 else ""))
     p.add_argument("--workers", type=int, default=1,
-                   help="model processes on the CPU, each with cores/N threads (default 1; see BENCHMARKS.md)")
+                   help="model processes on the CPU, each with threads/N threads (default 1; see BENCHMARKS.md)")
+    p.add_argument("--threads", type=int, default=None, help=THREADS_HELP + "; with --workers, shared out among them")
     ray = p.add_argument_group("Ray Data (the ray extra; README: Ray Data)")
     ray.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
                      help="run on Ray Data: a cluster's address (auto, ray://host:10001), or none for a local Ray; "

@@ -17,10 +17,12 @@ CPU freezing pass does (`torch.ops.mkldnn._linear_pointwise` on a weight from
 `torch.ops.mkldnn._reorder_linear_weight`). The sums are taken in another order, so results differ
 from F.linear by fp32 rounding only (tests: parity with transformers holds at 1e-5).
 
-Which kernel, decided once per process from the CPU (`cpu_kind`, `PACKED_ROWS`; BENCHMARKS.md,
+Which kernel, decided once per process from the CPU (`cpu_kind`, `cpu_vendor`, `PACKED_ROWS`; BENCHMARKS.md,
 "Machine", measures both on every run): with AVX-512 (oneDNN's avx512_core kernels) the packed
-path at every shape (2.2x F.linear on the encoder's shapes); with AVX2 only for products of at most
-48 rows (1.1-2.3x there, 0.87-0.95x from 128 rows on), F.linear above; on other CPUs F.linear.
+path at every shape on AMD CPUs (2.2x F.linear on the encoder's shapes: MKL's sgemm does not run its
+AVX-512 kernels there) and up to 64 rows on Intel ones (1.1-1.9x there; even above, where the rounded-up
+rows then cost more than it gains); with AVX2 only for products of at most 48 rows (1.1-2.3x there,
+0.87-0.95x from 128 rows on), F.linear above; on other CPUs F.linear.
 A compute dtype is packed only where oneDNN has that dtype's kernels on this CPU
 (`torch.ops.mkldnn._is_mkldnn_bf16_supported`: AVX-512 or AVX2-VNNI-2), never on a CPU without
 them, where oneDNN would refuse the weight.
@@ -74,10 +76,13 @@ ACTIVATIONS: dict[str, tuple[Callable[[Tensor], Tensor], tuple[str, str] | None]
     name: (function, ONEDNN_POST_OPS.get(name)) for name, function in FUNCTIONS.items()}
 
 
-# CPU kind (cpu_kind) -> the most rows of a product the packed fp32 kernel runs (None: any number);
-# kinds not listed run F.linear. Measured (2 threads, encoder shapes 384-3072 wide): AVX-512 2.2x at
-# 8-2048 rows; AVX2 1.1-2.3x at 8-48 rows, about even at 64-96, 0.87-0.95x from 128 rows on.
-PACKED_ROWS = {"AVX512": None, "AVX2": 48}
+# (CPU kind (cpu_kind), vendor (cpu_vendor), or None for any vendor) -> the most rows of a product the packed fp32
+# kernel runs (None: any number); kinds not listed run F.linear. Measured (2 threads, encoder shapes 384-3072
+# wide): AMD AVX-512 (EPYC) 2.2x at 8-2048 rows; Intel AVX-512 (a Xeon with AMX) 1.1-1.9x at 32-64 rows, even
+# (0.84-1.08x) from 128 rows on, and 12-17% slower end to end on all-MiniLM-L6-v2 packed, where the rows are
+# rounded up (MKL, F.linear's library, runs its own AVX-512 kernels on Intel CPUs only); AVX2 1.1-2.3x at 8-48
+# rows, about even at 64-96, 0.87-0.95x from 128 rows on.
+PACKED_ROWS = {("AVX512", None): None, ("AVX512", "GenuineIntel"): 64, ("AVX2", None): 48}
 # oneDNN's probe of each half-precision dtype (also read by loading.cpu_has_native)
 ONEDNN_PROBES = {torch.bfloat16: "_is_mkldnn_bf16_supported", torch.float16: "_is_mkldnn_fp16_supported"}
 
@@ -117,12 +122,33 @@ def packed_rows(rows: int) -> int:
 
 
 
+@cache
+def cpu_vendor() -> str | None:
+    """The CPU's vendor as /proc/cpuinfo names it ("GenuineIntel", "AuthenticAMD"), or None where it cannot say."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
+            for line in info:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def packed_rows_limit() -> tuple[bool, int | None]:
+    """(whether this CPU runs fp32 products on the packed kernel at all, the most rows it does: None for any),
+    from PACKED_ROWS: this kind and vendor's row, else the kind's row for any vendor."""
+    kind = cpu_kind()
+    for key in ((kind, cpu_vendor()), (kind, None)):
+        if key in PACKED_ROWS:
+            return True, PACKED_ROWS[key]
+    return False, None
+
+
 def packs_fp32(rows: int) -> bool:
     """Whether this CPU runs an fp32 product of `rows` rows on the packed kernel (PACKED_ROWS)."""
-    if cpu_kind() not in PACKED_ROWS:
-        return False
-    most = PACKED_ROWS[cpu_kind()]
-    return most is None or rows <= most
+    packs, most = packed_rows_limit()
+    return packs and (most is None or rows <= most)
 
 
 def no_kernel_of_its_own(x: Tensor, weight: Tensor) -> bool:

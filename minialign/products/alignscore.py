@@ -87,19 +87,21 @@ class AlignScorer(PairScorer):
 
     def __init__(self, model: AlignModel, tokenizer: Tokenizer, *, mode: str = DEFAULT_MODE, batch_size: int = 32,
                  splitter: Callable[[str], list[str]] | None = None, unpad: bool = True, compile: bool = False,
-                 bucket: int = 64, max_tokens: int | None = None, workers: int = 1):
+                 bucket: int = 64, max_tokens: int | None = None, workers: int = 1,
+                 threads: int | None = None):
         """A batch holds at most batch_size pairs and at most max_tokens tokens (default: 2048 on CPU,
         where smaller matmuls stay in cache and their buffers are reused, 65536 elsewhere;
         BENCHMARKS.md has the measurements).
         unpad (default): run each batch packed, on real tokens only (see Encoder.forward).
         compile: torch.compile the model; batch lengths are then rounded up to a multiple of
         `bucket` so a run compiles a handful of shapes, not one per batch.
-        workers: model processes on the CPU, each with cores / workers threads (process_pool.py).
+        workers: model processes on the CPU (process_pool.py); threads: the forwards' intra-op threads (default: the
+        CPUs this process may use, runtime/threads.py), shared out among the workers.
         mode: the default of score's `mode`."""
         self.mode = check_mode(mode)
         self.splitter = splitter or split_sentences
         self._start(model, tokenizer, batch_size=batch_size, max_tokens=max_tokens, unpad=unpad, compile=compile,
-                    bucket=bucket, workers=workers)
+                    bucket=bucket, workers=workers, threads=threads)
 
     @classmethod
     @load_keywords

@@ -71,12 +71,14 @@ class Classifier(Runner):
 
     def __init__(self, model: ClassifierModel, tokenizer: Tokenizer, *, batch_size: int = 32,
                  max_tokens: int | None = None, max_length: int | None = None, unpad: bool = True,
-                 saved_activation: str | None = None, workers: int = 1, compile: bool = False):
+                 saved_activation: str | None = None, workers: int = 1, compile: bool = False,
+                 threads: int | None = None):
         """saved_activation: the activation a sentence-transformers CrossEncoder saved with the model
         (its class path), used by activation="auto". The other options: Runner._start."""
         self.saved_activation = crossencoder_activation(saved_activation)
         self._start(model, tokenizer, max_length=max_length, batch_size=batch_size, max_tokens=max_tokens,
-                    unpad=unpad, compile=compile, workers=workers, truncation="longest_first")
+                    unpad=unpad, compile=compile, workers=workers, threads=threads,
+                    truncation="longest_first")
 
     @classmethod
     @load_keywords

@@ -65,7 +65,7 @@ class SentenceEncoder(Runner):
                  dense: Sequence[Dense] = (), normalize: bool = False, max_seq_length: int | None = None,
                  prompts: dict[str, str] | None = None, default_prompt_name: str | None = None,
                  include_prompt: bool = True, batch_size: int = 32, max_tokens: int | None = None,
-                 unpad: bool = True, workers: int = 1, compile: bool = False):
+                 unpad: bool = True, workers: int = 1, compile: bool = False, threads: int | None = None):
         """pooling: modes of products/pooling.py, concatenated in order; dense: Dense modules after it;
         normalize: a Normalize module last. prompts (name -> text), default_prompt_name: as
         config_sentence_transformers.json saves them; include_prompt: whether pooling reads the
@@ -78,7 +78,7 @@ class SentenceEncoder(Runner):
                              f"{list(self.prompts)}")
         self.default_prompt_name, self.include_prompt = default_prompt_name, include_prompt
         self._start(encoder, tokenizer, max_length=max_seq_length, batch_size=batch_size, max_tokens=max_tokens,
-                    unpad=unpad, compile=compile, workers=workers)
+                    unpad=unpad, compile=compile, workers=workers, threads=threads)
 
     @classmethod
     @load_keywords

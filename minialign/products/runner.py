@@ -55,12 +55,14 @@ class Loading:
     batch_size: int = 32  # most sequences in one forward
     max_tokens: int | None = None  # most tokens in one forward (default: the engine's)
     workers: int = 1  # model processes on the CPU (runtime/process_pool.py)
+    threads: int | None = None  # intra-op threads of the forwards, shared out among the workers (default:
+    # runtime/threads.usable_threads(), the CPUs this process may use: its affinity and its cgroup's quota)
     revision: str | None = None  # a hub revision
     cache_dir: str | Path | None = None  # the hub cache
 
     def engine(self) -> dict[str, Any]:
         """The keywords of the batching engine (Runner._start, each runner's constructor)."""
-        return self.only("batch_size", "max_tokens", "workers", "compile", "unpad")
+        return self.only("batch_size", "max_tokens", "workers", "threads", "compile", "unpad")
 
     def only(self, *names: str) -> dict[str, Any]:
         return {name: getattr(self, name) for name in names}
@@ -122,11 +124,13 @@ class Runner:
 
     def _start(self, model: nn.Module, tokenizer: Tokenizer, *, max_length: int | None = None, batch_size: int = 32,
                max_tokens: int | None = None, unpad: bool = True, compile: bool = False,
-               bucket: int = COMPILE_BUCKET, workers: int = 1, truncation: str = "only_first") -> None:
+               bucket: int = COMPILE_BUCKET, workers: int = 1, threads: int | None = None,
+               truncation: str = "only_first") -> None:
         """The runner's model (in eval mode), tokenizer and engine. The window is the smallest of
         max_length, the tokenizer's and the model's. unpad: batches run packed, on real tokens only.
         compile: torch.compile the model, batch lengths rounded up to a multiple of `bucket` (no
-        packing). workers: model processes on the CPU, each with cores / workers threads."""
+        packing). workers: model processes on the CPU; threads: the intra-op threads of the forwards (default:
+        the CPUs this process may use, runtime/threads.py), each worker taking threads / workers."""
         if compile and workers > 1:
             raise ValueError("compile and workers > 1 do not mix: each worker would compile its own model")
         self.model, self.tokenizer = model.eval(), tokenizer
@@ -134,7 +138,7 @@ class Runner:
         window = min(max_length or tokenizer.model_max_length, model.config.max_seq_len)
         self.engine = BatchEngine.for_model(tokenizer, model, batch_size=batch_size, max_tokens=max_tokens,
                                             packed=self.unpad, bucket=bucket if compile else 1, max_length=window,
-                                            truncation=truncation, workers=workers)
+                                            truncation=truncation, workers=workers, threads=threads)
         if getattr(model, "int8", False):
             self.calibrate_int8(int8.calibration_texts())
         if compile:

@@ -27,6 +27,7 @@ from torch import Tensor
 from minialign.runtime.memory import release_free_memory
 from minialign.text.tokenizer import pad
 from minialign.runtime.process_pool import WorkerPool
+from minialign.runtime.threads import intra_op_threads, threads_now, usable_threads
 
 if TYPE_CHECKING:
     from minialign.text.tokenizer import Tokenizer
@@ -49,11 +50,14 @@ def positive_int(name: str, value) -> int:
 class BatchEngine:
     def __init__(self, tokenizer: Tokenizer, *, batch_size: int = 32, max_tokens: int = 65536, packed: bool = True,
                  bucket: int = 1, max_length: int | None = None, device: str | torch.device = "cpu",
-                 truncation: str = "only_first", workers: int = 1):
+                 truncation: str = "only_first", workers: int = 1, threads: int | None = None):
         """packed: the forward runs real tokens only (unpad=True), so the budget counts real tokens.
         bucket: round each batch's length up to a multiple of it (compiled models see few shapes).
         truncation: how pairs are cut to max_length (Tokenizer.encode).
-        workers: model processes on the CPU (process_pool.py), each with this process's threads / workers."""
+        workers: model processes on the CPU (process_pool.py). threads: the forwards' intra-op threads, set for each
+        batch here and restored after, or shared out among the workers (threads // workers each, at least 1);
+        None (default): up to threads.usable_threads() (the CPUs this process may use), one fewer for each other
+        process's runnable thread, decided before each batch (threads.threads_now; workers take a fixed share)."""
         for name, value in (("batch_size", batch_size), ("max_tokens", max_tokens), ("workers", workers)):
             positive_int(name, value)
         self.tokenizer = tokenizer
@@ -62,6 +66,8 @@ class BatchEngine:
         self.device = torch.device(device)
         self.truncation = truncation
         self.workers = workers
+        self.adaptive = threads is None  # threads.threads_now before each batch, up to usable_threads()
+        self.threads = usable_threads() if threads is None else positive_int("threads", threads)
         if workers > 1 and self.device.type != "cpu":
             raise ValueError(f"workers > 1 runs CPU processes; the model is on {self.device}")
         self._pool: WorkerPool | None = None
@@ -83,7 +89,8 @@ class BatchEngine:
             self.batch_size = positive_int("batch_size", batch_size)
 
     def __getstate__(self) -> dict:  # what a worker process receives with its runner: no pool of its own
-        return {**self.__dict__, "_pool": None, "workers": 1}
+        return {**self.__dict__, "_pool": None, "workers": 1, "threads": max(1, self.threads // self.workers),
+                "adaptive": False}  # a worker keeps its share: its siblings are the other runnable processes
 
     def close(self) -> None:
         """Stop the worker processes, if any (a later run starts new ones)."""
@@ -132,11 +139,21 @@ class BatchEngine:
     def execute(self, forward, batches):
         """(index, forward(batch)) for each (index, batch): here, or in the worker processes."""
         if self.workers == 1:
-            return ((index, forward(batch)) for index, batch in batches)
+            return self._here(forward, batches)
         if self._pool is None or self._pool.forward != forward:
             self.close()
-            self._pool = WorkerPool(forward, self.workers)
+            self._pool = WorkerPool(forward, self.workers, threads=max(1, self.threads // self.workers))
         return self._pool.map(batches)
+
+    def _here(self, forward, batches):
+        """The batches in this process, on the engine's threads: fixed, or by default as many as are free now
+        (runtime/threads.threads_now), decided again before each batch."""
+        cpu = self.device.type == "cpu"
+        for index, batch in batches:
+            threads = (threads_now(self.threads) if self.adaptive else self.threads) if cpu else None
+            with intra_op_threads(threads):
+                out = forward(batch)
+            yield index, out
 
     def tokenize(self, inputs: list):
         """Encoded ids of texts or (text, pair) tuples, under the tokenizer's truncation rule."""

@@ -36,8 +36,9 @@ def machine() -> dict[str, str]:
     info["gpu"] = torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
     if torch.cuda.is_available():
         info["cuda"] = f"{torch.version.cuda} (torch's build), driver {nvidia_driver()}"
-    most = linear.PACKED_ROWS.get(linear.cpu_kind(), 0)
-    info["kernel kind"] = (f"{linear.cpu_kind()} (minialign's fp32 Linear: oneDNN packed "
+    packs, most = linear.packed_rows_limit()
+    most = most if packs else 0
+    info["kernel kind"] = (f"{linear.cpu_kind()}, {linear.cpu_vendor()} (minialign's fp32 Linear: oneDNN packed "
                            + ("at every shape" if most is None else f"up to {most} rows, F.linear above" if most
                               else "never, F.linear") + f"; bf16 packed: {linear.onednn_has(torch.bfloat16)})")
     return info

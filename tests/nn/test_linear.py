@@ -156,12 +156,16 @@ def test_compute_dtype_without_packing_is_f_linear_on_rounded_tensors(monkeypatc
     assert torch.equal(y, F.gelu(F.linear(x.to(bf16), layer.weight.to(bf16), layer.bias.to(bf16))))
 
 
-@pytest.mark.parametrize("kind, packed_at", [("AVX512", [1, 8, 48, 49, 300, 2048]), ("AVX2", [1, 8, 48]),
-                                             ("DEFAULT", [])])
-def test_the_fp32_kernel_is_chosen_per_cpu_kind_and_rows(monkeypatch, kind, packed_at):
-    """AVX-512: oneDNN at every shape; AVX2: only up to 48 rows, where it beats MKL's sgemm there;
-    other CPUs: F.linear. Either way the numbers are the formula's."""
+@pytest.mark.parametrize("kind, vendor, packed_at", [
+    ("AVX512", "AuthenticAMD", [1, 8, 48, 49, 300, 2048]), ("AVX512", None, [1, 8, 48, 49, 300, 2048]),
+    ("AVX512", "GenuineIntel", [1, 8, 48, 49]), ("AVX2", "GenuineIntel", [1, 8, 48]), ("AVX2", None, [1, 8, 48]),
+    ("DEFAULT", "AuthenticAMD", [])])
+def test_the_fp32_kernel_is_chosen_per_cpu_kind_vendor_and_rows(monkeypatch, kind, vendor, packed_at):
+    """AVX-512: oneDNN at every shape, but on Intel CPUs (where MKL runs its AVX-512 kernels) up to 64 rows;
+    AVX2: only up to 48 rows, where it beats MKL's sgemm there; other CPUs: F.linear. Either way the numbers
+    are the formula's."""
     monkeypatch.setattr(linear, "cpu_kind", lambda: kind)
+    monkeypatch.setattr(linear, "cpu_vendor", lambda: vendor)
     layer = _layer("gelu")
     for rows in (1, 8, 48, 49, 300, 2048):
         x = torch.randn(rows, 48)
@@ -212,6 +216,7 @@ def test_padded_packed_products_equal_the_formula(monkeypatch, activation, bias)
     """The packed path rounds a product's rows up (here 3 x 37 = 111 rows run as 112) and drops the
     padding rows' outputs: a (B, L, C) input, fused and unfused activations, with and without bias."""
     monkeypatch.setattr(linear, "cpu_kind", lambda: "AVX512")
+    monkeypatch.setattr(linear, "cpu_vendor", lambda: "AuthenticAMD")  # packed at every row count
     layer = Linear(48, 80, bias=bias, activation=activation)
     x = torch.randn(3, 37, 48)
     assert linear.packed_rows(111) == 112

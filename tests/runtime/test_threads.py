@@ -68,3 +68,93 @@ def test_usable_threads_caps_the_allowed_cpus_by_the_quota(tmp_path, monkeypatch
 
 def test_on_this_machine_it_is_at_most_the_affinity():
     assert 1 <= threads.usable_threads() <= threads.allowed_cpus() <= (os.cpu_count() or 1)
+
+
+def test_intra_op_threads_sets_and_restores():
+    import torch
+
+    before = torch.get_num_threads()
+    with threads.intra_op_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with threads.intra_op_threads(None):
+        assert torch.get_num_threads() == before
+
+
+def test_a_runner_runs_its_forwards_on_its_threads_and_leaves_the_process_as_it_was(minilm_dir):
+    """threads= on every runner (products/runner.Loading): the forwards run on that many intra-op threads, the
+    process's own count is back after the call; the default is usable_threads(), not the host's core count;
+    workers take threads // workers each (what a worker's engine carries)."""
+    import pickle
+
+    import torch
+
+    import minialign as ma
+
+    before = torch.get_num_threads()
+    encoder = ma.SentenceEncoder.from_pretrained(minilm_dir, threads=1)
+    seen = []
+    forward = encoder.model.forward
+    encoder.model.forward = lambda *a, **k: (seen.append(torch.get_num_threads()), forward(*a, **k))[1]
+    one = encoder.encode(["a text", "another text, longer than the first"])
+    assert seen and set(seen) == {1} and torch.get_num_threads() == before
+    assert ma.SentenceEncoder.from_pretrained(minilm_dir).engine.threads == threads.usable_threads()
+    engine = ma.BatchEngine(encoder.tokenizer, workers=2, threads=5)
+    assert pickle.loads(pickle.dumps(engine)).threads == 2 and pickle.loads(pickle.dumps(engine)).workers == 1
+    with pytest.raises(ValueError, match="threads must be a positive int, got 0"):
+        ma.BatchEngine(encoder.tokenizer, threads=0)
+    two = ma.SentenceEncoder.from_pretrained(minilm_dir, threads=2).encode(["a text", "another text, longer than the first"])
+    assert abs(one - two).max() <= 1e-5
+
+
+def test_cli_threads_flag_reaches_the_runner(minilm_dir, tmp_path, monkeypatch):
+    import json
+
+    from minialign.apps.cli import main as cli
+    from minialign.runtime import engine
+
+    made = []
+    real = engine.BatchEngine.__init__
+
+    def spy(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        made.append(self.threads)
+
+    monkeypatch.setattr(engine.BatchEngine, "__init__", spy)
+    (tmp_path / "in.jsonl").write_text(json.dumps({"id": "a", "text": "one text"}) + "\n")
+    assert cli(["embed", "--model", str(minilm_dir), "--input", str(tmp_path / "in.jsonl"),
+                "--output", str(tmp_path / "out.jsonl"), "--threads", "1"]) == 0
+    assert made == [1] and len((tmp_path / "out.jsonl").read_text().splitlines()) == 1
+
+
+def test_others_running_is_the_run_queue_less_this_process(tmp_path):
+    (tmp_path / "loadavg").write_text("1.50 1.20 0.90 4/412 12345\n")
+    tasks = tmp_path / "task"
+    for tid, state in ((1, "R"), (2, "S"), (3, "R")):
+        (tasks / str(tid)).mkdir(parents=True)
+        (tasks / str(tid) / "stat").write_text(f"{tid} (python (worker)) {state} 1 2 3\n")  # ")" in the name
+    assert threads.others_running(tmp_path / "loadavg", tasks) == 2
+    assert threads.others_running(tmp_path / "missing", tasks) is None
+    assert [threads.threads_now(2, others) for others in (0, 1, 2, 5)] == [2, 1, 1, 1]
+    assert threads.threads_now(8, 3) == 5 and threads.threads_now(4, None) in range(1, 5)
+
+
+def test_the_default_policy_decides_before_each_batch(minilm_dir, monkeypatch):
+    """threads=None: each batch runs on threads_now(usable) threads, read again before each batch; a fixed count
+    never asks."""
+    import torch
+
+    import minialign as ma
+    from minialign.runtime import engine as engine_module
+
+    answers = iter([1, 2, 1])
+    monkeypatch.setattr(engine_module, "threads_now", lambda most: next(answers))
+    encoder = ma.SentenceEncoder.from_pretrained(minilm_dir, batch_size=1)
+    seen = []
+    forward = encoder.model.forward
+    encoder.model.forward = lambda *a, **k: (seen.append(torch.get_num_threads()), forward(*a, **k))[1]
+    encoder.encode(["one", "two words", "three words here"])
+    assert seen == [1, 2, 1]
+    fixed = ma.SentenceEncoder.from_pretrained(minilm_dir, threads=1, batch_size=1)
+    monkeypatch.setattr(engine_module, "threads_now", lambda most: pytest.fail("a fixed count asked the policy"))
+    fixed.encode(["one", "two words"])
