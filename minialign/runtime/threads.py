@@ -17,7 +17,7 @@ Why fewer threads on a busy machine: every operator of a forward is a parallel r
 barrier; when another process holds one of the cores, the thread that shares it is parked by the scheduler and
 the others wait for it at every barrier, thousands of times per batch. One thread fewer than the cores left idle
 runs without waiting (measured in BENCHMARKS.md, "Busy machines": on 2 cores beside one busy process, 1 thread was
-1.5x faster than 2), and on a quiet machine the rule keeps every thread.
+1.3-1.6x faster than 2), and on a quiet machine the rule keeps every thread.
 
 Pattern: the JVM's and Go's container awareness (cgroup quota as the CPU count; Go's GOMAXPROCS via
 uber-go/automaxprocs), and `os.process_cpu_count()` of Python 3.13 (the affinity part). A thread beyond these has
