@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from minialign.loading import parse_dtype
 from minialign.nn import int8, precision
+from minialign.runtime import calibration_cache
 from minialign.runtime.engine import BatchEngine, Results, Truncation
 from minialign.text.tokenizer import Tokenizer
 from minialign.text.validation import check_texts, value_problem
@@ -140,9 +141,20 @@ class Runner:
                                             packed=self.unpad, bucket=bucket if compile else 1, max_length=window,
                                             truncation=truncation, workers=workers, threads=threads)
         if getattr(model, "int8", False):
-            self.calibrate_int8(int8.calibration_texts())
+            self._calibrate_on_loading()
         if compile:
             self.model.compile()
+
+    def _calibrate_on_loading(self) -> None:
+        """dtype="int8": the statistics of the built-in calibration text, read from the calibration cache where an
+        earlier load kept them for this very model, tokenizer and window (runtime/calibration_cache.py), else
+        calibrated now and kept."""
+        texts = int8.calibration_texts()
+        digest = calibration_cache.key(self.model, self.tokenizer.backend.to_str(), texts,
+                                       pairs=self.calibration_pairs, window=self.engine.max_length)
+        if not calibration_cache.load(self.model, digest):
+            self.calibrate_int8(texts)
+            calibration_cache.save(self.model, digest)
 
     def calibrate_int8(self, texts: Sequence[str]) -> None:
         """dtype="int8": each quantized layer's smoothing statistics from one fp32 pass of the model over
