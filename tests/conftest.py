@@ -30,7 +30,7 @@ WORDS = ("the a claim context tower paris built eiffel summary sentence model sc
 
 @pytest.fixture(autouse=True)
 def _own_calibration_cache(tmp_path_factory, monkeypatch):
-    """Each test starts with an empty int8 calibration cache of its own (runtime/calibration_cache.py), never the
+    """Each test starts with an empty int8 calibration cache of its own (loading/calibration_cache.py), never the
     user's ~/.cache: a test sees what a first load does unless it loads twice."""
     monkeypatch.setenv("MINIALIGN_CACHE_DIR", str(tmp_path_factory.mktemp("minialign-cache")))
 

@@ -346,3 +346,21 @@ def test_the_sections_without_a_test_of_their_own_run_on_tiny_sizes():
                          (workers, workers.measure(examples=2, texts=8, echo=quiet))):
         assert rows, module.__name__
         assert all(set(module.TABLE) <= set(row) for row in rows), module.__name__
+
+
+def test_the_busy_machine_benchmark_runs_each_task_and_state_and_stops_its_load(minilm_dir, capsys):
+    """scripts/bench_busy.py on 8 texts, quiet and beside one busy process it starts: a row per task, state and
+    implementation, ratios against sentence-transformers, and no busy process left behind."""
+    import multiprocessing
+
+    import bench_busy
+
+    bench_busy.main(["--busy", "0", "1", "--rounds", "1", "--texts", "8", "--threads", "1", "--seconds", "60",
+                     "--model", str(minilm_dir)])
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| 0 |")
+            or line.startswith("| 1 |")]
+    assert {(r[0].strip("| "), r[1]) for r in rows} == {(s, t) for s in "01" for t in ("embed", "rerank")}
+    assert len(rows) == 2 * 2 * 3  # the reference, the default and 1 thread
+    assert all(r[4].endswith("x") and float(r[4][:-1]) > 0 for r in rows)
+    assert {r[4] for r in rows if r[2].startswith("sentence-transformers")} == {"1.00x"}
+    assert not multiprocessing.active_children()

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from minialign.loading import parse_dtype
 from minialign.nn import int8, precision
-from minialign.runtime import calibration_cache
+from minialign.loading import calibration_cache
 from minialign.runtime.engine import BatchEngine, Results, Truncation
 from minialign.text.tokenizer import Tokenizer
 from minialign.text.validation import check_texts, value_problem
@@ -147,7 +147,7 @@ class Runner:
 
     def _calibrate_on_loading(self) -> None:
         """dtype="int8": the statistics of the built-in calibration text, read from the calibration cache where an
-        earlier load kept them for this very model, tokenizer and window (runtime/calibration_cache.py), else
+        earlier load kept them for this very model, tokenizer and window (loading/calibration_cache.py), else
         calibrated now and kept."""
         texts = int8.calibration_texts()
         digest = calibration_cache.key(self.model, self.tokenizer.backend.to_str(), texts,

@@ -1,4 +1,4 @@
-"""runtime.calibration_cache: an int8 model loaded again reads its calibration instead of running it, with the same
+"""loading.calibration_cache: an int8 model loaded again reads its calibration instead of running it, with the same
 answers; anything the statistics depend on names another file; a bad file or an unwritable cache costs time only."""
 
 import pytest
@@ -7,7 +7,7 @@ import torch
 import minialign as ma
 from minialign.nn import int8
 from minialign.products.runner import Runner
-from minialign.runtime import calibration_cache
+from minialign.loading import calibration_cache
 
 pytestmark = pytest.mark.skipif(not int8.available(), reason="int8 needs FBGEMM on this CPU")
 TEXTS = ["The tide came in over the flats before noon.", "A short one.", "Parsers read the file line by line."]
