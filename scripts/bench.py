@@ -205,7 +205,7 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
     ]
     report = "\n\n".join(sections)
     if out:
-        label = cpu_kind_label() if device == "cpu" else info["gpu"]
+        label = cpu_kind_label() if device == "cpu" else machine()["gpu"]
         write_section(Path(out), label, render("run") + "\n\n" + report.strip() + "\n")
     return report
 

@@ -364,3 +364,37 @@ def test_the_busy_machine_benchmark_runs_each_task_and_state_and_stops_its_load(
     assert all(r[4].endswith("x") and float(r[4][:-1]) > 0 for r in rows)
     assert {r[4] for r in rows if r[2].startswith("sentence-transformers")} == {"1.00x"}
     assert not multiprocessing.active_children()
+
+
+def test_speed_rows_give_the_share_of_the_matmul_ceiling_measured_in_the_same_rounds(minilm_dir, tmp_path):
+    """The embeddings section and the int8 speed table report GFLOP/s of useful work and its share of the fp32
+    ceiling timed beside them: the same work for every implementation of a task, so GFLOP/s ratios are the speed
+    ratios; every share positive and finite."""
+    import math
+
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from benchmarks import embeddings
+
+    quiet = lambda *a: None  # noqa: E731
+    rows = embeddings.measure(sizes=(4,), reps=1, echo=quiet)
+    assert rows and all(set(embeddings.TABLE) <= set(r) for r in rows)
+    for row in rows:
+        assert 0 < row["of ceiling"] < math.inf and row["GFLOP/s"] > 0
+        peer = next(r for r in rows if r["task"] == row["task"] and r["speed-up"] == 1.0)
+        assert math.isclose(row["GFLOP/s"] / peer["GFLOP/s"], row["speed-up"], rel_tol=1e-9)
+
+    AutoModelForSequenceClassification.from_pretrained(minilm_dir, num_labels=1).save_pretrained(tmp_path / "ce")
+    AutoTokenizer.from_pretrained(minilm_dir).save_pretrained(tmp_path / "ce")
+    from minialign.products.classifier import Classifier
+    from minialign.products.embeddings import SentenceEncoder
+
+    encoder, reranker = SentenceEncoder.from_pretrained(minilm_dir), Classifier.from_pretrained(tmp_path / "ce")
+    texts = human_text.sample(human_text.passages(), 6, seed=0)
+    pairs = [(q, p) for q in human_text.queries()[:2] for p in texts[:3]]
+    speed = int8.measure_speed(encoders={int8.FP32: encoder.encode},
+                               rerankers={int8.FP32: lambda a, b: reranker.predict(a, b)},
+                               st_dir=minilm_dir, ce_dir=tmp_path / "ce", texts=texts, pairs=pairs, rounds=1, echo=quiet)
+    assert [(r["task"], r["impl"]) for r in speed] == [(t, i) for t in ("embeddings", "rerank")
+                                                      for i in (int8.ST if t == "embeddings" else int8.CE, int8.FP32)]
+    assert all(set(int8.SPEED_TABLE) <= set(r) and 0 < r["of fp32 ceiling"] < math.inf for r in speed)

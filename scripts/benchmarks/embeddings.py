@@ -12,11 +12,12 @@ import torch
 from minialign.loading import cpu_has_native
 
 from benchmarks.corpus import mixed_texts
+from benchmarks.encoder import ceiling_matmul, runner_flops
 from benchmarks.fixtures import minilm_dir, random_minilm
 from benchmarks.machine import interleaved
 
-TABLE = {"task": "", "weights": "", "inputs": "", "impl": "", "items/s": ".1f", "speed-up": ".2f", "max abs diff": ".1e",
-         "min cosine": ""}
+TABLE = {"task": "", "weights": "", "inputs": "", "impl": "", "items/s": ".1f", "speed-up": ".2f", "GFLOP/s": ".1f",
+         "of ceiling": ".0%", "max abs diff": ".1e", "min cosine": ""}
 
 
 def measure(*, sizes: tuple[int, ...], reps: int, device: str = "cpu", echo=print) -> list[dict]:
@@ -24,7 +25,9 @@ def measure(*, sizes: tuple[int, ...], reps: int, device: str = "cpu", echo=prin
     its shape where the package is missing: fixtures.random_minilm, said in the `weights` column), and
     Classifier.predict vs CrossEncoder.predict on a MiniLM-shaped one-label cross-encoder (the
     MiniLM backbone with a random head, the shape of cross-encoder/ms-marco-MiniLM-L-6-v2), on
-    mixed-length texts; both sides with batch size 32. [] without sentence-transformers or MiniLM."""
+    mixed-length texts; both sides with batch size 32. GFLOP/s counts real tokens only (encoder.runner_flops),
+    `of ceiling` divides it by the fp32 matmul ceiling timed in the same rounds (encoder.ceiling_matmul: the
+    faster of F.linear and minialign's Linear). [] without sentence-transformers or MiniLM."""
     if importlib.util.find_spec("sentence_transformers") is None:
         echo("sentence-transformers not installed: embeddings and cross-encoder skipped")
         return []
@@ -51,6 +54,7 @@ def measure(*, sizes: tuple[int, ...], reps: int, device: str = "cpu", echo=prin
         if torch.device(device).type == "cuda" or cpu_has_native(torch.bfloat16):
             dtypes["bf16"] = torch.bfloat16
         ours = {}
+        ceiling_calls, ceiling_work = ceiling_matmul(torch.float32, device)
         for name, dtype in dtypes.items():
             ours[f"SentenceEncoder.encode {name}"] = SentenceEncoder.from_pretrained(directory, device=device, dtype=dtype)
             ours[f"Classifier.predict {name}"] = Classifier.from_pretrained(ce_dir, device=device, dtype=dtype)
@@ -63,8 +67,14 @@ def measure(*, sizes: tuple[int, ...], reps: int, device: str = "cpu", echo=prin
             for label, model in ours.items():
                 calls[label] = (lambda m=model: m.encode(texts, batch_size=32)) if "encode" in label else \
                     (lambda m=model: m.predict(a, b))
+            calls.update({f"matmul {label}": call for label, call in ceiling_calls.items()})
             with torch.inference_mode():
                 best = interleaved(calls, rounds=reps)
+            ceiling = max(ceiling_work / best.pop(f"matmul {label}") for label in ceiling_calls) / 1e9
+            work = {"embeddings": runner_flops(ours["SentenceEncoder.encode fp32"], texts),
+                    "cross-encoder": runner_flops(ours["Classifier.predict fp32"], a, b)}
+            echo(f"{n} inputs: fp32 matmul ceiling {ceiling:.1f} GFLOP/s")
+            with torch.inference_mode():
                 reference = {"embeddings": torch.as_tensor(reference_st.encode(texts)),
                              "cross-encoder": torch.as_tensor(reference_ce.predict(pairs))}
                 outputs = {label: m.encode(texts) if "encode" in label else m.predict(a, b) for label, m in ours.items()}
@@ -76,7 +86,8 @@ def measure(*, sizes: tuple[int, ...], reps: int, device: str = "cpu", echo=prin
                     cosine = 1.0 if out is None or task != "embeddings" else \
                         torch.nn.functional.cosine_similarity(out, reference[task]).min().item()
                     rows.append({"task": task, "weights": weights, "inputs": n, "impl": label, "items/s": n / best[label],
-                                 "speed-up": best[peer] / best[label], "max abs diff": diff,
+                                 "speed-up": best[peer] / best[label], "GFLOP/s": work[task] / best[label] / 1e9,
+                                 "of ceiling": work[task] / best[label] / 1e9 / ceiling, "max abs diff": diff,
                                  "min cosine": f"{cosine:.6f}" if task == "embeddings" else "-"})
                     echo(f"{task:14} {n:4} {label:32} {n / best[label]:8.1f} items/s  x{best[peer] / best[label]:.2f}  "
                          f"max|diff| {diff:.1e}")

@@ -78,6 +78,13 @@ def encoder_flops(config: Config, lengths: list[int]) -> float:
     return config.num_layers * sum(n * per_token + 4 * n * n * c for n in lengths)
 
 
+def runner_flops(runner, texts: list[str], pairs: list[str] | None = None) -> float:
+    """encoder_flops of what `runner` (any minialign runner) computes for `texts` (and `pairs`): each input's real
+    tokens under the runner's window and truncation, so a share of the ceiling counts useful work only."""
+    encoded = runner.tokenizer.encode_ids(texts, pairs, max_length=runner.engine.max_length)
+    return encoder_flops(runner.model.config, [len(ids) for ids in encoded.ids])
+
+
 def mixed_lengths(n: int, *, lo: int = 24, hi: int = 512, seed: int = 0) -> list[int]:
     """n seeded sequence lengths of lo..hi tokens, longest first: a mixed-length batch."""
     rng = random.Random(seed)

@@ -50,7 +50,8 @@ RERANK_TABLE = {"cross-encoder": "", "impl": "", "queries": "", "pairs": "", "Sp
 SENSITIVITY_TABLE = {"EncoderLayer.INT8": "", "layers": "", "cosine mean": ".4f", "cosine worst": ".4f",
                      "top-10 overlap mean": ".3f", "top-10 overlap worst": ".1f", "texts/s": ".1f",
                      "vs minialign fp32": ".2f"}
-SPEED_TABLE = {"task": "", "impl": "", "inputs": "", "items/s": ".1f", "vs peer": ".2f"}
+SPEED_TABLE = {"task": "", "impl": "", "inputs": "", "items/s": ".1f", "vs peer": ".2f", "GFLOP/s": ".1f",
+               "of fp32 ceiling": ".0%"}
 GOAL_TABLE = {"figure": "", "goal": "", "minialign int8": ".3f", "met": "", "ONNX qint8": "", "ONNX met": ""}
 
 FP32, INT8 = "minialign fp32", "minialign int8"
@@ -445,8 +446,15 @@ def measure_speed(*, encoders: dict, rerankers: dict, st_dir: Path, ce_dir: Path
                   pairs: list[tuple[str, str]], rounds: int, echo=print) -> list[dict]:
     """texts/s of SentenceTransformer.encode fp32 (the peer) and of `encoders` on `texts`, and pairs/s of
     CrossEncoder.predict fp32 (the peer) and of `rerankers` on `pairs`: batch size 32 everywhere, the
-    same threads, median of `rounds` interleaved rounds after a warm-up (one batch each)."""
+    same threads, median of `rounds` interleaved rounds after a warm-up (one batch each). GFLOP/s: the fp32 model's
+    useful work (real tokens, encoder.runner_flops) per second, whatever the precision; `of fp32 ceiling` divides it
+    by the fp32 matmul ceiling timed in the same rounds (int8 rows may pass 100%: they do less than fp32 work)."""
     from sentence_transformers import CrossEncoder, SentenceTransformer
+
+    from minialign.products.classifier import Classifier
+    from minialign.products.embeddings import SentenceEncoder
+
+    from benchmarks.encoder import ceiling_matmul, runner_flops
 
     st = SentenceTransformer(str(st_dir), device="cpu")
     ce = CrossEncoder(str(ce_dir), device="cpu", max_length=512)
@@ -454,17 +462,26 @@ def measure_speed(*, encoders: dict, rerankers: dict, st_dir: Path, ce_dir: Path
     score = {CE: lambda batch: ce.predict(batch, batch_size=BATCH),
              **{label: (lambda batch, m=m: m([q for q, _ in batch], [p for _, p in batch]))
                 for label, m in rerankers.items()}}
+    work = {"embeddings": runner_flops(SentenceEncoder.from_pretrained(st_dir), texts),
+            "rerank": runner_flops(Classifier.from_pretrained(ce_dir), [q for q, _ in pairs], [p for _, p in pairs])}
+    ceiling_calls, ceiling_work = ceiling_matmul(torch.float32)
     rows = []
     for task, peer, models, inputs in (("embeddings", ST, encode, texts), ("rerank", CE, score, pairs)):
         times = {}
+        matmuls = {f"matmul {label}": call for label, call in ceiling_calls.items()}
         with torch.inference_mode(), quiet():
-            interleaved({label: (lambda m=m: m(inputs)) for label, m in models.items()}, rounds=rounds, times=times,
-                        warm_up={label: (lambda m=m: m(inputs[:BATCH])) for label, m in models.items()})
-        rate = {label: len(inputs) / statistics.median(seconds) for label, seconds in times.items()}
+            interleaved({**{label: (lambda m=m: m(inputs)) for label, m in models.items()}, **matmuls},
+                        rounds=rounds, times=times,
+                        warm_up={**{label: (lambda m=m: m(inputs[:BATCH])) for label, m in models.items()}, **matmuls})
+        ceiling = max(ceiling_work / min(times.pop(f"matmul {label}")) for label in ceiling_calls)
+        seconds = {label: statistics.median(times[label]) for label in models}
         for label in models:
-            rows.append({"task": task, "impl": label, "inputs": len(inputs), "items/s": rate[label],
-                         "vs peer": rate[label] / rate[peer]})
-            echo(f"int8 speed {task:10} {label:32} {rate[label]:8.1f}/s  x{rate[label] / rate[peer]:.2f}")
+            rate = len(inputs) / seconds[label]
+            rows.append({"task": task, "impl": label, "inputs": len(inputs), "items/s": rate,
+                         "vs peer": seconds[peer] / seconds[label], "GFLOP/s": work[task] / seconds[label] / 1e9,
+                         "of fp32 ceiling": work[task] / seconds[label] / ceiling})
+            echo(f"int8 speed {task:10} {label:32} {rate:8.1f}/s  x{seconds[peer] / seconds[label]:.2f}  "
+                 f"{work[task] / seconds[label] / 1e9:.1f} GFLOP/s of {ceiling / 1e9:.1f}")
     return rows
 
 

@@ -55,10 +55,17 @@ def nvidia_driver() -> str:
         return "unknown"
 
 
+VENDORS = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD"}
+
+
 def cpu_kind_label() -> str:
-    """The CPU kind a run's figures hold for: its section of BENCHMARKS.md."""
+    """The CPU kind a run's figures hold for: its section of BENCHMARKS.md. The vendor is part of it: the same
+    instruction set ran fp32 matmuls 2.3x apart on an AMD EPYC and an Intel Xeon of this project, and the Linear
+    kernel rule differs by vendor (nn/linear.py PACKED_ROWS)."""
     native = cpu_has_native(torch.bfloat16, unknown=False)
-    return {"AVX512": "AVX-512" + (" with native bf16" if native else "")}.get(linear.cpu_kind(), linear.cpu_kind())
+    kind = {"AVX512": "AVX-512" + (" with native bf16" if native else "")}.get(linear.cpu_kind(), linear.cpu_kind())
+    vendor = linear.cpu_vendor()
+    return f"{kind}, {VENDORS.get(vendor, vendor)}" if vendor else kind
 
 
 def sync() -> None:
