@@ -100,6 +100,18 @@ def read_prompts(where: str | Path | Files) -> tuple[dict[str, str], str | None]
     return dict(prompts), default
 
 
+def read_truncate_dim(where: str | Path | Files) -> int | None:
+    """The truncate_dim config_sentence_transformers.json saves (sentence-transformers'
+    SentenceTransformer._parse_model_config: a Matryoshka model's default output size), None when absent."""
+    path = as_files(where).file("config_sentence_transformers.json", optional=True)
+    if path is None:
+        return None
+    value = read_json(path).get("truncate_dim")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+        raise CheckpointError(f"{path}: truncate_dim must be a positive integer or null, got {value!r}")
+    return value
+
+
 def read_dense(where: str | Path | Files, folder: str = "") -> dict[str, Any]:
     """A Dense module: its weight (out, in), bias or None, and activation path."""
     files = as_files(where)

@@ -42,6 +42,7 @@ from minialign.products.classifier import Classifier  # noqa: E402
 from minialign.products.embeddings import SentenceEncoder  # noqa: E402
 from minialign.products.losses import AlignLosses, alignscore_losses, classification_loss  # noqa: E402
 from minialign.products.minicheck import MiniCheckScorer  # noqa: E402
+from minialign.products.quantization import quantize_embeddings, truncate_embeddings  # noqa: E402
 from minialign.apps.explore import Exploration, explore, with_score_function  # noqa: E402
 
 __version__ = "0.2.0"
@@ -77,8 +78,10 @@ __all__ = [
     "explore",
     "masks",
     "patch",
+    "quantize_embeddings",
     "replace_with",
     "split_sentences",
+    "truncate_embeddings",
     "with_score_function",
 ]
 

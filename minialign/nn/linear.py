@@ -17,12 +17,15 @@ CPU freezing pass does (`torch.ops.mkldnn._linear_pointwise` on a weight from
 `torch.ops.mkldnn._reorder_linear_weight`). The sums are taken in another order, so results differ
 from F.linear by fp32 rounding only (tests: parity with transformers holds at 1e-5).
 
-Which kernel, decided once per process from the CPU (`cpu_kind`, `cpu_vendor`, `PACKED_ROWS`; BENCHMARKS.md,
-"Machine", measures both on every run): with AVX-512 (oneDNN's avx512_core kernels) the packed
-path at every shape on AMD CPUs (2.2x F.linear on the encoder's shapes: MKL's sgemm does not run its
-AVX-512 kernels there) and up to 64 rows on Intel ones (1.1-1.9x there; even above, where the rounded-up
-rows then cost more than it gains); with AVX2 only for products of at most 48 rows (1.1-2.3x there,
-0.87-0.95x from 128 rows on), F.linear above; on other CPUs F.linear.
+Which kernel, decided once per process from the CPU (`cpu_kind`, `PACKED_KINDS`; BENCHMARKS.md, "Machine",
+measures both on every run): the packed path for every fp32 product with AVX-512 (oneDNN's avx512_core kernels)
+or AVX2, F.linear on other CPUs. Never by the product's row count, although that would be faster on some CPUs
+(F.linear from about 64 rows on Intel AVX-512 and 48 on AVX2): MKL's sgemm gives a row other bits depending on
+how many rows the product has (measured: 384 -> 1536 and 1536 -> 384 from 16 rows, on AVX-512 and AVX2), so a
+text's result would change with what it is batched with; oneDNN's packed kernel gives each row the same bits
+at every row count (tests/nn/test_linear.py). The price, measured: packed is 0.83-0.92x F.linear from 512 rows
+on AVX2 and 12-17% slower end to end on an Intel Xeon; it is 1.1-2.3x at small products everywhere and 2.2x at
+every shape on AMD AVX-512 (MKL's sgemm does not run its AVX-512 kernels there).
 A compute dtype is packed only where oneDNN has that dtype's kernels on this CPU
 (`torch.ops.mkldnn._is_mkldnn_bf16_supported`: AVX-512 or AVX2-VNNI-2), never on a CPU without
 them, where oneDNN would refuse the weight.
@@ -76,13 +79,11 @@ ACTIVATIONS: dict[str, tuple[Callable[[Tensor], Tensor], tuple[str, str] | None]
     name: (function, ONEDNN_POST_OPS.get(name)) for name, function in FUNCTIONS.items()}
 
 
-# (CPU kind (cpu_kind), vendor (cpu_vendor), or None for any vendor) -> the most rows of a product the packed fp32
-# kernel runs (None: any number); kinds not listed run F.linear. Measured (2 threads, encoder shapes 384-3072
-# wide): AMD AVX-512 (EPYC) 2.2x at 8-2048 rows; Intel AVX-512 (a Xeon with AMX) 1.1-1.9x at 32-64 rows, even
-# (0.84-1.08x) from 128 rows on, and 12-17% slower end to end on all-MiniLM-L6-v2 packed, where the rows are
-# rounded up (MKL, F.linear's library, runs its own AVX-512 kernels on Intel CPUs only); AVX2 1.1-2.3x at 8-48
-# rows, about even at 64-96, 0.87-0.95x from 128 rows on.
-PACKED_ROWS = {("AVX512", None): None, ("AVX512", "GenuineIntel"): 64, ("AVX2", None): 48}
+# The CPU kinds (cpu_kind) whose fp32 products run on the packed kernel, at every row count (module docstring:
+# why never by rows). Measured against F.linear (2 threads, encoder shapes 384-3072 wide): AMD AVX-512 (EPYC)
+# 2.2x at 8-2048 rows; Intel AVX-512 (a Xeon with AMX) 1.1-1.9x at 32-64 rows, 0.84-1.08x from 128 rows on;
+# AVX2 1.1-2.3x at 8-48 rows, about even at 64-96, 0.83-0.95x from 128 rows on.
+PACKED_KINDS = frozenset({"AVX512", "AVX2"})
 # oneDNN's probe of each half-precision dtype (also read by loading.cpu_has_native)
 ONEDNN_PROBES = {torch.bfloat16: "_is_mkldnn_bf16_supported", torch.float16: "_is_mkldnn_fp16_supported"}
 
@@ -135,20 +136,9 @@ def cpu_vendor() -> str | None:
     return None
 
 
-def packed_rows_limit() -> tuple[bool, int | None]:
-    """(whether this CPU runs fp32 products on the packed kernel at all, the most rows it does: None for any),
-    from PACKED_ROWS: this kind and vendor's row, else the kind's row for any vendor."""
-    kind = cpu_kind()
-    for key in ((kind, cpu_vendor()), (kind, None)):
-        if key in PACKED_ROWS:
-            return True, PACKED_ROWS[key]
-    return False, None
-
-
-def packs_fp32(rows: int) -> bool:
-    """Whether this CPU runs an fp32 product of `rows` rows on the packed kernel (PACKED_ROWS)."""
-    packs, most = packed_rows_limit()
-    return packs and (most is None or rows <= most)
+def packs_fp32() -> bool:
+    """Whether this CPU runs fp32 products on the packed kernel (PACKED_KINDS)."""
+    return cpu_kind() in PACKED_KINDS
 
 
 def no_kernel_of_its_own(x: Tensor, weight: Tensor) -> bool:
@@ -196,7 +186,7 @@ class Linear(nn.Linear):
             return "plain"
         if not (self.prepack and x.dtype == w.dtype == torch.float32 and not torch.is_autocast_enabled("cpu")):
             return "plain"
-        return "packed" if packs_fp32(x.numel() // x.shape[-1]) else "plain"
+        return "packed" if packs_fp32() else "plain"
 
     def _packed_product(self, x: Tensor) -> Tensor:
         """oneDNN's product on inference_weight(), the activation fused where oneDNN has it as a post-op; the rows
@@ -309,7 +299,7 @@ class MixedPrecisionLinear(Linear):
         if not on_cpu(x, w) or not (self.prepack and x.dtype == dtype and not torch.is_autocast_enabled("cpu")):
             return rounded
         if dtype == torch.float32:
-            return "packed" if packs_fp32(x.numel() // x.shape[-1]) else "plain"
+            return "packed" if packs_fp32() else "plain"
         return "packed" if onednn_has(dtype) else rounded
 
     @property

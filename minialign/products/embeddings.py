@@ -16,6 +16,10 @@ model's `prompts` (config_sentence_transformers.json, with "query" and "document
 saved) and `default_prompt_name`; a call's `prompt` wins over its `prompt_name`, which wins over the
 default; the prompt text is put before every text, and the whole is tokenized and cut to the window.
 A Pooling module with include_prompt=false leaves the prompt's first `prompt_length` tokens out.
+
+Smaller outputs, as sentence-transformers has them (products/quantization.py): `truncate_dim` (the model's, from
+config_sentence_transformers.json or the constructor, or a call's) keeps a Matryoshka model's first dimensions,
+before `normalize_embeddings`; `precision` ("int8", "uint8", "binary", "ubinary") quantizes the result.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from tokenizers import normalizers
 from minialign import convert
 from minialign.nn.activations import ACTIVATIONS, TORCH_MODULES
 from minialign.products import pooling as pooling_modes
+from minialign.products.quantization import check_precision, check_truncate_dim, quantize_embeddings
 from minialign.products.runner import Loading, Runner, load_keywords
 from minialign.runtime.engine import Truncation
 from minialign.sources import resolve
@@ -64,13 +69,16 @@ class SentenceEncoder(Runner):
     def __init__(self, encoder: Encoder, tokenizer: Tokenizer, *, pooling: Sequence[str] = ("mean",),
                  dense: Sequence[Dense] = (), normalize: bool = False, max_seq_length: int | None = None,
                  prompts: dict[str, str] | None = None, default_prompt_name: str | None = None,
-                 include_prompt: bool = True, batch_size: int = 32, max_tokens: int | None = None,
-                 unpad: bool = True, workers: int = 1, compile: bool = False, threads: int | None = None):
+                 include_prompt: bool = True, truncate_dim: int | None = None, batch_size: int = 32,
+                 max_tokens: int | None = None, unpad: bool = True, workers: int = 1, compile: bool = False,
+                 threads: int | None = None):
         """pooling: modes of products/pooling.py, concatenated in order; dense: Dense modules after it;
         normalize: a Normalize module last. prompts (name -> text), default_prompt_name: as
         config_sentence_transformers.json saves them; include_prompt: whether pooling reads the
-        prompt's tokens (the Pooling module's). The other options: Runner._start."""
+        prompt's tokens (the Pooling module's); truncate_dim: the first dimensions every call keeps unless it
+        says otherwise (a Matryoshka model's; None: all). The other options: Runner._start."""
         self.pooling, self.dense, self.normalize = pooling_modes.check(pooling), list(dense), normalize
+        self.truncate_dim = check_truncate_dim(truncate_dim)
         # sentence-transformers v6 (BaseModel._default_prompts): "query" and "document" are always prompts
         self.prompts: dict[str, str] = {"query": "", "document": "", **(prompts or {})}
         if default_prompt_name is not None and default_prompt_name not in self.prompts:
@@ -82,8 +90,10 @@ class SentenceEncoder(Runner):
 
     @classmethod
     @load_keywords
-    def from_pretrained(cls, src: str | Path, *, load: Loading) -> SentenceEncoder:
+    def from_pretrained(cls, src: str | Path, *, truncate_dim: int | None = None, load: Loading) -> SentenceEncoder:
         """A sentence-transformers directory (modules.json) or a plain transformers one (mean pooling).
+        truncate_dim: the model's output size (default: the directory's config_sentence_transformers.json
+        `truncate_dim`, else every dimension), as SentenceTransformer(truncate_dim=) takes it.
         The keywords every runner takes are products/runner.py's (Loading)."""
         source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)  # every file below is read from it
         modules = convert.read_modules(source)
@@ -123,8 +133,9 @@ class SentenceEncoder(Runner):
         dense = [d.to(device=device, dtype=next(encoder.parameters()).dtype) for d in dense]
         embedder = cls(encoder, tokenizer, pooling=pooling, dense=dense, normalize=normalize,
                        max_seq_length=settings.get("max_seq_length"), prompts=prompts,
-                       default_prompt_name=default_prompt_name,
-                       include_prompt=include_prompt, **load.engine())
+                       default_prompt_name=default_prompt_name, include_prompt=include_prompt,
+                       truncate_dim=truncate_dim if truncate_dim is not None else convert.read_truncate_dim(source),
+                       **load.engine())
         embedder.source = str(src)
         return embedder
 
@@ -141,7 +152,8 @@ class SentenceEncoder(Runner):
     def settings(self, *, normalize: bool = False, prompt_name: str | None = None, prompt: str | None = None) -> dict:
         """With the prompt text a call with these options puts before every text (None: none)."""
         return {**super().settings(), "normalize": normalize, "max_seq_length": self.max_seq_length,
-                "prompt": self.resolve_prompt(prompt_name=prompt_name, prompt=prompt) or None}
+                "prompt": self.resolve_prompt(prompt_name=prompt_name, prompt=prompt) or None,
+                "truncate_dim": self.truncate_dim}
 
     def resolve_prompt(self, *, prompt_name: str | None = None, prompt: str | None = None) -> str | None:
         """The prompt text a call uses, by sentence-transformers' rule (_resolve_prompt): `prompt` if
@@ -177,32 +189,74 @@ class SentenceEncoder(Runner):
         return super().over_window(texts)
 
     @property
-    def dimension(self) -> int:
-        """Size of one embedding."""
+    def full_dimension(self) -> int:
+        """Size of the pipeline's output, before any truncate_dim."""
         if self.dense:
             return self.dense[-1].linear.out_features
         return self.model.config.hidden_size * len(self.pooling)
 
+    @property
+    def dimension(self) -> int:
+        """Size of one embedding: the pipeline's, or the model's truncate_dim where smaller
+        (SentenceTransformer.get_embedding_dimension)."""
+        return check_truncate_dim(self.truncate_dim, self.full_dimension) or self.full_dimension
+
     def encode(self, texts: Sequence[str] | str, *, prompt_name: str | None = None, prompt: str | None = None,
-               batch_size: int | None = None, normalize_embeddings: bool = False, show_progress_bar: bool = False,
+               batch_size: int | None = None, normalize_embeddings: bool = False, truncate_dim: int | None = None,
+               precision: str = "float32", ranges: Tensor | None = None,
+               calibration_embeddings: Tensor | None = None, show_progress_bar: bool = False,
                warn_truncation: bool | None = None, tally: Truncation | None = None) -> Tensor:
         """(N, dimension) float32 embeddings on the CPU, row i for texts[i]; one string gives one vector
         (dimension,), as SentenceTransformer.encode does. prompt_name (one of `prompts`) or prompt (its
         text): put before every text, as sentence-transformers does (resolve_prompt; neither: the default
-        prompt, if any). Text cut by the window is reported as by every runner (warn_truncation, tally:
-        products/runner.py); the prompt counts towards the window."""
+        prompt, if any). truncate_dim: the first dimensions kept (default: the model's), before
+        normalize_embeddings. precision: "float32", or "int8" / "uint8" / "binary" / "ubinary" codes
+        (products/quantization.py; int8 / uint8 buckets from `ranges` (2, D) or `calibration_embeddings`, else from
+        these embeddings, which makes a text's codes depend on the others, as in sentence-transformers). Text cut by
+        the window is reported as by every runner (warn_truncation, tally: products/runner.py); the prompt counts
+        towards the window."""
+        check_precision(precision)
+        truncate_dim = check_truncate_dim(truncate_dim if truncate_dim is not None else self.truncate_dim)
         if isinstance(texts, str):
+            if precision in ("int8", "uint8") and ranges is None and calibration_embeddings is None:
+                raise ValueError(f"cannot compute {precision} quantization ranges from a single embedding: give "
+                                 "ranges= or calibration_embeddings=")
             return self.encode([texts], prompt_name=prompt_name, prompt=prompt, batch_size=batch_size,
-                               normalize_embeddings=normalize_embeddings, show_progress_bar=show_progress_bar,
-                               warn_truncation=warn_truncation, tally=tally)[0]
+                               normalize_embeddings=normalize_embeddings, truncate_dim=truncate_dim,
+                               precision=precision, ranges=ranges, calibration_embeddings=calibration_embeddings,
+                               show_progress_bar=show_progress_bar, warn_truncation=warn_truncation, tally=tally)[0]
         prompt = self.resolve_prompt(prompt_name=prompt_name, prompt=prompt)
         texts = check_texts("texts", texts)
-        if not texts:
-            return torch.empty(0, self.dimension)
-        texts, constants = self._prompted(texts, prompt)
-        results = self.run(texts, progress=show_progress_bar, batch_size=batch_size, constants=constants)
-        self._count(results.truncated, warn_truncation, tally)
-        return F.normalize(results.values, p=2, dim=1) if normalize_embeddings else results.values
+        if texts:
+            texts, constants = self._prompted(texts, prompt)
+            results = self.run(texts, progress=show_progress_bar, batch_size=batch_size, constants=constants)
+            self._count(results.truncated, warn_truncation, tally)
+            values = results.values
+        else:
+            values = torch.empty(0, self.full_dimension)
+        if truncate_dim is not None:
+            values = values[:, :truncate_dim]
+        if normalize_embeddings:
+            values = F.normalize(values, p=2, dim=1)
+        if precision == "float32":
+            return values
+        return quantize_embeddings(values, precision, ranges=ranges, calibration_embeddings=calibration_embeddings)
+
+    def encode_query(self, texts: Sequence[str] | str, *, prompt_name: str | None = None, prompt: str | None = None,
+                     **options) -> Tensor:
+        """encode with the "query" prompt unless the call names one (SentenceTransformer.encode_query: "query" is
+        always among the prompts, "" unless the model saved one, so the default prompt is never used here)."""
+        if prompt_name is None and prompt is None:
+            prompt_name = "query"
+        return self.encode(texts, prompt_name=prompt_name, prompt=prompt, **options)
+
+    def encode_document(self, texts: Sequence[str] | str, *, prompt_name: str | None = None,
+                        prompt: str | None = None, **options) -> Tensor:
+        """encode with the first of the "document", "passage", "corpus" prompts the model has unless the call names
+        one (SentenceTransformer.encode_document)."""
+        if prompt_name is None and prompt is None:
+            prompt_name = next(name for name in ("document", "passage", "corpus") if name in self.prompts)
+        return self.encode(texts, prompt_name=prompt_name, prompt=prompt, **options)
 
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         """The embeddings of one padded batch: pooled (less the prompt's tokens when the batch carries

@@ -36,11 +36,9 @@ def machine() -> dict[str, str]:
     info["gpu"] = torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
     if torch.cuda.is_available():
         info["cuda"] = f"{torch.version.cuda} (torch's build), driver {nvidia_driver()}"
-    packs, most = linear.packed_rows_limit()
-    most = most if packs else 0
-    info["kernel kind"] = (f"{linear.cpu_kind()}, {linear.cpu_vendor()} (minialign's fp32 Linear: oneDNN packed "
-                           + ("at every shape" if most is None else f"up to {most} rows, F.linear above" if most
-                              else "never, F.linear") + f"; bf16 packed: {linear.onednn_has(torch.bfloat16)})")
+    info["kernel kind"] = (f"{linear.cpu_kind()}, {linear.cpu_vendor()} (minialign's fp32 Linear: "
+                           + ("oneDNN packed at every shape" if linear.packs_fp32() else "F.linear")
+                           + f"; bf16 packed: {linear.onednn_has(torch.bfloat16)})")
     return info
 
 
@@ -61,7 +59,7 @@ VENDORS = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD"}
 def cpu_kind_label() -> str:
     """The CPU kind a run's figures hold for: its section of BENCHMARKS.md. The vendor is part of it: the same
     instruction set ran fp32 matmuls 2.3x apart on an AMD EPYC and an Intel Xeon of this project, and the Linear
-    kernel rule differs by vendor (nn/linear.py PACKED_ROWS)."""
+    fastest kernel differs by vendor (BENCHMARKS.md, each section's Linear kernels table)."""
     native = cpu_has_native(torch.bfloat16, unknown=False)
     kind = {"AVX512": "AVX-512" + (" with native bf16" if native else "")}.get(linear.cpu_kind(), linear.cpu_kind())
     vendor = linear.cpu_vendor()

@@ -32,6 +32,19 @@ def test_minilm_equals_sentence_transformers(minilm_dir):
     _close(emb.encode(TEXTS, batch_size=2), reference.encode(TEXTS, batch_size=2))
 
 
+def test_minilm_gives_a_text_the_same_bits_alone_and_in_any_batch(minilm_dir):
+    """The real model on real row counts: batches of hundreds of tokens (where a kernel chosen by row count
+    would differ, nn/linear.py) and a text alone give each text the same bits, in any order and batch size."""
+    emb = ma.SentenceEncoder.from_pretrained(minilm_dir)
+    texts = [t for t in TEXTS if t] + [f"sentence {i}: " + "more words here " * i for i in range(1, 12)]
+    together = emb.encode(texts, warn_truncation=False)
+    for i, text in enumerate(texts):
+        assert torch.equal(emb.encode([text], warn_truncation=False)[0], together[i]), i
+    order = torch.randperm(len(texts), generator=torch.Generator().manual_seed(0)).tolist()
+    shuffled = emb.encode([texts[i] for i in order], batch_size=5, warn_truncation=False)
+    assert torch.equal(shuffled, together[order])
+
+
 def tiny_st_dir(tmp_path, arch, tokenizer_dir, modes, *, dense=False, normalize=False, max_seq_length=24):
     """A tiny random transformers model with a real tokenizer, wrapped as a sentence-transformers dir."""
     from sentence_transformers import SentenceTransformer, models

@@ -120,3 +120,16 @@ def test_prompt_length_travels_to_worker_processes(tmp_path, minilm_dir):
                                    atol=1e-6, rtol=0)
     finally:
         pooled.close()
+
+
+@pytest.mark.parametrize("prompts", [PROMPTS, {"passage": "passage: ", "query": "q: "}, {}])
+def test_encode_query_and_encode_document_pick_prompts_as_sentence_transformers(tmp_path, minilm_dir, prompts):
+    from sentence_transformers import SentenceTransformer
+
+    directory, _ = tiny_st_dir(tmp_path, "bert", minilm_dir, "mean")
+    with_prompts(directory, default="query" if prompts else None, prompts=prompts)
+    reference, emb = SentenceTransformer(str(directory), device="cpu"), ma.SentenceEncoder.from_pretrained(directory)
+    for method in ("encode_query", "encode_document"):
+        for kwargs in ({}, {"prompt_name": "query"}, {"prompt": "own: "}):
+            _close(getattr(emb, method)(TEXTS, warn_truncation=False, **kwargs),
+                   getattr(reference, method)(TEXTS, **kwargs))
