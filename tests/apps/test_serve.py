@@ -2,6 +2,7 @@
 answers equal to direct Python calls, TEI's and NeMo Guardrails' shapes, bad requests, a bounded
 load test, SIGTERM under load. Nothing is sent anywhere but to that port."""
 
+import base64
 import json
 import os
 import re
@@ -141,7 +142,7 @@ def test_tei_embed_rerank_info_health(server, models):
     assert set(info["models"]) == {"embed", "classify", "alignscore_large"}
     assert info["models"]["embed"] == {"model_id": str(models["embed"]), "model_dtype": "float32", "max_input_length": 256,
                                        "kind": "embedding", "pooling": "mean", "dimension": emb.dimension,
-                                       "routes": ["/embed", "/similarity", "/", "/rows/embed"]}
+                                       "routes": ["/embed", "/similarity", "/", "/v1/embeddings", "/v1/models", "/rows/embed"]}
     assert info["models"]["classify"]["kind"] == "reranker" and info["models"]["classify"]["labels"] == ["LABEL_0"]
     assert info["models"]["alignscore_large"]["kind"] == "alignscore" and \
         info["models"]["alignscore_large"]["routes"] == ["/alignscore_large", "/score", "/rows/alignscore_large"]
@@ -189,6 +190,43 @@ def test_huggingface_hub_inference_client(server, models, monkeypatch):
     assert status == 200 and ranked == call(server, "/rerank", {"query": "Eiffel Tower", "texts": others})[1]
     status, body = call(server, "/", {"inputs": [["Eiffel Tower", others[0]]]})  # a pair: only /predict takes it
     assert status == 422 and body["error_type"] == "Validation" and "/predict" in body["error"]
+
+
+def test_the_openai_client_embeds_against_the_service(server, models):
+    """The openai client, unchanged (base_url .../v1): embeddings.create with one text and a list, its default
+    base64 encoding and "float", `dimensions` (the first ones, then unit length), usage, models.list; an unknown
+    model is its NotFoundError naming the loaded one; bad fields are 422 in OpenAI's error shape."""
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=server + "/v1", api_key="unused", max_retries=0)
+    emb = ma.SentenceEncoder.from_pretrained(models["embed"])
+    texts = ["The Eiffel Tower is in Paris.", "Unicode: café 東京 😀", ""]
+    name = str(models["embed"])
+    expected = torch.nn.functional.normalize(emb.encode(texts), dim=1)
+    for encoding in ({}, {"encoding_format": "float"}):  # the client asks for base64 unless told, and decodes it
+        answer = client.embeddings.create(input=texts, model=name, **encoding)
+        assert [d.index for d in answer.data] == [0, 1, 2] and answer.model == name
+        torch.testing.assert_close(torch.tensor([d.embedding for d in answer.data]), expected, atol=1e-6, rtol=0)
+    raw = client.embeddings.create(input=texts, model=name, encoding_format="base64")  # asked for: left encoded
+    decoded = [torch.frombuffer(bytearray(base64.b64decode(d.embedding)), dtype=torch.float32) for d in raw.data]
+    assert torch.equal(torch.stack(decoded), torch.tensor([d.embedding for d in answer.data]))
+    tokens = sum(len(ids) for ids in emb.tokenizer.encode_ids(texts).ids)
+    assert answer.usage.prompt_tokens == answer.usage.total_tokens == tokens
+    one = client.embeddings.create(input=texts[0], model=Path(name).name, dimensions=64)  # the last part names it too
+    shorter = torch.nn.functional.normalize(emb.encode(texts[:1])[:, :64], dim=1)
+    torch.testing.assert_close(torch.tensor([one.data[0].embedding]), shorter, atol=1e-6, rtol=0)
+    status, tei = call(server, "/embed", {"inputs": texts[:1], "dimensions": 64})  # TEI's field: the same rule
+    assert status == 200 and torch.allclose(torch.tensor(tei), shorter, atol=1e-6)
+    assert [m.id for m in client.models.list()] == [name]
+    with pytest.raises(openai.NotFoundError, match="is not loaded; embedding models: .*all"):
+        client.embeddings.create(input="x", model="text-embedding-3-small")
+    for body, field in (({"input": "x", "model": name, "dimensions": 1000}, "`dimensions` 1000 is more"),
+                        ({"input": [1, 2, 3], "model": name}, "token ids"),
+                        ({"input": "x", "model": name, "encoding_format": "int8"}, "`encoding_format`"),
+                        ({"input": [], "model": name}, "`input` cannot be empty"),
+                        ({"input": "x", "model": "../../etc/passwd"}, "is not loaded")):
+        status, error = call(server, "/v1/embeddings", body)
+        assert status in (400, 404, 422) and field in error["error"]["message"], (body, error)
+        assert error["error"]["type"] in ("invalid_request_error", "not_found_error")
 
 
 @pytest.mark.parametrize("path,body,status,error_type,text", [
@@ -258,7 +296,7 @@ def test_unknown_routes_and_methods_answer_json_and_home_lists_what_is_served(se
     listed = re.findall(r"(GET|POST) (/[\w/]*)", text)
     assert {path for _, path in listed} == {"/", "/alignscore_large", "/score", "/embed", "/similarity", "/predict",
                                             "/rerank", "/health", "/info", "/rows/alignscore_large", "/rows/embed",
-                                            "/rows/classify"}
+                                            "/rows/classify", "/v1/embeddings", "/v1/models"}
     for method, path in listed:  # each one is served: an empty body is refused for what it holds, not for the route
         assert call(server, path, {} if method == "POST" else None)[0] not in (404, 405, 424), (method, path)
 

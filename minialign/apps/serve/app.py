@@ -26,10 +26,13 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _error(status: int, error_type: str, message: str, headers: dict | None = None):
+def _error(status: int, error_type: str, message: str, headers: dict | None = None, route: Route | None = None):
+    """An error response: in the route's protocol's shape (Route.errors), else TEI's {"error", "error_type"}."""
     from starlette.responses import JSONResponse
 
-    return JSONResponse({"error": message, "error_type": error_type}, status_code=status, headers=headers)
+    body = route.errors(status, error_type, message) if route is not None and route.errors is not None \
+        else {"error": message, "error_type": error_type}
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 async def _body(request, limits: Limits) -> dict:
@@ -63,14 +66,14 @@ def _endpoint(service, route: Route):
         if limits.api_key is not None and not route.open:
             given = request.headers.get("authorization", "")
             if not hmac.compare_digest(given.encode(), f"Bearer {limits.api_key}".encode()):
-                return _error(401, "Unauthorized", "missing or wrong API key (Authorization: Bearer KEY)")
+                return _error(401, "Unauthorized", "missing or wrong API key (Authorization: Bearer KEY)", route=route)
         try:
             body = {} if request.method in ("GET", "HEAD") else await _body(request, limits)
             result = await route.handler(service, body)
         except ServiceError as e:
-            return _error(e.status, e.error_type, e.message)
+            return _error(e.status, e.error_type, e.message, route=route)
         except Exception as e:  # noqa: BLE001  (a bug on one request is its 500, not the service's end)
-            return _error(500, "Backend", f"{type(e).__name__}: {e}")
+            return _error(500, "Backend", f"{type(e).__name__}: {e}", route=route)
         return PlainTextResponse(result) if isinstance(result, str) else JSONResponse(_finite(result))
 
     return handle

@@ -26,6 +26,7 @@ from minialign.products.alignscore import AlignScorer
 from minialign.products.classifier import Classifier
 from minialign.products.embeddings import SentenceEncoder
 from minialign.products.minicheck import MiniCheckScorer
+from minialign.products.quantization import check_truncate_dim
 from minialign.products.runner import Input, Runner
 from minialign.runtime.request_queue import Closed, DynamicBatcher, Overloaded
 from minialign.text.validation import text_problem
@@ -163,6 +164,20 @@ def flag(body: dict, name: str, default: bool) -> bool:
     return value
 
 
+def dimensions(value: Any, width: int) -> int | None:
+    """A request's `dimensions` (TEI's /embed, OpenAI's /v1/embeddings): the first dimensions an embedding keeps,
+    at most the model's `width`; None: all."""
+    if value is None:
+        return None
+    try:
+        value = check_truncate_dim(value)
+    except ValueError:
+        raise bad_request(f"`dimensions` must be a positive integer, got {value!r}") from None
+    if value > width:
+        raise bad_request(f"`dimensions` {value} is more than the model's {width}")
+    return value
+
+
 def parameters(body: dict) -> dict:
     """HF Inference's task options (`parameters`), an object when given."""
     given = body.get("parameters")
@@ -186,6 +201,8 @@ class Route:
     method: str = "POST"
     always: bool = False  # mounted without its models too (TEI's routes then answer 424; others are a JSON 404)
     open: bool = False  # answered without the API key (/health)
+    errors: Callable[[int, str, str], dict] | None = None  # (status, type, message) -> its protocol's error body
+    # (None: TEI's {"error", "error_type"}, app.py)
 
     def serves(self, models: Models) -> bool:
         return self.kinds is None or bool(self.kinds(models))

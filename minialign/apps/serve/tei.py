@@ -1,7 +1,8 @@
 """text-embeddings-inference's API (TEI: router/src/http/server.rs and types.rs), for the embedder and the
 classifier or reranker.
 
-    POST /embed        {"inputs": str | [str], "normalize", "truncate", "prompt_name"} -> [[float]]
+    POST /embed        {"inputs": str | [str], "normalize", "truncate", "prompt_name", "dimensions"} -> [[float]]
+                       (dimensions: the first ones kept, before normalize: a Matryoshka model's shorter embedding)
     POST /similarity   {"inputs": {"source_sentence", "sentences"}, "parameters": {"truncate", "prompt_name"}}
                        -> [cosine]  (huggingface_hub's sentence_similarity posts this too)
     POST /predict      {"inputs": text | [a, b] | [[a], [b, c]], "raw_scores", "truncate"} -> [{"label", "score"}]
@@ -15,8 +16,8 @@ from typing import Any
 
 import torch
 
-from minialign.apps.serve.core import (Models, Route, ServiceError, bad_request, empty, flag, parameters, text,
-                                       texts)
+from minialign.apps.serve.core import (Models, Route, ServiceError, bad_request, dimensions, empty, flag, parameters,
+                                       text, texts)
 from minialign.products.embeddings import SentenceEncoder
 from minialign.products.runner import inputs_of
 
@@ -68,7 +69,8 @@ class TEIShapes:
         self._check_batch(len(given))
         prompt = self._prompt(embedder, body.get("prompt_name"))
         self._check_length(embedder, given, flag(body, "truncate", False), prompt=prompt)
-        vectors = await self._run("embed", "encode", given, key=prompt)
+        width = dimensions(body.get("dimensions"), embedder.dimension)
+        vectors = [v[:width] for v in await self._run("embed", "encode", given, key=prompt)]
         if flag(body, "normalize", True):
             vectors = [torch.nn.functional.normalize(v, dim=0) for v in vectors]
         return [v.tolist() for v in vectors]

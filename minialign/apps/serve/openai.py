@@ -1,0 +1,113 @@
+"""OpenAI's embeddings API, for the embedder: the `openai` client's `client.embeddings.create` works unchanged against
+`minialign serve --embed ...` (base_url "http://127.0.0.1:PORT/v1").
+
+    POST /v1/embeddings  {"input": str | [str], "model": str, "encoding_format": "float" | "base64",
+                          "dimensions": int, "user": str}
+                         -> {"object": "list", "data": [{"object": "embedding", "index": i, "embedding": [float] | str}],
+                             "model": str, "usage": {"prompt_tokens": int, "total_tokens": int}}
+    GET  /v1/models      -> {"object": "list", "data": [{"id", "object": "model", "created": 0, "owned_by": "minialign"}]}
+
+As OpenAI's API and TEI's /v1/embeddings (router/src/http/server.rs, openai_embed) give them: each embedding unit
+length; `dimensions` keeps the first dimensions before that normalization (a Matryoshka model's shorter embedding,
+products/quantization.py); "base64" is the float32 values' little-endian bytes (what the openai client asks for by
+default and decodes). The texts run under the model's default prompt, if it has one (TEI's rule); `prompt_name`
+and `truncate` (false: an input over the window is refused, 413) are TEI's extra fields, through the client's
+`extra_body`. `usage` counts each input's tokens as the model reads them (special tokens included, within the
+window).
+
+`model` names one of the models loaded at start: the name it was loaded by (`--embed SRC`), or the last part of
+that name (SRC "/models/all-MiniLM-L6-v2" is also "all-MiniLM-L6-v2"); anything else is a 404 listing the names.
+The request's text is only ever compared with those names, never opened as a path. Token-id inputs (OpenAI's
+[int] form) are refused (422): the service reads text. Errors come in OpenAI's shape, {"error": {"message", "type",
+"param", "code"}}.
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import PurePosixPath, PureWindowsPath
+from typing import Any
+
+import torch
+
+from minialign.apps.serve.core import Models, Route, ServiceError, bad_request, flag, texts
+from minialign.apps.serve.core import dimensions as core_dimensions
+
+ENCODINGS = ("float", "base64")
+# OpenAI's error types by status (its API reference, "Error codes")
+ERROR_TYPES = {401: "authentication_error", 404: "not_found_error", 429: "rate_limit_error"}
+
+
+def error_body(status: int, error_type: str, message: str) -> dict:
+    """An error in OpenAI's shape; `error_type` (the service's own, core.py) is kept as the code's name."""
+    kind = ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": message, "type": kind, "param": None, "code": error_type}}
+
+
+def served_names(loaded_as: str | None) -> list[str]:
+    """The names a request's `model` may give for a model loaded as `loaded_as`: that name and its last part."""
+    if not loaded_as:
+        return []
+    last = PureWindowsPath(loaded_as).name if "\\" in loaded_as else PurePosixPath(loaded_as.rstrip("/")).name
+    return list(dict.fromkeys([loaded_as, last]))
+
+
+def _inputs(value: Any) -> list[str]:
+    if isinstance(value, list) and value and all(isinstance(v, int) or (isinstance(v, list) and v and
+                                                                       all(isinstance(i, int) for i in v))
+                                                 for v in value):
+        raise bad_request("`input` as token ids is not supported: send the text (a string or a list of strings)")
+    return texts(value, "input")
+
+
+class OpenAIShapes:
+    """The handlers (mixed into the Service, over serve/core.Core)."""
+
+    models: Models
+
+    def _openai_model(self, name: Any) -> str:
+        """The served name a request's `model` selects (the module docstring), or a 404 listing them."""
+        names = served_names(self.models.names.get("embed")) if self.models.embedder is not None else []
+        if not isinstance(name, str):
+            raise bad_request(f"`model` must be a string, got {type(name).__name__}")
+        if name not in names:
+            loaded = ", ".join(repr(n) for n in names) or "none (start with --embed)"
+            raise ServiceError(404, "NotFound", f"The model {name!r} is not loaded; embedding models: {loaded}")
+        return names[0]
+
+    async def openai_embeddings(self, body: dict) -> dict:
+        model = self._openai_model(body.get("model"))
+        embedder = self.models.embedder
+        given = _inputs(body.get("input"))
+        self._check_batch(len(given), "input")
+        encoding = body.get("encoding_format") or "float"
+        if encoding not in ENCODINGS:
+            raise bad_request(f"`encoding_format` must be one of {list(ENCODINGS)}, got {encoding!r}")
+        dimensions = core_dimensions(body.get("dimensions"), embedder.dimension)
+        user = body.get("user")
+        if user is not None and not isinstance(user, str):
+            raise bad_request(f"`user` must be a string, got {type(user).__name__}")
+        prompt = self._prompt(embedder, body.get("prompt_name"))
+        self._check_length(embedder, given, flag(body, "truncate", False), prompt=prompt)
+        vectors = torch.stack(await self._run("embed", "encode", given, key=prompt))[:, :dimensions]
+        vectors = torch.nn.functional.normalize(vectors.float(), dim=1)
+        tokens = sum(len(ids) for ids in embedder.tokenizer.encode_ids(
+            [prompt + text for text in given], max_length=embedder.max_length).ids)
+        data = [{"object": "embedding", "index": i,
+                 "embedding": vector.tolist() if encoding == "float"
+                 else base64.b64encode(vector.numpy().astype("<f4").tobytes()).decode("ascii")}
+                for i, vector in enumerate(vectors)]
+        return {"object": "list", "data": data, "model": model,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+    async def openai_models(self, body: dict) -> dict:
+        names = served_names(self.models.names.get("embed"))[:1]
+        return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "minialign"}
+                                           for name in names]}
+
+
+def routes(models: Models) -> list[Route]:
+    """POST /v1/embeddings and GET /v1/models, with an embedding model loaded."""
+    embed = (lambda m: ["embed"] if m.embedder is not None else [])
+    return [Route("/v1/embeddings", OpenAIShapes.openai_embeddings, embed, errors=error_body),
+            Route("/v1/models", OpenAIShapes.openai_models, embed, method="GET", errors=error_body)]
