@@ -188,7 +188,13 @@ register(Product(
                     help="one of the model's prompts (config_sentence_transformers.json), put before every text "
                          "(default: the model's default_prompt_name, if any)"),
              Option("prompt", exclusive="prompt",
-                    help="a prompt text put before every text (\"\": none, not even the default)")),
+                    help="a prompt text put before every text (\"\": none, not even the default)"),
+             Option("truncate_dim", type=int,
+                    help="keep the first N dimensions (a Matryoshka model's shorter embedding), before --normalize "
+                         "(default: the model's truncate_dim, else all)"),
+             Option("precision", "float32", choices=jobs.FILE_PRECISIONS,
+                    help="binary / ubinary: one bit per dimension (x > 0), 8 to a byte, as sentence-transformers' "
+                         "quantize_embeddings")),
     inputs=(Input("text", "one text: prints its embedding as a JSON list"),),
     ray="EmbedBatches", serve_as="embedder"))
 

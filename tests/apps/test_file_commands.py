@@ -59,6 +59,35 @@ def test_embed_resume_and_bad_rows(tmp_path, minilm_dir, capsys):
     assert "normalize" in capsys.readouterr().err
 
 
+def test_embed_truncate_dim_and_binary_precision_in_both_formats(tmp_path, minilm_dir, capsys):
+    """--truncate-dim and --precision as encode takes them: codes as ints in .jsonl and as int8 / uint8 tensors in
+    .safetensors, the same whatever the block size (a row's codes never depend on its block); both are settings
+    --resume compares; int8 / uint8 are refused for files, saying why."""
+    _jsonl(tmp_path / "in.jsonl", [{"id": f"t{i}", "text": t} for i, t in enumerate(TEXTS)])
+    encoder = ma.SentenceEncoder.from_pretrained(minilm_dir)
+    args = ["embed", "--model", str(minilm_dir), "--input", str(tmp_path / "in.jsonl")]
+    short = encoder.encode(TEXTS, truncate_dim=32, normalize_embeddings=True, warn_truncation=False)
+    assert cli([*args, "--output", str(tmp_path / "short.jsonl"), "--truncate-dim", "32", "--normalize"]) == 0
+    torch.testing.assert_close(torch.tensor([r["embedding"] for r in _rows(tmp_path / "short.jsonl")]), short,
+                               atol=1e-6, rtol=0)
+    for precision, dtype in (("ubinary", torch.uint8), ("binary", torch.int8)):
+        codes = encoder.encode(TEXTS, precision=precision, warn_truncation=False)
+        assert cli([*args, "--output", str(tmp_path / f"{precision}.jsonl"), "--precision", precision,
+                    "--batch-size", "2"]) == 0
+        assert torch.equal(torch.tensor([r["embedding"] for r in _rows(tmp_path / f"{precision}.jsonl")]),
+                           codes.long())
+        assert cli([*args, "--output", str(tmp_path / f"{precision}.safetensors"), "--precision", precision]) == 0
+        written = convert.read_safetensors(tmp_path / f"{precision}.safetensors")["embedding"]
+        assert written.dtype == dtype and torch.equal(written, codes)
+    out = tmp_path / "short.jsonl"
+    out.write_text("".join(out.read_text().splitlines(keepends=True)[:2]))
+    assert cli([*args, "--output", str(out), "--resume", "--truncate-dim", "64", "--normalize"]) == 2
+    assert "truncate_dim" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli([*args, "--output", str(tmp_path / "int8.jsonl"), "--precision", "int8"])
+    assert "invalid choice: 'int8'" in capsys.readouterr().err
+
+
 def test_classify_file_labels_and_scores(tmp_path, minilm_dir):
     save_classifier(tmp_path / "nli", "bert", 3, minilm_dir)
     rows = [{"id": 1, "text": "A man eats.", "pair": "Someone eats."}, {"id": 2, "text": "Only one text."},

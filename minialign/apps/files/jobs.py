@@ -10,9 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from minialign.apps.files.rows import Fields, Job, Row
 from minialign.products.classifier import Classifier
 from minialign.products.embeddings import SentenceEncoder
+from minialign.products.quantization import check_truncate_dim
 from minialign.products.runner import PairScorer, Runner
 from minialign.runtime.engine import Truncation
 
@@ -68,21 +71,34 @@ def score_job(scorer: PairScorer, *, context_field: str = "context", claim_field
                     settings=scorer.settings(), run=run, columns=["score"])
 
 
+# The precisions a file of embeddings takes: a row's codes must not depend on the other rows of its block, so
+# int8 / uint8 (ranges from a calibration set: ma.quantize_embeddings in Python) are left out
+FILE_PRECISIONS = ("float32", "binary", "ubinary")
+
+
 def embed_job(encoder: SentenceEncoder, *, text_field: str = "text", normalize: bool = False,
-              prompt_name: str | None = None, prompt: str | None = None, model: str | None = None) -> Job:
+              prompt_name: str | None = None, prompt: str | None = None, truncate_dim: int | None = None,
+              precision: str = "float32", model: str | None = None) -> Job:
     """SentenceEncoder: {"embedding": [floats]} per text row (.jsonl), or one (N, D) tensor (.safetensors).
     prompt_name / prompt: as SentenceEncoder.encode takes them; the prompt text is a setting (an unknown
-    prompt_name fails here, before any row is read)."""
+    prompt_name fails here, before any row is read). truncate_dim, precision (FILE_PRECISIONS): as encode takes
+    them; binary codes are ints in .jsonl, int8 / uint8 in .safetensors."""
+    if precision not in FILE_PRECISIONS:
+        raise ValueError(f"precision {precision!r}: a file of embeddings takes {list(FILE_PRECISIONS)} (int8 / uint8 "
+                         "codes need ranges from a calibration set: ma.quantize_embeddings(..., ranges=) in Python)")
     settings = encoder.settings(normalize=normalize, prompt_name=prompt_name, prompt=prompt)
     text = settings["prompt"] or ""  # the prompt resolved once: each block uses the same
+    settings.update(truncate_dim=check_truncate_dim(truncate_dim) if truncate_dim is not None else encoder.truncate_dim,
+                    precision=precision)
 
     def run(rows: list[Row], totals) -> list[dict[str, Any]]:
         vectors = encoder.encode([r.values["text"] for r in rows], prompt=text, normalize_embeddings=normalize,
-                                 tally=totals)
+                                 truncate_dim=settings["truncate_dim"], precision=precision, tally=totals)
         return [{"embedding": v} for v in vectors.tolist()]
 
     return make_job(encoder, embed_fields(text_field=text_field), outputs=OUTPUT_FORMATS["embed"], model=model,
-                    settings=settings, run=run, tensor="embedding")
+                    settings=settings, run=run, tensor="embedding",
+                    tensor_dtype={"binary": torch.int8, "ubinary": torch.uint8}.get(precision, torch.float32))
 
 
 def classify_job(classifier: Classifier, *, text_field: str = "text", pair_field: str = "pair",

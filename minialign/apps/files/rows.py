@@ -82,6 +82,7 @@ class Job(Fields):
     settings: dict[str, Any]
     columns: list[str] | None = None
     tensor: str | None = None  # for .safetensors output: the record key holding a vector
+    tensor_dtype: torch.dtype = torch.float32  # ... and the dtype it is written in (binary codes: uint8 / int8)
     finish: Callable[[], None] = lambda: None
     batch_size: int = 32
     outputs: tuple[str, ...] | None = None  # None: jsonl, and csv with columns, safetensors with a tensor
@@ -526,12 +527,13 @@ def _blocks(job: Job, rows: list[Row], block_rows: int | None, progress: bool):
 
 def _run_to_tensors(job: Job, rows: list[Row], output_path: Path, settings: dict[str, Any],
                     block_rows: int | None, progress: bool) -> int:
-    """All vectors as one (N, D) tensor `job.tensor` in a .safetensors file, the ids in its metadata."""
+    """All vectors as one (N, D) tensor `job.tensor` (in `job.tensor_dtype`) in a .safetensors file, the ids in its
+    metadata."""
     from minialign import convert
 
-    vectors = [torch.as_tensor(record[job.tensor], dtype=torch.float32)
+    vectors = [torch.as_tensor(record[job.tensor], dtype=job.tensor_dtype)
                for _, records in _blocks(job, rows, block_rows, progress) for record in records]
-    tensor = torch.stack(vectors) if vectors else torch.empty(0, 0)
+    tensor = torch.stack(vectors) if vectors else torch.empty(0, 0, dtype=job.tensor_dtype)
     metadata = {"ids": json.dumps([r.id for r in rows], ensure_ascii=False),
                 "settings": json.dumps(settings, ensure_ascii=False)}
     convert.write_safetensors(output_path, {job.tensor: tensor}, metadata=metadata)
