@@ -82,6 +82,10 @@ class MiniCheckScorer(PairScorer):
         scorer.source = str(src)
         return scorer
 
+    def settings(self, **options) -> dict:
+        """PairScorer.settings and the chunk size: a resumed file run must cut documents the same way."""
+        return {**super().settings(**options), "chunk_size": self.chunk_size}
+
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The classifier's logits of one batch of chunk + claim texts."""
         return self.classifier.forward(batch)

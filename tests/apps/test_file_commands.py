@@ -109,7 +109,7 @@ def test_classify_file_labels_and_scores(tmp_path, minilm_dir):
     assert header == "id,label," + ",".join(f"score_{label}" for label in clf.labels)
 
 
-def test_score_method_minicheck(tmp_path, minicheck_dir):  # noqa: F811
+def test_score_method_minicheck(tmp_path, minicheck_dir, capsys):  # noqa: F811
     _jsonl(tmp_path / "in.jsonl", [{"id": i, "context": d, "claim": c} for i, (d, c) in enumerate(zip(DOCS, CLAIMS))])
     expected = ma.MiniCheckScorer.from_pretrained(minicheck_dir).score(DOCS, CLAIMS, warn_truncation=False)
     with pytest.warns(ma.runtime.engine.TruncationWarning, match="MiniCheck"):
@@ -118,7 +118,12 @@ def test_score_method_minicheck(tmp_path, minicheck_dir):  # noqa: F811
     got = [r["score"] for r in _rows(tmp_path / "out.jsonl")]
     assert max(abs(a - b) for a, b in zip(got, expected)) <= 1e-6
     settings = json.loads((tmp_path / "out.jsonl.settings.json").read_text())["settings"]
-    assert settings["mode"] == "minicheck"
+    assert settings["mode"] == "minicheck" and settings["chunk_size"] == ma.products.minicheck.CHUNK_SIZE
+    out = tmp_path / "out.jsonl"  # a resumed run must chunk documents the same way
+    out.write_text(out.read_text().splitlines(keepends=True)[0])
+    assert cli(["score", "--method", "minicheck", "--model", str(minicheck_dir), "--input",
+                str(tmp_path / "in.jsonl"), "--output", str(out), "--resume", "--chunk-size", "100"]) == 2
+    assert "chunk_size" in capsys.readouterr().err
 
 
 def test_minicheck_rows_whose_claim_has_no_sentence_are_scored(tmp_path, minicheck_dir, tiny_alignscore, capsys):
