@@ -40,6 +40,7 @@ from minialign.runtime.engine import BatchEngine  # noqa: E402
 from minialign.products.alignscore import AlignScorer  # noqa: E402
 from minialign.products.classifier import Classifier  # noqa: E402
 from minialign.products.embeddings import SentenceEncoder  # noqa: E402
+from minialign.products.m3 import M3Encoder  # noqa: E402
 from minialign.products.losses import AlignLosses, alignscore_losses, classification_loss  # noqa: E402
 from minialign.products.minicheck import MiniCheckScorer  # noqa: E402
 from minialign.apps.explore import Exploration, explore, with_score_function  # noqa: E402
@@ -63,6 +64,7 @@ __all__ = [
     "Encoder",
     "EncoderOutput",
     "Exploration",
+    "M3Encoder",
     "MiniCheckScorer",
     "SentenceEncoder",
     "Tokenizer",
