@@ -15,9 +15,10 @@ defaults, and ours:
   - pooling_method="cls": the dense vector is the first token's final state (_dense_embedding).
   - use_fp16=True on a GPU (forced off on the CPU): FlagEmbedding then returns fp16 arithmetic in float32 arrays.
     Here the weights' dtype is the loading's (fp32 by default, Loading.dtype); outputs are float32 torch tensors.
-  - max_length: FlagEmbedding 1.x's encode default is 8192 (bge_m3.py), and 1.3's encode passes None, which the
-    tokenizer reads as its model_max_length (8192 for BAAI/bge-m3). Here the default is the model's window (the
-    smallest of the tokenizer's and the position table's, Runner._start); a call's max_length may be smaller.
+  - max_length: FlagEmbedding 1.2's encode default is 8192 (bge_m3.py, BGEM3FlagModel.encode), BAAI/bge-m3's
+    window, which its model card passes too; 1.3 on (M3Embedder.encode: passage_max_length) cuts at 512 unless told.
+    Here the default is the model's window (the smallest of the tokenizer's and the position table's,
+    Runner._start: 8192 for BAAI/bge-m3); a call's max_length may be smaller (max_length=512: 1.3's default).
 Texts are cut at the end to the window, special tokens kept, as transformers' truncation=True does; the cut is
 reported as by every runner (products/runner.py).
 

@@ -1,10 +1,14 @@
-"""M3Encoder against FlagEmbedding's BGE-M3 formulas, re-implemented here over transformers' XLMRobertaModel (the
-`flag_reference` below; FlagEmbedding itself is not a test dependency), on a tiny random XLM-RoBERTa with a Unigram
-tokenizer (tests/family_builders.py) and random sparse / colbert heads saved as FlagEmbedding saves them."""
+"""M3Encoder against FlagEmbedding's BGE-M3, two ways: its formulas re-implemented here over transformers'
+XLMRobertaModel (the `flag_reference` below), on a tiny random XLM-RoBERTa with a Unigram tokenizer
+(tests/family_builders.py) and random sparse / colbert heads saved as FlagEmbedding saves them; and FlagEmbedding
+1.4.2's own BGEM3FlagModel outputs on another such model, made once in its own virtual environment and kept
+(data/flagembedding_m3, scripts/make_m3_reference.py): FlagEmbedding is no test dependency."""
 
+import json
 import pickle
 import shutil
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -122,6 +126,32 @@ def test_three_outputs_equal_flagembedding_formulas(m3, m3_dir):
     assert not any(str(i) in lw for lw in out["lexical_weights"] for i in (0, 1, 2, 3))  # <s> <pad> </s> <unk>
     assert sum(len(lw) for lw in out["lexical_weights"]) < sum(len(set(i)) - 2 for i in m3.tokenizer.encode_ids(
         TEXTS, max_length=64).ids)  # some weights are 0
+
+
+def test_equals_flagembedding_itself():
+    """FlagEmbedding 1.4.2's BGEM3FlagModel.encode (fp32, batch_size=3, max_length=64: the tiny model's window), its
+    compute_lexical_matching_score and colbert_score of the first four texts against the others, convert_id_to_token."""
+    from safetensors.torch import load_file
+
+    data = Path(__file__).parent / "data" / "flagembedding_m3"
+    reference, tensors = json.loads((data / "reference.json").read_text()), load_file(data / "reference.safetensors")
+    texts = reference["texts"]
+    m3 = ma.M3Encoder.from_pretrained(data / "model", batch_size=3)
+    with pytest.warns(TruncationWarning, match="1 of 8 text"):
+        out = m3.encode(texts, return_sparse=True, return_colbert_vecs=True)
+    assert m3.max_length == reference["max_length"]
+    assert (out["dense_vecs"] - tensors["dense_vecs"]).abs().max() <= 1e-5
+    assert_lexical_close(out["lexical_weights"], reference["lexical_weights"])
+    assert len(out["colbert_vecs"]) == len(texts)
+    for i, got in enumerate(out["colbert_vecs"]):
+        expected = tensors[f"colbert_vecs.{i}"]
+        assert got.shape == expected.shape and (got - expected).abs().max() <= 1e-5
+    lexical = m3.compute_lexical_matching_score(out["lexical_weights"][:4], out["lexical_weights"][4:])
+    assert (lexical - tensors["lexical_matching_score"]).abs().max() <= 1e-5
+    colbert = torch.tensor([[float(m3.colbert_score(q, p)) for p in out["colbert_vecs"][4:]]
+                            for q in out["colbert_vecs"][:4]])
+    assert (colbert - tensors["colbert_score"]).abs().max() <= 1e-5
+    assert_lexical_close(m3.convert_id_to_token(out["lexical_weights"]), reference["tokens"])
 
 
 def test_scores_equal_flagembedding_formulas(m3, m3_dir):
