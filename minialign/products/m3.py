@@ -268,10 +268,12 @@ class M3Encoder(Runner):
 
 def unused_token_ids(tokenizer: Tokenizer) -> frozenset[int]:
     """The ids whose weights lexical_weights leaves out: the cls, eos, pad and unk tokens, as FlagEmbedding
-    collects them (M3Embedder.encode_single_device, _process_token_weights: those its tokenizer's
-    special_tokens_map names). A tokenizer whose files name no cls or eos token uses the ones its
-    post-processor puts around a text (XLMRobertaTokenizer's defaults, <s> and </s>, for XLM-R's)."""
+    collects them (M3Embedder.encode_single_device, _process_token_weights: the roles its tokenizer's
+    special_tokens_map names, so a BERT tokenizer, which names no eos, keeps [SEP]'s weight). Tokenizer files that
+    name no special token but the pad one get XLMRobertaTokenizer's defaults (BGE-M3's class): the tokens the
+    post-processor puts around a text (<s>, </s>) and <unk> where the vocabulary has it."""
     named = tokenizer.special_tokens
-    tokens = [named.get("cls_token") or tokenizer.start_token, named.get("eos_token") or tokenizer.end_token,
-              tokenizer.pad_token, named.get("unk_token")]
+    if set(named) == {"pad_token"}:
+        named = {"cls_token": tokenizer.start_token, "eos_token": tokenizer.end_token, "unk_token": "<unk>", **named}
+    tokens = [named.get(role) for role in ("cls_token", "eos_token", "pad_token", "unk_token")]
     return frozenset(i for t in tokens if t is not None and (i := tokenizer.backend.token_to_id(t)) is not None)

@@ -284,3 +284,22 @@ def test_bad_head_files_are_refused(m3_dir, tmp_path):
         warnings.simplefilter("ignore")
         with pytest.raises(ma.CheckpointError, match="refused to unpickle"):
             ma.M3Encoder.from_pretrained(directory)
+
+
+def test_the_tokens_left_out_of_lexical_weights_are_flagembeddings(m3_dir, minilm_dir, tmp_path):
+    """cls, eos, pad, unk where the tokenizer names them (M3Embedder's rule over special_tokens_map: a BERT
+    tokenizer names no eos, so [SEP] keeps its weight); a tokenizer.json alone: XLMRobertaTokenizer's defaults."""
+    import transformers
+
+    from minialign.products.m3 import unused_token_ids
+
+    for directory in (m3_dir, minilm_dir):
+        theirs = transformers.AutoTokenizer.from_pretrained(str(directory))
+        expected = {theirs.convert_tokens_to_ids(theirs.special_tokens_map[role])
+                    for role in ("cls_token", "eos_token", "pad_token", "unk_token") if role in theirs.special_tokens_map}
+        assert unused_token_ids(ma.Tokenizer.from_pretrained(directory)) == expected
+    assert unused_token_ids(ma.Tokenizer.from_pretrained(m3_dir)) == {0, 1, 2, 3}  # <s> <pad> </s> <unk>
+    bare = tmp_path / "tokenizer-json-only"
+    bare.mkdir()
+    shutil.copyfile(m3_dir / "tokenizer.json", bare / "tokenizer.json")
+    assert unused_token_ids(ma.Tokenizer.from_pretrained(bare)) == {0, 1, 2, 3}
