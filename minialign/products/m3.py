@@ -210,7 +210,7 @@ class M3Encoder(Runner):
         sparse, colbert = bool(batch.pop("sparse", 0)), bool(batch.pop("colbert", 0))
         hidden = self.model(**batch, unpad=self.unpad,
                             final_tokens="all" if sparse or colbert else "first").last_hidden_state  # (B, L|1, C)
-        entries = [{"dense": state} for state in hidden[:, 0]]
+        entries = [{"dense": state} for state in hidden[:, 0].contiguous()]  # (B, C): rows of its own storage
         if not (sparse or colbert):
             return entries
         mask = batch["attention_mask"][:, :hidden.size(1)].bool()  # (B, L), right-padded
@@ -251,8 +251,9 @@ class M3Encoder(Runner):
         vector's largest dot product with a passage vector, summed and divided by the query's vector count; a
         0-d tensor. Takes tensors (or numpy arrays, as FlagEmbedding does), (n, dim) each."""
         q_reps, p_reps = torch.as_tensor(q_reps), torch.as_tensor(p_reps)
-        if q_reps.dim() != 2 or p_reps.dim() != 2 or q_reps.size(1) != p_reps.size(1) or not q_reps.size(0):
-            raise ValueError(f"colbert_score takes (n, dim) query and (m, dim) passage vectors, n > 0, got "
+        if (q_reps.dim() != 2 or p_reps.dim() != 2 or q_reps.size(1) != p_reps.size(1) or not q_reps.size(0)
+                or not p_reps.size(0)):
+            raise ValueError(f"colbert_score takes (n, dim) query and (m, dim) passage vectors, n, m > 0, got "
                              f"{tuple(q_reps.shape)} and {tuple(p_reps.shape)}")
         token_scores = torch.einsum("in,jn->ij", q_reps, p_reps)
         return token_scores.max(-1).values.sum() / q_reps.size(0)

@@ -303,3 +303,15 @@ def test_the_tokens_left_out_of_lexical_weights_are_flagembeddings(m3_dir, minil
     bare.mkdir()
     shutil.copyfile(m3_dir / "tokenizer.json", bare / "tokenizer.json")
     assert unused_token_ids(ma.Tokenizer.from_pretrained(bare)) == {0, 1, 2, 3}
+
+
+def test_a_ragged_forward_runs_mixed_singles_and_pairs_in_input_order(m3):
+    """Runner.run with texts and (text, pair) tuples in one call: each kind on its own, entries back in input order."""
+    mixed = m3.run(["one text", ("a text", "its pair"), "another text"], constants={"sparse": 1, "colbert": 1})
+    alone = m3.run(["one text", "another text"], constants={"sparse": 1, "colbert": 1})
+    paired = m3.run([("a text", "its pair")], constants={"sparse": 1, "colbert": 1})
+    assert isinstance(mixed.values, list) and mixed.truncated.tolist() == [0, 0, 0]
+    for got, expected in zip(mixed.values, [alone.values[0], paired.values[0], alone.values[1]]):
+        assert got.keys() == expected.keys() == {"dense", "ids", "weights", "colbert"}
+        assert all(torch.equal(got[k], expected[k]) for k in got)
+    assert mixed.values[1]["ids"].tolist().count(2) == 3  # <s> A </s></s> B </s>
