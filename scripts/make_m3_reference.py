@@ -54,8 +54,9 @@ def tiny_bge_m3(directory: Path) -> None:
         "tokenizer_class": "XLMRobertaTokenizer", "model_max_length": WINDOW, "bos_token": "<s>", "eos_token": "</s>",
         "sep_token": "</s>", "cls_token": "<s>", "pad_token": "<pad>", "mask_token": "<mask>", "unk_token": "<unk>"}))
     config = transformers.XLMRobertaConfig(vocab_size=tok.get_vocab_size(), hidden_size=36, num_hidden_layers=2,
-                                           num_attention_heads=3, intermediate_size=53, max_position_embeddings=WINDOW + 2,
-                                           type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2)
+                                           num_attention_heads=3, intermediate_size=53,
+                                           max_position_embeddings=WINDOW + 2, type_vocab_size=1, pad_token_id=1,
+                                           bos_token_id=0, eos_token_id=2)
     torch.manual_seed(0)
     model = transformers.XLMRobertaModel(config, add_pooling_layer=True).eval()
     with torch.no_grad():  # non-zero biases and LayerNorm parameters, so a swapped name cannot pass
@@ -101,7 +102,8 @@ def main(out: Path) -> None:
     plain = [{token: float(w) for token, w in weights.items()} for weights in got["lexical_weights"]]
     (out / "reference.json").write_text(json.dumps({
         "texts": TEXTS, "max_length": WINDOW, "lexical_weights": plain,
-        "tokens": [{token: float(w) for token, w in item.items()} for item in m3.convert_id_to_token(got["lexical_weights"])],
+        "tokens": [{token: float(w) for token, w in item.items()}
+                   for item in m3.convert_id_to_token(got["lexical_weights"])],
         "versions": {"FlagEmbedding": version("FlagEmbedding"), "transformers": transformers.__version__,
                      "torch": torch.__version__},
         "made_by": f"scripts/make_m3_reference.py, {FlagEmbedding.__name__}.BGEM3FlagModel (M3Embedder)"},

@@ -45,7 +45,6 @@ class Results:
     truncated: Tensor  # (N,) int64: tokens each input lost to the window
 
 
-
 def positive_int(name: str, value) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")

@@ -82,7 +82,8 @@ def _worker_main(forward: Callable[[dict[str, Tensor]], Tensor], conn, threads: 
         try:
             with torch.inference_mode():
                 out = forward(message["batch"])  # a tensor, or a ragged forward's list (engine.py)
-                reply = {"task": message["task"], "out": [ragged(x) for x in out] if isinstance(out, list) else out.cpu()}
+                out = [ragged(x) for x in out] if isinstance(out, list) else out.cpu()
+                reply = {"task": message["task"], "out": out}
         except Exception:
             reply = {"task": message["task"], "error": traceback.format_exc()}
         try:

@@ -295,8 +295,9 @@ def test_the_tokens_left_out_of_lexical_weights_are_flagembeddings(m3_dir, minil
 
     for directory in (m3_dir, minilm_dir):
         theirs = transformers.AutoTokenizer.from_pretrained(str(directory))
-        expected = {theirs.convert_tokens_to_ids(theirs.special_tokens_map[role])
-                    for role in ("cls_token", "eos_token", "pad_token", "unk_token") if role in theirs.special_tokens_map}
+        named = theirs.special_tokens_map
+        expected = {theirs.convert_tokens_to_ids(named[role])
+                    for role in ("cls_token", "eos_token", "pad_token", "unk_token") if role in named}
         assert unused_token_ids(ma.Tokenizer.from_pretrained(directory)) == expected
     assert unused_token_ids(ma.Tokenizer.from_pretrained(m3_dir)) == {0, 1, 2, 3}  # <s> <pad> </s> <unk>
     bare = tmp_path / "tokenizer-json-only"
