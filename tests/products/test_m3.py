@@ -256,7 +256,10 @@ def test_a_missing_head_is_named_when_asked_for(m3_dir, tmp_path):
     assert m3.colbert_dimension is None
     full = ma.M3Encoder.from_pretrained(m3_dir)
     got = m3.encode(TEXTS[:3], return_sparse=True)
-    assert torch.equal(got["dense_vecs"], full.encode(TEXTS[:3])["dense_vecs"])
+    expected = full.encode(TEXTS[:3], return_sparse=True)
+    assert torch.equal(got["dense_vecs"], expected["dense_vecs"]) and got["lexical_weights"] == expected["lexical_weights"]
+    # dense alone: the last layer runs for the first tokens only (final_tokens="first"), the same up to rounding
+    assert (m3.encode(TEXTS[:3])["dense_vecs"] - got["dense_vecs"]).abs().max() <= 1e-6
     with pytest.raises(ValueError, match=r"dense-only: no colbert_linear\.pt.*return_colbert_vecs needs it"):
         m3.encode(TEXTS[:3], return_colbert_vecs=True)
     (directory / "sparse_linear.pt").unlink()
