@@ -25,6 +25,7 @@ from .mapped import release
 from . import families
 from .by_model_type import (alignscore_to_minialign, config_from_hf, config_to_hf, hf_to_minialign,
                             minialign_to_alignscore, minialign_to_hf, split_hf_backbone)
+from .flagembedding import M3_HEADS, read_m3_heads
 from .formats import Format
 from .pickles import load_pickle
 from .sbert import (crossencoder_activation, read_dense, read_include_prompt, read_modules, read_pooling,
@@ -35,6 +36,7 @@ __all__ = [
     "Directory",
     "Files",
     "Format",
+    "M3_HEADS",
     "MissingFileError",
     "alignscore_to_minialign",
     "as_files",
@@ -51,6 +53,7 @@ __all__ = [
     "read_dense",
     "read_include_prompt",
     "read_json",
+    "read_m3_heads",
     "read_modules",
     "read_pooling",
     "read_prompts",

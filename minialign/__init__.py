@@ -40,6 +40,7 @@ from minialign.runtime.engine import BatchEngine  # noqa: E402
 from minialign.products.alignscore import AlignScorer  # noqa: E402
 from minialign.products.classifier import Classifier  # noqa: E402
 from minialign.products.embeddings import SentenceEncoder  # noqa: E402
+from minialign.products.m3 import M3Encoder  # noqa: E402
 from minialign.products.losses import AlignLosses, alignscore_losses, classification_loss  # noqa: E402
 from minialign.products.minicheck import MiniCheckScorer  # noqa: E402
 from minialign.products.quantization import quantize_embeddings, truncate_embeddings  # noqa: E402
@@ -64,6 +65,7 @@ __all__ = [
     "Encoder",
     "EncoderOutput",
     "Exploration",
+    "M3Encoder",
     "MiniCheckScorer",
     "SentenceEncoder",
     "Tokenizer",

@@ -227,12 +227,13 @@ class Runner:
 
     @torch.inference_mode()
     def run(self, inputs: Sequence[Input], *, progress: bool = False, batch_size: int | None = None,
-            constants: dict[str, int] | None = None) -> Results:
+            constants: dict[str, int] | None = None, max_length: int | None = None) -> Results:
         """`forward` over the inputs through the engine: texts, (text, pair) tuples, or both (each kind
         runs on its own); rows and the tokens each input lost come back in input order. constants: what
-        every batch carries beside its tensors (BatchEngine.run)."""
+        every batch carries beside its tensors; max_length: this call's window, at most the runner's
+        (BatchEngine.run)."""
         label = self.progress_label if progress else False
-        options = {"progress": label, "batch_size": batch_size, "constants": constants}
+        options = {"progress": label, "batch_size": batch_size, "constants": constants, "max_length": max_length}
         pairs = [i for i, x in enumerate(inputs) if isinstance(x, tuple)]
         if not pairs or len(pairs) == len(inputs):
             return self.engine.run(inputs, self.forward, **options)
@@ -240,7 +241,15 @@ class Runner:
         parts = [(kind, self.engine.run([inputs[i] for i in kind], self.forward, **options))
                  for kind in (singles, pairs)]
         first = parts[0][1].values
-        values, truncated = first.new_empty((len(inputs), *first.shape[1:])), torch.empty(len(inputs), dtype=torch.long)
+        truncated = torch.empty(len(inputs), dtype=torch.long)
+        if isinstance(first, list):  # a ragged forward's entries (BatchEngine.run)
+            values = [None] * len(inputs)
+            for kind, results in parts:
+                for i, entry in zip(kind, results.values):
+                    values[i] = entry
+                truncated[kind] = results.truncated
+            return Results(values, truncated)
+        values = first.new_empty((len(inputs), *first.shape[1:]))
         for kind, results in parts:
             values[kind], truncated[kind] = results.values, results.truncated
         return Results(values, truncated)
@@ -264,22 +273,24 @@ class Runner:
 
     # -- truncation --
 
-    def tally(self, *, details: bool | None = None) -> Truncation:
+    def tally(self, *, details: bool | None = None, window: int | None = None) -> Truncation:
         """An empty running count of what this runner's window cuts (pass it as `tally=` to calls). details:
         whether its warning points to return_details (default: where the runner has them); False where the
-        reader cannot reach them (the command line, a file's rows)."""
-        return Truncation(self.max_length, what=self.truncation_unit, original=self.truncation_like,
+        reader cannot reach them (the command line, a file's rows). window: the calls' own (default: the runner's)."""
+        return Truncation(window or self.max_length, what=self.truncation_unit, original=self.truncation_like,
                           details=self.has_details if details is None else details and self.has_details)
 
-    def _count(self, truncated: Tensor, warn: bool | None, tally: Truncation | None) -> None:
-        """A call's truncation: added to `tally` if given; one warning if `warn` and anything was cut.
-        warn=None (every call's default): warn unless a tally is given, which reports for the calls."""
+    def _count(self, truncated: Tensor, warn: bool | None, tally: Truncation | None, *,
+               window: int | None = None) -> None:
+        """A call's truncation: added to `tally` if given; one warning if `warn` and anything was cut, naming
+        `window` (a call's own; default: the runner's). warn=None (every call's default): warn unless a tally
+        is given, which reports for the calls."""
         if tally is not None:
             tally.add(truncated)
         if warn is None:
             warn = tally is None
         if warn:
-            self.tally().add(truncated).warn(stacklevel=4)  # the caller of the runner's method
+            self.tally(window=window).add(truncated).warn(stacklevel=4)  # the caller of the runner's method
 
 
 class PairScorer(Runner):

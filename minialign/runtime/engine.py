@@ -8,7 +8,9 @@ once (Tokenizer.encode_ids: a long context shared by many pairs is read once); i
 most `max_tokens` tokens as run (packed: real tokens; padded: rows x longest); each batch is padded
 to its own longest sequence (rounded up to a multiple of `bucket`, for compiled models); `forward`
 gets the padded tensors on the device and returns one row of results per sequence; the rows come
-back in input order, with the number of tokens each input lost to the window. A sequence longer
+back in input order, with the number of tokens each input lost to the window. A forward whose results differ
+in shape from one sequence to the next (one vector per token) returns a list instead, one entry per sequence
+(a tensor, or a dict of named tensors), and gets a list back in input order (`ragged`). A sequence longer
 than the budget runs in a batch of its own. With workers > 1 the batches run in that many model
 processes (process_pool.py) and are merged the same way. The counts of what the window cut are
 reported by `Truncation` (one TruncationWarning per call, or per run of many calls).
@@ -26,7 +28,7 @@ from torch import Tensor
 
 from minialign.runtime.memory import release_free_memory
 from minialign.text.tokenizer import pad
-from minialign.runtime.process_pool import WorkerPool
+from minialign.runtime.process_pool import WorkerPool, ragged
 from minialign.runtime.threads import intra_op_threads, threads_now, usable_threads
 
 if TYPE_CHECKING:
@@ -37,7 +39,9 @@ CPU_BATCH_TOKENS = 2048  # default token budget on CPU, where smaller matmuls st
 
 @dataclass
 class Results:
-    values: Tensor  # (N, ...) what forward returned for each input, in input order (float32, CPU)
+    values: Tensor | list  # (N, ...) what forward returned for each input, in input order (float32, CPU); a
+    # ragged forward's: a list of N entries (tensor or dict of tensors; floating ones float32), identical inputs
+    # sharing one entry
     truncated: Tensor  # (N,) int64: tokens each input lost to the window
 
 
@@ -98,17 +102,18 @@ class BatchEngine:
             self._pool.close()
             self._pool = None
 
-    def run(self, inputs: Sequence[Hashable], forward: Callable[[dict[str, Tensor]], Tensor], *,
+    def run(self, inputs: Sequence[Hashable], forward: Callable[[dict[str, Tensor]], Tensor | list], *,
             progress: bool | str = False, batch_size: int | None = None,
-            constants: dict[str, int] | None = None) -> Results:
-        """forward(batch) -> (b, ...) results for the b sequences of the batch. Returns every input's
-        row, in input order, on the CPU. progress: a tqdm bar over batches (a string is its label).
-        batch_size: this run's most sequences per batch (default: the engine's). constants: values every
-        batch of this run carries beside its tensors, under their names (a per-call option forward reads,
-        such as the length of a prompt pooling leaves out); they travel to worker processes with it."""
+            constants: dict[str, int] | None = None, max_length: int | None = None) -> Results:
+        """forward(batch) -> (b, ...) results for the b sequences of the batch, or a list of b entries (a
+        ragged forward: the module docstring). Returns every input's row, in input order, on the CPU. progress:
+        a tqdm bar over batches (a string is its label). batch_size: this run's most sequences per batch
+        (default: the engine's). constants: values every batch of this run carries beside its tensors, under
+        their names (a per-call option forward reads, such as the length of a prompt pooling leaves out); they
+        travel to worker processes with it. max_length: this run's window, at most the engine's (default: it)."""
         unique: dict[Hashable, int] = {}
         where = torch.tensor([unique.setdefault(x, len(unique)) for x in inputs], dtype=torch.long)
-        encoded = self.tokenize(list(unique))
+        encoded = self.tokenize(list(unique), max_length=max_length)
         ids, types = encoded.ids, encoded.type_ids
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
         batches = self.batches(order, [len(t) for t in ids],
@@ -123,10 +128,16 @@ class BatchEngine:
         extra = constants or {}
         for index, out in self.execute(forward, ((i, {**self.collate(b, ids, types), **extra})
                                                  for i, b in enumerate(batches))):
-            out = out.float().cpu()
-            if results is None:
-                results = out.new_empty((len(ids), *out.shape[1:]))
-            results[batches[index]] = out
+            if isinstance(out, list):  # ragged: one entry per sequence
+                if results is None:
+                    results = [None] * len(ids)
+                for i, entry in zip(batches[index], out, strict=True):
+                    results[i] = ragged(entry)
+            else:
+                out = out.float().cpu()
+                if results is None:
+                    results = out.new_empty((len(ids), *out.shape[1:]))
+                results[batches[index]] = out
             if bar is not None:
                 bar.update()
         if bar is not None:
@@ -134,7 +145,8 @@ class BatchEngine:
         release_free_memory()  # the batches' freed tensors: a long-running process plateaus (memory.py)
         if results is None:
             return Results(torch.empty(0), torch.empty(0, dtype=torch.long))
-        return Results(results[where], torch.tensor(encoded.truncated, dtype=torch.long)[where])
+        values = [results[i] for i in where.tolist()] if isinstance(results, list) else results[where]
+        return Results(values, torch.tensor(encoded.truncated, dtype=torch.long)[where])
 
     def execute(self, forward, batches):
         """(index, forward(batch)) for each (index, batch): here, or in the worker processes."""
@@ -155,16 +167,21 @@ class BatchEngine:
                 out = forward(batch)
             yield index, out
 
-    def tokenize(self, inputs: list):
-        """Encoded ids of texts or (text, pair) tuples, under the tokenizer's truncation rule."""
+    def tokenize(self, inputs: list, *, max_length: int | None = None):
+        """Encoded ids of texts or (text, pair) tuples, under the tokenizer's truncation rule, cut to
+        max_length (at most the engine's window; default: it)."""
+        if max_length is None:
+            max_length = self.max_length
+        elif positive_int("max_length", max_length) > self.max_length:
+            raise ValueError(f"max_length {max_length} is over the model's {self.max_length}-token window")
         pairs = sum(isinstance(x, tuple) for x in inputs)
         if 0 < pairs < len(inputs):
             raise ValueError(f"inputs mix {pairs} (text, pair) tuples with {len(inputs) - pairs} single texts; "
                              f"run them separately")
         if pairs:
-            return self.tokenizer.encode_ids([a for a, _ in inputs], [b for _, b in inputs], max_length=self.max_length,
+            return self.tokenizer.encode_ids([a for a, _ in inputs], [b for _, b in inputs], max_length=max_length,
                                             truncation=self.truncation)
-        return self.tokenizer.encode_ids(inputs, max_length=self.max_length)
+        return self.tokenizer.encode_ids(inputs, max_length=max_length)
 
     def batches(self, order: list[int], lengths: list[int], batch_size: int) -> list[list[int]]:
         """Consecutive runs of `order` (longest first) within the count and the token budget."""

@@ -60,6 +60,14 @@ def _load(data: bytes) -> dict:
     return torch.load(io.BytesIO(data), weights_only=True)
 
 
+def ragged(entry):
+    """One sequence's entry of a ragged forward (runtime/engine.py: a tensor, or a dict of named tensors) on the
+    CPU, floating tensors as float32, integer ones (token ids) as they are."""
+    if isinstance(entry, dict):
+        return {name: ragged(value) for name, value in entry.items()}
+    return (entry.float() if entry.is_floating_point() else entry).cpu()
+
+
 def _worker_main(forward: Callable[[dict[str, Tensor]], Tensor], conn, threads: int) -> None:
     """Serve batches until the pipe to the parent closes or breaks: the parent closed the pool, or died
     (even by SIGKILL); then exit quietly, with nothing on stderr. Ctrl-C is the parent's to handle: it
@@ -73,7 +81,9 @@ def _worker_main(forward: Callable[[dict[str, Tensor]], Tensor], conn, threads: 
             return
         try:
             with torch.inference_mode():
-                reply = {"task": message["task"], "out": forward(message["batch"]).cpu()}
+                out = forward(message["batch"])  # a tensor, or a ragged forward's list (engine.py)
+                out = [ragged(x) for x in out] if isinstance(out, list) else out.cpu()
+                reply = {"task": message["task"], "out": out}
         except Exception:
             reply = {"task": message["task"], "error": traceback.format_exc()}
         try:

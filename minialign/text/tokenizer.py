@@ -57,6 +57,9 @@ NO_TOKEN_TYPES = frozenset({"RobertaTokenizer", "XLMRobertaTokenizer", "Camember
 WORDPIECE_CLASSES = {"MPNetTokenizer": {"bos_token": "<s>", "eos_token": "</s>", "cls_token": "<s>", "sep_token": "</s>",
                                         "unk_token": "[UNK]", "pad_token": "<pad>", "mask_token": "<mask>"}}
 
+# The special tokens' roles, as transformers names them (SpecialTokensMixin.SPECIAL_TOKENS_ATTRIBUTES).
+SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+
 # Every file a tokenizer may be read from (copied beside converted checkpoints, fetched from the hub).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "vocab.txt",
                    "special_tokens_map.json")
@@ -75,6 +78,9 @@ class Tokenizer:
         self.model_max_length = model_max_length
         self.return_token_type_ids = return_token_type_ids
         self._templates: dict[bool, tuple[tuple, ...]] = {}  # _template's, per pair / single
+        # role (SPECIAL_TOKEN_NAMES) -> token, as the tokenizer files name them (special_tokens_map.json,
+        # tokenizer_config.json: transformers' special_tokens_map); the pad token always
+        self.special_tokens: dict[str, str] = {"pad_token": pad_token}
 
     @classmethod
     def from_pretrained(cls, src: str | Path | Source, *, revision: str | None = None,
@@ -115,6 +121,8 @@ class Tokenizer:
         else:
             raise FileNotFoundError(f"{directory}: no tokenizer.json, vocab.json + merges.txt, or vocab.txt")
         tok = cls(backend, pad_token=pad, model_max_length=max_len)
+        tok.special_tokens.update({name: token for name in SPECIAL_TOKEN_NAMES
+                                   if name != "pad_token" and (token := _token_str(settings.get(name)))})
         names = settings.get("model_input_names")
         if isinstance(names, list):
             tok.return_token_type_ids = "token_type_ids" in names
@@ -231,6 +239,13 @@ class Tokenizer:
                 items.append(("ab"[sequence], kind))
         self._templates[pair] = tuple(items)
         return self._templates[pair]
+
+    @property
+    def start_token(self) -> str | None:
+        """The special token that opens a single text (BERT's [CLS], RoBERTa's <s>), read off the
+        post-processor; None when it adds none."""
+        first = self._template(False)[0]
+        return self.backend.id_to_token(first[1]) if first[0] == "special" else None
 
     @property
     def end_token(self) -> str | None:

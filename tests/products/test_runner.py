@@ -1,9 +1,10 @@
-"""The runner contract (products/runner.py) held by all four runners: the same from_pretrained keywords,
+"""The runner contract (products/runner.py) held by every runner: the same from_pretrained keywords,
 one forward the engine calls, truncation counted and reported the same way, which inputs exceed the
 window, a budget changed through a method."""
 
 import inspect
 import re
+import shutil
 import warnings
 
 import pytest
@@ -14,7 +15,7 @@ import minialign as ma
 from minialign.products.runner import LOAD_KEYWORDS, Runner
 from minialign.runtime.engine import TruncationWarning
 
-RUNNERS = (ma.AlignScorer, ma.MiniCheckScorer, ma.SentenceEncoder, ma.Classifier)
+RUNNERS = (ma.AlignScorer, ma.MiniCheckScorer, ma.SentenceEncoder, ma.Classifier, ma.M3Encoder)
 LONG = "word " * 700  # over every window here (512 tokens, MiniLM's 256)
 
 
@@ -24,10 +25,16 @@ def sources(tiny_alignscore, minicheck_dir, minilm_dir, tmp_path_factory):
     path, backbone, _ = tiny_alignscore
     reranker = tmp_path_factory.mktemp("runner") / "reranker"
     save_classifier(reranker, "bert", 1, minilm_dir)
+    m3 = tmp_path_factory.mktemp("runner") / "m3"  # MiniLM with random BGE-M3 heads (FlagEmbedding's files)
+    shutil.copytree(minilm_dir, m3)
+    torch.manual_seed(0)
+    torch.save(torch.nn.Linear(384, 1).state_dict(), m3 / "sparse_linear.pt")
+    torch.save(torch.nn.Linear(384, 384).state_dict(), m3 / "colbert_linear.pt")
     return {ma.AlignScorer: (path, {"backbone": str(backbone)}, backbone),
             ma.MiniCheckScorer: (minicheck_dir, {}, minicheck_dir),
             ma.SentenceEncoder: (minilm_dir, {}, minilm_dir),
-            ma.Classifier: (reranker, {}, reranker)}
+            ma.Classifier: (reranker, {}, reranker),
+            ma.M3Encoder: (m3, {}, minilm_dir)}
 
 
 def call(runner, texts, **options):
@@ -36,6 +43,8 @@ def call(runner, texts, **options):
         return runner.score(texts, ["A claim."] * len(texts), **options)
     if isinstance(runner, ma.SentenceEncoder):
         return runner.encode(texts, **options)
+    if isinstance(runner, ma.M3Encoder):  # every output, so every head runs
+        return runner.encode(texts, return_sparse=True, return_colbert_vecs=True, **options)["dense_vecs"]
     return runner.predict(texts, **options)
 
 

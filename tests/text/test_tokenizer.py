@@ -192,3 +192,18 @@ def test_a_sentencepiece_model_without_tokenizer_json_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"SentencePiece model \(spm.model\) without tokenizer.json.*"
                                                 r"save_pretrained"):
         ma.Tokenizer.from_dir(tmp_path)
+
+
+@pytest.mark.parametrize("fixture", ["minilm_dir", "bpe_dir"])
+def test_special_tokens_by_role_as_transformers_names_them(fixture, request):
+    """special_tokens: the roles the files name (transformers' special_tokens_map), the pad token always;
+    start_token / end_token: what the post-processor puts around one text."""
+    directory = request.getfixturevalue(fixture)
+    ours = ma.Tokenizer.from_pretrained(directory)
+    theirs = transformers.AutoTokenizer.from_pretrained(directory, **({"tokenizer_type": "roberta"}
+                                                                    if fixture == "bpe_dir" else {}))
+    assert ours.special_tokens["pad_token"] == ours.pad_token == theirs.pad_token
+    for role, token in ours.special_tokens.items():
+        assert token == str(getattr(theirs, role)), role
+    assert (ours.start_token, ours.end_token) == (theirs.cls_token, theirs.sep_token)
+    assert ma.Tokenizer(ours.backend, pad_token=ours.pad_token).special_tokens == {"pad_token": ours.pad_token}
