@@ -27,7 +27,8 @@ from .by_model_type import (alignscore_to_minialign, config_from_hf, config_to_h
                             minialign_to_alignscore, minialign_to_hf, split_hf_backbone)
 from .formats import Format
 from .pickles import load_pickle
-from .sbert import (crossencoder_activation, read_dense, read_include_prompt, read_modules, read_pooling,
+from .sbert import (MULTIVECTOR_MODULES, PUNCTUATION, crossencoder_activation, pylate_settings, read_dense,
+                    read_include_prompt, read_model_config, read_modules, read_multivector_mask, read_pooling,
                     read_prompts, read_sentence_config)
 
 __all__ = [
@@ -36,6 +37,8 @@ __all__ = [
     "Files",
     "Format",
     "MissingFileError",
+    "MULTIVECTOR_MODULES",
+    "PUNCTUATION",
     "alignscore_to_minialign",
     "as_files",
     "config_from_hf",
@@ -47,11 +50,14 @@ __all__ = [
     "load_pickle",
     "minialign_to_alignscore",
     "minialign_to_hf",
+    "pylate_settings",
     "read_alignscore_ckpt",
     "read_dense",
     "read_include_prompt",
     "read_json",
+    "read_model_config",
     "read_modules",
+    "read_multivector_mask",
     "read_pooling",
     "read_prompts",
     "read_sentence_config",

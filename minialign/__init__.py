@@ -42,6 +42,7 @@ from minialign.products.classifier import Classifier  # noqa: E402
 from minialign.products.embeddings import SentenceEncoder  # noqa: E402
 from minialign.products.losses import AlignLosses, alignscore_losses, classification_loss  # noqa: E402
 from minialign.products.minicheck import MiniCheckScorer  # noqa: E402
+from minialign.products.multivector import MultiVectorEncoder  # noqa: E402
 from minialign.apps.explore import Exploration, explore, with_score_function  # noqa: E402
 
 __version__ = "0.2.0"
@@ -64,6 +65,7 @@ __all__ = [
     "EncoderOutput",
     "Exploration",
     "MiniCheckScorer",
+    "MultiVectorEncoder",
     "SentenceEncoder",
     "Tokenizer",
     "ablate_heads",

@@ -227,12 +227,12 @@ class Runner:
 
     @torch.inference_mode()
     def run(self, inputs: Sequence[Input], *, progress: bool = False, batch_size: int | None = None,
-            constants: dict[str, int] | None = None) -> Results:
+            constants: dict[str, int] | None = None, max_length: int | None = None) -> Results:
         """`forward` over the inputs through the engine: texts, (text, pair) tuples, or both (each kind
         runs on its own); rows and the tokens each input lost come back in input order. constants: what
-        every batch carries beside its tensors (BatchEngine.run)."""
+        every batch carries beside its tensors; max_length: this call's window (BatchEngine.run)."""
         label = self.progress_label if progress else False
-        options = {"progress": label, "batch_size": batch_size, "constants": constants}
+        options = {"progress": label, "batch_size": batch_size, "constants": constants, "max_length": max_length}
         pairs = [i for i, x in enumerate(inputs) if isinstance(x, tuple)]
         if not pairs or len(pairs) == len(inputs):
             return self.engine.run(inputs, self.forward, **options)

@@ -7,8 +7,9 @@ What it does, once for any model: identical inputs are run once; each distinct t
 once (Tokenizer.encode_ids: a long context shared by many pairs is read once); inputs are sorted by length (longest first) and cut into batches of at most `batch_size` sequences and at
 most `max_tokens` tokens as run (packed: real tokens; padded: rows x longest); each batch is padded
 to its own longest sequence (rounded up to a multiple of `bucket`, for compiled models); `forward`
-gets the padded tensors on the device and returns one row of results per sequence; the rows come
-back in input order, with the number of tokens each input lost to the window. A sequence longer
+gets the padded tensors on the device and returns one row of results per sequence (a tensor, or a
+list of one tensor per sequence when their shapes differ: ragged rows, such as the token vectors of a
+multi-vector encoder); the rows come back in input order, with the number of tokens each input lost to the window. A sequence longer
 than the budget runs in a batch of its own. With workers > 1 the batches run in that many model
 processes (process_pool.py) and are merged the same way. The counts of what the window cut are
 reported by `Truncation` (one TruncationWarning per call, or per run of many calls).
@@ -37,7 +38,8 @@ CPU_BATCH_TOKENS = 2048  # default token budget on CPU, where smaller matmuls st
 
 @dataclass
 class Results:
-    values: Tensor  # (N, ...) what forward returned for each input, in input order (float32, CPU)
+    values: Tensor | list[Tensor]  # (N, ...) what forward returned for each input, in input order (float32, CPU);
+    # a list of N tensors where forward returned ragged rows (a list per batch)
     truncated: Tensor  # (N,) int64: tokens each input lost to the window
 
 
@@ -100,15 +102,16 @@ class BatchEngine:
 
     def run(self, inputs: Sequence[Hashable], forward: Callable[[dict[str, Tensor]], Tensor], *,
             progress: bool | str = False, batch_size: int | None = None,
-            constants: dict[str, int] | None = None) -> Results:
-        """forward(batch) -> (b, ...) results for the b sequences of the batch. Returns every input's
-        row, in input order, on the CPU. progress: a tqdm bar over batches (a string is its label).
+            constants: dict[str, int] | None = None, max_length: int | None = None) -> Results:
+        """forward(batch) -> (b, ...) results for the b sequences of the batch, or a list of b tensors
+        (ragged rows, shapes of their own). Returns every input's row, in input order, on the CPU. progress: a tqdm bar over batches (a string is its label).
         batch_size: this run's most sequences per batch (default: the engine's). constants: values every
         batch of this run carries beside its tensors, under their names (a per-call option forward reads,
-        such as the length of a prompt pooling leaves out); they travel to worker processes with it."""
+        such as the length of a prompt pooling leaves out); they travel to worker processes with it.
+        max_length: this run's window (default: the engine's), such as a multi-vector encoder's query length."""
         unique: dict[Hashable, int] = {}
         where = torch.tensor([unique.setdefault(x, len(unique)) for x in inputs], dtype=torch.long)
-        encoded = self.tokenize(list(unique))
+        encoded = self.tokenize(list(unique), max_length=max_length)
         ids, types = encoded.ids, encoded.type_ids
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
         batches = self.batches(order, [len(t) for t in ids],
@@ -123,10 +126,15 @@ class BatchEngine:
         extra = constants or {}
         for index, out in self.execute(forward, ((i, {**self.collate(b, ids, types), **extra})
                                                  for i, b in enumerate(batches))):
-            out = out.float().cpu()
-            if results is None:
-                results = out.new_empty((len(ids), *out.shape[1:]))
-            results[batches[index]] = out
+            if isinstance(out, list):  # ragged rows: one tensor per sequence
+                results = [None] * len(ids) if results is None else results
+                for i, row in zip(batches[index], out, strict=True):
+                    results[i] = row.float().cpu()
+            else:
+                out = out.float().cpu()
+                if results is None:
+                    results = out.new_empty((len(ids), *out.shape[1:]))
+                results[batches[index]] = out
             if bar is not None:
                 bar.update()
         if bar is not None:
@@ -134,7 +142,8 @@ class BatchEngine:
         release_free_memory()  # the batches' freed tensors: a long-running process plateaus (memory.py)
         if results is None:
             return Results(torch.empty(0), torch.empty(0, dtype=torch.long))
-        return Results(results[where], torch.tensor(encoded.truncated, dtype=torch.long)[where])
+        values = [results[i] for i in where.tolist()] if isinstance(results, list) else results[where]
+        return Results(values, torch.tensor(encoded.truncated, dtype=torch.long)[where])
 
     def execute(self, forward, batches):
         """(index, forward(batch)) for each (index, batch): here, or in the worker processes."""
@@ -155,16 +164,18 @@ class BatchEngine:
                 out = forward(batch)
             yield index, out
 
-    def tokenize(self, inputs: list):
-        """Encoded ids of texts or (text, pair) tuples, under the tokenizer's truncation rule."""
+    def tokenize(self, inputs: list, *, max_length: int | None = None):
+        """Encoded ids of texts or (text, pair) tuples, under the tokenizer's truncation rule, cut to
+        max_length (default: the engine's window)."""
+        max_length = max_length or self.max_length
         pairs = sum(isinstance(x, tuple) for x in inputs)
         if 0 < pairs < len(inputs):
             raise ValueError(f"inputs mix {pairs} (text, pair) tuples with {len(inputs) - pairs} single texts; "
                              f"run them separately")
         if pairs:
-            return self.tokenizer.encode_ids([a for a, _ in inputs], [b for _, b in inputs], max_length=self.max_length,
+            return self.tokenizer.encode_ids([a for a, _ in inputs], [b for _, b in inputs], max_length=max_length,
                                             truncation=self.truncation)
-        return self.tokenizer.encode_ids(inputs, max_length=self.max_length)
+        return self.tokenizer.encode_ids(inputs, max_length=max_length)
 
     def batches(self, order: list[int], lengths: list[int], batch_size: int) -> list[list[int]]:
         """Consecutive runs of `order` (longest first) within the count and the token budget."""

@@ -73,7 +73,8 @@ def _worker_main(forward: Callable[[dict[str, Tensor]], Tensor], conn, threads: 
             return
         try:
             with torch.inference_mode():
-                reply = {"task": message["task"], "out": forward(message["batch"]).cpu()}
+                out = forward(message["batch"])  # a tensor, or a list of one per sequence (ragged rows)
+                reply = {"task": message["task"], "out": [t.cpu() for t in out] if isinstance(out, list) else out.cpu()}
         except Exception:
             reply = {"task": message["task"], "error": traceback.format_exc()}
         try:

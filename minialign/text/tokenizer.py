@@ -57,6 +57,8 @@ NO_TOKEN_TYPES = frozenset({"RobertaTokenizer", "XLMRobertaTokenizer", "Camember
 WORDPIECE_CLASSES = {"MPNetTokenizer": {"bos_token": "<s>", "eos_token": "</s>", "cls_token": "<s>", "sep_token": "</s>",
                                         "unk_token": "[UNK]", "pad_token": "<pad>", "mask_token": "<mask>"}}
 
+SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+
 # Every file a tokenizer may be read from (copied beside converted checkpoints, fetched from the hub).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "vocab.txt",
                    "special_tokens_map.json")
@@ -75,6 +77,9 @@ class Tokenizer:
         self.model_max_length = model_max_length
         self.return_token_type_ids = return_token_type_ids
         self._templates: dict[bool, tuple[tuple, ...]] = {}  # _template's, per pair / single
+        # the named special tokens its files declare (tokenizer_config.json, special_tokens_map.json):
+        # "mask_token", "eos_token", ... -> the token; what transformers' tokenizer.mask_token is
+        self.special_tokens: dict[str, str] = {}
 
     @classmethod
     def from_pretrained(cls, src: str | Path | Source, *, revision: str | None = None,
@@ -115,6 +120,7 @@ class Tokenizer:
         else:
             raise FileNotFoundError(f"{directory}: no tokenizer.json, vocab.json + merges.txt, or vocab.txt")
         tok = cls(backend, pad_token=pad, model_max_length=max_len)
+        tok.special_tokens = {name: token for name in SPECIAL_TOKEN_NAMES if (token := _token_str(settings.get(name)))}
         names = settings.get("model_input_names")
         if isinstance(names, list):
             tok.return_token_type_ids = "token_type_ids" in names
