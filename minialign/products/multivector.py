@@ -439,6 +439,11 @@ def register_prefix_tokens(tokenizer: Tokenizer, prefixes: dict[str, str]) -> No
 
 # -- MaxSim ------------------------------------------------------------------------------------------
 
+def _count(embeddings: Sequence[Tensor] | Tensor) -> int:
+    """How many texts' vectors: a (tokens, dim) tensor is one text."""
+    return 1 if isinstance(embeddings, Tensor) and embeddings.dim() == 2 else len(embeddings)
+
+
 def _padded(embeddings: Sequence[Tensor] | Tensor) -> tuple[Tensor, Tensor]:
     """(N, T, dim) vectors and their (N, T) mask from a list of (tokens, dim) tensors, one (tokens, dim) tensor
     (one text), or a padded (N, T, dim) tensor whose all-zero rows are padding (util/similarity.py
@@ -466,10 +471,10 @@ def maxsim(queries: Sequence[Tensor] | Tensor, documents: Sequence[Tensor] | Ten
     any of d's (util/similarity.py maxsim, _maxsim_score_documents: padding never wins the max; the sum in
     float32); length_normalize divides by q's number of vectors (at least 1: meanmaxsim). A document with no
     vector scores EMPTY_DOCUMENT_SCORE. Documents are scored in chunks of about `chunk_elements` elements."""
+    n_docs = _count(documents)
+    if _count(queries) == 0 or n_docs == 0:  # nothing to score (padding refuses an empty list)
+        return torch.zeros(_count(queries), n_docs)
     a, a_mask = _padded(queries)
-    n_docs = len(documents) if not isinstance(documents, Tensor) else (1 if documents.dim() == 2 else len(documents))
-    if len(a) == 0 or n_docs == 0:
-        return torch.zeros(len(a), n_docs)
     budget = chunk_elements or CHUNK_ELEMENTS
     docs = [documents] if isinstance(documents, Tensor) and documents.dim() == 2 else documents
     columns, start = [], 0
@@ -502,12 +507,13 @@ def _maxsim_chunk(a: Tensor, a_mask: Tensor, b: Tensor, b_mask: Tensor) -> Tenso
 def maxsim_pairwise(queries: Sequence[Tensor] | Tensor, documents: Sequence[Tensor] | Tensor, *,
                     length_normalize: bool = False) -> Tensor:
     """(N,) float32: MaxSim of query i against document i (util/similarity.py maxsim_pairwise)."""
+    if _count(queries) != _count(documents):
+        raise ValueError(f"queries and documents must be as many to score as pairs, got {_count(queries)} and "
+                         f"{_count(documents)}")
+    if _count(queries) == 0:
+        return torch.zeros(0)
     a, a_mask = _padded(queries)
     b, b_mask = _padded(documents)
-    if len(a) != len(b):
-        raise ValueError(f"queries and documents must be as many to score as pairs, got {len(a)} and {len(b)}")
-    if len(a) == 0:
-        return torch.zeros(0)
     if b.size(1) == 0:
         return torch.full((len(a),), EMPTY_DOCUMENT_SCORE)
     scores = torch.einsum("bsh,bth->bst", a, b.to(a.device))
