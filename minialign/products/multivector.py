@@ -34,9 +34,12 @@ Directories it loads (MultiVectorEncoder._get_model_type, _parse_model_config, _
     query_length / do_query_expansion / attend_to_expansion_tokens become query_expansion
     (convert/sbert.py pylate_settings), a punctuation skiplist unless one is saved, and the mask and the
     normalisation that PyLate applied inline are added.
+  - Stanford-NLP ColBERT saves (config.json architectures ["HF_ColBERT"], no modules.json): the projection is
+    the linear.weight saved beside the encoder's weights, artifact.metadata gives the [unused0] / [unused1]
+    markers, query_maxlen (queries always expanded), doc_maxlen, attend_to_mask_tokens, mask_punctuation.
   A SentenceTransformer directory (pooled, one vector per text) or a plain transformers one is refused:
   sentence-transformers converts those by adding a randomly initialised projection (or re-pointing a
-  sentence-level Dense at tokens), which gives untrained vectors. Stanford-NLP ColBERT (HF_ColBERT) is not read.
+  sentence-level Dense at tokens), which gives untrained vectors.
 
 MaxSim (sentence_transformers/util/similarity.py, maxsim): score(q, d) = sum over q's vectors of the largest
 dot product with any of d's vectors; meanmaxsim divides by q's number of vectors. A document without any
@@ -135,8 +138,8 @@ class MultiVectorEncoder(Runner):
     @classmethod
     @load_keywords
     def from_pretrained(cls, src: str | Path, *, load: Loading) -> MultiVectorEncoder:
-        """A sentence-transformers MultiVectorEncoder directory, or a PyLate one (the module docstring). The
-        keywords every runner takes are products/runner.py's (Loading)."""
+        """A sentence-transformers MultiVectorEncoder directory, a PyLate one, or a Stanford-NLP ColBERT one (the
+        module docstring). The keywords every runner takes are products/runner.py's (Loading)."""
         source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)
         config = convert.read_model_config(source)
         model_type = config.get("model_type")
@@ -146,52 +149,33 @@ class MultiVectorEncoder(Runner):
                                                            "SentenceTransformer" else ""))
         modules = convert.read_modules(source, supported=(*convert.MULTIVECTOR_MODULES, "Pooling"))
         if modules is None:
-            raise CheckpointError(f"{source}: no modules.json, so no projection to token vectors (a plain transformers "
-                                  f"model; sentence-transformers would add a randomly initialised one, which needs "
-                                  f"training)")
-        if any(kind == "Pooling" for kind, _ in modules):
-            raise CheckpointError(f"{source}: a sentence-transformers model with a Pooling module gives one vector per "
-                                  f"text: load it with SentenceEncoder (sentence-transformers' MultiVectorEncoder would "
-                                  f"drop the pooling and score untrained token vectors)")
-        if not modules or modules[0][0] != "Transformer" or any(k == "Transformer" for k, _ in modules[1:]):
-            raise CheckpointError(f"{source}/modules.json: the first module, and only it, must be a Transformer")
-        legacy = convert.pylate_settings(config)
-        dense, mask, normalize, mask_config = [], False, False, {}
-        for kind, folder in modules[1:]:
-            if kind == "Dense":
-                dense.append(_read_dense(source, folder))
-            elif kind == "MultiVectorMask":
-                mask, mask_config = True, convert.read_multivector_mask(source, folder)
-            else:
-                normalize = True
-        if legacy["pylate_v3"]:  # _apply_legacy_fixups: PyLate <= 3 masked and normalised inline
-            words = legacy["skiplist_words"]
-            mask, normalize = True, True
-            mask_config = {"skiplist_words": convert.PUNCTUATION if words is None else words}
-        inner = source.subfolder(modules[0][1])
-        model = inner if inner.file("config.json", optional=True) else source
-        settings = {**legacy["transformer"], **convert.read_sentence_config(inner)}  # saved values win
-        prompts, default_prompt_name = convert.read_prompts(source)
-        prompts = {**prompts, **legacy["prompts"]}
-        ckpt = read_checkpoint(model)
+            hf_config = convert.read_json(source.file("config.json"))
+            if "HF_ColBERT" not in (hf_config.get("architectures") or []):
+                raise CheckpointError(f"{source}: no modules.json, so no projection to token vectors (a plain "
+                                      f"transformers model; sentence-transformers would add a randomly initialised "
+                                      f"one, which needs training)")
+            parts = _stanford(source)
+        else:
+            parts = _sentence_transformers(source, config, modules)
+        model = parts.pop("model")
+        ckpt = read_checkpoint(model, beside=("linear.weight",) if modules is None else ())
+        if modules is None:  # the projection Stanford-NLP saves beside the encoder's weights
+            parts["dense"] = [Dense(ckpt.beside["linear.weight"], None, "torch.nn.modules.linear.Identity")]
         encoder = build(Encoder, ckpt, **load.only("device", "dtype", "attn_backend"))
         tokenizer = load.tokenizer
         if not isinstance(tokenizer, Tokenizer):
             tokenizer = Tokenizer.from_pretrained(tokenizer or ckpt.tokenizer or model, revision=load.revision,
                                                   cache_dir=load.cache_dir)
+        settings, prefixes = parts.pop("settings"), parts.pop("prefixes")
         if settings.get("do_lower_case"):
             lowercase(tokenizer)
-        if legacy["prefixes"]:
-            register_prefix_tokens(tokenizer, legacy["prefixes"])
+        if prefixes:
+            register_prefix_tokens(tokenizer, prefixes)
         device = resolve_device(load.device)
-        dense = [d.to(device=device, dtype=next(encoder.parameters()).dtype) for d in dense]
-        saved_similarity = config.get("similarity_fn_name")
-        runner = cls(encoder, tokenizer, dense=dense, mask=mask, normalize=normalize, **mask_config,
-                     query_length=settings.get("query_length"), document_length=settings.get("document_length"),
-                     query_expansion=settings.get("query_expansion"), max_seq_length=settings.get("max_seq_length"),
-                     prompts=prompts, default_prompt_name=default_prompt_name,
-                     similarity_fn_name=saved_similarity if saved_similarity in SIMILARITIES else None,
-                     **load.engine())
+        parts["dense"] = [d.to(device=device, dtype=next(encoder.parameters()).dtype) for d in parts["dense"]]
+        runner = cls(encoder, tokenizer, **parts, query_length=settings.get("query_length"),
+                     document_length=settings.get("document_length"), query_expansion=settings.get("query_expansion"),
+                     max_seq_length=settings.get("max_seq_length"), **load.engine())
         runner.source = str(src)
         return runner
 
@@ -400,6 +384,58 @@ class MultiVectorEncoder(Runner):
         if length_normalize is None:
             length_normalize = self.similarity_fn_name == "meanmaxsim"
         return maxsim_pairwise(embeddings1, embeddings2, length_normalize=length_normalize)
+
+
+def _sentence_transformers(source, config: dict, modules: list[tuple[str, str]]) -> dict:
+    """What a sentence-transformers or PyLate directory says: the model's folder, the modules after it, the
+    Transformer's settings, the prompts, the legacy prefixes, the similarity."""
+    if any(kind == "Pooling" for kind, _ in modules):
+        raise CheckpointError(f"{source}: a sentence-transformers model with a Pooling module gives one vector per "
+                              f"text: load it with SentenceEncoder (sentence-transformers' MultiVectorEncoder would "
+                              f"drop the pooling and score untrained token vectors)")
+    if not modules or modules[0][0] != "Transformer" or any(k == "Transformer" for k, _ in modules[1:]):
+        raise CheckpointError(f"{source}/modules.json: the first module, and only it, must be a Transformer")
+    legacy = convert.pylate_settings(config)
+    dense, mask, normalize, mask_config = [], False, False, {}
+    for kind, folder in modules[1:]:
+        if kind == "Dense":
+            dense.append(_read_dense(source, folder))
+        elif kind == "MultiVectorMask":
+            mask, mask_config = True, convert.read_multivector_mask(source, folder)
+        else:
+            normalize = True
+    if legacy["pylate_v3"]:  # _apply_legacy_fixups: PyLate <= 3 masked and normalised inline
+        words = legacy["skiplist_words"]
+        mask, normalize = True, True
+        mask_config = {"skiplist_words": convert.PUNCTUATION if words is None else words}
+    inner = source.subfolder(modules[0][1])
+    prompts, default_prompt_name = convert.read_prompts(source)
+    similarity = config.get("similarity_fn_name")
+    return {"model": inner if inner.file("config.json", optional=True) else source, "dense": dense, "mask": mask,
+            "normalize": normalize, **mask_config, "prefixes": legacy["prefixes"],
+            "settings": {**legacy["transformer"], **convert.read_sentence_config(inner)},  # saved values win
+            "prompts": {**prompts, **legacy["prompts"]}, "default_prompt_name": default_prompt_name,
+            "similarity_fn_name": similarity if similarity in SIMILARITIES else None}
+
+
+def _stanford(source) -> dict:
+    """What a Stanford-NLP ColBERT directory says (config.json architectures ["HF_ColBERT"];
+    MultiVectorEncoder._maybe_load_stanford_metadata, _load_default_modules): artifact.metadata's markers
+    (query_token_id / doc_token_id, default [unused0] / [unused1]) as prompts with a space after, registered as
+    special tokens; queries always expanded, "fixed" to query_maxlen (32) and attended per attend_to_mask_tokens;
+    doc_maxlen as document_length; a punctuation skiplist unless mask_punctuation is false; the projection
+    (linear.weight beside the encoder's weights, no bias), the mask and the normalisation."""
+    path = source.file("artifact.metadata", optional=True)
+    metadata = convert.read_json(path) if path is not None else {}
+    prefixes = {"query": (metadata.get("query_token_id") or "[unused0]") + " ",
+                "document": (metadata.get("doc_token_id") or "[unused1]") + " "}
+    settings = {"query_expansion": {"strategy": "fixed", "attend": bool(metadata.get("attend_to_mask_tokens")),
+                                    "length": metadata.get("query_maxlen") or 32}}
+    if metadata.get("doc_maxlen") is not None:
+        settings["document_length"] = metadata["doc_maxlen"]
+    skiplist = convert.PUNCTUATION if metadata.get("mask_punctuation", True) else []
+    return {"model": source, "dense": [], "mask": True, "normalize": True, "skiplist_words": skiplist,
+            "prefixes": prefixes, "settings": settings, "prompts": dict(prefixes)}
 
 
 def _read_dense(source, folder: str) -> Dense:

@@ -1,7 +1,7 @@
 """MultiVectorEncoder against sentence-transformers 6.2's MultiVectorEncoder: tiny random BERT and ModernBERT models
 wrapped with its own modules (Transformer with query_length / document_length / query_expansion, a token-level
-Dense, MultiVectorMask with a punctuation skiplist, Normalize) and saved; a legacy PyLate directory written here
-as PyLate saved them; MaxSim scores; batch independence; bad input."""
+Dense, MultiVectorMask with a punctuation skiplist, Normalize) and saved; legacy PyLate and Stanford-NLP ColBERT
+directories written here as those libraries saved them; MaxSim scores; batch independence; bad input."""
 
 import json
 import shutil
@@ -163,6 +163,27 @@ def test_pylate_directory(tmp_path, tiny_family):
     assert ours.prompts["query"] == "[unused0]" and ours.mask and ours.normalize
     assert ours.tokenizer.backend.encode("[unused1]x", add_special_tokens=False).tokens[0] == "[unused1]"
     assert len(d[1]) == 3  # [CLS] [unused1] [SEP]
+
+
+@pytest.mark.parametrize("attend", [False, True])
+def test_stanford_colbert_directory(tmp_path, tiny_family, attend):
+    """A Stanford-NLP ColBERT save: config.json architectures ["HF_ColBERT"], the encoder's weights under "bert."
+    with the projection's linear.weight beside them, artifact.metadata with the markers and lengths."""
+    from safetensors.torch import load_file, save_file
+
+    base, _ = tiny_family.hf("bert")
+    directory = tmp_path / "stanford"
+    shutil.copytree(base, directory)
+    tensors = {f"bert.{name}": t for name, t in load_file(directory / "model.safetensors").items()}
+    save_file({**tensors, "linear.weight": torch.randn(16, 36)}, directory / "model.safetensors")
+    config = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**config, "architectures": ["HF_ColBERT"]}))
+    (directory / "artifact.metadata").write_text(json.dumps({
+        "query_token_id": "[unused0]", "doc_token_id": "[unused1]", "query_maxlen": 12, "doc_maxlen": 20,
+        "attend_to_mask_tokens": attend, "mask_punctuation": True}))
+    ours, _, q, d = compare(directory)
+    assert ours.query_expansion == {"strategy": "fixed", "attend": attend, "token": None, "length": 12}
+    assert {len(x) for x in q} == {12} and len(d[2]) == 3  # "!!! ... ???": [CLS] [unused1] [SEP]
 
 
 def test_empty_and_skipped_texts_and_empty_documents(tmp_path, tiny_family):
