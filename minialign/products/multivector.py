@@ -215,6 +215,17 @@ class MultiVectorEncoder(Runner):
                 "skiplist": self.skiplist_words, "normalize": normalize_embeddings,
                 "prompt": self.resolve_prompt(task, prompt_name=prompt_name, prompt=prompt) or None}
 
+    def over_window(self, inputs: Sequence[str], *, task: str | None = None, prompt_name: str | None = None,
+                    prompt: str | None = None) -> list[tuple[int, int]]:
+        """Runner.over_window for a call of this task and prompt options: its window, its prompt counted."""
+        prompt = self.resolve_prompt(task, prompt_name=prompt_name, prompt=prompt)
+        texts = [prompt + text for text in inputs] if prompt else list(inputs)
+        return super().over_window(texts, window=self.window(task))
+
+    def tally(self, *, details: bool | None = None, task: str | None = None) -> Truncation:
+        """Runner.tally, naming the window of `task`'s calls."""
+        return Truncation(self.window(task), what=self.truncation_unit, original=self.truncation_like, details=False)
+
     def resolve_prompt(self, task: str | None = None, *, prompt_name: str | None = None,
                        prompt: str | None = None) -> str | None:
         """The prompt text a call uses (BaseModel._resolve_prompt after encode_query / encode_document choose the
@@ -285,8 +296,7 @@ class MultiVectorEncoder(Runner):
         if tally is not None:
             tally.add(truncated)
         if warn_truncation or (warn_truncation is None and tally is None):
-            Truncation(window, what=self.truncation_unit, original=self.truncation_like,
-                       details=False).add(truncated).warn(stacklevel=4)  # the caller of encode*
+            self.tally(task=task).add(truncated).warn(stacklevel=4)  # the caller of encode*
         vectors = results.values
         return [F.normalize(v, p=2, dim=-1) for v in vectors] if normalize_embeddings else vectors
 

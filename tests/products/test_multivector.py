@@ -12,6 +12,7 @@ import torch
 
 import minialign as ma
 from minialign.products.multivector import EMPTY_DOCUMENT_SCORE, maxsim
+from minialign.runtime.engine import TruncationWarning
 
 QUERIES = ["what is the capital of france?", "", "...", "who built the tower",
            "a much longer query that the window of twelve tokens cuts somewhere in the middle of it", "hi"]
@@ -105,6 +106,23 @@ def test_a_text_alone_or_in_a_batch_gets_the_same_vectors(tmp_path, tiny_family,
         together = encode(texts, batch_size=4)
         for text, vectors in zip(texts, together):
             assert torch.equal(encode(text), vectors)
+
+
+def test_truncation_is_reported_with_the_window_of_the_task(tmp_path, tiny_family):
+    base, _ = tiny_family.hf("bert")
+    ours = ma.MultiVectorEncoder.from_pretrained(mve_dir(tmp_path, base, EXPANSIONS["fixed"]))
+    long = "word " * 30
+    assert ours.over_window(["short", long], task="query") == [(1, 34)]  # [CLS] query : 30 words [SEP], over 12
+    assert ours.over_window(["short", long], task="document") == [(1, 34)]  # over 20
+    assert ours.over_window(["short", "word " * 10], task="document") == []
+    with pytest.warns(TruncationWarning, match="1 of 2 text.*12-token window") as record:
+        ours.encode_query(["short", long])
+    assert record[0].filename == __file__  # the warning points at the call
+    with pytest.warns(TruncationWarning, match="1 of 2 text.*20-token window"):
+        ours.encode_document(["short", long])
+    tally = ours.tally(task="document")
+    ours.encode_document(["short", long], tally=tally)
+    assert (tally.cut, tally.inputs, tally.tokens) == (1, 2, 14)
 
 
 def test_workers_give_the_vectors_of_one_process(tmp_path, tiny_family):
