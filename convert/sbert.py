@@ -139,7 +139,8 @@ def read_multivector_mask(where: str | Path | Files, folder: str = "") -> dict[s
     keep_only_token_ids (default None)."""
     path = as_files(where).file(_inside(folder, "config.json"))
     config = read_json(path)
-    words, tasks, keep = config.get("skiplist_words") or [], config.get("skiplist_tasks"), config.get("keep_only_token_ids")
+    words, tasks = config.get("skiplist_words") or [], config.get("skiplist_tasks")
+    keep = config.get("keep_only_token_ids")
     tasks = ["document"] if tasks is None else [tasks] if isinstance(tasks, str) else tasks
     if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
         raise CheckpointError(f"{path}: skiplist_words must be a list of strings, got {words!r}")

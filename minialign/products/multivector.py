@@ -70,7 +70,7 @@ from minialign.text.validation import check_texts
 TASKS = (None, "query", "document")  # a batch carries its task as an index (the engine's constants are ints)
 SIMILARITIES = ("maxsim", "meanmaxsim")
 EMPTY_DOCUMENT_SCORE = -1e9  # util/similarity.py _EMPTY_DOCUMENT_SCORE: a document with no vector
-CHUNK_ELEMENTS = 100_000_000  # util/similarity.py _MAXSIM_CHUNK_ELEMENT_BUDGET: the padded documents + scores of one chunk
+CHUNK_ELEMENTS = 100_000_000  # util/similarity.py _MAXSIM_CHUNK_ELEMENT_BUDGET: one chunk's documents + scores
 
 
 def check_expansion(expansion: dict | None, *, query_length: int | None) -> dict | None:
@@ -124,7 +124,8 @@ class MultiVectorEncoder(Runner):
         self.query_expansion = check_expansion(query_expansion, query_length=query_length)
         self.prompts: dict[str, str] = {"query": "", "document": "", **(prompts or {})}
         if default_prompt_name is not None and default_prompt_name not in self.prompts:
-            raise ValueError(f"default prompt name {default_prompt_name!r} is not one of the prompts {list(self.prompts)}")
+            raise ValueError(f"default prompt name {default_prompt_name!r} is not one of the prompts "
+                             f"{list(self.prompts)}")
         self.default_prompt_name = default_prompt_name
         self.similarity_fn_name = similarity_fn_name or "maxsim"
         if self.similarity_fn_name not in SIMILARITIES:
@@ -160,6 +161,8 @@ class MultiVectorEncoder(Runner):
         model = parts.pop("model")
         ckpt = read_checkpoint(model, beside=("linear.weight",) if modules is None else ())
         if modules is None:  # the projection Stanford-NLP saves beside the encoder's weights
+            if "linear.weight" not in ckpt.beside:
+                raise CheckpointError(f"{ckpt.origin}: an HF_ColBERT checkpoint without its projection, linear.weight")
             parts["dense"] = [Dense(ckpt.beside["linear.weight"], None, "torch.nn.modules.linear.Identity")]
         encoder = build(Encoder, ckpt, **load.only("device", "dtype", "attn_backend"))
         tokenizer = load.tokenizer
@@ -211,7 +214,8 @@ class MultiVectorEncoder(Runner):
     def settings(self, *, task: str | None = None, prompt_name: str | None = None, prompt: str | None = None,
                  normalize_embeddings: bool = False) -> dict:
         """What a call with these options depends on, beside the weights (a resumed file run compares them)."""
-        return {**super().settings(), "task": task, "window": self.window(task), "query_expansion": self.query_expansion,
+        return {**super().settings(), "task": task, "window": self.window(task),
+                "query_expansion": self.query_expansion,
                 "skiplist": self.skiplist_words, "normalize": normalize_embeddings,
                 "prompt": self.resolve_prompt(task, prompt_name=prompt_name, prompt=prompt) or None}
 
@@ -501,7 +505,8 @@ def _padded(embeddings: Sequence[Tensor] | Tensor) -> tuple[Tensor, Tensor]:
             x = embeddings if embeddings.is_floating_point() else embeddings.float()
             return x, x.any(dim=-1)
         else:
-            raise ValueError(f"multi-vector embeddings must be (tokens, dim) or (N, tokens, dim), got {tuple(embeddings.shape)}")
+            raise ValueError(f"multi-vector embeddings must be (tokens, dim) or (N, tokens, dim), "
+                             f"got {tuple(embeddings.shape)}")
     items = list(embeddings)
     if not all(isinstance(t, Tensor) and t.dim() == 2 for t in items):
         raise ValueError("multi-vector embeddings must be a list of (tokens, dim) tensors")

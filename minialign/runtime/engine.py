@@ -9,10 +9,11 @@ most `max_tokens` tokens as run (packed: real tokens; padded: rows x longest); e
 to its own longest sequence (rounded up to a multiple of `bucket`, for compiled models); `forward`
 gets the padded tensors on the device and returns one row of results per sequence (a tensor, or a
 list of one tensor per sequence when their shapes differ: ragged rows, such as the token vectors of a
-multi-vector encoder); the rows come back in input order, with the number of tokens each input lost to the window. A sequence longer
-than the budget runs in a batch of its own. With workers > 1 the batches run in that many model
-processes (process_pool.py) and are merged the same way. The counts of what the window cut are
-reported by `Truncation` (one TruncationWarning per call, or per run of many calls).
+multi-vector encoder); the rows come back in input order, with the number of tokens each input lost to
+the window (`max_length`, or a run's own). A sequence longer than the budget runs in a batch of its own.
+With workers > 1 the batches run in that many model processes (process_pool.py) and are merged the same
+way. The counts of what the window cut are reported by `Truncation` (one TruncationWarning per call, or per
+run of many calls).
 """
 
 from __future__ import annotations
@@ -104,7 +105,8 @@ class BatchEngine:
             progress: bool | str = False, batch_size: int | None = None,
             constants: dict[str, int] | None = None, max_length: int | None = None) -> Results:
         """forward(batch) -> (b, ...) results for the b sequences of the batch, or a list of b tensors
-        (ragged rows, shapes of their own). Returns every input's row, in input order, on the CPU. progress: a tqdm bar over batches (a string is its label).
+        (ragged rows, shapes of their own). Returns every input's row, in input order, on the CPU (ragged
+        rows: a list). progress: a tqdm bar over batches (a string is its label).
         batch_size: this run's most sequences per batch (default: the engine's). constants: values every
         batch of this run carries beside its tensors, under their names (a per-call option forward reads,
         such as the length of a prompt pooling leaves out); they travel to worker processes with it.
@@ -142,7 +144,13 @@ class BatchEngine:
         release_free_memory()  # the batches' freed tensors: a long-running process plateaus (memory.py)
         if results is None:
             return Results(torch.empty(0), torch.empty(0, dtype=torch.long))
-        values = [results[i] for i in where.tolist()] if isinstance(results, list) else results[where]
+        if isinstance(results, list):  # an input repeated gets a copy of its rows, as indexing a tensor gives
+            values, seen = [], set()
+            for i in where.tolist():
+                values.append(results[i].clone() if i in seen else results[i])
+                seen.add(i)
+        else:
+            values = results[where]
         return Results(values, torch.tensor(encoded.truncated, dtype=torch.long)[where])
 
     def execute(self, forward, batches):
