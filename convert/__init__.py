@@ -28,7 +28,8 @@ from .by_model_type import (alignscore_to_minialign, config_from_hf, config_to_h
 from .flagembedding import M3_HEADS, read_m3_heads
 from .formats import Format
 from .pickles import load_pickle
-from .sbert import (crossencoder_activation, read_dense, read_include_prompt, read_modules, read_pooling,
+from .sbert import (MULTIVECTOR_MODULES, PUNCTUATION, crossencoder_activation, pylate_settings, read_dense,
+                    read_include_prompt, read_model_config, read_modules, read_multivector_mask, read_pooling,
                     read_prompts, read_sentence_config, read_truncate_dim)
 
 __all__ = [
@@ -38,6 +39,8 @@ __all__ = [
     "Format",
     "M3_HEADS",
     "MissingFileError",
+    "MULTIVECTOR_MODULES",
+    "PUNCTUATION",
     "alignscore_to_minialign",
     "as_files",
     "config_from_hf",
@@ -49,12 +52,15 @@ __all__ = [
     "load_pickle",
     "minialign_to_alignscore",
     "minialign_to_hf",
+    "pylate_settings",
     "read_alignscore_ckpt",
     "read_dense",
     "read_include_prompt",
     "read_json",
     "read_m3_heads",
+    "read_model_config",
     "read_modules",
+    "read_multivector_mask",
     "read_pooling",
     "read_prompts",
     "read_truncate_dim",

@@ -20,14 +20,17 @@ Files (sentence-transformers v2 to v6 write them; both the old and the new names
 
 from __future__ import annotations
 
+import string
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .errors import CheckpointError
 from .files import WEIGHT_FILES, Files, as_files, read_json, read_state_dict
 
-# sentence-transformers modules by their class name (the last part of the "type" path).
+# sentence-transformers modules by their class name (the last part of the "type" path): a SentenceTransformer's,
+# and a MultiVectorEncoder's (PyLate's pylate.models.Dense.Dense is read as a Dense, as sentence-transformers does).
 MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
+MULTIVECTOR_MODULES = ("Transformer", "Dense", "MultiVectorMask", "Normalize")
 # sentence_transformers Pooling: legacy boolean keys, in the order it concatenates them.
 _LEGACY_POOLING = {
     "pooling_mode_cls_token": "cls",
@@ -39,9 +42,10 @@ _LEGACY_POOLING = {
 }
 
 
-def read_modules(where: str | Path | Files) -> list[tuple[str, str]] | None:
+def read_modules(where: str | Path | Files, *, supported: tuple[str, ...] = MODULES) -> list[tuple[str, str]] | None:
     """(kind, folder) of each module of modules.json, in order, the folder relative to the model ("" for
-    the model itself); None when there is no modules.json (a plain transformers directory)."""
+    the model itself); None when there is no modules.json (a plain transformers directory). A module whose
+    kind is not in `supported` is a CheckpointError naming it."""
     files = as_files(where)
     path = files.file("modules.json", optional=True)
     if path is None:
@@ -50,9 +54,11 @@ def read_modules(where: str | Path | Files) -> list[tuple[str, str]] | None:
     modules = []
     for i, entry in enumerate(entries):
         kind = str(entry.get("type", "")).rsplit(".", 1)[-1] if isinstance(entry, dict) else ""
-        if kind not in MODULES:
+        if kind not in supported:
             raise CheckpointError(f"{path}: module {i} has type {entry.get('type') if isinstance(entry, dict) else entry!r}, "
-                                  f"which minialign does not run; supported: {', '.join(MODULES)}")
+                                  f"which minialign does not run here; supported: {', '.join(supported)}"
+                                  + (" (a multi-vector model: load it with MultiVectorEncoder)"
+                                     if kind == "MultiVectorMask" else ""))
         folder = str(entry.get("path", ""))
         if folder.startswith(("/", "~")) or "\\" in folder or ".." in PurePosixPath(folder).parts:
             raise CheckpointError(f"{path}: module {i} has path {folder!r}, which is not a folder of the model")
@@ -130,6 +136,66 @@ def read_dense(where: str | Path | Files, folder: str = "") -> dict[str, Any]:
         raise CheckpointError(f"{weights.parent}: linear.weight is {tuple(weight.shape)}, config says {expected}")
     return {"weight": weight, "bias": tensors.get("linear.bias"),
             "activation": config.get("activation_function", "torch.nn.modules.activation.Tanh")}
+
+
+def read_model_config(where: str | Path | Files) -> dict[str, Any]:
+    """config_sentence_transformers.json as written ({} when absent): model_type, prompts,
+    similarity_fn_name, and the top-level keys PyLate v3 saved (`pylate_settings`)."""
+    path = as_files(where).file("config_sentence_transformers.json", optional=True)
+    return read_json(path) if path is not None else {}
+
+
+def read_multivector_mask(where: str | Path | Files, folder: str = "") -> dict[str, Any]:
+    """A MultiVectorMask module's config (sentence_transformers/multi_vector_encoder/modules/multi_vector_mask.py):
+    skiplist_words (default none), skiplist_tasks (default ["document"]; a string is one task) and
+    keep_only_token_ids (default None)."""
+    path = as_files(where).file(_inside(folder, "config.json"))
+    config = read_json(path)
+    words, tasks = config.get("skiplist_words") or [], config.get("skiplist_tasks")
+    keep = config.get("keep_only_token_ids")
+    tasks = ["document"] if tasks is None else [tasks] if isinstance(tasks, str) else tasks
+    if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+        raise CheckpointError(f"{path}: skiplist_words must be a list of strings, got {words!r}")
+    if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
+        raise CheckpointError(f"{path}: skiplist_tasks must be a string or a list of strings, got {tasks!r}")
+    if keep is not None and (not isinstance(keep, list) or not all(isinstance(i, int) for i in keep)):
+        raise CheckpointError(f"{path}: keep_only_token_ids must be a list of token ids or null, got {keep!r}")
+    return {"skiplist_words": list(words), "skiplist_tasks": list(tasks), "keep_only_token_ids": keep}
+
+
+# PyLate and Stanford-NLP ColBERT marked punctuation as a skiplist by default (string.punctuation).
+PUNCTUATION = list(string.punctuation)
+
+
+def pylate_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """What a legacy PyLate save's config_sentence_transformers.json says, translated as sentence-transformers
+    v6 does (MultiVectorEncoder._parse_model_config): "prefixes" (query / document -> the [Q] / [D] text put
+    before the prompt, which is then registered as a special token), "prompts" (the saved prompts with the
+    prefix before each), "transformer" (query_length, document_length, query_expansion: the flat
+    do_query_expansion / attend_to_expansion_tokens / query_length become {"strategy": "fixed", "attend",
+    "length"}; a saved sentence_bert_config.json value wins over these), "skiplist_words" (None: not saved),
+    and "pylate_v3" (model_type "ColBERT": modules.json lists only Transformer and Dense, and the mask and
+    the normalisation are implied). Empty values for a native MultiVectorEncoder save."""
+    prompts = dict(config.get("prompts") or {})
+    prefixes = {}
+    for key, role in (("query_prefix", "query"), ("document_prefix", "document")):
+        if key in config:
+            prefix = config[key] or ""
+            prefixes[role] = prefix
+            prompts[role] = prefix + (prompts.get(role) or "").removeprefix(prefix)
+    knobs = {key: config[key] for key in ("query_length", "document_length", "query_expansion")
+             if key in config and (config[key] is not None or key == "query_expansion")}
+    markers = ("query_length", "document_length", "query_expansion", "do_query_expansion", "attend_to_expansion_tokens",
+               "attend_to_mask_tokens", "query_prefix", "document_prefix", "skiplist_words")
+    if "query_expansion" not in knobs and any(key in config for key in markers):
+        if config.get("do_query_expansion") is False:
+            knobs["query_expansion"] = None
+        else:
+            attend = config.get("attend_to_expansion_tokens", config.get("attend_to_mask_tokens"))
+            length = knobs.pop("query_length", None) or config.get("query_length") or 32
+            knobs["query_expansion"] = {"strategy": "fixed", "attend": bool(attend), "length": length}
+    return {"prefixes": prefixes, "prompts": prompts, "transformer": knobs,
+            "skiplist_words": config.get("skiplist_words"), "pylate_v3": config.get("model_type") == "ColBERT"}
 
 
 def read_sentence_config(where: str | Path | Files) -> dict[str, Any]:

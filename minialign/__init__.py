@@ -44,6 +44,7 @@ from minialign.products.m3 import M3Encoder  # noqa: E402
 from minialign.products.losses import AlignLosses, alignscore_losses, classification_loss  # noqa: E402
 from minialign.products.minicheck import MiniCheckScorer  # noqa: E402
 from minialign.products.quantization import quantize_embeddings, truncate_embeddings  # noqa: E402
+from minialign.products.multivector import MultiVectorEncoder  # noqa: E402
 from minialign.apps.explore import Exploration, explore, with_score_function  # noqa: E402
 
 __version__ = "0.2.0"
@@ -67,6 +68,7 @@ __all__ = [
     "Exploration",
     "M3Encoder",
     "MiniCheckScorer",
+    "MultiVectorEncoder",
     "SentenceEncoder",
     "Tokenizer",
     "ablate_heads",

@@ -41,6 +41,7 @@ class Checkpoint:
     dropped: list[str] = field(default_factory=list)  # source names dropped on purpose
     backbone_name: str | None = None  # for a .ckpt: the backbone its configuration came from
     layout: str = "minialign"  # the names the file itself uses: "minialign", "hf" (transformers), "alignscore"
+    beside: dict[str, Tensor] = field(default_factory=dict)  # read_checkpoint(beside=): another module's tensors
 
     def own_name(self, name: str) -> str:
         """A weight's name (AlignModel's) as the file names it, for messages in the user's words: transformers'
@@ -64,9 +65,11 @@ class Checkpoint:
 
 
 def read_checkpoint(src: str | Path | Source, *, backbone: str | Source | None = None, revision: str | None = None,
-                    cache_dir: str | Path | None = None) -> Checkpoint:
+                    cache_dir: str | Path | None = None, beside: tuple[str, ...] = ()) -> Checkpoint:
     """Read any supported source into a Checkpoint (no model is built). `src` is resolved once
-    (sources.resolve); a resolved Source is read as it is."""
+    (sources.resolve); a resolved Source is read as it is. beside: names of a transformers directory's tensors
+    that belong to another module saved in the same file (a Stanford-NLP ColBERT's linear.weight), taken out
+    before its names are mapped and kept under Checkpoint.beside."""
     source = resolve(src, revision=revision, cache_dir=cache_dir)
     if source.is_file:
         if source.path.suffix != ".ckpt":
@@ -74,7 +77,7 @@ def read_checkpoint(src: str | Path | Source, *, backbone: str | Source | None =
                                   f"the directory holding config.json")
         ckpt = _read_alignscore(source.path, backbone, revision, cache_dir)
     else:
-        ckpt = _read_model(source)
+        ckpt = _read_model(source, beside)
     _untie_if_needed(ckpt)
     return ckpt
 
@@ -86,7 +89,7 @@ def config_from_hf(data: dict, *, source: str) -> Config:
     return Config.from_hf(data, source=source)
 
 
-def _read_model(source: Source) -> Checkpoint:
+def _read_model(source: Source, beside: tuple[str, ...] = ()) -> Checkpoint:
     """A minialign directory, or a transformers one (+ the AlignScore heads export_hf writes beside it)."""
     config_path = source.file("config.json")
     data = convert.read_json(config_path)
@@ -99,14 +102,16 @@ def _read_model(source: Source) -> Checkpoint:
         return Checkpoint(Config.from_dict(data["config"]), convert.read_safetensors(weights), str(weights), source)
     config = config_from_hf(data, source=str(config_path))
     weights = convert.find_weights(source)
-    tensors, dropped = convert.hf_to_minialign(convert.read_state_dict(weights), config.format, source=str(weights))
+    state_dict = convert.read_state_dict(weights)
+    others = {name: state_dict.pop(name) for name in beside if name in state_dict}
+    tensors, dropped = convert.hf_to_minialign(state_dict, config.format, source=str(weights))
     heads = source.file(HEADS_FILE, optional=True)
     if heads is not None:
         more, more_dropped = convert.alignscore_to_minialign(convert.read_safetensors(heads), config.format,
                                                              source=str(heads))
         tensors.update(more)
         dropped += more_dropped
-    return Checkpoint(config, tensors, str(weights), source, dropped, layout="hf")
+    return Checkpoint(config, tensors, str(weights), source, dropped, layout="hf", beside=others)
 
 
 def _read_alignscore(path: Path, backbone: str | Source | None, revision: str | None,

@@ -168,6 +168,8 @@ class M3Encoder(Runner):
                                  f"{name} head; return_{'sparse' if name == 'sparse' else 'colbert_vecs'} needs it "
                                  f"(dense vectors do not)")
         window = self.max_length if max_length is None else max_length
+        if window > self.max_length:
+            raise ValueError(f"max_length {max_length} is over the model's {self.max_length}-token window")
         entries: list[dict[str, Tensor]] = []
         if texts:
             constants = {"sparse": int(return_sparse), "colbert": int(return_colbert_vecs)}

@@ -230,7 +230,7 @@ class Runner:
             constants: dict[str, int] | None = None, max_length: int | None = None) -> Results:
         """`forward` over the inputs through the engine: texts, (text, pair) tuples, or both (each kind
         runs on its own); rows and the tokens each input lost come back in input order. constants: what
-        every batch carries beside its tensors; max_length: this call's window, at most the runner's
+        every batch carries beside its tensors; max_length: this call's window, within the model's positions
         (BatchEngine.run)."""
         label = self.progress_label if progress else False
         options = {"progress": label, "batch_size": batch_size, "constants": constants, "max_length": max_length}
@@ -254,10 +254,10 @@ class Runner:
             values[kind], truncated[kind] = results.values, results.truncated
         return Results(values, truncated)
 
-    def over_window(self, inputs: Sequence[Input]) -> list[tuple[int, int]]:
-        """(index, tokens with the special ones) of each input longer than the window, which a call
-        would cut: a service refuses those when its client asks for no truncation."""
-        backend, window = self.tokenizer.backend, self.max_length
+    def over_window(self, inputs: Sequence[Input], *, window: int | None = None) -> list[tuple[int, int]]:
+        """(index, tokens with the special ones) of each input longer than the window (default: the runner's),
+        which a call would cut: a service refuses those when its client asks for no truncation."""
+        backend, window = self.tokenizer.backend, window or self.max_length
         specials = {pair: backend.num_special_tokens_to_add(pair) for pair in (False, True)}
         parts = [(x,) if isinstance(x, str) else x for x in inputs]
         # A token covers at least one byte of UTF-8, so inputs with few enough bytes cannot be too long:

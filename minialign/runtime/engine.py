@@ -40,9 +40,14 @@ CPU_BATCH_TOKENS = 2048  # default token budget on CPU, where smaller matmuls st
 @dataclass
 class Results:
     values: Tensor | list  # (N, ...) what forward returned for each input, in input order (float32, CPU); a
-    # ragged forward's: a list of N entries (tensor or dict of tensors; floating ones float32), identical inputs
-    # sharing one entry
+    # ragged forward's: a list of N entries (tensor or dict of tensors; floating ones float32), an input repeated
+    # getting a copy of its own
     truncated: Tensor  # (N,) int64: tokens each input lost to the window
+
+
+def _copy(entry):
+    """A ragged forward's entry (a tensor or a dict of tensors), copied."""
+    return {k: v.clone() for k, v in entry.items()} if isinstance(entry, dict) else entry.clone()
 
 
 def positive_int(name: str, value) -> int:
@@ -110,7 +115,7 @@ class BatchEngine:
         a tqdm bar over batches (a string is its label). batch_size: this run's most sequences per batch
         (default: the engine's). constants: values every batch of this run carries beside its tensors, under
         their names (a per-call option forward reads, such as the length of a prompt pooling leaves out); they
-        travel to worker processes with it. max_length: this run's window, at most the engine's (default: it)."""
+        travel to worker processes with it. max_length: this run's window (default: the engine's)."""
         unique: dict[Hashable, int] = {}
         where = torch.tensor([unique.setdefault(x, len(unique)) for x in inputs], dtype=torch.long)
         encoded = self.tokenize(list(unique), max_length=max_length)
@@ -145,7 +150,13 @@ class BatchEngine:
         release_free_memory()  # the batches' freed tensors: a long-running process plateaus (memory.py)
         if results is None:
             return Results(torch.empty(0), torch.empty(0, dtype=torch.long))
-        values = [results[i] for i in where.tolist()] if isinstance(results, list) else results[where]
+        if isinstance(results, list):  # an input repeated gets a copy of its entry, as indexing a tensor gives
+            values, seen = [], set()
+            for i in where.tolist():
+                values.append(_copy(results[i]) if i in seen else results[i])
+                seen.add(i)
+        else:
+            values = results[where]
         return Results(values, torch.tensor(encoded.truncated, dtype=torch.long)[where])
 
     def execute(self, forward, batches):
@@ -169,11 +180,10 @@ class BatchEngine:
 
     def tokenize(self, inputs: list, *, max_length: int | None = None):
         """Encoded ids of texts or (text, pair) tuples, under the tokenizer's truncation rule, cut to
-        max_length (at most the engine's window; default: it)."""
-        if max_length is None:
-            max_length = self.max_length
-        elif positive_int("max_length", max_length) > self.max_length:
-            raise ValueError(f"max_length {max_length} is over the model's {self.max_length}-token window")
+        max_length (default: the engine's window)."""
+        # a run's own window may pass the engine's (a multi-vector encoder's document_length): its runner keeps it
+        # within the model's positions
+        max_length = self.max_length if max_length is None else positive_int("max_length", max_length)
         pairs = sum(isinstance(x, tuple) for x in inputs)
         if 0 < pairs < len(inputs):
             raise ValueError(f"inputs mix {pairs} (text, pair) tuples with {len(inputs) - pairs} single texts; "

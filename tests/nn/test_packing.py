@@ -90,6 +90,23 @@ def test_engine_reports_tokens_cut_by_the_window(tokenizer):
     assert pair.truncated.tolist() == [(full - 2) + n_short + 4 - 16]  # <s> A </s></s> B </s>
 
 
+def test_engine_returns_ragged_rows_in_input_order_within_a_run_s_window(tokenizer):
+    """A forward returning one tensor per sequence (a multi-vector encoder's token vectors): a list in input order,
+    a repeated input its own copy; max_length= cuts this run only."""
+    engine = BatchEngine(tokenizer, batch_size=2, max_length=40)
+    texts = [" ".join(WORDS[:n]) for n in (3, 30, 9, 3, 60)]
+
+    def forward(batch):  # each sequence's real ids, as a column
+        return [ids[mask.bool()].float()[:, None] for ids, mask in zip(batch["input_ids"], batch["attention_mask"])]
+
+    for window in (None, 12):
+        results = engine.run(texts, forward, max_length=window)
+        expected = [e.ids for e in tokenizer.encode(texts, max_length=window or 40)]
+        assert [row[:, 0].tolist() for row in results.values] == expected
+        assert results.values[0] is not results.values[3] and torch.equal(results.values[0], results.values[3])
+    assert engine.max_length == 40
+
+
 def test_engine_rounds_lengths_to_the_bucket(tokenizer):
     engine = BatchEngine(tokenizer, batch_size=2, bucket=16, max_length=40)
     lengths = []
