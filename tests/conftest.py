@@ -28,6 +28,14 @@ WORDS = ("the a claim context tower paris built eiffel summary sentence model sc
          "police court president million percent police officials reported on monday tuesday").split()
 
 
+def pytest_configure(config):
+    """No test reads or writes the user's ~/.cache/minialign: the whole session (module and session fixtures, the
+    servers it starts) gets a cache of its own; each test then gets an empty one (_own_calibration_cache)."""
+    import tempfile
+
+    os.environ["MINIALIGN_CACHE_DIR"] = tempfile.mkdtemp(prefix="minialign-cache-session-")
+
+
 @pytest.fixture(autouse=True)
 def _own_calibration_cache(tmp_path_factory, monkeypatch):
     """Each test starts with an empty int8 calibration cache of its own (loading/calibration_cache.py), never the

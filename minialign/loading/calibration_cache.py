@@ -4,8 +4,10 @@ fp32 calibration pass (most of an int8 load: 3 of 5 s for all-MiniLM-L6-v2 on a 
 What is kept: each quantized layer's `int8_input_absmax` (nn/int8.py `calibrating`: the largest |X[:, k]| its
 input had over the built-in calibration text), in one safetensors file named by a digest of everything the
 statistics depend on: every weight and buffer of the model (its bytes, names, shapes and dtypes), the tokenizer
-(its JSON), the calibration texts, whether pairs are calibrated too, the window, and the quantization SCHEME. Any
-change to one of them is another file, so a stale file is never read. A read that fails (a missing, truncated or
+(its JSON), the calibration texts, whether pairs are calibrated too, the window, the quantization SCHEME, and what
+computes the fp32 pass (minialign's and torch's versions, the CPU kind and its fp32 kernel: nn/linear.py; another
+kernel gives the statistics other rounding). Any change to one of them is another file, so a stale file is never
+read. A read that fails (a missing, truncated or
 foreign file) calibrates as before; a write that fails (a read-only cache) is skipped: the cache can only save time.
 
 Where: $MINIALIGN_CACHE_DIR, else $XDG_CACHE_HOME/minialign, else ~/.cache/minialign; under it int8/<digest>.safetensors
@@ -24,7 +26,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from minialign.nn import int8
+from minialign.nn import int8, linear
 
 OFF = "none"
 
@@ -40,8 +42,12 @@ def directory() -> Path | None:
 
 def key(model: nn.Module, tokenizer_json: str, texts: Sequence[str], *, pairs: bool, window: int) -> str:
     """The digest naming a model's statistics (module docstring: what they depend on)."""
+    from minialign import __version__
+
     digest = hashlib.blake2b(digest_size=20)
     digest.update(f"{int8.SCHEME}|pairs={pairs}|window={window}|".encode())
+    digest.update(f"minialign={__version__}|torch={torch.__version__}|{linear.cpu_kind()}|"
+                  f"packed={linear.packs_fp32()}|".encode())
     for name, tensor in sorted({**dict(model.named_parameters()), **dict(model.named_buffers())}.items()):
         tensor = tensor.detach().cpu().contiguous()
         digest.update(f"{name}|{tuple(tensor.shape)}|{tensor.dtype}|".encode())
