@@ -33,7 +33,7 @@ from minialign.nn.capture import Capture, ablate_heads, ablate_mean, capture, pa
 from minialign.nn.config import PRESETS, Config  # noqa: E402
 from minialign.nn.score_functions import SCORE_FUNCTIONS  # noqa: E402
 from minialign.models import (AlignModel, AlignOutput, ClassifierModel, ClassifierOutput, Encoder,  # noqa: E402
-                              EncoderOutput)
+                              EncoderOutput, MaskedLMModel, MaskedLMOutput)
 from minialign.text.sentences import split_sentences  # noqa: E402
 from minialign.text.tokenizer import Tokenizer  # noqa: E402
 from minialign.runtime.engine import BatchEngine  # noqa: E402
@@ -63,6 +63,8 @@ __all__ = [
     "Encoder",
     "EncoderOutput",
     "Exploration",
+    "MaskedLMModel",
+    "MaskedLMOutput",
     "MiniCheckScorer",
     "SentenceEncoder",
     "Tokenizer",

@@ -68,6 +68,11 @@ class FamilyRow:
     def classes(self):
         return tuple(getattr(transformers, name) for name in (self.config, self.base, self.classifier))
 
+    @property
+    def masked_lm(self) -> str:
+        """Its *ForMaskedLM class (BertConfig -> BertForMaskedLM)."""
+        return self.config.removesuffix("Config") + "ForMaskedLM"
+
 
 FAMILIES = {row.model_type: row for row in [
     FamilyRow("bert", "BertConfig", "BertModel", "BertForSequenceClassification", "wordpiece",
@@ -265,16 +270,20 @@ def write_tokenizer(row: FamilyRow, directory: Path, *, wordpiece_dir: Path, bpe
 
 # -- models ----------------------------------------------------------------------------------------
 
-def hf_model(row: FamilyRow, vocab_size: int, *, num_labels: int | None = None, seed: int = 0):
-    """A tiny random transformers model of the family (bare, or *ForSequenceClassification with
-    `num_labels`), eager attention, non-zero biases and LayerNorm parameters."""
+def hf_model(row: FamilyRow, vocab_size: int, *, num_labels: int | None = None, seed: int = 0,
+             masked_lm: bool = False, **fields):
+    """A tiny random transformers model of the family (bare, *ForSequenceClassification with `num_labels`, or
+    *ForMaskedLM with masked_lm=True; `fields` change its config), eager attention, non-zero biases and
+    LayerNorm parameters."""
     config_cls, base_cls, classifier_cls = row.classes()
+    if masked_lm:
+        base_cls = getattr(transformers, row.masked_lm)
     if row.model_type == "distilbert":
         sizes = dict(max_position_embeddings=WINDOW + row.reserved)
     else:
         sizes = dict(SHARED, max_position_embeddings=WINDOW + row.reserved)
     extra = {} if num_labels is None else {"num_labels": num_labels}
-    config = config_cls(**{**sizes, **row.fields, **extra, "vocab_size": vocab_size})
+    config = config_cls(**{**sizes, **row.fields, **extra, **fields, "vocab_size": vocab_size})
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
     model = (base_cls if num_labels is None else classifier_cls)(config).eval()
@@ -306,6 +315,19 @@ class Builder:
         model = hf_model(row, vocab, num_labels=num_labels, seed=seed)
         model.save_pretrained(directory)
         return directory, model
+
+    def masked_lm(self, model_type: str, *, seed: int = 0, **fields) -> tuple[Path, torch.nn.Module]:
+        """(a transformers directory of *ForMaskedLM with its tokenizer, the model); `fields` change its config."""
+        def make():
+            row = FAMILIES[model_type]
+            tag = "-".join(f"{k}={v}" for k, v in sorted(fields.items()))
+            directory = self.root / f"{model_type}-mlm-{seed}{'-' + tag if tag else ''}"
+            vocab = write_tokenizer(row, directory, wordpiece_dir=self.wordpiece_dir, bpe_dir=self.bpe_dir)
+            model = hf_model(row, vocab, seed=seed, masked_lm=True, **fields)
+            model.save_pretrained(directory)
+            return directory, model
+
+        return self._once(("mlm", model_type, seed, tuple(sorted(fields.items()))), make)
 
     def hf(self, model_type: str, *, seed: int = 0) -> tuple[Path, torch.nn.Module]:
         """(a transformers directory of the bare model with its tokenizer, the model)."""

@@ -24,6 +24,11 @@ class Pretrained(nn.Module):
                          one is an error), and logs the rest as not used (another class's heads)
       initialisable      modules a checkpoint may lack (initialised, with one warning); declared on
                          any module, names relative to it
+      checkpoint_names(config)
+                         own module name -> the name its tensors have among a checkpoint's (both below
+                         checkpoint_prefix), for a module transformers shares between two heads (ModernBERT's
+                         masked-LM head reads the classifier's `head`); default none (the names are the same).
+                         As transformers' `_checkpoint_conversion_mapping`: read on loading, inverted on saving
     """
 
     checkpoint_prefix: ClassVar[str] = ""
@@ -32,6 +37,10 @@ class Pretrained(nn.Module):
     @classmethod
     def owns(cls, config: Any) -> tuple[str, ...]:
         raise NotImplementedError(f"{cls.__name__} declares no owned modules (Pretrained.owns)")
+
+    @classmethod
+    def checkpoint_names(cls, config: Any) -> dict[str, str]:
+        return {}
 
     @classmethod
     def from_pretrained(cls, src, **kwargs):
@@ -52,7 +61,8 @@ class Pretrained(nn.Module):
         writers = {"native": save_native, "hf": export_hf}
         if layout not in writers:
             raise ValueError(f"layout must be one of {tuple(writers)}, got {layout!r}")
-        tensors = {self.checkpoint_prefix + name: t.detach() for name, t in self.state_dict().items()}
+        tensors = {self.checkpoint_prefix + checkpoint_name(name, self.checkpoint_names(self.config)): t.detach()
+                   for name, t in self.state_dict().items()}
         return writers[layout](Checkpoint(self.config, tensors, origin=type(self).__name__), directory, dtype=dtype)
 
     @property
@@ -100,6 +110,23 @@ class Pretrained(nn.Module):
         if self.precision.kind == "mixed":
             raise one_at_a_time(self.precision, "int8 = True")
         self.precision = INT8
+
+
+def checkpoint_name(name: str, renames: dict[str, str]) -> str:
+    """A weight's own name -> its name among a checkpoint's, by a class's checkpoint_names (module prefixes)."""
+    return _rename(name, renames)
+
+
+def own_name(name: str, renames: dict[str, str]) -> str:
+    """The inverse: a checkpoint's name (below checkpoint_prefix) -> the class's own."""
+    return _rename(name, {theirs: own for own, theirs in renames.items()})
+
+
+def _rename(name: str, renames: dict[str, str]) -> str:
+    for old, new in renames.items():
+        if name == old or name.startswith(old + "."):
+            return new + name[len(old):]
+    return name
 
 
 def one_at_a_time(precision: Precision, request: str) -> ValueError:

@@ -16,6 +16,7 @@ from minialign import convert
 from minialign.convert import CheckpointError
 from minialign.loading.checkpoints import Checkpoint, read_checkpoint
 from minialign.loading.devices import DtypeChoice, parse_dtype, resolve_device, warn_if_emulated
+from minialign.loading.pretrained import checkpoint_name, own_name
 from minialign.nn.config import Config
 from minialign.nn.init import init_parameter
 
@@ -94,7 +95,9 @@ def build(cls: type[nn.Module], ckpt: Checkpoint, *, device: str | torch.device 
         model = cls(ckpt.config, attn_backend=attn_backend)
     missing = check_tensors(model, tensors, ckpt.origin, shown_prefix=cls.checkpoint_prefix)
     # named as the file names them (transformers' names for an HF directory), not as minialign does
-    untrained = sorted({ckpt.own_name(cls.checkpoint_prefix + k) for k in missing if k.startswith(require)})
+    renames = cls.checkpoint_names(ckpt.config) if hasattr(cls, "checkpoint_names") else {}
+    untrained = sorted({ckpt.own_name(cls.checkpoint_prefix + checkpoint_name(k, renames))
+                        for k in missing if k.startswith(require)})
     if untrained:
         raise CheckpointError(f"{ckpt.origin} has no trained {', '.join(untrained)}: it holds no such head, and "
                               f"one initialised at random would give scores that mean nothing. {advice}".rstrip())
@@ -109,16 +112,23 @@ def build(cls: type[nn.Module], ckpt: Checkpoint, *, device: str | torch.device 
 
 def own_tensors(cls: type[nn.Module], ckpt: Checkpoint) -> dict[str, Tensor]:
     """The checkpoint's tensors under the modules `cls` owns (`cls.owns(config)`, below its
-    `checkpoint_prefix`), renamed to the class's own names; the others are logged as not used."""
+    `checkpoint_prefix`, under the names its `checkpoint_names` gives them there), renamed to the class's
+    own names; the others are logged as not used."""
     prefix, owns = getattr(cls, "checkpoint_prefix", None), getattr(cls, "owns", None)
     if prefix is None or owns is None:
         raise TypeError(f"cannot load into {cls.__name__}: it declares no checkpoint_prefix / owns (Pretrained)")
-    owned = tuple(f"{prefix}{part}." for part in owns(ckpt.config))
-    read = {k: v for k, v in ckpt.tensors.items() if k.startswith(owned)}
-    unused = sorted(set(ckpt.tensors) - set(read))
+    renames = cls.checkpoint_names(ckpt.config) if hasattr(cls, "checkpoint_names") else {}
+    owned = tuple(f"{part}." for part in owns(ckpt.config))
+    read: dict[str, Tensor] = {}
+    unused = []
+    for name, tensor in ckpt.tensors.items():
+        if name.startswith(prefix) and (own := own_name(name[len(prefix):], renames)).startswith(owned):
+            read[own] = tensor
+        else:
+            unused.append(name)
     if unused:
-        log.info("%s: weights not used by %s: %s", ckpt.origin, cls.__name__, unused)
-    return {k[len(prefix):]: v for k, v in read.items()}
+        log.info("%s: weights not used by %s: %s", ckpt.origin, cls.__name__, sorted(unused))
+    return read
 
 
 def materialise(model: nn.Module, tensors: dict[str, Tensor], device: torch.device, dtype: torch.dtype) -> None:
