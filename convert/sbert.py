@@ -10,7 +10,11 @@ Files (sentence-transformers v2 to v6 write them; both the old and the new names
   <path>/config.json of a Dense       {"in_features", "out_features", "bias", "activation_function"},
                                       weights in <path>/model.safetensors or pytorch_model.bin
                                       under linear.weight / linear.bias
-  sentence_bert_config.json           {"max_seq_length", "do_lower_case"}
+  sentence_bert_config.json           {"max_seq_length", "do_lower_case"}; a SparseEncoder's Transformer
+                                      also {"transformer_task": "fill-mask"} (v5.4+; before: MLMTransformer)
+  <path>/config.json of a SpladePooling {"pooling_strategy": "max" | "sum", "activation_function": "relu" |
+                                      "log1p_relu", "embedding_dimension"} (sparse_encoder/modules/splade_pooling.py)
+  config_sentence_transformers.json   of a SparseEncoder: {"max_active_dims": int | null, "similarity_fn_name"}
   config_sentence_transformers.json   {"prompts": {name: prefix}, "default_prompt_name": name | null} (v2.4+);
                                       {"activation_fn": "torch.nn.modules.activation.Sigmoid", ...}
                                       (CrossEncoder, v6); before: config.json
@@ -27,7 +31,9 @@ from .errors import CheckpointError
 from .files import WEIGHT_FILES, Files, as_files, read_json, read_state_dict
 
 # sentence-transformers modules by their class name (the last part of the "type" path).
-MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
+MODULES = ("Transformer", "Pooling", "Dense", "Normalize", "MLMTransformer", "SpladePooling")
+SPLADE_POOLING = ("max", "sum")  # SpladePooling.SPLADE_POOLING_MODES
+SPLADE_ACTIVATIONS = ("relu", "log1p_relu")  # SpladePooling.SPLADE_ACTIVATION
 # sentence_transformers Pooling: legacy boolean keys, in the order it concatenates them.
 _LEGACY_POOLING = {
     "pooling_mode_cls_token": "cls",
@@ -118,6 +124,32 @@ def read_dense(where: str | Path | Files, folder: str = "") -> dict[str, Any]:
         raise CheckpointError(f"{weights.parent}: linear.weight is {tuple(weight.shape)}, config says {expected}")
     return {"weight": weight, "bias": tensors.get("linear.bias"),
             "activation": config.get("activation_function", "torch.nn.modules.activation.Tanh")}
+
+
+def read_splade_pooling(where: str | Path | Files, folder: str = "") -> dict[str, str]:
+    """A SpladePooling module: {"pooling_strategy", "activation_function"}, SpladePooling's defaults ("max",
+    "relu") where absent; a value it does not know is a CheckpointError naming it."""
+    path = as_files(where).file(_inside(folder, "config.json"))
+    config = read_json(path)
+    values = {"pooling_strategy": config.get("pooling_strategy", "max"),
+              "activation_function": config.get("activation_function", "relu")}
+    for key, allowed in (("pooling_strategy", SPLADE_POOLING), ("activation_function", SPLADE_ACTIVATIONS)):
+        if values[key] not in allowed:
+            raise CheckpointError(f"{path}: {key} {values[key]!r} is not one of {allowed}")
+    return values
+
+
+def read_sparse_config(where: str | Path | Files) -> dict[str, Any]:
+    """A SparseEncoder's config_sentence_transformers.json: max_active_dims (None: no limit; else a positive
+    int) and similarity_fn_name (None: unset), {} of each when absent."""
+    path = as_files(where).file("config_sentence_transformers.json", optional=True)
+    if path is None:
+        return {"max_active_dims": None, "similarity_fn_name": None}
+    config = read_json(path)
+    dims = config.get("max_active_dims")
+    if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims <= 0):
+        raise CheckpointError(f"{path}: max_active_dims must be a positive integer or null, got {dims!r}")
+    return {"max_active_dims": dims, "similarity_fn_name": config.get("similarity_fn_name")}
 
 
 def read_sentence_config(where: str | Path | Files) -> dict[str, Any]:

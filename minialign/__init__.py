@@ -10,7 +10,7 @@ holds them to it):
     models/    the model classes: Encoder and its families, AlignModel, ClassifierModel         -> nn, loading
     text/      tokenizer (+ pad), sentence splitting, input checks                             -> sources
     runtime/   the batching engine, the process pool, the service's request queue              -> text
-    products/  runners (AlignScore, MiniCheck, embeddings, classifiers) and losses             -> all of the above
+    products/  runners (AlignScore, MiniCheck, embeddings, sparse, classifiers) and losses             -> all of the above
     apps/      command line, HTTP service, Ray Data, file jobs, explore, parity                -> anything; nothing imports apps
     convert/   foreign names and formats (installed as minialign.convert)                      -> nothing of minialign
 """
@@ -42,6 +42,7 @@ from minialign.products.classifier import Classifier  # noqa: E402
 from minialign.products.embeddings import SentenceEncoder  # noqa: E402
 from minialign.products.losses import AlignLosses, alignscore_losses, classification_loss  # noqa: E402
 from minialign.products.minicheck import MiniCheckScorer  # noqa: E402
+from minialign.products.sparse import SparseEncoder  # noqa: E402
 from minialign.apps.explore import Exploration, explore, with_score_function  # noqa: E402
 
 __version__ = "0.2.0"
@@ -67,6 +68,7 @@ __all__ = [
     "MaskedLMOutput",
     "MiniCheckScorer",
     "SentenceEncoder",
+    "SparseEncoder",
     "Tokenizer",
     "ablate_heads",
     "ablate_mean",
