@@ -329,6 +329,30 @@ class Builder:
 
         return self._once(("mlm", model_type, seed, tuple(sorted(fields.items()))), make)
 
+    def sparse_encoder(self, model_type: str, *, pooling_strategy: str = "max", activation_function: str = "relu",
+                       max_active_dims: int | None = None, prompts: dict | None = None,
+                       module: str = "MLMTransformer") -> Path:
+        """A sentence-transformers SparseEncoder directory over `masked_lm(model_type)`: `module` (MLMTransformer,
+        or "Transformer" with transformer_task "fill-mask"), then SpladePooling; max_active_dims and prompts saved."""
+        key = ("sparse", model_type, pooling_strategy, activation_function, max_active_dims,
+               tuple(sorted((prompts or {}).items())), module)
+
+        def make():
+            from sentence_transformers import SparseEncoder
+            from sentence_transformers.sentence_transformer.modules import Transformer
+            from sentence_transformers.sparse_encoder.modules import MLMTransformer, SpladePooling
+
+            base, _ = self.masked_lm(model_type)
+            first = (MLMTransformer(str(base), max_seq_length=ST_WINDOW) if module == "MLMTransformer" else
+                     Transformer(str(base), transformer_task="fill-mask", max_seq_length=ST_WINDOW))
+            encoder = SparseEncoder(modules=[first, SpladePooling(pooling_strategy, activation_function)],
+                                    max_active_dims=max_active_dims, prompts=prompts, device="cpu")
+            directory = self.root / f"{model_type}-sparse-{len(self._built)}"
+            encoder.save(str(directory))
+            return directory
+
+        return self._once(key, make)
+
     def hf(self, model_type: str, *, seed: int = 0) -> tuple[Path, torch.nn.Module]:
         """(a transformers directory of the bare model with its tokenizer, the model)."""
         return self._once(("hf", model_type, seed), lambda: self._model_dir(model_type, None, seed))

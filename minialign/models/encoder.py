@@ -289,9 +289,21 @@ class MLMHead(nn.Module):
         return self.norm(self.dense(x))
 
     def decode(self, features: Tensor, word_embeddings: Tensor) -> Tensor:
-        """(..., W) -> (..., V) logits."""
+        """(..., W) -> (..., V) logits, on nn/linear.py's kernel for this CPU (as every Linear of the encoder: a
+        row's logits then do not depend on how many rows are multiplied with it, which F.linear's do for 1-3 rows)."""
         weight = word_embeddings if self.decoder is None else self.decoder.weight
-        return F.linear(features, weight, self.bias)
+        return self._kernel(weight)(features)
+
+    def _kernel(self, weight: Tensor) -> Linear:
+        """A Linear over the decoder's weight (the word embeddings', shared, when tied) and the head's bias, kept out
+        of the state dict and made again when either parameter is replaced (loading assigns new ones)."""
+        kernel = self.__dict__.get("_decoder_kernel")
+        if kernel is None or kernel.weight is not weight or kernel.bias is not self.bias:
+            kernel = Linear(weight.size(1), weight.size(0), bias=False, device="meta")
+            kernel.weight = weight if isinstance(weight, nn.Parameter) else nn.Parameter(weight, requires_grad=False)
+            kernel.bias = self.bias
+            self.__dict__["_decoder_kernel"] = kernel
+        return kernel
 
     def forward(self, x: Tensor, word_embeddings: Tensor) -> Tensor:
         return self.decode(self.features(x), word_embeddings)  # (B, L, V)

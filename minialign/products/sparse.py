@@ -119,10 +119,12 @@ class SparseEncoder(Runner):
 
     @classmethod
     @load_keywords
-    def from_pretrained(cls, src: str | Path, *, max_active_dims: int | None = None, load: Loading) -> SparseEncoder:
+    def from_pretrained(cls, src: str | Path, *, max_active_dims: int | None = None, chunk_tokens: int | None = None,
+                        load: Loading) -> SparseEncoder:
         """A sentence-transformers SparseEncoder directory (modules.json: MLMTransformer, or Transformer with
         transformer_task "fill-mask", then SpladePooling) or a plain transformers *ForMaskedLM one (max pooling,
-        relu). max_active_dims: every call's default (None: the model's). The keywords every runner takes are
+        relu). max_active_dims: every call's default (None: the model's); chunk_tokens: the most tokens whose logits
+        are made at once (the constructor's). The keywords every runner takes are
         products/runner.py's (Loading)."""
         source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)
         modules = convert.read_modules(source)
@@ -159,7 +161,8 @@ class SparseEncoder(Runner):
         encoder = cls(mlm, tokenizer, **splade_config,
                       max_active_dims=check_max_active_dims(max_active_dims) or sparse["max_active_dims"],
                       similarity_fn_name=similarity, max_seq_length=settings.get("max_seq_length"),
-                      prompts=prompts, default_prompt_name=default_prompt_name, **load.engine())
+                      prompts=prompts, default_prompt_name=default_prompt_name, chunk_tokens=chunk_tokens,
+                      **load.engine())
         encoder.source = str(src)
         return encoder
 
