@@ -57,6 +57,7 @@ class Pretrained(nn.Module):
         the directory."""
         from minialign.loading.checkpoints import Checkpoint
         from minialign.loading.export import export_hf, save_native
+        from minialign.loading.weights import checkpoint_name
 
         writers = {"native": save_native, "hf": export_hf}
         if layout not in writers:
@@ -110,23 +111,6 @@ class Pretrained(nn.Module):
         if self.precision.kind == "mixed":
             raise one_at_a_time(self.precision, "int8 = True")
         self.precision = INT8
-
-
-def checkpoint_name(name: str, renames: dict[str, str]) -> str:
-    """A weight's own name -> its name among a checkpoint's, by a class's checkpoint_names (module prefixes)."""
-    return _rename(name, renames)
-
-
-def own_name(name: str, renames: dict[str, str]) -> str:
-    """The inverse: a checkpoint's name (below checkpoint_prefix) -> the class's own."""
-    return _rename(name, {theirs: own for own, theirs in renames.items()})
-
-
-def _rename(name: str, renames: dict[str, str]) -> str:
-    for old, new in renames.items():
-        if name == old or name.startswith(old + "."):
-            return new + name[len(old):]
-    return name
 
 
 def one_at_a_time(precision: Precision, request: str) -> ValueError:

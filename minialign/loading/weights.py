@@ -16,11 +16,27 @@ from minialign import convert
 from minialign.convert import CheckpointError
 from minialign.loading.checkpoints import Checkpoint, read_checkpoint
 from minialign.loading.devices import DtypeChoice, parse_dtype, resolve_device, warn_if_emulated
-from minialign.loading.pretrained import checkpoint_name, own_name
 from minialign.nn.config import Config
 from minialign.nn.init import init_parameter
 
 log = logging.getLogger(__name__)
+
+
+def checkpoint_name(name: str, renames: dict[str, str]) -> str:
+    """A weight's own name -> its name among a checkpoint's, by a class's checkpoint_names (module prefixes)."""
+    return _rename(name, renames)
+
+
+def own_name(name: str, renames: dict[str, str]) -> str:
+    """The inverse: a checkpoint's name (below checkpoint_prefix) -> the class's own."""
+    return _rename(name, {theirs: own for own, theirs in renames.items()})
+
+
+def _rename(name: str, renames: dict[str, str]) -> str:
+    for old, new in renames.items():
+        if name == old or name.startswith(old + "."):
+            return new + name[len(old):]
+    return name
 
 
 def initialisable_prefixes(model: nn.Module) -> tuple[str, ...]:
