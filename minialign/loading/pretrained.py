@@ -33,6 +33,8 @@ class Pretrained(nn.Module):
 
     checkpoint_prefix: ClassVar[str] = ""
     initialisable: ClassVar[tuple[str, ...]] = ()
+    hf_layout: ClassVar[str] = "hf"  # how save_pretrained(layout="hf") writes it (loading.export): "hf", or
+    # "hf_masked_lm" (transformers' *ForMaskedLM)
 
     @classmethod
     def owns(cls, config: Any) -> tuple[str, ...]:
@@ -53,13 +55,14 @@ class Pretrained(nn.Module):
     def save_pretrained(self, directory, *, layout: str = "native", dtype: torch.dtype | None = None):
         """Write this model's weights and config to `directory`, which from_pretrained reads back: "native"
         (minialign's config.json + model.safetensors) or "hf" (transformers' layout, as `minialign convert
-        --to hf` writes it; loading.export). dtype: cast the floating weights (default: as they are). Returns
+        --to hf` writes it; a MaskedLMModel as transformers' *ForMaskedLM: loading.export). dtype: cast the floating weights (default: as they are). Returns
         the directory."""
         from minialign.loading.checkpoints import Checkpoint
-        from minialign.loading.export import export_hf, save_native
+        from minialign.loading.export import export_hf, export_hf_masked_lm, save_native
         from minialign.loading.weights import checkpoint_name
 
-        writers = {"native": save_native, "hf": export_hf}
+        hf = {"hf": export_hf, "hf_masked_lm": export_hf_masked_lm}[self.hf_layout]
+        writers = {"native": save_native, "hf": hf}
         if layout not in writers:
             raise ValueError(f"layout must be one of {tuple(writers)}, got {layout!r}")
         tensors = {self.checkpoint_prefix + checkpoint_name(name, self.checkpoint_names(self.config)): t.detach()

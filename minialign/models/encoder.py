@@ -20,7 +20,6 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from torch import Tensor
 
 from minialign.loading.pretrained import Pretrained
@@ -447,6 +446,7 @@ class MaskedLMModel(_OnEncoder, Pretrained):
 
     checkpoint_prefix = ""
     initialisable = ("mlm_head",)
+    hf_layout = "hf_masked_lm"  # save_pretrained(layout="hf"): transformers' *ForMaskedLM, AutoModelForMaskedLM's
 
     @classmethod
     def owns(cls, config: Config) -> tuple[str, ...]:

@@ -101,6 +101,26 @@ def test_saved_and_loaded_back(arch, tiny_family, tmp_path):
         assert torch.equal(back(ids, mask).logits, ours(ids, mask).logits)
 
 
+@pytest.mark.parametrize("arch", family_params(list(FAMILIES)))
+def test_saved_as_transformers_for_masked_lm(arch, tiny_family, tmp_path):
+    """save_pretrained(layout="hf") writes transformers' *ForMaskedLM: AutoModelForMaskedLM loads it with no missing or
+    unexpected weight and gives the original's logits; minialign reads it back the same."""
+    import transformers
+
+    directory, hf = tiny_family.masked_lm(arch)
+    ours = ma.MaskedLMModel.from_pretrained(directory)
+    out = ours.save_pretrained(tmp_path / "hf", layout="hf")
+    back, info = transformers.AutoModelForMaskedLM.from_pretrained(out, output_loading_info=True,
+                                                                   attn_implementation="eager")
+    assert type(back) is type(hf)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    ids, mask = _batch(ours.config, hf.config.vocab_size)
+    with torch.no_grad():
+        torch.testing.assert_close(back.eval()(ids, attention_mask=mask).logits[mask.bool()],
+                                   hf(ids, attention_mask=mask).logits[mask.bool()], **TOL)
+        assert torch.equal(ma.MaskedLMModel.from_pretrained(out)(ids, mask).logits, ours(ids, mask).logits)
+
+
 def test_a_declaration_is_checked():
     from minialign.models.heads import MaskedLM
 
