@@ -28,7 +28,8 @@ from .by_model_type import (alignscore_to_minialign, config_from_hf, config_to_h
 from .formats import Format
 from .pickles import load_pickle
 from .sbert import (crossencoder_activation, read_dense, read_include_prompt, read_modules, read_pooling,
-                    read_prompts, read_sentence_config, read_sparse_config, read_splade_pooling)
+                    read_prompts, read_router, read_sentence_config, read_sparse_config, read_splade_pooling,
+                    read_static_embedding)
 
 __all__ = [
     "CheckpointError",
@@ -54,9 +55,11 @@ __all__ = [
     "read_modules",
     "read_pooling",
     "read_prompts",
+    "read_router",
     "read_sentence_config",
     "read_sparse_config",
     "read_splade_pooling",
+    "read_static_embedding",
     "read_safetensors",
     "read_state_dict",
     "release",

@@ -353,6 +353,28 @@ class Builder:
 
         return self._once(key, make)
 
+    def sparse_router(self, model_type: str, *, max_active_dims: int | None = None) -> Path:
+        """An inference-free SparseEncoder directory (Router.for_query_document): the query route one
+        SparseStaticEmbedding with random weights (some 0), the document route Transformer(fill-mask) + SpladePooling."""
+        def make():
+            from sentence_transformers import SparseEncoder
+            from sentence_transformers.base.modules import Router
+            from sentence_transformers.sentence_transformer.modules import Transformer
+            from sentence_transformers.sparse_encoder.modules import SparseStaticEmbedding, SpladePooling
+            from transformers import AutoTokenizer
+
+            base, hf = self.masked_lm(model_type)
+            weight = torch.rand(hf.config.vocab_size, generator=torch.Generator().manual_seed(2)) * 3
+            weight[::3] = 0
+            static = SparseStaticEmbedding(tokenizer=AutoTokenizer.from_pretrained(str(base)), weight=weight)
+            document = [Transformer(str(base), transformer_task="fill-mask", max_seq_length=ST_WINDOW), SpladePooling()]
+            router = Router.for_query_document(query_modules=[static], document_modules=document)
+            directory = self.root / f"{model_type}-sparse-router-{max_active_dims}"
+            SparseEncoder(modules=[router], max_active_dims=max_active_dims, device="cpu").save(str(directory))
+            return directory
+
+        return self._once(("sparse-router", model_type, max_active_dims), make)
+
     def hf(self, model_type: str, *, seed: int = 0) -> tuple[Path, torch.nn.Module]:
         """(a transformers directory of the bare model with its tokenizer, the model)."""
         return self._once(("hf", model_type, seed), lambda: self._model_dir(model_type, None, seed))

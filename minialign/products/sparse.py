@@ -32,13 +32,18 @@ sequences' rows before the next: at most chunk_tokens x V floats of logits live 
 e.g. 274 tokens of a 30522-token vocabulary), beside the batch's (B, V) rows. A call keeps its dense rows for at
 most BLOCK_BYTES (256 MiB) of texts at a time, each block made sparse before the next (dense output: all of them).
 
-The unsupported modules (SparseStaticEmbedding behind a Router, the inference-free query side; SparseAutoEncoder)
-are refused by name when the directory is read (convert/sbert.py read_modules).
+Inference-free models (a Router with a "query" route of one SparseStaticEmbedding and a "document" route of the
+SPLADE modules: base/modules/router.py, Router.for_query_document): encode_query (task="query") looks each token
+of the text (special tokens not added, its tokenizer's model_max_length kept) up in the static weights, row[v] =
+weight[v] for every token v present (SparseStaticEmbedding.forward); encode_document, and encode without a task,
+take the router's default route (its "document" one). Other modules (SparseAutoEncoder, a Router with
+route_mappings or other routes) are refused by name when the directory is read (convert/sbert.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -81,6 +86,29 @@ def check_max_active_dims(value) -> int | None:
     return value
 
 
+@dataclass
+class StaticQuery:
+    """SparseStaticEmbedding (sparse_encoder/modules/sparse_static_embedding.py): each text's row holds weight[v] for
+    every token v of it (tokenized without special tokens, cut at max_length), 0 elsewhere."""
+
+    weight: Tensor  # (V,)
+    tokenizer: Tokenizer
+    max_length: int | None = None
+
+    def encode(self, texts: list[str]) -> tuple[Tensor, Tensor]:
+        """(N, V) rows and (N,) tokens each text lost to max_length."""
+        backend = self.tokenizer.backend
+        backend.no_truncation()
+        rows, lost = torch.zeros(len(texts), self.weight.numel()), torch.zeros(len(texts), dtype=torch.long)
+        for i, encoding in enumerate(backend.encode_batch(texts, add_special_tokens=False)):
+            ids = encoding.ids
+            if self.max_length is not None and len(ids) > self.max_length:
+                lost[i], ids = len(ids) - self.max_length, ids[:self.max_length]
+            if ids:
+                rows[i, ids] = self.weight[ids].float()
+        return rows, lost
+
+
 class SparseEncoder(Runner):
     truncation_unit, truncation_like = "text(s)", "sentence-transformers"
     progress_label = "sparse embedding"
@@ -89,12 +117,15 @@ class SparseEncoder(Runner):
                  activation_function: str = "relu", max_active_dims: int | None = None,
                  similarity_fn_name: str | None = None, max_seq_length: int | None = None,
                  prompts: dict[str, str] | None = None, default_prompt_name: str | None = None,
-                 chunk_tokens: int | None = None, batch_size: int = 32, max_tokens: int | None = None,
+                 chunk_tokens: int | None = None, query: StaticQuery | None = None, default_route: str = "document",
+                 batch_size: int = 32, max_tokens: int | None = None,
                  unpad: bool = True, workers: int = 1, compile: bool = False, threads: int | None = None):
         """pooling_strategy, activation_function: SpladePooling's; max_active_dims: the default of every call (None:
         no limit); similarity_fn_name: "dot" (None: dot) or "cosine"; prompts, default_prompt_name: as
         config_sentence_transformers.json saves them; chunk_tokens: the most tokens whose logits are made at once
-        (default: CHUNK_BYTES of them). The other options: Runner._start."""
+        (default: CHUNK_BYTES of them); query: an inference-free query side (encode's task="query", encode_query),
+        default_route: the route of a call without a task ("query" or "document"). The other options:
+        Runner._start."""
         if pooling_strategy not in convert.sbert.SPLADE_POOLING:
             raise ValueError(f"pooling_strategy must be one of {convert.sbert.SPLADE_POOLING}, got {pooling_strategy!r}")
         if activation_function not in convert.sbert.SPLADE_ACTIVATIONS:
@@ -114,6 +145,12 @@ class SparseEncoder(Runner):
         self.similarity_fn_name = similarity_fn_name or "dot"
         self.prompts = model_prompts(prompts, default_prompt_name)
         self.default_prompt_name, self.chunk_tokens = default_prompt_name, chunk_tokens
+        if query is not None and query.weight.numel() != vocab:
+            raise ValueError(f"the query side's static weights have {query.weight.numel()} entries, the model's "
+                             f"vocabulary {vocab}")
+        if default_route not in ("query", "document") or (default_route == "query" and query is None):
+            raise ValueError(f"default_route must be 'document', or 'query' with a query side; got {default_route!r}")
+        self.query, self.default_route = query, default_route
         self._start(model, tokenizer, max_length=max_seq_length, batch_size=batch_size, max_tokens=max_tokens,
                     unpad=unpad, compile=compile, workers=workers, threads=threads)
 
@@ -129,6 +166,9 @@ class SparseEncoder(Runner):
         source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)
         modules = convert.read_modules(source)
         splade_config, model, settings = {"pooling_strategy": "max", "activation_function": "relu"}, source, {}
+        query, default_route = None, "document"
+        if modules is not None and [kind for kind, _ in modules] == ["Router"]:
+            modules, query, default_route = cls._routes(source, modules[0][1], load)
         if modules is not None:
             kinds = [kind for kind, _ in modules]
             if kinds[1:] != ["SpladePooling"] or kinds[0] not in ("MLMTransformer", "Transformer"):
@@ -162,9 +202,30 @@ class SparseEncoder(Runner):
                       max_active_dims=check_max_active_dims(max_active_dims) or sparse["max_active_dims"],
                       similarity_fn_name=similarity, max_seq_length=settings.get("max_seq_length"),
                       prompts=prompts, default_prompt_name=default_prompt_name, chunk_tokens=chunk_tokens,
-                      **load.engine())
+                      query=query, default_route=default_route, **load.engine())
         encoder.source = str(src)
         return encoder
+
+    @staticmethod
+    def _routes(source, folder: str, load: Loading) -> tuple[list[tuple[str, str]], StaticQuery | None, str]:
+        """A Router's document modules, its query side (None where the query route is the document one) and its
+        default route, or a ValueError saying what minialign does not run."""
+        router = convert.read_router(source, folder)
+        routes, where = router["routes"], f"{source}/{folder + '/' if folder else ''}router_config.json"
+        if router["route_mappings"] or set(routes) - {"query", "document"} or "document" not in routes:
+            raise ValueError(f"{where}: minialign runs a Router of a 'query' and a 'document' route without "
+                             f"route_mappings (Router.for_query_document); this one has routes {list(routes)} and "
+                             f"route_mappings {router['route_mappings']}")
+        document, query = routes["document"], routes.get("query", routes["document"])
+        static = None
+        if query != document:
+            if [kind for kind, _ in query] != ["SparseStaticEmbedding"]:
+                raise ValueError(f"{where}: its query route {[kind for kind, _ in query]} is neither the document "
+                                 f"route nor one SparseStaticEmbedding")
+            inner = source.subfolder(query[0][1])
+            static = StaticQuery(tokenizer=Tokenizer.from_source(inner), **convert.read_static_embedding(source,
+                                                                                                     query[0][1]))
+        return document, static, router["default_route"] or "document"
 
     @property
     def max_seq_length(self) -> int:
@@ -192,17 +253,20 @@ class SparseEncoder(Runner):
     def encode(self, texts: Sequence[str] | str, *, prompt_name: str | None = None, prompt: str | None = None,
                batch_size: int | None = None, show_progress_bar: bool = False, convert_to_tensor: bool = True,
                convert_to_sparse_tensor: bool = True, save_to_cpu: bool = False, max_active_dims: int | None = None,
-               warn_truncation: bool | None = None, tally: Truncation | None = None) -> Tensor | list[Tensor]:
+               task: str | None = None, warn_truncation: bool | None = None,
+               tally: Truncation | None = None) -> Tensor | list[Tensor]:
         """Sparse embeddings (N, V), row i for texts[i], float32 on the CPU (save_to_cpu is accepted for
         sentence-transformers' callers: rows are on the CPU always): a torch sparse COO tensor, or dense with
         convert_to_sparse_tensor=False; a list of N rows with convert_to_tensor=False; one string gives one row
         (V,). prompt_name / prompt: as SentenceEncoder.encode. max_active_dims: keep each row's largest this many
-        values (None: the model's). An empty text is its special tokens alone, as sentence-transformers embeds it.
+        values (None: the model's). task: the route of an inference-free model ("query": its static weights,
+        "document"; None: its default route), ignored by other models as sentence-transformers does. An empty text is
+        its special tokens alone, as sentence-transformers embeds it.
         Text cut by the window is reported as by every runner (warn_truncation, tally: products/runner.py)."""
         options = dict(prompt_name=prompt_name, prompt=prompt, batch_size=batch_size,
                        show_progress_bar=show_progress_bar, convert_to_tensor=convert_to_tensor,
                        convert_to_sparse_tensor=convert_to_sparse_tensor, max_active_dims=max_active_dims,
-                       warn_truncation=warn_truncation, tally=tally)
+                       task=task, warn_truncation=warn_truncation, tally=tally)
         if isinstance(texts, str):
             return self.encode([texts], **options)[0]
         k = check_max_active_dims(max_active_dims) or self.max_active_dims
@@ -210,13 +274,21 @@ class SparseEncoder(Runner):
         texts = check_texts("texts", texts)
         if prompt:  # sentence-transformers: `if prompt`, so "" is no prompt
             texts = [prompt + text for text in texts]
+        if task not in (None, "query", "document") and self.query is not None:
+            raise ValueError(f"task must be 'query', 'document' or None (the default route), got {task!r}")
+        static = self.query is not None and (task or self.default_route) == "query"
         block = max(1, BLOCK_BYTES // (4 * self.dimension)) if convert_to_sparse_tensor else max(1, len(texts))
         parts, truncated = [], []
         for start in range(0, len(texts), block):
-            results = self.run(texts[start:start + block], progress=show_progress_bar, batch_size=batch_size,
-                               constants={"max_active_dims": k or 0})
-            parts.append(results.values.to_sparse() if convert_to_sparse_tensor else results.values)
-            truncated.append(results.truncated)
+            if static:
+                values, lost = self.query.encode(texts[start:start + block])
+                values = max_active(values, k)
+            else:
+                results = self.run(texts[start:start + block], progress=show_progress_bar, batch_size=batch_size,
+                                   constants={"max_active_dims": k or 0})
+                values, lost = results.values, results.truncated
+            parts.append(values.to_sparse() if convert_to_sparse_tensor else values)
+            truncated.append(lost)
         self._count(torch.cat(truncated) if truncated else torch.empty(0, dtype=torch.long), warn_truncation, tally)
         if not parts:
             empty = torch.empty(0, self.dimension)
@@ -227,19 +299,20 @@ class SparseEncoder(Runner):
 
     def encode_query(self, texts: Sequence[str] | str, *, prompt_name: str | None = None, prompt: str | None = None,
                      **options) -> Tensor | list[Tensor]:
-        """encode with the "query" prompt when neither prompt_name nor prompt is given (SparseEncoder.encode_query:
-        "" by default, which also keeps the default prompt out)."""
+        """encode on the "query" route (an inference-free model's static weights), with the "query" prompt when neither
+        prompt_name nor prompt is given (SparseEncoder.encode_query: "" by default, which also keeps the default
+        prompt out)."""
         if prompt_name is None and prompt is None and "query" in self.prompts:
             prompt_name = "query"
-        return self.encode(texts, prompt_name=prompt_name, prompt=prompt, **options)
+        return self.encode(texts, prompt_name=prompt_name, prompt=prompt, task="query", **options)
 
     def encode_document(self, texts: Sequence[str] | str, *, prompt_name: str | None = None,
                         prompt: str | None = None, **options) -> Tensor | list[Tensor]:
-        """encode with the first of the "document", "passage", "corpus" prompts the model has when neither
-        prompt_name nor prompt is given (SparseEncoder.encode_document)."""
+        """encode on the "document" route, with the first of the "document", "passage", "corpus" prompts the model
+        has when neither prompt_name nor prompt is given (SparseEncoder.encode_document)."""
         if prompt_name is None and prompt is None:
             prompt_name = next((name for name in DOCUMENT_PROMPTS if name in self.prompts), None)
-        return self.encode(texts, prompt_name=prompt_name, prompt=prompt, **options)
+        return self.encode(texts, prompt_name=prompt_name, prompt=prompt, task="document", **options)
 
     def over_window(self, inputs: Sequence[str], *, prompt_name: str | None = None,
                     prompt: str | None = None) -> list[tuple[int, int]]:

@@ -105,6 +105,25 @@ def test_a_text_alone_or_in_a_batch_is_the_same(pooling, tiny_family):
             assert torch.equal(alone[0], batch[i]), (chunk_tokens, i)
 
 
+@pytest.mark.parametrize("dims", [None, 4])
+def test_inference_free_query_side(dims, tiny_family):
+    """A Router of a SparseStaticEmbedding query side and a SPLADE document side: encode_query looks the tokens up in
+    the static weights, encode_document and encode (the default route) run the model, as sentence-transformers."""
+    from sentence_transformers import SparseEncoder
+
+    directory = tiny_family.sparse_router("bert", max_active_dims=dims)
+    ref, ours = SparseEncoder(str(directory), device="cpu"), ma.SparseEncoder.from_pretrained(directory)
+    assert ours.query is not None and ours.default_route == "document"
+    for method in ("encode_query", "encode_document", "encode"):
+        expected = getattr(ref, method)(TEXTS).to_dense()
+        got = getattr(ours, method)(TEXTS, warn_truncation=False).to_dense()
+        torch.testing.assert_close(got, expected, **TOL)
+        assert torch.equal(got != 0, expected != 0), method
+    assert torch.equal(ours.encode(TEXTS[:2], task="query").to_dense(), ours.encode_query(TEXTS[:2]).to_dense())
+    with pytest.raises(ValueError, match="task must be"):
+        ours.encode(TEXTS[:1], task="passage")
+
+
 def test_bad_input_is_named(tiny_family, tmp_path):
     ref, directory = _pair(tiny_family, "bert")
     ours = ma.SparseEncoder.from_pretrained(directory)
@@ -126,6 +145,15 @@ def test_bad_input_is_named(tiny_family, tmp_path):
         ma.SparseEncoder.from_pretrained(dense_dir)
     with pytest.raises(ValueError, match="load it with minialign.SparseEncoder"):
         ma.SentenceEncoder.from_pretrained(directory)
+    import json
+    import shutil
+
+    routed = shutil.copytree(tiny_family.sparse_router("bert"), tmp_path / "routed")
+    config = json.loads((routed / "router_config.json").read_text())
+    config["parameters"]["route_mappings"] = {"image": "query"}
+    (routed / "router_config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="route_mappings"):
+        ma.SparseEncoder.from_pretrained(routed)
     bare, _ = tiny_family.hf("bert")  # a BertModel: no masked-LM head to pool
     with pytest.raises(CheckpointError, match="no trained cls.predictions"):
         ma.SparseEncoder.from_pretrained(bare)
