@@ -168,7 +168,7 @@ class SparseEncoder(Runner):
         splade_config, model, settings = {"pooling_strategy": "max", "activation_function": "relu"}, source, {}
         query, default_route = None, "document"
         if modules is not None and [kind for kind, _ in modules] == ["Router"]:
-            modules, query, default_route = cls._routes(source, modules[0][1], load)
+            modules, query, default_route = cls._routes(source, modules[0][1])
         if modules is not None:
             kinds = [kind for kind, _ in modules]
             if kinds[1:] != ["SpladePooling"] or kinds[0] not in ("MLMTransformer", "Transformer"):
@@ -207,7 +207,7 @@ class SparseEncoder(Runner):
         return encoder
 
     @staticmethod
-    def _routes(source, folder: str, load: Loading) -> tuple[list[tuple[str, str]], StaticQuery | None, str]:
+    def _routes(source, folder: str) -> tuple[list[tuple[str, str]], StaticQuery | None, str]:
         """A Router's document modules, its query side (None where the query route is the document one) and its
         default route, or a ValueError saying what minialign does not run."""
         router = convert.read_router(source, folder)
