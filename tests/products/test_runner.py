@@ -1,4 +1,4 @@
-"""The runner contract (products/runner.py) held by all four runners: the same from_pretrained keywords,
+"""The runner contract (products/runner.py) held by every runner: the same from_pretrained keywords,
 one forward the engine calls, truncation counted and reported the same way, which inputs exceed the
 window, a budget changed through a method."""
 
@@ -14,12 +14,12 @@ import minialign as ma
 from minialign.products.runner import LOAD_KEYWORDS, Runner
 from minialign.runtime.engine import TruncationWarning
 
-RUNNERS = (ma.AlignScorer, ma.MiniCheckScorer, ma.SentenceEncoder, ma.Classifier)
+RUNNERS = (ma.AlignScorer, ma.MiniCheckScorer, ma.SentenceEncoder, ma.Classifier, ma.SparseEncoder)
 LONG = "word " * 700  # over every window here (512 tokens, MiniLM's 256)
 
 
 @pytest.fixture(scope="module")
-def sources(tiny_alignscore, minicheck_dir, minilm_dir, tmp_path_factory):
+def sources(tiny_alignscore, minicheck_dir, minilm_dir, tmp_path_factory, tiny_family):
     """Per runner: (src, its own keywords, its tokenizer's directory)."""
     path, backbone, _ = tiny_alignscore
     reranker = tmp_path_factory.mktemp("runner") / "reranker"
@@ -27,14 +27,15 @@ def sources(tiny_alignscore, minicheck_dir, minilm_dir, tmp_path_factory):
     return {ma.AlignScorer: (path, {"backbone": str(backbone)}, backbone),
             ma.MiniCheckScorer: (minicheck_dir, {}, minicheck_dir),
             ma.SentenceEncoder: (minilm_dir, {}, minilm_dir),
-            ma.Classifier: (reranker, {}, reranker)}
+            ma.Classifier: (reranker, {}, reranker),
+            ma.SparseEncoder: (tiny_family.sparse_encoder("bert"), {}, tiny_family.masked_lm("bert")[0])}
 
 
 def call(runner, texts, **options):
     """The runner's own call on texts (the scorers pair each with a short claim)."""
     if isinstance(runner, (ma.AlignScorer, ma.MiniCheckScorer)):
         return runner.score(texts, ["A claim."] * len(texts), **options)
-    if isinstance(runner, ma.SentenceEncoder):
+    if isinstance(runner, (ma.SentenceEncoder, ma.SparseEncoder)):
         return runner.encode(texts, **options)
     return runner.predict(texts, **options)
 
