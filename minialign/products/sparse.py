@@ -227,6 +227,11 @@ class SparseEncoder(Runner):
                                                                                                      query[0][1]))
         return document, static, router["default_route"] or "document"
 
+    def calibration_module(self):
+        """dtype="int8" calibrates the encoder alone (the masked-LM head holds no quantized layer): its (tokens x
+        vocabulary) logits are never made for a whole batch, here either."""
+        return self.model.encoder
+
     @property
     def max_seq_length(self) -> int:
         """The window (the runner's `max_length`), sentence-transformers' name for it."""
