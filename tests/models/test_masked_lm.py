@@ -121,6 +121,22 @@ def test_saved_as_transformers_for_masked_lm(arch, tiny_family, tmp_path):
         assert torch.equal(ma.MaskedLMModel.from_pretrained(out)(ids, mask).logits, ours(ids, mask).logits)
 
 
+@pytest.mark.parametrize("arch", ["modernbert", "electra"])
+def test_the_logit_lens_reads_through_its_head(arch):
+    """ma.analysis.logit_lens on a MaskedLMModel (a pre-LN family's final norm; ELECTRA's narrower head): the last
+    layer's lens is the model's own logits."""
+    extra = {"modernbert": dict(rope_theta=10000.0), "electra": dict(embedding_size=16)}[arch]
+    config = ma.Config(arch=arch, vocab_size=90, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=48,
+                       **extra)
+    model = ma.MaskedLMModel(config, seed=0).eval()
+    ids = torch.randint(5, 90, (2, 7))
+    with torch.no_grad(), ma.capture(model) as cap:
+        logits = model(ids).logits
+        lens = ma.analysis.logit_lens(model, cap)
+    assert lens.shape == (2, 2, 7, 90)
+    torch.testing.assert_close(lens[-1], logits, **TOL)
+
+
 def test_a_declaration_is_checked():
     from minialign.models.heads import MaskedLM
 
