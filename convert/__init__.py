@@ -30,7 +30,8 @@ from .formats import Format
 from .pickles import load_pickle
 from .sbert import (MULTIVECTOR_MODULES, PUNCTUATION, crossencoder_activation, pylate_settings, read_dense,
                     read_include_prompt, read_model_config, read_modules, read_multivector_mask, read_pooling,
-                    read_prompts, read_sentence_config, read_truncate_dim)
+                    read_prompts, read_router, read_sentence_config, read_sparse_config, read_splade_pooling,
+                    read_static_embedding, read_truncate_dim)
 
 __all__ = [
     "CheckpointError",
@@ -64,7 +65,11 @@ __all__ = [
     "read_pooling",
     "read_prompts",
     "read_truncate_dim",
+    "read_router",
     "read_sentence_config",
+    "read_sparse_config",
+    "read_splade_pooling",
+    "read_static_embedding",
     "read_safetensors",
     "read_state_dict",
     "release",

@@ -23,6 +23,11 @@ class ConfigRow:
     model_type: str  # config.json "model_type" (and Config.arch)
     base_class: str  # the bare encoder's transformers class (config.json "architectures")
     classifier_class: str  # its *ForSequenceClassification
+
+    @property
+    def masked_lm_class(self) -> str:
+        """Its *ForMaskedLM (BertModel -> BertForMaskedLM: every family names it so)."""
+        return self.base_class.removesuffix("Model") + "ForMaskedLM"
     fields: dict[str, str]  # HF field -> minialign Config field
     defaults: dict[str, Any]  # HF defaults for fields an old config.json may leave out (<Family>Config.__init__)
     written: dict[str, Any] = field(default_factory=dict)  # further HF fields written back as they are

@@ -10,7 +10,15 @@ Files (sentence-transformers v2 to v6 write them; both the old and the new names
   <path>/config.json of a Dense       {"in_features", "out_features", "bias", "activation_function"},
                                       weights in <path>/model.safetensors or pytorch_model.bin
                                       under linear.weight / linear.bias
-  sentence_bert_config.json           {"max_seq_length", "do_lower_case"}
+  sentence_bert_config.json           {"max_seq_length", "do_lower_case"}; a SparseEncoder's Transformer
+                                      also {"transformer_task": "fill-mask"} (v5.4+; before: MLMTransformer)
+  <path>/config.json of a SpladePooling {"pooling_strategy": "max" | "sum", "activation_function": "relu" |
+                                      "log1p_relu", "embedding_dimension"} (sparse_encoder/modules/splade_pooling.py)
+  config_sentence_transformers.json   of a SparseEncoder: {"max_active_dims": int | null, "similarity_fn_name"}
+  router_config.json of a Router      {"types": {folder: class path}, "structure": {route: [folder, ...]},
+                                      "parameters": {"default_route", "allow_empty_key", "route_mappings"}}
+                                      (base/modules/router.py); each route's modules in <folder>/
+  <folder>/model.safetensors of a SparseStaticEmbedding   {"weight": (V,)}, its tokenizer beside it
   config_sentence_transformers.json   {"prompts": {name: prefix}, "default_prompt_name": name | null} (v2.4+);
                                       {"activation_fn": "torch.nn.modules.activation.Sigmoid", ...}
                                       (CrossEncoder, v6); before: config.json
@@ -27,10 +35,14 @@ from typing import Any
 from .errors import CheckpointError
 from .files import WEIGHT_FILES, Files, as_files, read_json, read_state_dict
 
-# sentence-transformers modules by their class name (the last part of the "type" path): a SentenceTransformer's,
-# and a MultiVectorEncoder's (PyLate's pylate.models.Dense.Dense is read as a Dense, as sentence-transformers does).
-MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
+# sentence-transformers modules by their class name (the last part of the "type" path): a SentenceTransformer's and a
+# SparseEncoder's, and a MultiVectorEncoder's (PyLate's pylate.models.Dense.Dense is read as a Dense, as
+# sentence-transformers does).
+MODULES = ("Transformer", "Pooling", "Dense", "Normalize", "MLMTransformer", "SpladePooling", "Router")
 MULTIVECTOR_MODULES = ("Transformer", "Dense", "MultiVectorMask", "Normalize")
+ROUTED = ("MLMTransformer", "Transformer", "SpladePooling", "SparseStaticEmbedding")  # what a Router's routes may hold
+SPLADE_POOLING = ("max", "sum")  # SpladePooling.SPLADE_POOLING_MODES
+SPLADE_ACTIVATIONS = ("relu", "log1p_relu")  # SpladePooling.SPLADE_ACTIVATION
 # sentence_transformers Pooling: legacy boolean keys, in the order it concatenates them.
 _LEGACY_POOLING = {
     "pooling_mode_cls_token": "cls",
@@ -196,6 +208,75 @@ def pylate_settings(config: dict[str, Any]) -> dict[str, Any]:
             knobs["query_expansion"] = {"strategy": "fixed", "attend": bool(attend), "length": length}
     return {"prefixes": prefixes, "prompts": prompts, "transformer": knobs,
             "skiplist_words": config.get("skiplist_words"), "pylate_v3": config.get("model_type") == "ColBERT"}
+
+
+def read_splade_pooling(where: str | Path | Files, folder: str = "") -> dict[str, str]:
+    """A SpladePooling module: {"pooling_strategy", "activation_function"}, SpladePooling's defaults ("max",
+    "relu") where absent; a value it does not know is a CheckpointError naming it."""
+    path = as_files(where).file(_inside(folder, "config.json"))
+    config = read_json(path)
+    values = {"pooling_strategy": config.get("pooling_strategy", "max"),
+              "activation_function": config.get("activation_function", "relu")}
+    for key, allowed in (("pooling_strategy", SPLADE_POOLING), ("activation_function", SPLADE_ACTIVATIONS)):
+        if values[key] not in allowed:
+            raise CheckpointError(f"{path}: {key} {values[key]!r} is not one of {allowed}")
+    return values
+
+
+def read_sparse_config(where: str | Path | Files) -> dict[str, Any]:
+    """A SparseEncoder's config_sentence_transformers.json: max_active_dims (None: no limit; else a positive
+    int) and similarity_fn_name (None: unset), {} of each when absent."""
+    path = as_files(where).file("config_sentence_transformers.json", optional=True)
+    if path is None:
+        return {"max_active_dims": None, "similarity_fn_name": None}
+    config = read_json(path)
+    dims = config.get("max_active_dims")
+    if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims <= 0):
+        raise CheckpointError(f"{path}: max_active_dims must be a positive integer or null, got {dims!r}")
+    return {"max_active_dims": dims, "similarity_fn_name": config.get("similarity_fn_name")}
+
+
+def read_router(where: str | Path | Files, folder: str = "") -> dict[str, Any]:
+    """A Router module: {"routes": {route: [(kind, folder), ...]}, "default_route": name | None (None with
+    allow_empty_key: the first route, as Router.__init__ picks it), "route_mappings": {...}}; a module of a kind
+    ROUTED lacks is a CheckpointError naming it."""
+    path = as_files(where).file(_inside(folder, "router_config.json"))
+    config = read_json(path)
+    types, structure = config.get("types") or {}, config.get("structure") or {}
+    if not isinstance(structure, dict) or not structure:
+        raise CheckpointError(f"{path}: no routes in its structure")
+    routes = {}
+    for route, folders in structure.items():
+        modules = []
+        for name in folders:
+            kind = str(types.get(name, "")).rsplit(".", 1)[-1]
+            if kind not in ROUTED:
+                raise CheckpointError(f"{path}: route {route!r} has module {name!r} of type {types.get(name)!r}, "
+                                      f"which minialign does not run in a Router; supported: {', '.join(ROUTED)}")
+            modules.append((kind, _inside(folder, name)))
+        routes[route] = modules
+    parameters = config.get("parameters") or {}
+    default = parameters.get("default_route")
+    if default is None and parameters.get("allow_empty_key", True):
+        default = next(iter(routes))
+    return {"routes": routes, "default_route": default, "route_mappings": parameters.get("route_mappings") or {}}
+
+
+def read_static_embedding(where: str | Path | Files, folder: str) -> dict[str, Any]:
+    """A SparseStaticEmbedding module (sparse_encoder/modules/sparse_static_embedding.py): {"weight": (V,) one weight
+    per token id, "max_length": its tokenizer's model_max_length (None: none)}."""
+    files = as_files(where)
+    weights = next((p for name in WEIGHT_FILES if (p := files.file(_inside(folder, name), optional=True))), None)
+    if weights is None:
+        raise CheckpointError(f"{folder}: SparseStaticEmbedding module without {' or '.join(WEIGHT_FILES)}")
+    tensors = read_state_dict(weights)
+    if set(tensors) != {"weight"} or tensors["weight"].dim() != 1:
+        raise CheckpointError(f"{weights}: a SparseStaticEmbedding holds one (V,) weight, found "
+                              f"{ {k: tuple(v.shape) for k, v in tensors.items()} }")
+    settings = files.file(_inside(folder, "tokenizer_config.json"), optional=True)
+    limit = read_json(settings).get("model_max_length") if settings is not None else None
+    limit = limit if isinstance(limit, int) and 0 < limit < 1_000_000 else None  # transformers' "no limit" is 1e30
+    return {"weight": tensors["weight"], "max_length": limit}
 
 
 def read_sentence_config(where: str | Path | Files) -> dict[str, Any]:

@@ -10,7 +10,7 @@ holds them to it):
     models/    the model classes: Encoder and its families, AlignModel, ClassifierModel         -> nn, loading
     text/      tokenizer (+ pad), sentence splitting, input checks                             -> sources
     runtime/   the batching engine, the process pool, the service's request queue              -> text
-    products/  runners (AlignScore, MiniCheck, embeddings, classifiers) and losses             -> all of the above
+    products/  runners (AlignScore, MiniCheck, embeddings, sparse, classifiers) and losses             -> all of the above
     apps/      command line, HTTP service, Ray Data, file jobs, explore, parity                -> anything; nothing imports apps
     convert/   foreign names and formats (installed as minialign.convert)                      -> nothing of minialign
 """
@@ -33,7 +33,7 @@ from minialign.nn.capture import Capture, ablate_heads, ablate_mean, capture, pa
 from minialign.nn.config import PRESETS, Config  # noqa: E402
 from minialign.nn.score_functions import SCORE_FUNCTIONS  # noqa: E402
 from minialign.models import (AlignModel, AlignOutput, ClassifierModel, ClassifierOutput, Encoder,  # noqa: E402
-                              EncoderOutput)
+                              EncoderOutput, MaskedLMModel, MaskedLMOutput)
 from minialign.text.sentences import split_sentences  # noqa: E402
 from minialign.text.tokenizer import Tokenizer  # noqa: E402
 from minialign.runtime.engine import BatchEngine  # noqa: E402
@@ -45,6 +45,7 @@ from minialign.products.losses import AlignLosses, alignscore_losses, classifica
 from minialign.products.minicheck import MiniCheckScorer  # noqa: E402
 from minialign.products.quantization import quantize_embeddings, truncate_embeddings  # noqa: E402
 from minialign.products.multivector import MultiVectorEncoder  # noqa: E402
+from minialign.products.sparse import SparseEncoder  # noqa: E402
 from minialign.apps.explore import Exploration, explore, with_score_function  # noqa: E402
 
 __version__ = "0.2.0"
@@ -67,9 +68,12 @@ __all__ = [
     "EncoderOutput",
     "Exploration",
     "M3Encoder",
+    "MaskedLMModel",
+    "MaskedLMOutput",
     "MiniCheckScorer",
     "MultiVectorEncoder",
     "SentenceEncoder",
+    "SparseEncoder",
     "Tokenizer",
     "ablate_heads",
     "ablate_mean",

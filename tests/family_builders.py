@@ -68,6 +68,11 @@ class FamilyRow:
     def classes(self):
         return tuple(getattr(transformers, name) for name in (self.config, self.base, self.classifier))
 
+    @property
+    def masked_lm(self) -> str:
+        """Its *ForMaskedLM class (BertConfig -> BertForMaskedLM)."""
+        return self.config.removesuffix("Config") + "ForMaskedLM"
+
 
 FAMILIES = {row.model_type: row for row in [
     FamilyRow("bert", "BertConfig", "BertModel", "BertForSequenceClassification", "wordpiece",
@@ -265,16 +270,20 @@ def write_tokenizer(row: FamilyRow, directory: Path, *, wordpiece_dir: Path, bpe
 
 # -- models ----------------------------------------------------------------------------------------
 
-def hf_model(row: FamilyRow, vocab_size: int, *, num_labels: int | None = None, seed: int = 0):
-    """A tiny random transformers model of the family (bare, or *ForSequenceClassification with
-    `num_labels`), eager attention, non-zero biases and LayerNorm parameters."""
+def hf_model(row: FamilyRow, vocab_size: int, *, num_labels: int | None = None, seed: int = 0,
+             masked_lm: bool = False, **fields):
+    """A tiny random transformers model of the family (bare, *ForSequenceClassification with `num_labels`, or
+    *ForMaskedLM with masked_lm=True; `fields` change its config), eager attention, non-zero biases and
+    LayerNorm parameters."""
     config_cls, base_cls, classifier_cls = row.classes()
+    if masked_lm:
+        base_cls = getattr(transformers, row.masked_lm)
     if row.model_type == "distilbert":
         sizes = dict(max_position_embeddings=WINDOW + row.reserved)
     else:
         sizes = dict(SHARED, max_position_embeddings=WINDOW + row.reserved)
     extra = {} if num_labels is None else {"num_labels": num_labels}
-    config = config_cls(**{**sizes, **row.fields, **extra, "vocab_size": vocab_size})
+    config = config_cls(**{**sizes, **row.fields, **extra, **fields, "vocab_size": vocab_size})
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
     model = (base_cls if num_labels is None else classifier_cls)(config).eval()
@@ -306,6 +315,65 @@ class Builder:
         model = hf_model(row, vocab, num_labels=num_labels, seed=seed)
         model.save_pretrained(directory)
         return directory, model
+
+    def masked_lm(self, model_type: str, *, seed: int = 0, **fields) -> tuple[Path, torch.nn.Module]:
+        """(a transformers directory of *ForMaskedLM with its tokenizer, the model); `fields` change its config."""
+        def make():
+            row = FAMILIES[model_type]
+            tag = "-".join(f"{k}={v}" for k, v in sorted(fields.items()))
+            directory = self.root / f"{model_type}-mlm-{seed}{'-' + tag if tag else ''}"
+            vocab = write_tokenizer(row, directory, wordpiece_dir=self.wordpiece_dir, bpe_dir=self.bpe_dir)
+            model = hf_model(row, vocab, seed=seed, masked_lm=True, **fields)
+            model.save_pretrained(directory)
+            return directory, model
+
+        return self._once(("mlm", model_type, seed, tuple(sorted(fields.items()))), make)
+
+    def sparse_encoder(self, model_type: str, *, pooling_strategy: str = "max", activation_function: str = "relu",
+                       max_active_dims: int | None = None, prompts: dict | None = None,
+                       module: str = "MLMTransformer") -> Path:
+        """A sentence-transformers SparseEncoder directory over `masked_lm(model_type)`: `module` (MLMTransformer,
+        or "Transformer" with transformer_task "fill-mask"), then SpladePooling; max_active_dims and prompts saved."""
+        key = ("sparse", model_type, pooling_strategy, activation_function, max_active_dims,
+               tuple(sorted((prompts or {}).items())), module)
+
+        def make():
+            from sentence_transformers import SparseEncoder
+            from sentence_transformers.sentence_transformer.modules import Transformer
+            from sentence_transformers.sparse_encoder.modules import MLMTransformer, SpladePooling
+
+            base, _ = self.masked_lm(model_type)
+            first = (MLMTransformer(str(base), max_seq_length=ST_WINDOW) if module == "MLMTransformer" else
+                     Transformer(str(base), transformer_task="fill-mask", max_seq_length=ST_WINDOW))
+            encoder = SparseEncoder(modules=[first, SpladePooling(pooling_strategy, activation_function)],
+                                    max_active_dims=max_active_dims, prompts=prompts, device="cpu")
+            directory = self.root / f"{model_type}-sparse-{len(self._built)}"
+            encoder.save(str(directory))
+            return directory
+
+        return self._once(key, make)
+
+    def sparse_router(self, model_type: str, *, max_active_dims: int | None = None) -> Path:
+        """An inference-free SparseEncoder directory (Router.for_query_document): the query route one
+        SparseStaticEmbedding with random weights (some 0), the document route Transformer(fill-mask) + SpladePooling."""
+        def make():
+            from sentence_transformers import SparseEncoder
+            from sentence_transformers.base.modules import Router
+            from sentence_transformers.sentence_transformer.modules import Transformer
+            from sentence_transformers.sparse_encoder.modules import SparseStaticEmbedding, SpladePooling
+            from transformers import AutoTokenizer
+
+            base, hf = self.masked_lm(model_type)
+            weight = torch.rand(hf.config.vocab_size, generator=torch.Generator().manual_seed(2)) * 3
+            weight[::3] = 0
+            static = SparseStaticEmbedding(tokenizer=AutoTokenizer.from_pretrained(str(base)), weight=weight)
+            document = [Transformer(str(base), transformer_task="fill-mask", max_seq_length=ST_WINDOW), SpladePooling()]
+            router = Router.for_query_document(query_modules=[static], document_modules=document)
+            directory = self.root / f"{model_type}-sparse-router-{max_active_dims}"
+            SparseEncoder(modules=[router], max_active_dims=max_active_dims, device="cpu").save(str(directory))
+            return directory
+
+        return self._once(("sparse-router", model_type, max_active_dims), make)
 
     def hf(self, model_type: str, *, seed: int = 0) -> tuple[Path, torch.nn.Module]:
         """(a transformers directory of the bare model with its tokenizer, the model)."""

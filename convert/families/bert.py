@@ -80,7 +80,9 @@ TABLE: dict[str, str | None] = {
     "cls.predictions.transform.LayerNorm.bias": "mlm_head.norm.bias",
     "cls.predictions.decoder.weight": "mlm_head.decoder.weight",
     "cls.predictions.bias": "mlm_head.bias",
-    "cls.predictions.decoder.bias": None,  # the same tensor as cls.predictions.bias
+    # the same tensor as cls.predictions.bias, unless transformers 5 untied it (tie_word_embeddings=False): then it
+    # is the one its forward adds (loading/checkpoints.py _untie_if_needed decides)
+    "cls.predictions.decoder.bias": "mlm_head.decoder.bias",
     "cls.seq_relationship.weight": None,  # BERT's next-sentence head: no minialign model has it
     "cls.seq_relationship.bias": None,
     **ALIGN_HEADS,

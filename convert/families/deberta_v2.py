@@ -65,8 +65,23 @@ TABLE: dict[str, str | None] = {
     "pooler.dense.bias": "classifier.dense.bias",
     "classifier.weight": "classifier.out_proj.weight",
     "classifier.bias": "classifier.out_proj.bias",
+    # DebertaV2ForMaskedLM with config.legacy=False: DebertaV2LMPredictionHead, its decoder the word embeddings
+    "lm_predictions.lm_head.dense.weight": "mlm_head.dense.weight",
+    "lm_predictions.lm_head.dense.bias": "mlm_head.dense.bias",
+    "lm_predictions.lm_head.LayerNorm.weight": "mlm_head.norm.weight",
+    "lm_predictions.lm_head.LayerNorm.bias": "mlm_head.norm.bias",
+    "lm_predictions.lm_head.bias": "mlm_head.bias",
+    # ... and with legacy=True (transformers' default): LegacyDebertaV2LMPredictionHead, BERT's names. Listed
+    # last, so the reverse table (names.inverse) writes these.
+    "cls.predictions.transform.dense.weight": "mlm_head.dense.weight",
+    "cls.predictions.transform.dense.bias": "mlm_head.dense.bias",
+    "cls.predictions.transform.LayerNorm.weight": "mlm_head.norm.weight",
+    "cls.predictions.transform.LayerNorm.bias": "mlm_head.norm.bias",
+    "cls.predictions.decoder.weight": "mlm_head.decoder.weight",
+    "cls.predictions.bias": "mlm_head.bias",
+    "cls.predictions.decoder.bias": "mlm_head.decoder.bias",  # cls.predictions.bias, unless untied (bert.py's note)
 }
 
-NAMES = Names(TABLE, model_prefix="deberta.", mlm_prefix="lm_predictions.",
+NAMES = Names(TABLE, model_prefix="deberta.", mlm_prefix="cls.predictions.",
               classifier_prefixes=("pooler.", "classifier."))
 FORMAT = Format(CONFIG, NAMES)

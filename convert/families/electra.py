@@ -32,16 +32,20 @@ CONFIG = dataclasses.replace(
 )
 
 # ElectraModel (modeling_electra.py): BERT's backbone without a pooler, plus embeddings_project (the
-# embeddings' width -> hidden_size, present only when they differ). The pretraining heads (the
-# discriminator's replaced-token head, the generator's MLM head of embedding_size) have no minialign model.
+# embeddings' width -> hidden_size, present only when they differ). ElectraForMaskedLM's generator head
+# (generator_predictions, generator_lm_head: embedding_size wide) is the masked-LM head; the discriminator's
+# replaced-token head (ElectraForPreTraining) has no minialign model.
 TABLE: dict[str, str | None] = {
     **{k: v for k, v in bert.BACKBONE.items() if not k.startswith("pooler.")},
     "embeddings_project.weight": "encoder.embeddings.project.weight",
     "embeddings_project.bias": "encoder.embeddings.project.bias",
     **{f"discriminator_predictions.{m}.{p}": None for m in ("dense", "dense_prediction") for p in ("weight", "bias")},
-    **{f"generator_predictions.{m}.{p}": None for m in ("dense", "LayerNorm") for p in ("weight", "bias")},
-    "generator_lm_head.weight": None,
-    "generator_lm_head.bias": None,
+    "generator_predictions.dense.weight": "mlm_head.dense.weight",
+    "generator_predictions.dense.bias": "mlm_head.dense.bias",
+    "generator_predictions.LayerNorm.weight": "mlm_head.norm.weight",
+    "generator_predictions.LayerNorm.bias": "mlm_head.norm.bias",
+    "generator_lm_head.weight": "mlm_head.decoder.weight",  # tied to the word embeddings unless untied
+    "generator_lm_head.bias": "mlm_head.bias",
     # ElectraForSequenceClassification: ElectraClassificationHead on the first token (no pooler).
     **DENSE_CLASSIFICATION_HEAD,
 }

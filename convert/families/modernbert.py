@@ -51,13 +51,13 @@ CONFIG = ConfigRow(
             "tie_word_embeddings": "tie_word_embeddings", "global_rope_theta": "rope_theta",
             "local_rope_theta": "local_rope_theta", "local_attention": "local_attention",
             "global_attn_every_n_layers": "global_attn_every_n_layers", "attention_bias": "attention_bias",
-            "mlp_bias": "mlp_bias", "norm_bias": "norm_bias", "classifier_bias": "classifier_bias",
+            "mlp_bias": "mlp_bias", "norm_bias": "norm_bias", "classifier_bias": "classifier_bias", "decoder_bias": "decoder_bias",
             "classifier_activation": "classifier_activation", "classifier_pooling": "classifier_pooling"},
     defaults={"max_position_embeddings": 8192, "norm_eps": 1e-5, "pad_token_id": 50283, "embedding_dropout": 0.0,
               "attention_dropout": 0.0, "mlp_dropout": 0.0, "hidden_activation": "gelu", "initializer_range": 0.02,
               "tie_word_embeddings": True, "global_rope_theta": 160000.0, "local_rope_theta": 10000.0,
               "local_attention": 128, "global_attn_every_n_layers": 3, "attention_bias": False, "mlp_bias": False,
-              "norm_bias": False, "classifier_bias": False, "classifier_activation": "gelu",
+              "norm_bias": False, "classifier_bias": False, "decoder_bias": True, "classifier_activation": "gelu",
               "classifier_pooling": "cls", "classifier_dropout": 0.0},
     read=_modernbert_read,
     presets={
@@ -73,7 +73,8 @@ CONFIG = ConfigRow(
 # Wi the GeGLU's fused input and gate; attn_norm is absent from layer 0 (an Identity there); final_norm after
 # the stack. ModernBertForSequenceClassification's head (dense -> activation -> norm) and classifier keep
 # their names under `classifier.`; ModernBertForMaskedLM shares that head (transformers loads an MLM checkpoint's
-# head.* into the classifier's, as here) and adds the decoder, which no minialign model has.
+# head.* into the classifier's, as here; minialign's MaskedLMModel reads it there, heads.py MaskedLM.at) and adds
+# the decoder (its weight tied to tok_embeddings, its bias as decoder_bias says).
 _MODERNBERT_LAYER = {
     "attn_norm": "attention_norm", "attn.Wqkv": "attention.qkv", "attn.Wo": "attention.output",
     "mlp_norm": "ffn_norm", "mlp.Wi": "ffn.up", "mlp.Wo": "ffn.down",
@@ -88,8 +89,8 @@ TABLE: dict[str, str | None] = {
     **{f"head.{m}.{p}": f"classifier.{m}.{p}" for m in ("dense", "norm") for p in ("weight", "bias")},
     "classifier.weight": "classifier.out_proj.weight",
     "classifier.bias": "classifier.out_proj.bias",
-    "decoder.weight": None,  # ModernBertForMaskedLM's decoder (tied to tok_embeddings)
-    "decoder.bias": None,
+    "decoder.weight": "mlm_head.decoder.weight",  # ModernBertForMaskedLM's decoder, when untied (_tied_weights_keys)
+    "decoder.bias": "mlm_head.bias",
 }
 
 NAMES = Names(TABLE, model_prefix="model.", mlm_prefix="decoder.", classifier_prefixes=("head.", "classifier."))

@@ -34,7 +34,7 @@ TABLE: dict[str, str | None] = {
     "lm_head.layer_norm.bias": "mlm_head.norm.bias",
     "lm_head.decoder.weight": "mlm_head.decoder.weight",
     "lm_head.bias": "mlm_head.bias",
-    "lm_head.decoder.bias": None,  # the same tensor as lm_head.bias
+    "lm_head.decoder.bias": "mlm_head.decoder.bias",  # lm_head.bias, unless untied (bert.py's note)
     **ALIGN_HEADS,
     # RobertaForSequenceClassification: RobertaClassificationHead on the first token (no pooler).
     **DENSE_CLASSIFICATION_HEAD,

@@ -144,7 +144,18 @@ def resolve_backbone(name: str | Source, *, revision: str | None = None,
 
 def _untie_if_needed(ckpt: Checkpoint) -> None:
     """A decoder equal to the word embeddings is the tied one and is dropped; one that differs
-    (AlignScore trains its own) unties the config so nothing is lost."""
+    (AlignScore trains its own) unties the config so nothing is lost. The decoder's own bias (BERT's
+    cls.predictions.decoder.bias, RoBERTa's lm_head.decoder.bias) is the head's bias tied (transformers 4, and 5
+    with tied embeddings: _tied_weights_keys) and is dropped; one that differs is the bias transformers 5's forward
+    adds when tie_word_embeddings=False unties it (BertLMPredictionHead: self.decoder(x)), and is the head's."""
+    decoder_bias = ckpt.tensors.pop("mlm_head.decoder.bias", None)
+    if decoder_bias is not None:
+        bias = ckpt.tensors.get("mlm_head.bias")
+        if bias is not None and not torch.equal(bias, decoder_bias):
+            ckpt.dropped.append("mlm_head.bias (untied: the decoder's own bias is the one added)")
+        elif bias is not None:
+            ckpt.dropped.append("mlm_head.decoder.bias (the same tensor as mlm_head.bias)")
+        ckpt.tensors["mlm_head.bias"] = decoder_bias
     decoder = ckpt.tensors.get("mlm_head.decoder.weight")
     if decoder is None:
         return

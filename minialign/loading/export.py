@@ -40,6 +40,26 @@ def export_hf(ckpt: Checkpoint, directory: str | Path, *, dtype: torch.dtype | N
     return directory
 
 
+def export_hf_masked_lm(ckpt: Checkpoint, directory: str | Path, *, dtype: torch.dtype | None = None) -> Path:
+    """Write transformers' *ForMaskedLM layout (what AutoModelForMaskedLM loads): config.json naming that class,
+    model.safetensors with the backbone under the family's prefix (`bert.`) and the head under transformers' own
+    names (the tied decoder left out: transformers ties it again). For a MaskedLMModel's checkpoint: its head's
+    tensors are those under mlm_head. and, where the family keeps them there (ModernBERT), classifier."""
+    directory = output_directory(directory)
+    tensors = {k: cast(v, torch.device("cpu"), dtype) if dtype else v for k, v in ckpt.tensors.items()}
+    names = ckpt.config.format.names
+    head = {k: v for k, v in tensors.items() if k.startswith(("mlm_head.", "classifier."))}
+    backbone = {k: v for k, v in tensors.items() if k not in head}
+    hf = {names.model_prefix + k: v for k, v in convert.minialign_to_hf(backbone, ckpt.config.format).items()}
+    hf.update(convert.minialign_to_hf(head, ckpt.config.format))
+    convert.write_safetensors(directory / "model.safetensors", hf, metadata={"format": "pt"})
+    config = ckpt.config.to_hf()
+    config["architectures"] = [ckpt.config.format.config.masked_lm_class]
+    convert.write_json(directory / "config.json", config)
+    copy_tokenizer_files(ckpt.tokenizer, directory)
+    return directory
+
+
 def output_directory(directory: str | Path) -> Path:
     """Create the directory a converted checkpoint goes to; refuse a path that is an existing file."""
     directory = Path(directory)

@@ -24,14 +24,25 @@ class Pretrained(nn.Module):
                          one is an error), and logs the rest as not used (another class's heads)
       initialisable      modules a checkpoint may lack (initialised, with one warning); declared on
                          any module, names relative to it
+      checkpoint_names(config)
+                         own module name -> the name its tensors have among a checkpoint's (both below
+                         checkpoint_prefix), for a module transformers shares between two heads (ModernBERT's
+                         masked-LM head reads the classifier's `head`); default none (the names are the same).
+                         As transformers' `_checkpoint_conversion_mapping`: read on loading, inverted on saving
     """
 
     checkpoint_prefix: ClassVar[str] = ""
     initialisable: ClassVar[tuple[str, ...]] = ()
+    hf_layout: ClassVar[str] = "hf"  # how save_pretrained(layout="hf") writes it (loading.export): "hf", or
+    # "hf_masked_lm" (transformers' *ForMaskedLM)
 
     @classmethod
     def owns(cls, config: Any) -> tuple[str, ...]:
         raise NotImplementedError(f"{cls.__name__} declares no owned modules (Pretrained.owns)")
+
+    @classmethod
+    def checkpoint_names(cls, config: Any) -> dict[str, str]:
+        return {}
 
     @classmethod
     def from_pretrained(cls, src, **kwargs):
@@ -44,15 +55,18 @@ class Pretrained(nn.Module):
     def save_pretrained(self, directory, *, layout: str = "native", dtype: torch.dtype | None = None):
         """Write this model's weights and config to `directory`, which from_pretrained reads back: "native"
         (minialign's config.json + model.safetensors) or "hf" (transformers' layout, as `minialign convert
-        --to hf` writes it; loading.export). dtype: cast the floating weights (default: as they are). Returns
+        --to hf` writes it; a MaskedLMModel as transformers' *ForMaskedLM: loading.export). dtype: cast the floating weights (default: as they are). Returns
         the directory."""
         from minialign.loading.checkpoints import Checkpoint
-        from minialign.loading.export import export_hf, save_native
+        from minialign.loading.export import export_hf, export_hf_masked_lm, save_native
+        from minialign.loading.weights import checkpoint_name
 
-        writers = {"native": save_native, "hf": export_hf}
+        hf = {"hf": export_hf, "hf_masked_lm": export_hf_masked_lm}[self.hf_layout]
+        writers = {"native": save_native, "hf": hf}
         if layout not in writers:
             raise ValueError(f"layout must be one of {tuple(writers)}, got {layout!r}")
-        tensors = {self.checkpoint_prefix + name: t.detach() for name, t in self.state_dict().items()}
+        tensors = {self.checkpoint_prefix + checkpoint_name(name, self.checkpoint_names(self.config)): t.detach()
+                   for name, t in self.state_dict().items()}
         return writers[layout](Checkpoint(self.config, tensors, origin=type(self).__name__), directory, dtype=dtype)
 
     @property

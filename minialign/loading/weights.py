@@ -22,6 +22,23 @@ from minialign.nn.init import init_parameter
 log = logging.getLogger(__name__)
 
 
+def checkpoint_name(name: str, renames: dict[str, str]) -> str:
+    """A weight's own name -> its name among a checkpoint's, by a class's checkpoint_names (module prefixes)."""
+    return _rename(name, renames)
+
+
+def own_name(name: str, renames: dict[str, str]) -> str:
+    """The inverse: a checkpoint's name (below checkpoint_prefix) -> the class's own."""
+    return _rename(name, {theirs: own for own, theirs in renames.items()})
+
+
+def _rename(name: str, renames: dict[str, str]) -> str:
+    for old, new in renames.items():
+        if name == old or name.startswith(old + "."):
+            return new + name[len(old):]
+    return name
+
+
 def initialisable_prefixes(model: nn.Module) -> tuple[str, ...]:
     """State-dict prefixes of the modules a checkpoint may lack, from what each module declares
     (its `initialisable` attribute, names relative to itself)."""
@@ -94,7 +111,9 @@ def build(cls: type[nn.Module], ckpt: Checkpoint, *, device: str | torch.device 
         model = cls(ckpt.config, attn_backend=attn_backend)
     missing = check_tensors(model, tensors, ckpt.origin, shown_prefix=cls.checkpoint_prefix)
     # named as the file names them (transformers' names for an HF directory), not as minialign does
-    untrained = sorted({ckpt.own_name(cls.checkpoint_prefix + k) for k in missing if k.startswith(require)})
+    renames = cls.checkpoint_names(ckpt.config) if hasattr(cls, "checkpoint_names") else {}
+    untrained = sorted({ckpt.own_name(cls.checkpoint_prefix + checkpoint_name(k, renames))
+                        for k in missing if k.startswith(require)})
     if untrained:
         raise CheckpointError(f"{ckpt.origin} has no trained {', '.join(untrained)}: it holds no such head, and "
                               f"one initialised at random would give scores that mean nothing. {advice}".rstrip())
@@ -109,16 +128,23 @@ def build(cls: type[nn.Module], ckpt: Checkpoint, *, device: str | torch.device 
 
 def own_tensors(cls: type[nn.Module], ckpt: Checkpoint) -> dict[str, Tensor]:
     """The checkpoint's tensors under the modules `cls` owns (`cls.owns(config)`, below its
-    `checkpoint_prefix`), renamed to the class's own names; the others are logged as not used."""
+    `checkpoint_prefix`, under the names its `checkpoint_names` gives them there), renamed to the class's
+    own names; the others are logged as not used."""
     prefix, owns = getattr(cls, "checkpoint_prefix", None), getattr(cls, "owns", None)
     if prefix is None or owns is None:
         raise TypeError(f"cannot load into {cls.__name__}: it declares no checkpoint_prefix / owns (Pretrained)")
-    owned = tuple(f"{prefix}{part}." for part in owns(ckpt.config))
-    read = {k: v for k, v in ckpt.tensors.items() if k.startswith(owned)}
-    unused = sorted(set(ckpt.tensors) - set(read))
+    renames = cls.checkpoint_names(ckpt.config) if hasattr(cls, "checkpoint_names") else {}
+    owned = tuple(f"{part}." for part in owns(ckpt.config))
+    read: dict[str, Tensor] = {}
+    unused = []
+    for name, tensor in ckpt.tensors.items():
+        if name.startswith(prefix) and (own := own_name(name[len(prefix):], renames)).startswith(owned):
+            read[own] = tensor
+        else:
+            unused.append(name)
     if unused:
-        log.info("%s: weights not used by %s: %s", ckpt.origin, cls.__name__, unused)
-    return {k[len(prefix):]: v for k, v in read.items()}
+        log.info("%s: weights not used by %s: %s", ckpt.origin, cls.__name__, sorted(unused))
+    return read
 
 
 def materialise(model: nn.Module, tensors: dict[str, Tensor], device: torch.device, dtype: torch.dtype) -> None:

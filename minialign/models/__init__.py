@@ -1,4 +1,5 @@
-"""The model classes: the Encoder and the models with heads on it (encoder.py), over one file per
+"""The model classes: the Encoder and the models with heads on it (encoder.py: AlignModel, ClassifierModel,
+MaskedLMModel), over one file per
 encoder family (family.py declares the seam; bert.py, roberta.py, ...). Every module of this package
 is imported here, so a family file registers itself (its config class and Family) by being present.
 May import: nn, loading, convert."""
@@ -8,7 +9,7 @@ import pkgutil
 
 from minialign.models.bert import Bert, BertConfig, ClassificationHead, Embeddings
 from minialign.models.encoder import (AlignModel, AlignOutput, ClassifierModel, ClassifierOutput, Encoder,
-                                      EncoderOutput, MLMHead)
+                                      EncoderOutput, MaskedLMModel, MaskedLMOutput, MLMHead)
 from minialign.models.family import FAMILIES, Family, family_of
 from minialign.models.roberta import (Roberta, RobertaClassificationHead, RobertaConfig, RobertaEmbeddings,
                                       roberta_position_ids)
@@ -20,5 +21,5 @@ for _module in pkgutil.iter_modules(__path__):  # the family files: each registe
 
 __all__ = ["FAMILIES", "AlignModel", "AlignOutput", "Bert", "BertConfig", "ClassificationHead", "ClassifierModel",
            "ClassifierOutput", "Embeddings", "Encoder", "EncoderLayer", "EncoderOutput", "Family", "FeedForward",
-           "MLMHead", "Pooler", "Roberta", "RobertaClassificationHead", "RobertaConfig", "RobertaEmbeddings",
+           "MLMHead", "MaskedLMModel", "MaskedLMOutput", "Pooler", "Roberta", "RobertaClassificationHead", "RobertaConfig", "RobertaEmbeddings",
            "SelfAttention", "family_of", "init_parameter", "init_weights", "roberta_position_ids"]

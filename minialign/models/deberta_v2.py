@@ -42,7 +42,7 @@ from torch import Tensor
 
 from minialign.convert.families import deberta_v2 as deberta_v2_format
 from minialign.models.bert import Bert, BertConfig
-from minialign.models.heads import SequenceClassification
+from minialign.models.heads import MaskedLM, SequenceClassification
 from minialign.nn.activations import activation
 from minialign.nn.attention import PreparedMask
 from minialign.nn.capture import record
@@ -378,6 +378,14 @@ class DebertaV2(Bert):
         pooler, pooler_hidden_act its activation; `pooled` recorded after it, as ContextPooler returns it."""
         return SequenceClassification(pool="first", dropout_in=config.pooler_dropout,
                                       dense_activation=config.pooler_activation, record="dense")
+
+    @classmethod
+    def masked_lm(cls, config: Config) -> MaskedLM:
+        """DebertaV2ForMaskedLM: decoder(LayerNorm(hidden_act(dense(h)))) + bias onto the word embeddings, the dense
+        layer mapping onto embedding_size: the legacy head (LegacyDebertaV2LMPredictionHead, `cls.predictions`,
+        transformers' default config.legacy=True) and the other (DebertaV2LMPredictionHead,
+        `lm_predictions.lm_head`, which needs embedding_size == hidden_size) compute the same."""
+        return MaskedLM(width="embedding")
 
     @classmethod
     def layers(cls, config: Config) -> list[nn.Module]:

@@ -5,9 +5,9 @@ Linear that exists only when the two differ) before BERT's layers; no pooler; th
 head reads the first token: out_proj(dropout(gelu(dense(dropout(h_0))))), exact GELU whatever
 hidden_act says. Its config.json and weight names: convert/families/electra.py.
 
-No AlignScore or MLM model: ELECTRA's generator head (generator_predictions, generator_lm_head) is
-embedding_size wide, unlike minialign's MLMHead; converting drops it, as it drops the
-discriminator's replaced-token head.
+The masked-LM head is the generator's (ElectraForMaskedLM: generator_predictions, generator_lm_head), its
+dense layer mapping onto embedding_size (Electra.masked_lm); converting drops the discriminator's
+replaced-token head, which no minialign model has. No AlignScore model (its MLM head is hidden_size wide).
 
 Shapes: B batch, L sequence length (a packed batch is one row of T tokens, (1, T)), E embedding
 size, C hidden size.
@@ -21,7 +21,7 @@ from torch import Tensor
 
 from minialign.convert.families import electra as electra_format
 from minialign.models.bert import Bert, BertConfig, Embeddings
-from minialign.models.heads import SequenceClassification, head_dropout
+from minialign.models.heads import MaskedLM, SequenceClassification, head_dropout
 from minialign.nn.capture import record
 from minialign.nn.config import POSITIVE_INT, Config, checked, optional
 from minialign.nn.linear import Linear
@@ -72,3 +72,9 @@ class Electra(Bert):
         """ElectraClassificationHead on the first token: out_proj(dropout(gelu(dense(dropout(h_0))))), its
         get_activation("gelu") whatever hidden_act says; no pooler."""
         return SequenceClassification(pool="first", dropout_in=head_dropout(config).p, dense_activation="gelu")
+
+    @classmethod
+    def masked_lm(cls, config: Config) -> MaskedLM:
+        """ElectraForMaskedLM (the generator): generator_lm_head(LayerNorm(gelu(dense(h)))), the dense layer
+        mapping onto embedding_size (ElectraGeneratorPredictions, get_activation("gelu") whatever hidden_act says)."""
+        return MaskedLM(activation="gelu", width="embedding")

@@ -1,5 +1,5 @@
 """The model classes, for every encoder family: the Encoder, and the models with heads on it
-(AlignScore's AlignModel, ClassifierModel), in reading order. What differs between families is
+(AlignScore's AlignModel, ClassifierModel, MaskedLMModel), in reading order. What differs between families is
 declared in each family's file (bert.py, roberta.py; family.py lists what a family declares) and read
 here; nothing here branches on `Config.arch`.
 
@@ -20,12 +20,11 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from torch import Tensor
 
 from minialign.loading.pretrained import Pretrained
 from minialign.models.family import family_of
-from minialign.models.heads import SequenceClassificationHead
+from minialign.models.heads import MaskedLM, SequenceClassificationHead
 from minialign.nn import layout as layouts
 from minialign.nn import masks
 from minialign.nn.attention import BACKENDS, Backend, PreparedMask, choose_backend, prepare_mask
@@ -270,21 +269,43 @@ class Encoder(Pretrained):
 
 
 class MLMHead(nn.Module):
-    """dense -> activation -> LayerNorm -> decoder + bias. The decoder is the word-embedding matrix
-    unless the config unties it (AlignScore checkpoints carry their own). The activation is the
-    family's (Family.mlm_activation): BERT's BertLMPredictionHead uses hidden_act, RobertaLMHead exact GELU."""
+    """The masked-LM head of any family, built from its declaration (heads.py MaskedLM; default the family's,
+    Family.masked_lm): dense -> activation -> LayerNorm -> decoder (+ bias). The decoder is the word-embedding
+    matrix unless the config unties it (AlignScore checkpoints carry their own). The activation is the
+    family's: BERT's BertLMPredictionHead uses hidden_act, RobertaLMHead exact GELU."""
 
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, kind: MaskedLM | None = None):
         super().__init__()
-        self.dense = Linear(config.hidden_size, config.hidden_size,
-                            activation=family_of(config).mlm_activation or config.activation)
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.decoder = None if config.tie_word_embeddings else Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.kind = kind = family_of(config).masked_lm(config) if kind is None else kind
+        width = kind.features(config)
+        self.dense = Linear(config.hidden_size, width, bias=kind.dense_bias, activation=kind.activation or config.activation)
+        self.norm = nn.LayerNorm(width, eps=config.layer_norm_eps, bias=kind.norm_bias)
+        self.decoder = None if config.tie_word_embeddings else Linear(width, config.vocab_size, bias=False)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size)) if kind.decoder_bias else None
+
+    def features(self, x: Tensor) -> Tensor:
+        """(..., C) final states -> (..., W): what the decoder maps to the vocabulary."""
+        return self.norm(self.dense(x))
+
+    def decode(self, features: Tensor, word_embeddings: Tensor) -> Tensor:
+        """(..., W) -> (..., V) logits, on nn/linear.py's kernel for this CPU (as every Linear of the encoder: a
+        row's logits then do not depend on how many rows are multiplied with it, which F.linear's do for 1-3 rows)."""
+        weight = word_embeddings if self.decoder is None else self.decoder.weight
+        return self._kernel(weight)(features)
+
+    def _kernel(self, weight: Tensor) -> Linear:
+        """A Linear over the decoder's weight (the word embeddings', shared, when tied) and the head's bias, kept out
+        of the state dict and made again when either parameter is replaced (loading assigns new ones)."""
+        kernel = self.__dict__.get("_decoder_kernel")
+        if kernel is None or kernel.weight is not weight or kernel.bias is not self.bias:
+            kernel = Linear(weight.size(1), weight.size(0), bias=False, device="meta")
+            kernel.weight = weight if isinstance(weight, nn.Parameter) else nn.Parameter(weight, requires_grad=False)
+            kernel.bias = self.bias
+            self.__dict__["_decoder_kernel"] = kernel
+        return kernel
 
     def forward(self, x: Tensor, word_embeddings: Tensor) -> Tensor:
-        weight = word_embeddings if self.decoder is None else self.decoder.weight
-        return F.linear(self.norm(self.dense(x)), weight, self.bias)  # (B, L, V)
+        return self.decode(self.features(x), word_embeddings)  # (B, L, V)
 
 
 @dataclass
@@ -408,3 +429,53 @@ class ClassifierModel(_OnEncoder, Pretrained):
         logits = self.classifier(out, attention_mask)
         return ClassifierOutput(logits, out.last_hidden_state, out.pooler_output, out.hidden_states, out.attentions)
 
+
+
+@dataclass
+class MaskedLMOutput:
+    logits: Tensor  # (B, L, V)
+    last_hidden_state: Tensor | None = None  # (B, L, C)
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+
+
+class MaskedLMModel(_OnEncoder, Pretrained):
+    """<Family>ForMaskedLM: an Encoder (no pooler) and the masked-LM head the family declares (Family.masked_lm,
+    heads.py MaskedLM), its decoder the word embeddings unless the config unties it (a checkpoint whose decoder
+    equals the word embeddings, or lacks it, loads tied: loading/checkpoints.py)."""
+
+    checkpoint_prefix = ""
+    initialisable = ("mlm_head",)
+    hf_layout = "hf_masked_lm"  # save_pretrained(layout="hf"): transformers' *ForMaskedLM, AutoModelForMaskedLM's
+
+    @classmethod
+    def owns(cls, config: Config) -> tuple[str, ...]:
+        return (*(f"encoder.{part}" for part in Encoder.owns(config, pooler=False)), "mlm_head")
+
+    @classmethod
+    def checkpoint_names(cls, config: Config) -> dict[str, str]:
+        """ModernBERT's dense and norm sit among a checkpoint's names as the classifier's (heads.py MaskedLM.at)."""
+        at = family_of(config).masked_lm(config).at
+        return {} if at == "mlm_head" else {f"mlm_head.{part}": f"{at}.{part}" for part in ("dense", "norm")}
+
+    def __init__(self, config: Config, *, attn_backend: str = "sdpa", seed: int | None = None):
+        super().__init__()
+        self.config = config
+        self.encoder = Encoder(config, attn_backend=attn_backend, seed=seed, pooler=False)
+        with torch.random.fork_rng(devices=[], enabled=seed is not None):
+            self.mlm_head = MLMHead(config)
+            init_weights(self.mlm_head, config, None if seed is None else seed + 1)
+
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None, *, output_hidden_states: bool = False, output_attentions: bool = False,
+        unpad: bool = False, head_mask: Tensor | None = None,
+    ) -> MaskedLMOutput:
+        """Every token's logits (B, L, V); pad rows are the head applied to zero states. unpad: see Encoder.forward.
+        A product that needs the logits of real tokens only, or a few at a time, calls `mlm_head.features` and
+        `mlm_head.decode` on the states it picks (products/sparse.py)."""
+        out = self.encoder(input_ids, attention_mask, token_type_ids, position_ids,
+                           output_hidden_states=output_hidden_states, output_attentions=output_attentions,
+                           unpad=unpad, head_mask=head_mask)
+        logits = self.mlm_head(out.last_hidden_state, self.encoder.embeddings.word.weight)
+        return MaskedLMOutput(logits, out.last_hidden_state, out.hidden_states, out.attentions)

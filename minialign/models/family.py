@@ -42,6 +42,8 @@ What a family declares (the defaults are BERT's, or nothing):
                       its dropouts); default BERT's, dropout -> out_proj on the pooler's output. Whether
                       the classifier keeps the pooler and whose final states it reads follow from it.
   mlm_activation      the MLM head's activation; None: the config's hidden activation
+  masked_lm(config)   what its *ForMaskedLM head is, as a value (heads.py MaskedLM: its activation, the
+                      width it maps onto, its biases, where its weights sit); default BERT's, with mlm_activation
   unprunable          why its attention heads cannot be pruned (Encoder.prune_heads), or None: they can
   config_class        the family's config (nn/config.py Config subclass); `arch` is its model_type
 """
@@ -54,7 +56,7 @@ from typing import Any, ClassVar
 import torch.nn as nn
 from torch import Tensor
 
-from minialign.models.heads import SequenceClassification
+from minialign.models.heads import MaskedLM, SequenceClassification
 from minialign.nn.config import Config, families
 from minialign.nn.inputs import ForwardInputs
 from minialign.nn.layers import EncoderLayer
@@ -123,6 +125,11 @@ class Family:
     def sequence_classification(cls, config: Config) -> SequenceClassification:
         """BertForSequenceClassification's head: out_proj(dropout(pooler_output))."""
         return SequenceClassification(pool="pooler")
+
+    @classmethod
+    def masked_lm(cls, config: Config) -> MaskedLM:
+        """BertLMPredictionHead: decoder(LayerNorm(act(dense(h)))) + bias, act the family's mlm_activation."""
+        return MaskedLM(activation=cls.mlm_activation)
 
     @classmethod
     def relative_bias(cls, encoder: nn.Module, length: int) -> Tensor | None:

@@ -19,8 +19,21 @@ steps a family switches on or parameterises:
 `dropout` is classifier_dropout, else hidden_dropout (transformers' rule); weight names are the family's
 (convert/families/<family>.py): `classifier.dense`, `classifier.norm`, `classifier.out_proj`.
 
-The kinds planned next (token classification, masked-LM, extractive QA) are further declarations here,
-each with its one module, and a family states what it changes about each the same way.
+Masked-LM (transformers *ForMaskedLM) is, in every family, one formula too (MaskedLM; its module is
+models/encoder.py MLMHead):
+
+    logits = decoder(norm(act(dense(h))))  (+ bias)     decoder: the word embeddings unless untied
+
+    BERT        act hidden_act                          (BertLMPredictionHead: cls.predictions)
+    RoBERTa     act gelu                                (RobertaLMHead: lm_head; MPNet, XLM-R, CamemBERT)
+    ELECTRA     act gelu, width embedding_size          (ElectraGeneratorPredictions, generator_lm_head)
+    DistilBERT  act activation                          (vocab_transform, vocab_layer_norm, vocab_projector)
+    DeBERTa-v2  act hidden_act, width embedding_size    (legacy cls.predictions, or lm_predictions.lm_head)
+    ModernBERT  act classifier_activation, biases classifier_bias / norm_bias / decoder_bias, the dense and
+                norm shared with the classifier's (ModernBertPredictionHead `head`, decoder)
+
+The kinds planned next (token classification, extractive QA) are further declarations here, each with its
+one module, and a family states what it changes about each the same way.
 """
 
 from __future__ import annotations
@@ -87,6 +100,37 @@ class SequenceClassification:
         """Whose final states it reads (nn/layout.py FINAL_TOKENS): every token's for "mean", else the first's
         (the last layer then runs for the first tokens alone)."""
         return "all" if self.pool == "mean" else "first"
+
+
+@dataclass(frozen=True)
+class MaskedLM:
+    """What a family's masked-LM head is (module docstring's formula).
+
+    activation:   the dense layer's activation (a name of nn/activations.py); None: the config's `activation`
+    width:        "hidden" (the dense layer keeps hidden_size) or "embedding" (it maps onto the word embeddings'
+                  width, embedding_size: ELECTRA's generator, DeBERTa-v2's legacy head)
+    dense_bias, norm_bias, decoder_bias: whether each carries a bias (ModernBERT's flags; True elsewhere)
+    at:           where its dense and norm sit among a checkpoint's names (minialign's, convert/names.py):
+                  "mlm_head", or "classifier" where transformers shares them with the classifier (ModernBERT's
+                  `head`, which ModernBertForMaskedLM and ModernBertForSequenceClassification both have)
+    """
+
+    activation: str | None = None
+    width: str = "hidden"
+    dense_bias: bool = True
+    norm_bias: bool = True
+    decoder_bias: bool = True
+    at: str = "mlm_head"
+
+    def __post_init__(self) -> None:
+        if self.width not in ("hidden", "embedding"):
+            raise ValueError(f"MaskedLM.width must be 'hidden' or 'embedding', got {self.width!r}")
+        if self.at not in ("mlm_head", "classifier"):
+            raise ValueError(f"MaskedLM.at must be 'mlm_head' or 'classifier', got {self.at!r}")
+
+    def features(self, config: Config) -> int:
+        """The width of the dense layer's output, which the decoder maps to the vocabulary."""
+        return config.embedding_width if self.width == "embedding" else config.hidden_size
 
 
 def head_dropout(config: Config) -> nn.Dropout:

@@ -18,9 +18,9 @@ candle-transformers models/modernbert.rs): BERT's encoder rebuilt, every differe
 
 Padded and packed agree: a packed row gives each token its position inside its sequence (rotary) and
 the window is an offset inside one sequence. Its config.json and weight names:
-convert/families/modernbert.py. The MLM head (ModernBertForMaskedLM's decoder) has no
-minialign model: an MLM checkpoint loads as an Encoder or ClassifierModel (its head.* is the
-classifier's, as transformers loads it).
+convert/families/modernbert.py. The masked-LM head (ModernBertForMaskedLM: `head`, then `decoder`) shares its
+dense and norm with the classifier's (ModernBertPredictionHead, `head.*` in both classes), so among a
+checkpoint's names they are the classifier's and the MaskedLMModel reads them there (ModernBert.masked_lm).
 
 Shapes: B batch, L sequence length (a packed batch is one row of T tokens, (1, T)), C hidden size,
 I intermediate size, D head dim.
@@ -37,7 +37,7 @@ from torch import Tensor
 
 from minialign.convert.families import modernbert as modernbert_format
 from minialign.models.family import Family
-from minialign.models.heads import SequenceClassification
+from minialign.models.heads import MaskedLM, SequenceClassification
 from minialign.nn.activations import activation
 from minialign.nn.attention import PreparedMask
 from minialign.nn.capture import record, unobserved
@@ -59,7 +59,8 @@ class ModernBertConfig(Config):
     local_rope_theta that of the local layers (None: rope_theta). local_attention: a local layer's whole
     window, keys with |i - j| <= local_attention // 2 (None: every layer global); every layer whose index
     % global_attn_every_n_layers != 0 is local. Which Linear / LayerNorm layers carry a bias
-    (attention_bias, mlp_bias, norm_bias, classifier_bias: its prediction head's dense layer), the MLP's
+    (attention_bias, mlp_bias, norm_bias, classifier_bias: its prediction head's dense layer; decoder_bias: the
+    masked-LM decoder's), the MLP's
     dropout (None: hidden_dropout), the prediction head's activation (None: activation) and what a
     classifier pools: "cls" (the first token) or "mean" (the mean over real tokens)."""
 
@@ -74,6 +75,7 @@ class ModernBertConfig(Config):
     mlp_bias: bool = checked(BOOL, True)
     norm_bias: bool = checked(BOOL, True)
     classifier_bias: bool = checked(BOOL, True)
+    decoder_bias: bool = checked(BOOL, True)
     mlp_dropout: float | None = checked(optional(PROBABILITY), None)
     classifier_activation: str | None = checked(optional(ACTIVATION), None)
     classifier_pooling: str = checked(one_of(CLASSIFIER_POOLING), "cls")
@@ -204,6 +206,13 @@ class ModernBert(Family):
         return SequenceClassification(pool="mean" if config.classifier_pooling == "mean" else "first",
                                       dense_activation=config.classifier_activation or config.activation,
                                       dense_bias=config.classifier_bias, norm_bias=config.norm_bias, record="pool")
+
+    @classmethod
+    def masked_lm(cls, config: Config) -> MaskedLM:
+        """ModernBertForMaskedLM after the model (final_norm included): decoder(norm(act(dense(h)))), the head's
+        activation classifier_activation and its biases as the config says; `head` is the classifier's too."""
+        return MaskedLM(activation=config.classifier_activation or config.activation, dense_bias=config.classifier_bias,
+                        norm_bias=config.norm_bias, decoder_bias=config.decoder_bias, at="classifier")
 
     @classmethod
     def layer_inputs(cls, encoder: nn.Module, inputs: ForwardInputs) -> dict[str, object]:

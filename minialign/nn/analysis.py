@@ -191,8 +191,7 @@ def logit_lens(model: nn.Module, cap: Capture, *, prefix: str = "encoder.") -> T
     """The logit lens (nostalgebraist 2020) with the model's own pieces: every layer's output (capture names
     `{prefix}layers.{i}.output`) through the family's finish (ModernBERT's final norm; nothing for a post-LN
     family, whose layers end in a norm) and the masked-LM head -> (layers, B, L, vocabulary). The last layer's
-    equals the model's own prediction_logits. `model`: a model with an MLM head (AlignModel; the MLM heads of the
-    other classes come with issue 44's heads)."""
+    equals the model's own prediction_logits. `model`: a model with an MLM head (AlignModel, MaskedLMModel)."""
     head = getattr(model, "mlm_head", None)
     if head is None:
         raise ValueError(f"{type(model).__name__} has no masked-LM head to read the residual stream through")

@@ -79,11 +79,7 @@ class SentenceEncoder(Runner):
         says otherwise (a Matryoshka model's; None: all). The other options: Runner._start."""
         self.pooling, self.dense, self.normalize = pooling_modes.check(pooling), list(dense), normalize
         self.truncate_dim = check_truncate_dim(truncate_dim)
-        # sentence-transformers v6 (BaseModel._default_prompts): "query" and "document" are always prompts
-        self.prompts: dict[str, str] = {"query": "", "document": "", **(prompts or {})}
-        if default_prompt_name is not None and default_prompt_name not in self.prompts:
-            raise ValueError(f"default prompt name {default_prompt_name!r} is not one of the prompts "
-                             f"{list(self.prompts)}")
+        self.prompts = model_prompts(prompts, default_prompt_name)
         self.default_prompt_name, self.include_prompt = default_prompt_name, include_prompt
         self._start(encoder, tokenizer, max_length=max_seq_length, batch_size=batch_size, max_tokens=max_tokens,
                     unpad=unpad, compile=compile, workers=workers, threads=threads)
@@ -99,6 +95,9 @@ class SentenceEncoder(Runner):
         modules = convert.read_modules(source)
         pooling, dense, normalize, model, settings, include_prompt = ["mean"], [], False, source, {}, True
         if modules is not None:
+            if any(kind in ("MLMTransformer", "SpladePooling") for kind, _ in modules):
+                raise ValueError(f"{source}/modules.json: a sparse (SPLADE) model (MLMTransformer / SpladePooling); "
+                                 f"load it with minialign.SparseEncoder")
             if not modules or modules[0][0] != "Transformer":
                 raise ValueError(f"{source}/modules.json: the first module must be a Transformer")
             pooling, includes = [], set()
@@ -160,17 +159,7 @@ class SentenceEncoder(Runner):
         given (with `prompt_name` too: a warning, and `prompt` wins); else the prompt named `prompt_name`,
         an unknown name being a ValueError that names it and lists the model's prompts; else the
         default prompt, if the model has one. None or "": no prompt."""
-        if prompt is not None:
-            if not isinstance(prompt, str):
-                raise ValueError(f"prompt must be a string, got {type(prompt).__name__}")
-            if prompt_name is not None:
-                warnings.warn("give either prompt or prompt_name, not both: prompt_name is ignored", stacklevel=3)
-            return prompt
-        if prompt_name is not None:
-            if prompt_name not in self.prompts:
-                raise ValueError(f"prompt name {prompt_name!r} is not one of this model's prompts {list(self.prompts)}")
-            return self.prompts[prompt_name]
-        return self.prompts.get(self.default_prompt_name) if self.default_prompt_name is not None else None
+        return resolve_prompt(self.prompts, self.default_prompt_name, prompt_name=prompt_name, prompt=prompt)
 
     def _prompted(self, texts: list[str], prompt: str | None) -> tuple[list[str], dict[str, int] | None]:
         """The texts with the prompt before each, and what every batch must carry for pooling to leave
@@ -272,6 +261,31 @@ class SentenceEncoder(Runner):
         if self.normalize:
             x = F.normalize(x, p=2, dim=1)
         return x.float()
+
+
+def model_prompts(prompts: dict[str, str] | None, default_prompt_name: str | None) -> dict[str, str]:
+    """A model's prompts as sentence-transformers v6 keeps them (BaseModel._default_prompts: "query" and "document"
+    are always there, "" unless saved); a default_prompt_name that names none of them is a ValueError."""
+    prompts = {"query": "", "document": "", **(prompts or {})}
+    if default_prompt_name is not None and default_prompt_name not in prompts:
+        raise ValueError(f"default prompt name {default_prompt_name!r} is not one of the prompts {list(prompts)}")
+    return prompts
+
+
+def resolve_prompt(prompts: dict[str, str], default_prompt_name: str | None, *, prompt_name: str | None = None,
+                   prompt: str | None = None) -> str | None:
+    """SentenceEncoder.resolve_prompt's rule (sentence-transformers _resolve_prompt), for any runner with prompts."""
+    if prompt is not None:
+        if not isinstance(prompt, str):
+            raise ValueError(f"prompt must be a string, got {type(prompt).__name__}")
+        if prompt_name is not None:
+            warnings.warn("give either prompt or prompt_name, not both: prompt_name is ignored", stacklevel=4)
+        return prompt
+    if prompt_name is not None:
+        if prompt_name not in prompts:
+            raise ValueError(f"prompt name {prompt_name!r} is not one of this model's prompts {list(prompts)}")
+        return prompts[prompt_name]
+    return prompts.get(default_prompt_name) if default_prompt_name is not None else None
 
 
 def prompt_length(tokenizer: Tokenizer, prompt: str, max_length: int) -> int:

@@ -172,13 +172,18 @@ class Runner:
         engine = copy.copy(self.engine)  # BatchEngine.__getstate__: one worker, no pool of its own
 
         def forward(batch: dict[str, Tensor]) -> Tensor:
-            self.model(**batch, unpad=self.unpad)
+            self.calibration_module()(**batch, unpad=self.unpad)
             return batch["input_ids"].new_zeros(batch["input_ids"].size(0))
 
         with torch.inference_mode(), int8.calibrating(self.model):
             for inputs in kinds:  # the engine runs one kind of input at a time
                 engine.run(inputs, forward)
         self.engine.close()  # workers started before hold the statistics they were given
+
+    def calibration_module(self) -> nn.Module:
+        """What calibrate_int8 runs over the texts: the model (a runner whose heads hold no quantized layer and are
+        costly to run may name the part that holds them: SparseEncoder's encoder, without the vocabulary logits)."""
+        return self.model
 
     def __getstate__(self) -> dict:  # what a worker process gets (process_pool.py): it runs batches, never splits text
         state = dict(self.__dict__)

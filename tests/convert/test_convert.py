@@ -37,6 +37,7 @@ def test_converted_names_and_shapes_equal_model_state_dict(arch):
     model = hf_model(arch, "mlm")
     ours, _ = convert.hf_to_minialign(model.state_dict(), arch)
     ours.pop("mlm_head.decoder.weight")  # tied
+    assert torch.equal(ours.pop("mlm_head.decoder.bias"), ours["mlm_head.bias"])  # tied (loading drops it)
     config = ma.Config.from_hf(model.config.to_dict())
     expected = ma.AlignModel(config).state_dict()
     heads = {k for k in expected if k.startswith(("bin_layer", "tri_layer", "reg_layer"))}

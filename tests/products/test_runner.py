@@ -15,12 +15,12 @@ import minialign as ma
 from minialign.products.runner import LOAD_KEYWORDS, Runner
 from minialign.runtime.engine import TruncationWarning
 
-RUNNERS = (ma.AlignScorer, ma.MiniCheckScorer, ma.SentenceEncoder, ma.Classifier, ma.M3Encoder)
+RUNNERS = (ma.AlignScorer, ma.MiniCheckScorer, ma.SentenceEncoder, ma.Classifier, ma.M3Encoder, ma.SparseEncoder)
 LONG = "word " * 700  # over every window here (512 tokens, MiniLM's 256)
 
 
 @pytest.fixture(scope="module")
-def sources(tiny_alignscore, minicheck_dir, minilm_dir, tmp_path_factory):
+def sources(tiny_alignscore, minicheck_dir, minilm_dir, tmp_path_factory, tiny_family):
     """Per runner: (src, its own keywords, its tokenizer's directory)."""
     path, backbone, _ = tiny_alignscore
     reranker = tmp_path_factory.mktemp("runner") / "reranker"
@@ -34,14 +34,15 @@ def sources(tiny_alignscore, minicheck_dir, minilm_dir, tmp_path_factory):
             ma.MiniCheckScorer: (minicheck_dir, {}, minicheck_dir),
             ma.SentenceEncoder: (minilm_dir, {}, minilm_dir),
             ma.Classifier: (reranker, {}, reranker),
-            ma.M3Encoder: (m3, {}, minilm_dir)}
+            ma.M3Encoder: (m3, {}, minilm_dir),
+            ma.SparseEncoder: (tiny_family.sparse_encoder("bert"), {}, tiny_family.masked_lm("bert")[0])}
 
 
 def call(runner, texts, **options):
     """The runner's own call on texts (the scorers pair each with a short claim)."""
     if isinstance(runner, (ma.AlignScorer, ma.MiniCheckScorer)):
         return runner.score(texts, ["A claim."] * len(texts), **options)
-    if isinstance(runner, ma.SentenceEncoder):
+    if isinstance(runner, (ma.SentenceEncoder, ma.SparseEncoder)):
         return runner.encode(texts, **options)
     if isinstance(runner, ma.M3Encoder):  # every output, so every head runs
         return runner.encode(texts, return_sparse=True, return_colbert_vecs=True, **options)["dense_vecs"]
