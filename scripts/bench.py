@@ -34,11 +34,11 @@ from benchmarks.report import render, table, write_section  # noqa: E402
 SIZES = {
     False: {"kernel_rounds": 4, "encoder_reps": 4, "scoring_examples": 12, "scoring_rounds": 2, "requests": 320,
             "precision_examples": 30, "worker_examples": 12, "worker_texts": 256, "peer_sizes": (32, 256),
-            "peer_reps": 3, "family_reps": 5, "family_texts": 64, "retrieval_texts": 128, "retrieval_rounds": 3,
+            "peer_reps": 3, "family_reps": 5, "family_texts": 64, "retrieval_texts": 64, "retrieval_rounds": 3,
             "retrieval_memory_texts": 256},
     True: {"kernel_rounds": 2, "encoder_reps": 1, "scoring_examples": 6, "scoring_rounds": 1, "requests": 64,
            "precision_examples": 9, "worker_examples": 6, "worker_texts": 64, "peer_sizes": (32,), "peer_reps": 1,
-           "family_reps": 2, "family_texts": 16, "retrieval_texts": 32, "retrieval_rounds": 1,
+           "family_reps": 2, "family_texts": 16, "retrieval_texts": 16, "retrieval_rounds": 1,
            "retrieval_memory_texts": 64},
 }
 CLIENTS = 16  # concurrent clients of the service benchmark

@@ -144,7 +144,8 @@ def m3_dir(root: Path, shape: dict, corpus: list[str], vocab: int) -> Path:
         "eos_token": "</s>", "sep_token": "</s>", "cls_token": "<s>", "pad_token": "<pad>", "mask_token": "<mask>",
         "unk_token": "<unk>"}))
     config = XLMRobertaConfig(**{"vocab_size": tok.get_vocab_size(), "max_position_embeddings": M3_WINDOW + 2,
-                                 "type_vocab_size": 1, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2, **shape})
+                                 "type_vocab_size": 1, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2,
+                                 **shape})
     torch.manual_seed(0)
     XLMRobertaModel(config).eval().save_pretrained(directory)
     width = config.hidden_size
@@ -184,18 +185,24 @@ def met(speed_up: float, goal: float) -> str:
 
 
 def timed_rows(calls: dict, peer: str, *, work: float, texts: int, rounds: int, device: str, goal: float,
-               diff=max_diff, echo=print) -> tuple[list[dict], dict]:
+               diff=max_diff, sums: dict | None = None, echo=print) -> tuple[list[dict], dict]:
     """Time `calls` with the fp32 matmul ceiling in the same interleaved rounds (encoder.ceiling_matmul). One row per
     call: items/s, speed-up over the `peer` call, GFLOP/s of `work` (the same useful work for every call), its share
-    of the ceiling, diff(its last output, the peer's); and the last outputs by label."""
+    of the ceiling, diff(its last output, the peer's); and the last outputs by label. sums: {label: [labels of
+    calls]}, a row more for each, its seconds the sum of theirs and its output their dicts merged (a peer made of
+    several calls); rows in the order of `calls`, a sum's before the last call's."""
     ceiling_calls, ceiling_work = ceiling_matmul(torch.float32, device)
     outputs = {}
     with torch.inference_mode():
         best = interleaved({**calls, **{f"matmul {k}": c for k, c in ceiling_calls.items()}}, rounds=rounds,
                            outputs=outputs)
     ceiling = max(ceiling_work / best[f"matmul {k}"] for k in ceiling_calls) / 1e9
+    for label, parts in (sums or {}).items():
+        best[label] = sum(best[part] for part in parts)
+        outputs[label] = {k: v for part in parts for k, v in outputs[part].items() if v is not None}
+    labels = list(calls)
     rows = []
-    for label in calls:
+    for label in labels[:-1] + list(sums or {}) + labels[-1:]:
         speed_up, rate = best[peer] / best[label], work / best[label] / 1e9
         rows.append({"impl": label, "texts": texts, "items/s": texts / best[label], "speed-up": speed_up,
                      "GFLOP/s": rate, "of ceiling": rate / ceiling,
@@ -252,8 +259,8 @@ def measure(*, texts: int, memory_texts: int, rounds: int, device: str = "cpu", 
             m3_vocab: int = M3_VOCAB, corpus: list[str] | None = None, echo=print) -> dict:
     """{"speed": rows of TABLE, "m3": rows of M3_TABLE, "memory": rows of MEMORY_TABLE, "tokenizer": what the
     WordPiece is, "m3_vocab": the M3 tokenizer's pieces, "tokens": {model: tokens of the speed texts}}.
-    texts: how many of `corpus` (default: a seeded sample of human_text.passages(), paragraphs people wrote) every
-    speed call embeds, one call each with batch size 32 on both sides; memory_texts: the texts of the sparse call
+    texts: how many of `corpus` (default: a seeded sample of human_text.passages(), paragraphs people wrote, all of
+    which train the tokenizers made here) every speed call embeds, one call each with batch size 32 on both sides; memory_texts: the texts of the sparse call
     whose peak memory is measured (on the bert-shaped SPLADE model); rounds: interleaved rounds, best of, after a
     warm-up. shapes: transformers config overrides per family (SHAPES: base shapes)."""
     from sentence_transformers import MultiVectorEncoder as STMultiVectorEncoder
@@ -262,10 +269,12 @@ def measure(*, texts: int, memory_texts: int, rounds: int, device: str = "cpu", 
     import minialign as ma
 
     shapes = {**SHAPES, **(shapes or {})}
+    training = corpus  # what the tokenizers made here learn from
     if corpus is None:
         from benchmarks import human_text
 
-        corpus = human_text.sample(human_text.passages(), max(texts, memory_texts), seed=0)
+        training = list(human_text.passages())
+        corpus = human_text.sample(training, max(texts, memory_texts), seed=0)
     sample, memory_sample = list(corpus[:texts]), list(corpus[:memory_texts])
     result = {"speed": [], "m3": [], "memory": [], "tokens": {}}
 
@@ -274,7 +283,7 @@ def measure(*, texts: int, memory_texts: int, rounds: int, device: str = "cpu", 
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        result["tokenizer"] = bert_tokenizer(root / "wordpiece", corpus)
+        result["tokenizer"] = bert_tokenizer(root / "wordpiece", training)
 
         for arch in ("bert", "distilbert"):
             directory = splade_dir(root, arch, shapes[arch], root / "wordpiece")
@@ -324,7 +333,7 @@ def measure(*, texts: int, memory_texts: int, rounds: int, device: str = "cpu", 
         result["speed"] += [{"task": "multi-vector (ColBERT)", "model": model, **row} for row in rows]
         del theirs, ours, calls
 
-        directory = m3_dir(root, shapes["xlm-roberta"], corpus, m3_vocab)
+        directory = m3_dir(root, shapes["xlm-roberta"], training, m3_vocab)
         m3 = ma.M3Encoder.from_pretrained(directory, device=device)
         config, model = m3.model.config, shape("xlm-roberta", "xlm-roberta-base shape")
         result["m3_vocab"] = config.vocab_size
@@ -334,23 +343,29 @@ def measure(*, texts: int, memory_texts: int, rounds: int, device: str = "cpu", 
         result["tokens"][f"M3 {model}"] = sum(lengths)
 
         options = {"batch_size": BATCH, "warn_truncation": False}
-
-        def separate():
-            dense = m3.encode(sample, **options)["dense_vecs"]
-            lexical = m3.encode(sample, return_dense=False, return_sparse=True, **options)["lexical_weights"]
-            colbert = m3.encode(sample, return_dense=False, return_colbert_vecs=True, **options)["colbert_vecs"]
-            return {"dense_vecs": dense, "lexical_weights": lexical, "colbert_vecs": colbert}
-
-        peer = "three separate M3Encoder.encode calls (dense; sparse; colbert)"
-        calls = {peer: separate, "M3Encoder.encode, the three outputs in one forward":
+        single = {"dense_vecs": {}, "lexical_weights": {"return_dense": False, "return_sparse": True},
+                  "colbert_vecs": {"return_dense": False, "return_colbert_vecs": True}}
+        parts = {f"M3Encoder.encode, {key} only": lambda o=o: m3.encode(sample, **o, **options)
+                 for key, o in single.items()}
+        peer = "three separate calls (the sum of the three above)"
+        calls = {**parts, "M3Encoder.encode, the three outputs in one forward":
                  lambda: m3.encode(sample, return_sparse=True, return_colbert_vecs=True, **options)}
         echo(f"M3 {model}: {len(sample)} texts, {sum(lengths)} tokens")
         rows, outputs = timed_rows(calls, peer, work=work, texts=len(sample), rounds=rounds, device=device,
-                                   goal=GOALS["m3"], diff=lambda a, b: max(max_diff(a[k], b[k]) for k in OUTPUTS),
-                                   echo=echo)
+                                   goal=GOALS["m3"], sums={peer: list(parts)}, echo=echo,
+                                   diff=lambda a, b: max(max_diff(a[k], b[k]) for k in OUTPUTS
+                                                         if a.get(k) is not None and b.get(k) is not None))
+        encoder = encoder_flops(config, lengths)
+        own = dict(zip(parts, (encoder, encoder + sum(lengths) * 2 * c, encoder + sum(lengths) * 2 * c * c)))
+        for row in rows:
+            if row["impl"] in parts:  # one output of three: the work of its own output, no goal of its own
+                row["goal"] = "-"
+                share = own[row["impl"]] / work
+                row["GFLOP/s"], row["of ceiling"] = row["GFLOP/s"] * share, row["of ceiling"] * share
         formulas = flag_embedding_formulas(directory, sample, m3, device)
         for row in rows:
-            row[FORMULAS] = max(max_diff(outputs[row["impl"]][k], formulas[k]) for k in OUTPUTS)
+            out = outputs[row["impl"]]
+            row[FORMULAS] = max(max_diff(out[k], formulas[k]) for k in OUTPUTS if out.get(k) is not None)
             echo(f"{row['impl']}: max|diff| against FlagEmbedding's formulas {row[FORMULAS]:.1e}")
         result["m3"] = [{"model": model, **row} for row in rows]
     return result
