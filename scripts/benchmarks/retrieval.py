@@ -9,8 +9,8 @@ ColBERT at bert-base shape with a 128-d projection (colbert-ir/colbertv2.0; docu
 skiplist, as PyLate's defaults); both with the real all-MiniLM-L6-v2 tokenizer (bert-base-uncased's 30522-token
 WordPiece vocabulary) where its package is installed, else a WordPiece trained here (fixtures.wordpiece). BGE-M3 at
 xlm-roberta-base shape (BAAI/bge-m3 itself is xlm-roberta-large) with random sparse_linear (hidden -> 1) and
-colbert_linear (hidden -> hidden) heads and a Unigram tokenizer of M3_VOCAB pieces trained here on the texts (XLM-R
-has 250002: the vocabulary only sizes the embedding table, which M3 never multiplies by). Speed does not depend on
+colbert_linear (hidden -> hidden) heads and a Unigram tokenizer of M3_VOCAB pieces trained here on the passages
+(XLM-R has 250002: the vocabulary only sizes the embedding table, which M3 never multiplies by). Speed does not depend on
 the values; the outputs are compared all the same, so a wrong answer cannot look fast.
 """
 
