@@ -10,8 +10,8 @@ skiplist, as PyLate's defaults); both with the real all-MiniLM-L6-v2 tokenizer (
 WordPiece vocabulary) where its package is installed, else a WordPiece trained here (fixtures.wordpiece). BGE-M3 at
 xlm-roberta-base shape (BAAI/bge-m3 itself is xlm-roberta-large) with random sparse_linear (hidden -> 1) and
 colbert_linear (hidden -> hidden) heads and a Unigram tokenizer of M3_VOCAB pieces trained here on the passages
-(XLM-R has 250002: the vocabulary only sizes the embedding table, which M3 never multiplies by). Speed does not depend on
-the values; the outputs are compared all the same, so a wrong answer cannot look fast.
+(XLM-R has 250002: the vocabulary only sizes the embedding table, which M3 never multiplies by). Speed does not
+depend on the values; the outputs are compared all the same, so a wrong answer cannot look fast.
 """
 
 from __future__ import annotations
@@ -259,10 +259,11 @@ def measure(*, texts: int, memory_texts: int, rounds: int, device: str = "cpu", 
             m3_vocab: int = M3_VOCAB, corpus: list[str] | None = None, echo=print) -> dict:
     """{"speed": rows of TABLE, "m3": rows of M3_TABLE, "memory": rows of MEMORY_TABLE, "tokenizer": what the
     WordPiece is, "m3_vocab": the M3 tokenizer's pieces, "tokens": {model: tokens of the speed texts}}.
-    texts: how many of `corpus` (default: a seeded sample of human_text.passages(), paragraphs people wrote, all of
-    which train the tokenizers made here) every speed call embeds, one call each with batch size 32 on both sides; memory_texts: the texts of the sparse call
-    whose peak memory is measured (on the bert-shaped SPLADE model); rounds: interleaved rounds, best of, after a
-    warm-up. shapes: transformers config overrides per family (SHAPES: base shapes)."""
+    texts: how many of `corpus` every speed call embeds (default corpus: a seeded sample of human_text.passages(),
+    paragraphs people wrote, all of which train the tokenizers made here), one call each with batch size 32 on
+    both sides; memory_texts: the texts of the sparse call whose peak memory is measured (the bert-shaped SPLADE
+    model); rounds: interleaved rounds, best of, after a warm-up. shapes: transformers config overrides per family
+    (SHAPES: base shapes); m3_vocab: the M3 tokenizer's pieces."""
     from sentence_transformers import MultiVectorEncoder as STMultiVectorEncoder
     from sentence_transformers import SparseEncoder as STSparseEncoder
 
