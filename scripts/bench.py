@@ -1,7 +1,7 @@
 """Benchmarks: minialign against transformers and the original AlignScore pipeline, in one process.
 
     python scripts/bench.py [--quick] [--out BENCHMARKS.md] [--device cuda --models roberta-base roberta-large]
-                            [--mpnet DIR] [--only families|int8|encoder|scoring|embeddings [--dry-run]]
+                            [--mpnet DIR] [--only families|int8|retrieval|encoder|scoring|embeddings [--dry-run]]
 
 A tool beside the package, not part of it: run it from a checkout with the `test` extra installed
 (transformers). Random weights at real shapes (roberta-base); speed does not depend on the values.
@@ -13,6 +13,7 @@ scripts/benchmarks/report.md.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -25,7 +26,7 @@ from minialign.loading import auto_compute_dtype, cpu_has_native  # noqa: E402
 from minialign.nn.config import Config  # noqa: E402
 
 from benchmarks import (embeddings, encoder, families, int8, kernels, loading_memory, parity,  # noqa: E402
-                        precision, scoring, service, workers)
+                        precision, retrieval, scoring, service, workers)
 from benchmarks.machine import cpu_kind_label, machine  # noqa: E402
 from benchmarks.report import render, table, write_section  # noqa: E402
 
@@ -33,10 +34,12 @@ from benchmarks.report import render, table, write_section  # noqa: E402
 SIZES = {
     False: {"kernel_rounds": 4, "encoder_reps": 4, "scoring_examples": 12, "scoring_rounds": 2, "requests": 320,
             "precision_examples": 30, "worker_examples": 12, "worker_texts": 256, "peer_sizes": (32, 256),
-            "peer_reps": 3, "family_reps": 5, "family_texts": 64},
+            "peer_reps": 3, "family_reps": 5, "family_texts": 64, "retrieval_texts": 64, "retrieval_rounds": 3,
+            "retrieval_memory_texts": 256},
     True: {"kernel_rounds": 2, "encoder_reps": 1, "scoring_examples": 6, "scoring_rounds": 1, "requests": 64,
            "precision_examples": 9, "worker_examples": 6, "worker_texts": 64, "peer_sizes": (32,), "peer_reps": 1,
-           "family_reps": 2, "family_texts": 16},
+           "family_reps": 2, "family_texts": 16, "retrieval_texts": 16, "retrieval_rounds": 1,
+           "retrieval_memory_texts": 64},
 }
 CLIENTS = 16  # concurrent clients of the service benchmark
 DRY_RUN_SECTIONS = ("encoder", "scoring", "embeddings")  # the sections --only runs with --dry-run
@@ -168,6 +171,27 @@ def embeddings_section(*, quick: bool = False, device: str = "cpu", dry_run: boo
                   table=table(rows, embeddings.TABLE) if rows else render("embeddings-skipped"))
 
 
+def retrieval_section(*, quick: bool = False, device: str = "cpu", echo=print, **options) -> str:
+    """Retrieval outputs (issue 43): SparseEncoder and MultiVectorEncoder against sentence-transformers, M3Encoder's
+    one forward against three calls, a sparse call's peak memory (benchmarks/retrieval.py). options: measure's
+    (shapes, m3_vocab, corpus, texts...: a test's tiny sizes)."""
+    if importlib.util.find_spec("sentence_transformers") is None:
+        return render("retrieval-skipped")
+    size = SIZES[quick]
+    options = {"texts": size["retrieval_texts"], "memory_texts": size["retrieval_memory_texts"],
+               "rounds": size["retrieval_rounds"], **options}
+    result = retrieval.measure(device=device, echo=echo, **options)
+    lines = retrieval.goals(result)
+    memory = result["memory"][0]["texts"] if result["memory"] else options["memory_texts"]
+    return render("retrieval", met=sum(line.endswith(": met)") for line in lines), goals=len(lines),
+                  goal_lines="; ".join(lines), tokenizer=result["tokenizer"], texts=options["texts"],
+                  token_counts=", ".join(f"{n} tokens for {model}" for model, n in result["tokens"].items()),
+                  rounds=options["rounds"], table=table(result["speed"], retrieval.TABLE), m3_vocab=result["m3_vocab"],
+                  m3_table=table(result["m3"], retrieval.M3_TABLE), memory_texts=memory,
+                  memory_method=retrieval.MEMORY_METHOD[torch.device(device).type],
+                  memory_table=table(result["memory"], retrieval.MEMORY_TABLE))
+
+
 def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", models: tuple[str, ...] = ("roberta-base",),
         mpnet: str | None = None, echo=print) -> str:
     """The whole benchmark. On CPU: fp32 and bf16 (fp32 only with quick). On a GPU: bf16 and fp32,
@@ -184,6 +208,7 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
     precision_rows = precision.measure(examples=size["precision_examples"], device=device, echo=echo)
     worker_rows = workers.measure(examples=size["worker_examples"], texts=size["worker_texts"], echo=echo)
     embeddings_md = embeddings_section(quick=quick, device=device, echo=echo)
+    retrieval_md = retrieval_section(quick=quick, device=device, echo=echo)
     quantized = int8_section(quick=quick, device=device, echo=echo)
 
     sections = [machine_md]
@@ -195,6 +220,7 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
         scoring_md,
         render("loading", table=table(loading_rows, loading_memory.TABLE)),
         embeddings_md,
+        retrieval_md,
         quantized,
         render("precision", examples=size["precision_examples"], trained_examples=5 * size["precision_examples"],
                table=table(precision_rows, precision.TABLE)),
@@ -223,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mpnet", default=None, metavar="DIR",
                         help=f"the real all-mpnet-base-v2 (sentence-transformers directory) for the Encoder families "
                              f"section's embeddings row (default ${families.MPNET_ENV}; skipped without)")
-    parser.add_argument("--only", choices=["families", "int8", *DRY_RUN_SECTIONS],
+    parser.add_argument("--only", choices=["families", "int8", "retrieval", *DRY_RUN_SECTIONS],
                         help="run this section alone and print it (not with --out: a file's section is a whole run); "
                              "encoder prints the machine section too; progress goes to stderr")
     parser.add_argument("--dry-run", action="store_true",
@@ -243,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
         options = dict(quick=args.quick, device=args.device, echo=progress)
         if args.only == "int8":
             print(int8_section(**options))
+        elif args.only == "retrieval":
+            print(retrieval_section(**options))
         elif args.only == "families":
             print(families_section(mpnet=args.mpnet, **options))
         elif args.only == "encoder":

