@@ -157,3 +157,17 @@ def test_bad_input_is_named(tiny_family, tmp_path):
     bare, _ = tiny_family.hf("bert")  # a BertModel: no masked-LM head to pool
     with pytest.raises(CheckpointError, match="no trained cls.predictions"):
         ma.SparseEncoder.from_pretrained(bare)
+
+
+def test_blocks_of_rows_stack_as_one_coalesced_tensor_without_a_sort():
+    """products/sparse.stack_rows: blocks in row order give the entries torch.cat(...).coalesce() gives, marked
+    coalesced; one block is returned as it is."""
+    from minialign.products.sparse import stack_rows
+
+    g = torch.Generator().manual_seed(0)
+    dense = [(torch.rand(n, 50, generator=g) > 0.7).float() * torch.rand(n, 50, generator=g) for n in (3, 1, 4, 2)]
+    blocks = [d.to_sparse() for d in dense]
+    stacked, reference = stack_rows(blocks, 50), torch.cat(blocks).coalesce()
+    assert stacked.is_coalesced() and stacked.shape == (10, 50)
+    assert torch.equal(stacked.indices(), reference.indices()) and torch.equal(stacked.values(), reference.values())
+    assert torch.equal(stacked.to_dense(), torch.cat(dense)) and stack_rows(blocks[:1], 50) is blocks[0]
