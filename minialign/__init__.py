@@ -33,7 +33,8 @@ from minialign.nn.capture import Capture, ablate_heads, ablate_mean, capture, pa
 from minialign.nn.config import PRESETS, Config  # noqa: E402
 from minialign.nn.score_functions import SCORE_FUNCTIONS  # noqa: E402
 from minialign.models import (AlignModel, AlignOutput, ClassifierModel, ClassifierOutput, Encoder,  # noqa: E402
-                              EncoderOutput, MaskedLMModel, MaskedLMOutput)
+                              EncoderOutput, MaskedLMModel, MaskedLMOutput, QuestionAnsweringModel,
+                              QuestionAnsweringOutput, TokenClassifierModel, TokenClassifierOutput)
 from minialign.text.sentences import split_sentences  # noqa: E402
 from minialign.text.tokenizer import Tokenizer  # noqa: E402
 from minialign.runtime.engine import BatchEngine  # noqa: E402
@@ -72,8 +73,12 @@ __all__ = [
     "MaskedLMOutput",
     "MiniCheckScorer",
     "MultiVectorEncoder",
+    "QuestionAnsweringModel",
+    "QuestionAnsweringOutput",
     "SentenceEncoder",
     "SparseEncoder",
+    "TokenClassifierModel",
+    "TokenClassifierOutput",
     "Tokenizer",
     "ablate_heads",
     "ablate_mean",
