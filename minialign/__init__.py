@@ -47,6 +47,7 @@ from minialign.products.minicheck import MiniCheckScorer  # noqa: E402
 from minialign.products.quantization import quantize_embeddings, truncate_embeddings  # noqa: E402
 from minialign.products.multivector import MultiVectorEncoder  # noqa: E402
 from minialign.products.sparse import SparseEncoder  # noqa: E402
+from minialign.products.token_classification import TokenClassifier  # noqa: E402
 from minialign.apps.explore import Exploration, explore, with_score_function  # noqa: E402
 
 __version__ = "0.2.0"
@@ -77,6 +78,7 @@ __all__ = [
     "QuestionAnsweringOutput",
     "SentenceEncoder",
     "SparseEncoder",
+    "TokenClassifier",
     "TokenClassifierModel",
     "TokenClassifierOutput",
     "Tokenizer",
