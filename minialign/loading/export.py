@@ -14,6 +14,9 @@ from minialign.sources import Source
 from minialign.text.tokenizer import TOKENIZER_FILES
 
 
+TOKEN_HEADS = ("ForTokenClassification", "ForQuestionAnswering")  # classes export_hf writes as export_hf_head does
+
+
 def save_native(ckpt: Checkpoint, directory: str | Path, *, dtype: torch.dtype | None = None) -> Path:
     """Write config.json + model.safetensors (minialign names) and any tokenizer files."""
     directory = output_directory(directory)
@@ -30,7 +33,10 @@ def save_native(ckpt: Checkpoint, directory: str | Path, *, dtype: torch.dtype |
 def export_hf(ckpt: Checkpoint, directory: str | Path, *, dtype: torch.dtype | None = None) -> Path:
     """Write a transformers layout: config.json + model.safetensors (BertModel/RobertaModel names,
     loadable by AutoModel) and, when the checkpoint has them, the MLM head and AlignScore heads in
-    alignscore_heads.safetensors under AlignScore's own names (mlm_head.*, bin_layer.*, ...)."""
+    alignscore_heads.safetensors under AlignScore's own names (mlm_head.*, bin_layer.*, ...). A checkpoint whose
+    config.json names a token-classification or QA class is written as that class (export_hf_head)."""
+    if any(name.endswith(TOKEN_HEADS) for name in ckpt.architectures):
+        return export_hf_head(ckpt, directory, dtype=dtype)
     directory = output_directory(directory)
     tensors = {k: cast(v, torch.device("cpu"), dtype) if dtype else v for k, v in ckpt.tensors.items()}
     hf = convert.minialign_to_hf(tensors, ckpt.config.format)

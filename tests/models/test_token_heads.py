@@ -146,3 +146,21 @@ def test_a_sequence_classifier_is_still_written_with_its_own_names(tiny_family, 
     out = ma.ClassifierModel.from_pretrained(directory).save_pretrained(tmp_path / "hf", layout="hf")
     back, info = transformers.AutoModelForSequenceClassification.from_pretrained(out, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"], info
+
+
+@pytest.mark.parametrize("arch,head", [("roberta", TOKEN), ("modernbert", QA), ("distilbert", QA)])
+def test_a_checkpoint_converted_to_transformers_keeps_its_class(arch, head, tiny_family, tmp_path):
+    """loading.export_hf (`minialign convert --to hf`) writes a token or QA checkpoint as the class its config.json
+    names (RoBERTa's token head as classifier.weight, not its sequence head's classifier.out_proj)."""
+    import transformers
+
+    from minialign.loading import export_hf
+
+    directory, hf = tiny_family.head(arch, head, 3 if head == TOKEN else 2)
+    out = export_hf(read_checkpoint(directory), tmp_path / "hf")
+    auto = transformers.AutoModelForTokenClassification if head == TOKEN else transformers.AutoModelForQuestionAnswering
+    back, info = auto.from_pretrained(out, output_loading_info=True, attn_implementation="eager")
+    assert type(back) is type(hf)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    ids, mask = _batch(hf.config, hf.config.vocab_size)
+    torch.testing.assert_close(_outputs(back.eval(), ids, mask), _outputs(hf, ids, mask), atol=0, rtol=0)
