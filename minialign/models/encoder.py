@@ -1,5 +1,6 @@
 """The model classes, for every encoder family: the Encoder, and the models with heads on it
-(AlignScore's AlignModel, ClassifierModel, MaskedLMModel), in reading order. What differs between families is
+(AlignScore's AlignModel, ClassifierModel, MaskedLMModel, TokenClassifierModel, QuestionAnsweringModel), in reading
+order. What differs between families is
 declared in each family's file (bert.py, roberta.py; family.py lists what a family declares) and read
 here; nothing here branches on `Config.arch`.
 

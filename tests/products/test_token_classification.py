@@ -157,3 +157,15 @@ def test_a_checkpoint_without_a_token_head_is_refused(tiny_family):
     sequence, _ = tiny_family.classifier("bert", 3)
     with pytest.raises(ma.CheckpointError, match="ForSequenceClassification"):
         ma.TokenClassifier.from_pretrained(sequence)
+
+
+def test_worker_processes_give_the_same_entities(tagger):
+    directory, _, _ = tagger
+    if "roberta" in directory.name:
+        pytest.skip("one tokenizer is enough: the workers run the same forward")
+    alone = ma.TokenClassifier.from_pretrained(directory)
+    pooled = ma.TokenClassifier.from_pretrained(directory, workers=2, batch_size=2)
+    try:
+        assert pooled.predict(TEXTS, aggregation_strategy="first") == alone.predict(TEXTS, aggregation_strategy="first")
+    finally:
+        pooled.close()
