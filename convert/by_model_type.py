@@ -60,8 +60,9 @@ def alignscore_to_minialign(state_dict: dict[str, torch.Tensor], family: Family,
     return _alignscore_to_minialign(state_dict, _fam(family), source=source, others=_every_family())
 
 
-def minialign_to_hf(state_dict: dict[str, torch.Tensor], family: Family) -> dict[str, torch.Tensor]:
-    return _minialign_to_hf(state_dict, _fam(family))
+def minialign_to_hf(state_dict: dict[str, torch.Tensor], family: Family, *,
+                    token_head: bool = False) -> dict[str, torch.Tensor]:
+    return _minialign_to_hf(state_dict, _fam(family), token_head=token_head)
 
 
 def minialign_to_alignscore(state_dict: dict[str, torch.Tensor], family: Family) -> dict[str, torch.Tensor]:

@@ -17,7 +17,8 @@ minialign's names (the AlignModel namespace; an Encoder holds the `encoder.` par
     mlm_head.{dense,norm}.*, mlm_head.bias, mlm_head.decoder.weight (only when untied)
     bin_layer.*, tri_layer.*, reg_layer.*
     classifier.out_proj.*, classifier.dense.* (RoBERTa only), classifier.norm.* (ModernBERT):
-    *ForSequenceClassification's head
+    *ForSequenceClassification's head, and *ForTokenClassification's (its out_proj; ModernBERT's dense and norm)
+    qa_outputs.out_proj.*: *ForQuestionAnswering's (ModernBERT's under classifier.*)
 """
 
 from __future__ import annotations
@@ -39,6 +40,17 @@ ALIGN_HEADS: dict[str, str | None] = {
 DENSE_CLASSIFICATION_HEAD: dict[str, str | None] = {
     f"classifier.{m}.{p}": f"classifier.{m}.{p}" for m in ("dense", "out_proj") for p in ("weight", "bias")
 }
+
+
+# *ForTokenClassification's output layer: dropout -> classifier (one Linear) on every token (BertForTokenClassification
+# and every family's alike; RoBERTa's, ELECTRA's and MPNet's sequence heads name theirs classifier.out_proj, so the
+# one `classifier.weight` is the token head's there). Which class a checkpoint is for comes from config.json's
+# `architectures` (minialign/models/auto.py), never from these names alone: BERT's sequence head has the same.
+TOKEN_CLASSIFIER: dict[str, str | None] = {f"classifier.{p}": f"classifier.out_proj.{p}" for p in ("weight", "bias")}
+
+# *ForQuestionAnswering's output layer (BertForQuestionAnswering.qa_outputs: Linear(hidden, 2), start and end
+# logits); ModernBertForQuestionAnswering names its own `head` and `classifier` instead (its family file).
+QA_OUTPUTS: dict[str, str | None] = {f"qa_outputs.{p}": f"qa_outputs.out_proj.{p}" for p in ("weight", "bias")}
 
 
 def layer_names(prefix: str, parts: dict[str, str]) -> dict[str, str | None]:
@@ -178,10 +190,15 @@ def inverse(table: dict[str, str | None]) -> dict[str, str]:
     return {dst: src for src, dst in table.items() if dst is not None}
 
 
-def minialign_to_hf(state_dict: dict[str, torch.Tensor], arch) -> dict[str, torch.Tensor]:
+def minialign_to_hf(state_dict: dict[str, torch.Tensor], arch, *, token_head: bool = False) -> dict[str, torch.Tensor]:
     """Rename minialign weights to bare HF names (BertModel/RobertaModel backbone, MLM head under
-    `cls.predictions.` / `lm_head.`, AlignScore heads as they are)."""
-    out, _ = _rename(state_dict, inverse(names_of(arch).table), "minialign state dict")
+    `cls.predictions.` / `lm_head.`, AlignScore heads as they are). token_head: `classifier.out_proj` is a
+    *ForTokenClassification's output layer, `classifier.*` in every family (RoBERTa's and ELECTRA's sequence heads
+    name it `classifier.out_proj`, which the table's inverse gives)."""
+    table = inverse(names_of(arch).table)
+    if token_head:
+        table.update(inverse(TOKEN_CLASSIFIER))
+    out, _ = _rename(state_dict, table, "minialign state dict")
     return out
 
 

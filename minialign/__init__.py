@@ -33,7 +33,8 @@ from minialign.nn.capture import Capture, ablate_heads, ablate_mean, capture, pa
 from minialign.nn.config import PRESETS, Config  # noqa: E402
 from minialign.nn.score_functions import SCORE_FUNCTIONS  # noqa: E402
 from minialign.models import (AlignModel, AlignOutput, ClassifierModel, ClassifierOutput, Encoder,  # noqa: E402
-                              EncoderOutput, MaskedLMModel, MaskedLMOutput)
+                              EncoderOutput, MaskedLMModel, MaskedLMOutput, QuestionAnsweringModel,
+                              QuestionAnsweringOutput, TokenClassifierModel, TokenClassifierOutput)
 from minialign.text.sentences import split_sentences  # noqa: E402
 from minialign.text.tokenizer import Tokenizer  # noqa: E402
 from minialign.runtime.engine import BatchEngine  # noqa: E402
@@ -46,6 +47,7 @@ from minialign.products.minicheck import MiniCheckScorer  # noqa: E402
 from minialign.products.quantization import quantize_embeddings, truncate_embeddings  # noqa: E402
 from minialign.products.multivector import MultiVectorEncoder  # noqa: E402
 from minialign.products.sparse import SparseEncoder  # noqa: E402
+from minialign.products.token_classification import TokenClassifier  # noqa: E402
 from minialign.apps.explore import Exploration, explore, with_score_function  # noqa: E402
 
 __version__ = "0.2.0"
@@ -72,8 +74,13 @@ __all__ = [
     "MaskedLMOutput",
     "MiniCheckScorer",
     "MultiVectorEncoder",
+    "QuestionAnsweringModel",
+    "QuestionAnsweringOutput",
     "SentenceEncoder",
     "SparseEncoder",
+    "TokenClassifier",
+    "TokenClassifierModel",
+    "TokenClassifierOutput",
     "Tokenizer",
     "ablate_heads",
     "ablate_mean",

@@ -271,13 +271,15 @@ def write_tokenizer(row: FamilyRow, directory: Path, *, wordpiece_dir: Path, bpe
 # -- models ----------------------------------------------------------------------------------------
 
 def hf_model(row: FamilyRow, vocab_size: int, *, num_labels: int | None = None, seed: int = 0,
-             masked_lm: bool = False, **fields):
-    """A tiny random transformers model of the family (bare, *ForSequenceClassification with `num_labels`, or
-    *ForMaskedLM with masked_lm=True; `fields` change its config), eager attention, non-zero biases and
-    LayerNorm parameters."""
+             masked_lm: bool = False, head: str | None = None, **fields):
+    """A tiny random transformers model of the family (bare, *ForSequenceClassification with `num_labels`,
+    *ForMaskedLM with masked_lm=True, or the class of suffix `head` ("ForTokenClassification") with `num_labels`;
+    `fields` change its config), eager attention, non-zero biases and LayerNorm parameters."""
     config_cls, base_cls, classifier_cls = row.classes()
     if masked_lm:
         base_cls = getattr(transformers, row.masked_lm)
+    if head is not None:
+        classifier_cls = getattr(transformers, row.config.removesuffix("Config") + head)
     if row.model_type == "distilbert":
         sizes = dict(max_position_embeddings=WINDOW + row.reserved)
     else:
@@ -328,6 +330,21 @@ class Builder:
             return directory, model
 
         return self._once(("mlm", model_type, seed, tuple(sorted(fields.items()))), make)
+
+    def head(self, model_type: str, head: str, num_labels: int = 2, *, seed: int = 0,
+             **fields) -> tuple[Path, torch.nn.Module]:
+        """(a transformers directory of the family's class of suffix `head` ("ForTokenClassification",
+        "ForQuestionAnswering") with `num_labels` and its tokenizer, the model); `fields` change its config."""
+        def make():
+            row = FAMILIES[model_type]
+            tag = "-".join(f"{k}={v}" for k, v in sorted(fields.items()))
+            directory = self.root / f"{model_type}-{head}-{num_labels}-{seed}{'-' + tag if tag else ''}"
+            vocab = write_tokenizer(row, directory, wordpiece_dir=self.wordpiece_dir, bpe_dir=self.bpe_dir)
+            model = hf_model(row, vocab, num_labels=num_labels, seed=seed, head=head, **fields)
+            model.save_pretrained(directory)
+            return directory, model
+
+        return self._once(("head", model_type, head, num_labels, seed, tuple(sorted(fields.items()))), make)
 
     def sparse_encoder(self, model_type: str, *, pooling_strategy: str = "max", activation_function: str = "relu",
                        max_active_dims: int | None = None, prompts: dict | None = None,

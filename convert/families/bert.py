@@ -4,7 +4,7 @@ The families derived from BERT read FIELDS, CONFIG and BACKBONE from here and ov
 from __future__ import annotations
 
 from ..hf_config import ConfigRow, sizes
-from ..names import ALIGN_HEADS, Names
+from ..names import ALIGN_HEADS, Names, QA_OUTPUTS
 from ..formats import Format
 
 # configuration_bert.py (BertConfig); RoBERTa's names are the same (configuration_roberta.py).
@@ -89,6 +89,7 @@ TABLE: dict[str, str | None] = {
     # BertForSequenceClassification: dropout -> classifier (one Linear) on the pooled output.
     "classifier.weight": "classifier.out_proj.weight",
     "classifier.bias": "classifier.out_proj.bias",
+    **QA_OUTPUTS,  # BertForQuestionAnswering
 }
 
 NAMES = Names(TABLE, model_prefix="bert.", mlm_prefix="cls.predictions.")

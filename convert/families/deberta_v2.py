@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..hf_config import sizes
-from ..names import Names, layer_names
+from ..names import Names, QA_OUTPUTS, layer_names
 from ..formats import Format
 from . import bert
 
@@ -65,6 +65,7 @@ TABLE: dict[str, str | None] = {
     "pooler.dense.bias": "classifier.dense.bias",
     "classifier.weight": "classifier.out_proj.weight",
     "classifier.bias": "classifier.out_proj.bias",
+    **QA_OUTPUTS,  # DebertaV2ForQuestionAnswering
     # DebertaV2ForMaskedLM with config.legacy=False: DebertaV2LMPredictionHead, its decoder the word embeddings
     "lm_predictions.lm_head.dense.weight": "mlm_head.dense.weight",
     "lm_predictions.lm_head.dense.bias": "mlm_head.dense.bias",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..hf_config import ConfigRow
-from ..names import ALIGN_HEADS, Names, layer_names
+from ..names import ALIGN_HEADS, Names, QA_OUTPUTS, layer_names
 from ..formats import Format
 
 # configuration_distilbert.py (DistilBertConfig): its own names; no token types and no layer_norm_eps
@@ -54,6 +54,7 @@ TABLE: dict[str, str | None] = {
     "pre_classifier.bias": "classifier.dense.bias",
     "classifier.weight": "classifier.out_proj.weight",
     "classifier.bias": "classifier.out_proj.bias",
+    **QA_OUTPUTS,  # DistilBertForQuestionAnswering (dropout -> qa_outputs)
 }
 
 NAMES = Names(TABLE, model_prefix="distilbert.", mlm_prefix="vocab_",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..hf_config import sizes
-from ..names import DENSE_CLASSIFICATION_HEAD, Names
+from ..names import DENSE_CLASSIFICATION_HEAD, Names, QA_OUTPUTS, TOKEN_CLASSIFIER
 from ..formats import Format
 from . import bert
 
@@ -46,8 +46,12 @@ TABLE: dict[str, str | None] = {
     "generator_predictions.LayerNorm.bias": "mlm_head.norm.bias",
     "generator_lm_head.weight": "mlm_head.decoder.weight",  # tied to the word embeddings unless untied
     "generator_lm_head.bias": "mlm_head.bias",
+    # ElectraForTokenClassification: dropout -> classifier. Before the sequence head's names, so that
+    # minialign_to_hf's inverse keeps classifier.out_proj for those (a token head is written with token_head=True)
+    **TOKEN_CLASSIFIER,
     # ElectraForSequenceClassification: ElectraClassificationHead on the first token (no pooler).
     **DENSE_CLASSIFICATION_HEAD,
+    **QA_OUTPUTS,  # ElectraForQuestionAnswering
 }
 
 NAMES = Names(TABLE, model_prefix="electra.", mlm_prefix="generator_predictions.")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..hf_config import sizes
-from ..names import ALIGN_HEADS, DENSE_CLASSIFICATION_HEAD, Names
+from ..names import ALIGN_HEADS, DENSE_CLASSIFICATION_HEAD, Names, QA_OUTPUTS, TOKEN_CLASSIFIER
 from ..formats import Format
 from . import bert
 
@@ -36,8 +36,12 @@ TABLE: dict[str, str | None] = {
     "lm_head.bias": "mlm_head.bias",
     "lm_head.decoder.bias": "mlm_head.decoder.bias",  # lm_head.bias, unless untied (bert.py's note)
     **ALIGN_HEADS,
+    # RobertaForTokenClassification: dropout -> classifier. Before the sequence head's names, so that
+    # minialign_to_hf's inverse keeps classifier.out_proj for those (a token head is written with token_head=True)
+    **TOKEN_CLASSIFIER,
     # RobertaForSequenceClassification: RobertaClassificationHead on the first token (no pooler).
     **DENSE_CLASSIFICATION_HEAD,
+    **QA_OUTPUTS,  # RobertaForQuestionAnswering
 }
 
 NAMES = Names(TABLE, model_prefix="roberta.", mlm_prefix="lm_head.")

@@ -42,6 +42,9 @@ class Checkpoint:
     backbone_name: str | None = None  # for a .ckpt: the backbone its configuration came from
     layout: str = "minialign"  # the names the file itself uses: "minialign", "hf" (transformers), "alignscore"
     beside: dict[str, Tensor] = field(default_factory=dict)  # read_checkpoint(beside=): another module's tensors
+    # the transformers classes its config.json names ("BertForTokenClassification"): which head the tensors are for,
+    # where names alone cannot tell (`classifier.weight` is a sequence or a token head's: models/auto.py)
+    architectures: tuple[str, ...] = ()
 
     def own_name(self, name: str) -> str:
         """A weight's name (AlignModel's) as the file names it, for messages in the user's words: transformers'
@@ -99,7 +102,8 @@ def _read_model(source: Source, beside: tuple[str, ...] = ()) -> Checkpoint:
         weights = source.file("model.safetensors", optional=True)
         if weights is None:
             raise CheckpointError(f"{source}: minialign directory without model.safetensors")
-        return Checkpoint(Config.from_dict(data["config"]), convert.read_safetensors(weights), str(weights), source)
+        return Checkpoint(Config.from_dict(data["config"]), convert.read_safetensors(weights), str(weights), source,
+                          architectures=architectures_of(data))
     config = config_from_hf(data, source=str(config_path))
     weights = convert.find_weights(source)
     state_dict = convert.read_state_dict(weights)
@@ -111,7 +115,14 @@ def _read_model(source: Source, beside: tuple[str, ...] = ()) -> Checkpoint:
                                                              source=str(heads))
         tensors.update(more)
         dropped += more_dropped
-    return Checkpoint(config, tensors, str(weights), source, dropped, layout="hf", beside=others)
+    return Checkpoint(config, tensors, str(weights), source, dropped, layout="hf", beside=others,
+                      architectures=architectures_of(data))
+
+
+def architectures_of(data: dict) -> tuple[str, ...]:
+    """A config.json's `architectures` (a list of class names; minialign's native config.json writes it too)."""
+    names = data.get("architectures") or ()
+    return tuple(str(name) for name in ([names] if isinstance(names, str) else names))
 
 
 def _read_alignscore(path: Path, backbone: str | Source | None, revision: str | None,

@@ -14,12 +14,18 @@ from minialign.sources import Source
 from minialign.text.tokenizer import TOKENIZER_FILES
 
 
+TOKEN_HEADS = ("ForTokenClassification", "ForQuestionAnswering")  # classes export_hf writes as export_hf_head does
+
+
 def save_native(ckpt: Checkpoint, directory: str | Path, *, dtype: torch.dtype | None = None) -> Path:
     """Write config.json + model.safetensors (minialign names) and any tokenizer files."""
     directory = output_directory(directory)
     tensors = {k: cast(v, torch.device("cpu"), dtype) if dtype else v for k, v in ckpt.tensors.items()}
     convert.write_safetensors(directory / "model.safetensors", tensors, metadata={"format": "pt"})
-    convert.write_json(directory / "config.json", {"minialign_format": NATIVE_FORMAT, "config": ckpt.config.to_dict()})
+    native = {"minialign_format": NATIVE_FORMAT, "config": ckpt.config.to_dict()}
+    if ckpt.architectures:  # which head the tensors are for (models/auto.py reads it back)
+        native["architectures"] = list(ckpt.architectures)
+    convert.write_json(directory / "config.json", native)
     copy_tokenizer_files(ckpt.tokenizer, directory)
     return directory
 
@@ -27,7 +33,10 @@ def save_native(ckpt: Checkpoint, directory: str | Path, *, dtype: torch.dtype |
 def export_hf(ckpt: Checkpoint, directory: str | Path, *, dtype: torch.dtype | None = None) -> Path:
     """Write a transformers layout: config.json + model.safetensors (BertModel/RobertaModel names,
     loadable by AutoModel) and, when the checkpoint has them, the MLM head and AlignScore heads in
-    alignscore_heads.safetensors under AlignScore's own names (mlm_head.*, bin_layer.*, ...)."""
+    alignscore_heads.safetensors under AlignScore's own names (mlm_head.*, bin_layer.*, ...). A checkpoint whose
+    config.json names a token-classification or QA class is written as that class (export_hf_head)."""
+    if any(name.endswith(TOKEN_HEADS) for name in ckpt.architectures):
+        return export_hf_head(ckpt, directory, dtype=dtype)
     directory = output_directory(directory)
     tensors = {k: cast(v, torch.device("cpu"), dtype) if dtype else v for k, v in ckpt.tensors.items()}
     hf = convert.minialign_to_hf(tensors, ckpt.config.format)
@@ -40,21 +49,27 @@ def export_hf(ckpt: Checkpoint, directory: str | Path, *, dtype: torch.dtype | N
     return directory
 
 
-def export_hf_masked_lm(ckpt: Checkpoint, directory: str | Path, *, dtype: torch.dtype | None = None) -> Path:
-    """Write transformers' *ForMaskedLM layout (what AutoModelForMaskedLM loads): config.json naming that class,
-    model.safetensors with the backbone under the family's prefix (`bert.`) and the head under transformers' own
-    names (the tied decoder left out: transformers ties it again). For a MaskedLMModel's checkpoint: its head's
-    tensors are those under mlm_head. and, where the family keeps them there (ModernBERT), classifier."""
+def export_hf_head(ckpt: Checkpoint, directory: str | Path, *, dtype: torch.dtype | None = None) -> Path:
+    """Write transformers' layout of a model with a head on every token (what AutoModelForMaskedLM /
+    AutoModelForTokenClassification / AutoModelForQuestionAnswering load): config.json naming the class the checkpoint
+    names (Checkpoint.architectures: "BertForTokenClassification"), model.safetensors with the backbone under the
+    family's prefix (`bert.`) and the head under transformers' own names (a tied decoder left out: transformers ties
+    it again). The head's tensors are those outside `encoder.` (a MaskedLMModel's mlm_head. and, where the family keeps
+    them there, ModernBERT's classifier.; a token classifier's classifier.; a QA model's qa_outputs.)."""
     directory = output_directory(directory)
+    if len(ckpt.architectures) != 1:
+        raise ValueError(f"{ckpt.origin}: transformers' layout of a head names one class, got {ckpt.architectures}")
+    (architecture,) = ckpt.architectures
     tensors = {k: cast(v, torch.device("cpu"), dtype) if dtype else v for k, v in ckpt.tensors.items()}
     names = ckpt.config.format.names
-    head = {k: v for k, v in tensors.items() if k.startswith(("mlm_head.", "classifier."))}
+    head = {k: v for k, v in tensors.items() if not k.startswith("encoder.")}
     backbone = {k: v for k, v in tensors.items() if k not in head}
     hf = {names.model_prefix + k: v for k, v in convert.minialign_to_hf(backbone, ckpt.config.format).items()}
-    hf.update(convert.minialign_to_hf(head, ckpt.config.format))
+    hf.update(convert.minialign_to_hf(head, ckpt.config.format,
+                                      token_head=architecture.endswith("ForTokenClassification")))
     convert.write_safetensors(directory / "model.safetensors", hf, metadata={"format": "pt"})
     config = ckpt.config.to_hf()
-    config["architectures"] = [ckpt.config.format.config.masked_lm_class]
+    config["architectures"] = [architecture]
     convert.write_json(directory / "config.json", config)
     copy_tokenizer_files(ckpt.tokenizer, directory)
     return directory

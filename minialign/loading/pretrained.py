@@ -34,7 +34,10 @@ class Pretrained(nn.Module):
     checkpoint_prefix: ClassVar[str] = ""
     initialisable: ClassVar[tuple[str, ...]] = ()
     hf_layout: ClassVar[str] = "hf"  # how save_pretrained(layout="hf") writes it (loading.export): "hf", or
-    # "hf_masked_lm" (transformers' *ForMaskedLM)
+    # "hf_head" (transformers' class with a head on every token: *ForMaskedLM, *ForTokenClassification, ...)
+    # transformers' class of this head, as a suffix of the family's base class ("ForTokenClassification": BertModel ->
+    # BertForTokenClassification); saved as config.json's `architectures`, which says what a checkpoint is for
+    architecture: ClassVar[str | None] = None
 
     @classmethod
     def owns(cls, config: Any) -> tuple[str, ...]:
@@ -58,16 +61,23 @@ class Pretrained(nn.Module):
         --to hf` writes it; a MaskedLMModel as transformers' *ForMaskedLM: loading.export). dtype: cast the floating weights (default: as they are). Returns
         the directory."""
         from minialign.loading.checkpoints import Checkpoint
-        from minialign.loading.export import export_hf, export_hf_masked_lm, save_native
+        from minialign.loading.export import export_hf, export_hf_head, save_native
         from minialign.loading.weights import checkpoint_name
 
-        hf = {"hf": export_hf, "hf_masked_lm": export_hf_masked_lm}[self.hf_layout]
+        hf = {"hf": export_hf, "hf_head": export_hf_head}[self.hf_layout]
         writers = {"native": save_native, "hf": hf}
         if layout not in writers:
             raise ValueError(f"layout must be one of {tuple(writers)}, got {layout!r}")
         tensors = {self.checkpoint_prefix + checkpoint_name(name, self.checkpoint_names(self.config)): t.detach()
                    for name, t in self.state_dict().items()}
-        return writers[layout](Checkpoint(self.config, tensors, origin=type(self).__name__), directory, dtype=dtype)
+        architectures = (self.hf_architecture(self.config),) if self.architecture else ()
+        return writers[layout](Checkpoint(self.config, tensors, origin=type(self).__name__, architectures=architectures),
+                               directory, dtype=dtype)
+
+    @classmethod
+    def hf_architecture(cls, config: Any) -> str:
+        """transformers' class of this head in the config's family (BertModel -> BertForTokenClassification)."""
+        return config.format.config.base_class.removesuffix("Model") + cls.architecture
 
     @property
     def precision(self) -> Precision:

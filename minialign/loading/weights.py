@@ -106,6 +106,7 @@ def build(cls: type[nn.Module], ckpt: Checkpoint, *, device: str | torch.device 
     device, choice = resolve_device(device), parse_dtype(dtype)
     precision, dtype = choice.precision_on(device), choice.weights
     warn_if_emulated(device, dtype)
+    refuse_other_head(cls, ckpt)
     tensors = own_tensors(cls, ckpt)
     with torch.device("meta"):
         model = cls(ckpt.config, attn_backend=attn_backend)
@@ -124,6 +125,26 @@ def build(cls: type[nn.Module], ckpt: Checkpoint, *, device: str | torch.device 
         warnings.warn(f"{ckpt.origin}: the checkpoint lacks {missing}: initialised (BERT's init, seeded by each "
                       f"weight's name, so the same in every run); they are untrained", stacklevel=3)
     return model.eval()
+
+
+# transformers' heads whose weight names another's share (`classifier.*`: BERT's sequence and token heads), by class
+# suffix: a checkpoint naming one is not read into another (Pretrained.architecture)
+SHARED_NAME_HEADS = ("ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering")
+
+
+def refuse_other_head(cls: type[nn.Module], ckpt: Checkpoint) -> None:
+    """A CheckpointError where the checkpoint's config.json names a class of another of SHARED_NAME_HEADS than
+    `cls`'s (a BertForTokenClassification read as a sequence classifier would run its token layer on the pooled
+    state and return numbers that mean nothing)."""
+    own = getattr(cls, "architecture", None)
+    if own not in SHARED_NAME_HEADS:
+        return
+    for name in ckpt.architectures:
+        other = next((suffix for suffix in SHARED_NAME_HEADS if name.endswith(suffix)), None)
+        if other is not None and other != own:
+            raise CheckpointError(f"{ckpt.origin}: its config.json names {name}, a *{other} head, not the *{own} "
+                                  f"head {cls.__name__} runs; load it with the class for that head (models/auto.py "
+                                  f"model_class picks it)")
 
 
 def own_tensors(cls: type[nn.Module], ckpt: Checkpoint) -> dict[str, Tensor]:

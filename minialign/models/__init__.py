@@ -9,7 +9,8 @@ import pkgutil
 
 from minialign.models.bert import Bert, BertConfig, ClassificationHead, Embeddings
 from minialign.models.encoder import (AlignModel, AlignOutput, ClassifierModel, ClassifierOutput, Encoder,
-                                      EncoderOutput, MaskedLMModel, MaskedLMOutput, MLMHead)
+                                      EncoderOutput, MaskedLMModel, MaskedLMOutput, MLMHead, QuestionAnsweringModel,
+                                      QuestionAnsweringOutput, TokenClassifierModel, TokenClassifierOutput)
 from minialign.models.family import FAMILIES, Family, family_of
 from minialign.models.roberta import (Roberta, RobertaClassificationHead, RobertaConfig, RobertaEmbeddings,
                                       roberta_position_ids)
@@ -21,5 +22,5 @@ for _module in pkgutil.iter_modules(__path__):  # the family files: each registe
 
 __all__ = ["FAMILIES", "AlignModel", "AlignOutput", "Bert", "BertConfig", "ClassificationHead", "ClassifierModel",
            "ClassifierOutput", "Embeddings", "Encoder", "EncoderLayer", "EncoderOutput", "Family", "FeedForward",
-           "MLMHead", "MaskedLMModel", "MaskedLMOutput", "Pooler", "Roberta", "RobertaClassificationHead", "RobertaConfig", "RobertaEmbeddings",
-           "SelfAttention", "family_of", "init_parameter", "init_weights", "roberta_position_ids"]
+           "MLMHead", "MaskedLMModel", "MaskedLMOutput", "Pooler", "QuestionAnsweringModel", "QuestionAnsweringOutput", "Roberta", "RobertaClassificationHead", "RobertaConfig", "RobertaEmbeddings",
+           "SelfAttention", "TokenClassifierModel", "TokenClassifierOutput", "family_of", "init_parameter", "init_weights", "roberta_position_ids"]

@@ -42,7 +42,7 @@ from torch import Tensor
 
 from minialign.convert.families import deberta_v2 as deberta_v2_format
 from minialign.models.bert import Bert, BertConfig
-from minialign.models.heads import MaskedLM, SequenceClassification
+from minialign.models.heads import MaskedLM, SequenceClassification, TokenClassification
 from minialign.nn.activations import activation
 from minialign.nn.attention import PreparedMask
 from minialign.nn.capture import record
@@ -378,6 +378,11 @@ class DebertaV2(Bert):
         pooler, pooler_hidden_act its activation; `pooled` recorded after it, as ContextPooler returns it."""
         return SequenceClassification(pool="first", dropout_in=config.pooler_dropout,
                                       dense_activation=config.pooler_activation, record="dense")
+
+    @classmethod
+    def token_classification(cls, config: Config) -> TokenClassification:
+        """DebertaV2ForTokenClassification: classifier(dropout(h)), the dropout hidden_dropout (not classifier_dropout)."""
+        return TokenClassification(dropout="hidden")
 
     @classmethod
     def masked_lm(cls, config: Config) -> MaskedLM:

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from minialign.convert.families import distilbert as distilbert_format
 from minialign.models.bert import Bert, Embeddings
-from minialign.models.heads import SequenceClassification
+from minialign.models.heads import QuestionAnswering, SequenceClassification, TokenClassification
 from minialign.nn.config import BOOL, Config, checked
 from minialign.nn.layers import EncoderLayer
 
@@ -89,6 +89,17 @@ class DistilBert(Bert):
         """DistilBertForSequenceClassification on the first token: classifier(dropout(relu(pre_classifier(h_0))))
         (dropout seq_classif_dropout); no pooler."""
         return SequenceClassification(pool="first", dense_activation="relu")
+
+    @classmethod
+    def token_classification(cls, config: Config) -> TokenClassification:
+        """DistilBertForTokenClassification: classifier(dropout(h)), the dropout hidden_dropout (not classifier_dropout)."""
+        return TokenClassification(dropout="hidden")
+
+    @classmethod
+    def question_answering(cls, config: Config) -> QuestionAnswering:
+        """DistilBertForQuestionAnswering: qa_outputs(dropout(h)); its dropout is the config's qa_dropout, which
+        minialign does not read (hidden_dropout stands in: both default to 0.1; eval runs none)."""
+        return QuestionAnswering(dropout="hidden")
 
     @classmethod
     def layers(cls, config: Config) -> list[nn.Module]:

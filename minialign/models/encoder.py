@@ -1,5 +1,6 @@
 """The model classes, for every encoder family: the Encoder, and the models with heads on it
-(AlignScore's AlignModel, ClassifierModel, MaskedLMModel), in reading order. What differs between families is
+(AlignScore's AlignModel, ClassifierModel, MaskedLMModel, TokenClassifierModel, QuestionAnsweringModel), in reading
+order. What differs between families is
 declared in each family's file (bert.py, roberta.py; family.py lists what a family declares) and read
 here; nothing here branches on `Config.arch`.
 
@@ -24,7 +25,7 @@ from torch import Tensor
 
 from minialign.loading.pretrained import Pretrained
 from minialign.models.family import family_of
-from minialign.models.heads import MaskedLM, SequenceClassificationHead
+from minialign.models.heads import MaskedLM, SequenceClassificationHead, TokenHead
 from minialign.nn import layout as layouts
 from minialign.nn import masks
 from minialign.nn.attention import BACKENDS, Backend, PreparedMask, choose_backend, prepare_mask
@@ -268,6 +269,11 @@ class Encoder(Pretrained):
                                  f"[0, {self.config.vocab_size})")
 
 
+def _two_labels(config: Config) -> Config:
+    """transformers' default num_labels = 2, where a config has no labels."""
+    return config if config.labels else dataclasses.replace(config, labels=("LABEL_0", "LABEL_1"))
+
+
 class MLMHead(nn.Module):
     """The masked-LM head of any family, built from its declaration (heads.py MaskedLM; default the family's,
     Family.masked_lm): dense -> activation -> LayerNorm -> decoder (+ bias). The decoder is the word-embedding
@@ -398,6 +404,7 @@ class ClassifierModel(_OnEncoder, Pretrained):
 
     checkpoint_prefix = ""
     initialisable = ("classifier",)
+    architecture = "ForSequenceClassification"
 
     @classmethod
     def owns(cls, config: Config) -> tuple[str, ...]:
@@ -406,8 +413,7 @@ class ClassifierModel(_OnEncoder, Pretrained):
 
     def __init__(self, config: Config, *, attn_backend: str = "sdpa", seed: int | None = None):
         super().__init__()
-        if not config.labels:  # transformers' default: num_labels = 2
-            config = dataclasses.replace(config, labels=("LABEL_0", "LABEL_1"))
+        config = _two_labels(config)
         kind = family_of(config).sequence_classification(config)
         self.config = config
         self.encoder = Encoder(config, attn_backend=attn_backend, seed=seed, pooler=kind.uses_pooler)
@@ -446,7 +452,8 @@ class MaskedLMModel(_OnEncoder, Pretrained):
 
     checkpoint_prefix = ""
     initialisable = ("mlm_head",)
-    hf_layout = "hf_masked_lm"  # save_pretrained(layout="hf"): transformers' *ForMaskedLM, AutoModelForMaskedLM's
+    hf_layout = "hf_head"  # save_pretrained(layout="hf"): transformers' *ForMaskedLM, AutoModelForMaskedLM's
+    architecture = "ForMaskedLM"
 
     @classmethod
     def owns(cls, config: Config) -> tuple[str, ...]:
@@ -479,3 +486,103 @@ class MaskedLMModel(_OnEncoder, Pretrained):
                            unpad=unpad, head_mask=head_mask)
         logits = self.mlm_head(out.last_hidden_state, self.encoder.embeddings.word.weight)
         return MaskedLMOutput(logits, out.last_hidden_state, out.hidden_states, out.attentions)
+
+
+@dataclass
+class TokenClassifierOutput:
+    logits: Tensor  # (B, L, num_labels); pad positions hold the head applied to zero states
+    last_hidden_state: Tensor | None = None  # (B, L, C)
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+
+
+class TokenClassifierModel(_OnEncoder, Pretrained):
+    """<Family>ForTokenClassification: an Encoder (no pooler) and the token-classification head the family declares
+    (Family.token_classification, heads.py TokenClassification): one row of logits per token. Which class a
+    checkpoint is for comes from its config.json's `architectures` (models/auto.py): BERT's token head and its
+    sequence head have the same names."""
+
+    checkpoint_prefix = ""
+    initialisable = ("classifier",)
+    hf_layout = "hf_head"  # save_pretrained(layout="hf"): transformers' *ForTokenClassification
+    architecture = "ForTokenClassification"
+
+    @classmethod
+    def owns(cls, config: Config) -> tuple[str, ...]:
+        return (*(f"encoder.{part}" for part in Encoder.owns(config, pooler=False)), "classifier")
+
+    def __init__(self, config: Config, *, attn_backend: str = "sdpa", seed: int | None = None):
+        super().__init__()
+        self.config = config = _two_labels(config)
+        self.encoder = Encoder(config, attn_backend=attn_backend, seed=seed, pooler=False)
+        with torch.random.fork_rng(devices=[], enabled=seed is not None):
+            self.classifier = TokenHead(config, family_of(config).token_classification(config), len(config.labels))
+            init_weights(self.classifier, config, None if seed is None else seed + 1)
+
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None, *, output_hidden_states: bool = False, output_attentions: bool = False,
+        unpad: bool = False, head_mask: Tensor | None = None,
+    ) -> TokenClassifierOutput:
+        """Every token's logits (B, L, num_labels). unpad: see Encoder.forward."""
+        out = self.encoder(input_ids, attention_mask, token_type_ids, position_ids,
+                           output_hidden_states=output_hidden_states, output_attentions=output_attentions,
+                           unpad=unpad, head_mask=head_mask)
+        logits = self.classifier(out.last_hidden_state)
+        return TokenClassifierOutput(logits, out.last_hidden_state, out.hidden_states, out.attentions)
+
+
+@dataclass
+class QuestionAnsweringOutput:
+    start_logits: Tensor  # (B, L): each token's score as the answer's first token
+    end_logits: Tensor  # (B, L): as its last token
+    last_hidden_state: Tensor | None = None  # (B, L, C)
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+
+
+class QuestionAnsweringModel(_OnEncoder, Pretrained):
+    """<Family>ForQuestionAnswering (extractive QA): an Encoder (no pooler) and the head the family declares
+    (Family.question_answering, heads.py QuestionAnswering): two logits per token, split into start and end
+    (BertForQuestionAnswering.forward: logits.split(1, dim=-1))."""
+
+    checkpoint_prefix = ""
+    initialisable = ("qa_outputs",)
+    hf_layout = "hf_head"  # save_pretrained(layout="hf"): transformers' *ForQuestionAnswering
+    architecture = "ForQuestionAnswering"
+
+    @classmethod
+    def owns(cls, config: Config) -> tuple[str, ...]:
+        return (*(f"encoder.{part}" for part in Encoder.owns(config, pooler=False)), "qa_outputs")
+
+    @classmethod
+    def checkpoint_names(cls, config: Config) -> dict[str, str]:
+        """ModernBERT's head sits among a checkpoint's names as the classifier's (heads.py QuestionAnswering.at)."""
+        at = family_of(config).question_answering(config).at
+        return {} if at == "qa_outputs" else {"qa_outputs": at}
+
+    def __init__(self, config: Config, *, attn_backend: str = "sdpa", seed: int | None = None):
+        super().__init__()
+        config = _two_labels(config)
+        if len(config.labels) != 2:
+            raise ValueError(f"a question-answering head has two outputs (start, end logits): num_labels 2, got "
+                             f"{len(config.labels)} labels {config.labels!r}")
+        self.config = config
+        self.encoder = Encoder(config, attn_backend=attn_backend, seed=seed, pooler=False)
+        with torch.random.fork_rng(devices=[], enabled=seed is not None):
+            self.qa_outputs = TokenHead(config, family_of(config).question_answering(config), 2)
+            init_weights(self.qa_outputs, config, None if seed is None else seed + 1)
+
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None, *, output_hidden_states: bool = False, output_attentions: bool = False,
+        unpad: bool = False, head_mask: Tensor | None = None,
+    ) -> QuestionAnsweringOutput:
+        """Every token's start and end logits, (B, L) each. unpad: see Encoder.forward."""
+        out = self.encoder(input_ids, attention_mask, token_type_ids, position_ids,
+                           output_hidden_states=output_hidden_states, output_attentions=output_attentions,
+                           unpad=unpad, head_mask=head_mask)
+        logits = self.qa_outputs(out.last_hidden_state)  # (B, L, 2)
+        start, end = logits.unbind(dim=-1)
+        return QuestionAnsweringOutput(start.contiguous(), end.contiguous(), out.last_hidden_state, out.hidden_states,
+                                       out.attentions)

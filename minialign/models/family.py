@@ -44,6 +44,12 @@ What a family declares (the defaults are BERT's, or nothing):
   mlm_activation      the MLM head's activation; None: the config's hidden activation
   masked_lm(config)   what its *ForMaskedLM head is, as a value (heads.py MaskedLM: its activation, the
                       width it maps onto, its biases, where its weights sit); default BERT's, with mlm_activation
+  token_classification(config)
+                      what its *ForTokenClassification head is (heads.py TokenClassification); default BERT's,
+                      dropout -> out_proj on every token
+  question_answering(config)
+                      what its *ForQuestionAnswering head is (heads.py QuestionAnswering); default BERT's, qa_outputs
+                      on every token
   unprunable          why its attention heads cannot be pruned (Encoder.prune_heads), or None: they can
   config_class        the family's config (nn/config.py Config subclass); `arch` is its model_type
 """
@@ -56,7 +62,7 @@ from typing import Any, ClassVar
 import torch.nn as nn
 from torch import Tensor
 
-from minialign.models.heads import MaskedLM, SequenceClassification
+from minialign.models.heads import MaskedLM, QuestionAnswering, SequenceClassification, TokenClassification
 from minialign.nn.config import Config, families
 from minialign.nn.inputs import ForwardInputs
 from minialign.nn.layers import EncoderLayer
@@ -130,6 +136,16 @@ class Family:
     def masked_lm(cls, config: Config) -> MaskedLM:
         """BertLMPredictionHead: decoder(LayerNorm(act(dense(h)))) + bias, act the family's mlm_activation."""
         return MaskedLM(activation=cls.mlm_activation)
+
+    @classmethod
+    def token_classification(cls, config: Config) -> TokenClassification:
+        """BertForTokenClassification's head: classifier(dropout(h)), the dropout classifier_dropout else hidden."""
+        return TokenClassification()
+
+    @classmethod
+    def question_answering(cls, config: Config) -> QuestionAnswering:
+        """BertForQuestionAnswering's head: qa_outputs(h), no dropout."""
+        return QuestionAnswering()
 
     @classmethod
     def relative_bias(cls, encoder: nn.Module, length: int) -> Tensor | None:

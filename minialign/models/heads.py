@@ -32,8 +32,17 @@ models/encoder.py MLMHead):
     ModernBERT  act classifier_activation, biases classifier_bias / norm_bias / decoder_bias, the dense and
                 norm shared with the classifier's (ModernBertPredictionHead `head`, decoder)
 
-The kinds planned next (token classification, extractive QA) are further declarations here, each with its
-one module, and a family states what it changes about each the same way.
+Token classification (transformers *ForTokenClassification) and extractive QA (*ForQuestionAnswering) are one
+formula on every token's final state (TokenClassification, QuestionAnswering; their module is TokenHead):
+
+    logits = out_proj(dropout(norm(act(dense(h)))))   (B, L, num_labels); QA: num_labels 2, split into start / end
+
+    every family but ModernBERT   dropout -> classifier (token; the dropout is classifier_dropout else
+                                  hidden_dropout, or hidden_dropout alone: DistilBERT, MPNet, DeBERTa-v2),
+                                  qa_outputs (QA; DistilBERT's dropout qa_dropout is not read: eval runs none)
+    ModernBERT                    head (dense + classifier_activation, norm), drop (classifier_dropout), classifier
+                                  (ModernBertForTokenClassification and ModernBertForQuestionAnswering alike: QA's
+                                  output layer is named `classifier` too, QuestionAnswering.at)
 """
 
 from __future__ import annotations
@@ -133,6 +142,45 @@ class MaskedLM:
         return config.embedding_width if self.width == "embedding" else config.hidden_size
 
 
+@dataclass(frozen=True)
+class TokenClassification:
+    """What a family's token-classification head is (module docstring's second formula).
+
+    dense_activation: the activation of a dense layer before the output layer (a name of nn/activations.py:
+                      ModernBertPredictionHead's); None: no dense layer (every family but ModernBERT)
+    dense_bias:       whether the dense layer has a bias
+    norm_bias:        a LayerNorm after the dense layer, with a bias or not (None: no norm)
+    dropout:          "classifier" (classifier_dropout, else hidden_dropout: heads.head_dropout), "hidden"
+                      (hidden_dropout) or None (no dropout: BertForQuestionAnswering)
+    """
+
+    dense_activation: str | None = None
+    dense_bias: bool = True
+    norm_bias: bool | None = None
+    dropout: str | None = "classifier"
+
+    def __post_init__(self) -> None:
+        if self.dropout not in (None, "classifier", "hidden"):
+            raise ValueError(f"{type(self).__name__}.dropout must be None, 'classifier' or 'hidden', got {self.dropout!r}")
+
+
+@dataclass(frozen=True)
+class QuestionAnswering(TokenClassification):
+    """What a family's extractive-QA head is: a token head of two outputs, start and end logits.
+
+    at: where its layers sit among a checkpoint's names (minialign's, convert/names.py): "qa_outputs", or
+        "classifier" (ModernBertForQuestionAnswering names its head and output layer as its classifiers do)
+    """
+
+    dropout: str | None = None
+    at: str = "qa_outputs"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.at not in ("qa_outputs", "classifier"):
+            raise ValueError(f"QuestionAnswering.at must be 'qa_outputs' or 'classifier', got {self.at!r}")
+
+
 def head_dropout(config: Config) -> nn.Dropout:
     """A classification head's dropout: classifier_dropout, else hidden_dropout (transformers' rule)."""
     return nn.Dropout(config.hidden_dropout if config.classifier_dropout is None else config.classifier_dropout)
@@ -190,3 +238,32 @@ class SequenceClassificationHead(nn.Module):
             raise ValueError(f"mean pooling needs a 2-D (B, L) attention_mask, got shape {tuple(attention_mask.shape)}")
         keep = attention_mask.to(h.dtype)[..., None]  # (B, L, 1)
         return (h * keep).sum(dim=1) / attention_mask.sum(dim=1, keepdim=True)  # (B, C), as transformers
+
+
+class TokenHead(nn.Module):
+    """The token-classification / extractive-QA head of any family, built from its declaration (TokenClassification,
+    QuestionAnswering): every token's final state (B, L, C) -> (B, L, outputs)."""
+
+    def __init__(self, config: Config, kind: TokenClassification, outputs: int):
+        super().__init__()
+        self.kind = kind
+        width = config.hidden_size
+        act = kind.dense_activation
+        self.dense = Linear(width, width, bias=kind.dense_bias, activation=act) if act is not None else None
+        self.norm = (nn.LayerNorm(width, eps=config.layer_norm_eps, bias=kind.norm_bias)
+                     if kind.norm_bias is not None else None)
+        if kind.dropout == "classifier":
+            self.dropout = head_dropout(config)
+        else:
+            self.dropout = nn.Dropout(config.hidden_dropout) if kind.dropout == "hidden" else None
+        self.out_proj = Linear(width, outputs)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(..., C) -> (..., outputs)."""
+        if self.dense is not None:
+            x = self.dense(x)  # activation fused (nn/linear.py)
+        if self.norm is not None:
+            x = self.norm(x)
+        if self.dropout is not None:
+            x = self.dropout(x)
+        return self.out_proj(x)

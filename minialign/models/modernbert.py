@@ -37,7 +37,7 @@ from torch import Tensor
 
 from minialign.convert.families import modernbert as modernbert_format
 from minialign.models.family import Family
-from minialign.models.heads import MaskedLM, SequenceClassification
+from minialign.models.heads import MaskedLM, QuestionAnswering, SequenceClassification, TokenClassification
 from minialign.nn.activations import activation
 from minialign.nn.attention import PreparedMask
 from minialign.nn.capture import record, unobserved
@@ -213,6 +213,20 @@ class ModernBert(Family):
         activation classifier_activation and its biases as the config says; `head` is the classifier's too."""
         return MaskedLM(activation=config.classifier_activation or config.activation, dense_bias=config.classifier_bias,
                         norm_bias=config.norm_bias, decoder_bias=config.decoder_bias, at="classifier")
+
+    @classmethod
+    def token_classification(cls, config: Config) -> TokenClassification:
+        """ModernBertForTokenClassification after the model: classifier(drop(norm(act(dense(h))))), its `head` the
+        ModernBertPredictionHead, drop classifier_dropout."""
+        return TokenClassification(dense_activation=config.classifier_activation or config.activation,
+                                   dense_bias=config.classifier_bias, norm_bias=config.norm_bias)
+
+    @classmethod
+    def question_answering(cls, config: Config) -> QuestionAnswering:
+        """ModernBertForQuestionAnswering: the token head's layers and names (`head`, `classifier`), two outputs."""
+        return QuestionAnswering(dense_activation=config.classifier_activation or config.activation,
+                                 dense_bias=config.classifier_bias, norm_bias=config.norm_bias, dropout="classifier",
+                                 at="classifier")
 
     @classmethod
     def layer_inputs(cls, encoder: nn.Module, inputs: ForwardInputs) -> dict[str, object]:

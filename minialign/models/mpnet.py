@@ -25,6 +25,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from minialign.convert.families import mpnet as mpnet_format
+from minialign.models.heads import TokenClassification
 from minialign.models.roberta import Roberta, RobertaConfig, RobertaEmbeddings
 from minialign.nn.capture import record
 from minialign.nn.config import POSITIVE_INT, Config, checked, optional
@@ -93,6 +94,11 @@ class MPNet(Roberta):
                   "every layer's scores (MPNetEncoder.relative_attention_bias)")
     Embeddings = MPNetEmbeddings
     parts = {"relative_position_bias": RelativePositionBias}
+
+    @classmethod
+    def token_classification(cls, config: Config) -> TokenClassification:
+        """MPNetForTokenClassification: classifier(dropout(h)), the dropout hidden_dropout (not classifier_dropout)."""
+        return TokenClassification(dropout="hidden")
 
     @classmethod
     def relative_bias(cls, encoder: nn.Module, length: int) -> Tensor:

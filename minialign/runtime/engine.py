@@ -32,7 +32,7 @@ from minialign.runtime.process_pool import WorkerPool, ragged
 from minialign.runtime.threads import intra_op_threads, threads_now, usable_threads
 
 if TYPE_CHECKING:
-    from minialign.text.tokenizer import Tokenizer
+    from minialign.text.tokenizer import Encoded, Tokenizer
 
 CPU_BATCH_TOKENS = 2048  # default token budget on CPU, where smaller matmuls stay in cache (BENCHMARKS.md)
 
@@ -119,6 +119,21 @@ class BatchEngine:
         unique: dict[Hashable, int] = {}
         where = torch.tensor([unique.setdefault(x, len(unique)) for x in inputs], dtype=torch.long)
         encoded = self.tokenize(list(unique), max_length=max_length)
+        results = self.run_encoded(encoded, forward, progress=progress, batch_size=batch_size, constants=constants)
+        if isinstance(results.values, list):  # an input repeated gets a copy of its entry, as indexing a tensor gives
+            values, seen = [], set()
+            for i in where.tolist():
+                values.append(_copy(results.values[i]) if i in seen else results.values[i])
+                seen.add(i)
+        else:
+            values = results.values[where] if len(where) else results.values
+        return Results(values, results.truncated[where] if len(where) else results.truncated)
+
+    def run_encoded(self, encoded: Encoded, forward: Callable[[dict[str, Tensor]], Tensor | list], *,
+                    progress: bool | str = False, batch_size: int | None = None,
+                    constants: dict[str, int] | None = None) -> Results:
+        """`run` over sequences tokenized already (Encoded: ids, type ids, tokens each lost), each run as it is (no
+        deduplication): a runner that cuts texts its own way (TokenClassifier's overlapping windows)."""
         ids, types = encoded.ids, encoded.type_ids
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
         batches = self.batches(order, [len(t) for t in ids],
@@ -150,14 +165,7 @@ class BatchEngine:
         release_free_memory()  # the batches' freed tensors: a long-running process plateaus (memory.py)
         if results is None:
             return Results(torch.empty(0), torch.empty(0, dtype=torch.long))
-        if isinstance(results, list):  # an input repeated gets a copy of its entry, as indexing a tensor gives
-            values, seen = [], set()
-            for i in where.tolist():
-                values.append(_copy(results[i]) if i in seen else results[i])
-                seen.add(i)
-        else:
-            values = results[where]
-        return Results(values, torch.tensor(encoded.truncated, dtype=torch.long)[where])
+        return Results(results, torch.tensor(encoded.truncated, dtype=torch.long))
 
     def execute(self, forward, batches):
         """(index, forward(batch)) for each (index, batch): here, or in the worker processes."""

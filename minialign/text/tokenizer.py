@@ -210,6 +210,42 @@ class Tokenizer:
             out.truncated.append(cut)
         return out
 
+    def encode_windows(self, text: str, *, max_length: int | None = None, stride: int | None = None) -> list:
+        """One text's tokenizers Encodings with their character offsets, special-token masks and tokens: the first
+        `max_length` tokens (special ones included), and, with a stride, every further window of the text, each
+        overlapping the one before by `stride` tokens (transformers' return_overflowing_tokens=True, stride=stride:
+        the first window, then its `overflowing`, in order)."""
+        max_length = max_length or self.model_max_length
+        if stride is not None and not (isinstance(stride, int) and not isinstance(stride, bool)
+                                       and 0 <= stride < max_length - self.backend.num_special_tokens_to_add(False)):
+            raise ValueError(f"stride must be an int >= 0 and below the window's room for text ({max_length} tokens "
+                             f"less the special ones), got {stride!r}")
+        tok = self.backend
+        try:
+            tok.enable_truncation(max_length, stride=stride or 0, strategy="longest_first")
+            first = tok.encode(text)
+        finally:
+            tok.no_truncation()
+        return [first, *first.overflowing] if stride is not None else [first]
+
+    @property
+    def word_aware(self) -> bool:
+        """Whether its model marks a word's continuing pieces (WordPiece's "##": a `continuing_subword_prefix`),
+        so a token is a word's continuation when its text is shorter than the token (transformers'
+        TokenClassificationPipeline.gather_pre_entities); otherwise a token continues a word when no space touches
+        its start (the pipeline's fallback heuristic)."""
+        return bool(getattr(self.backend.model, "continuing_subword_prefix", None))
+
+    @property
+    def unk_token_id(self) -> int | None:
+        token = self.special_tokens.get("unk_token") or getattr(self.backend.model, "unk_token", None)
+        return None if token is None else self.backend.token_to_id(token)
+
+    def tokens_to_string(self, tokens: Sequence[str]) -> str:
+        """Tokens joined by the decoder (transformers' fast convert_tokens_to_string; " ".join without one)."""
+        decoder = self.backend.decoder
+        return decoder.decode(list(tokens)) if decoder is not None else " ".join(tokens)
+
     def token_counts(self, texts: list[str]) -> list[int]:
         """How many tokens each text has, without special tokens (each distinct text tokenized once)."""
         counts = self._prefixes(texts, 0)
