@@ -1,4 +1,4 @@
-"""Ray Data: score, embed and classify datasets beyond one machine (the `ray` extra).
+"""Ray Data: score, embed (dense, sparse, multi-vector, BGE-M3) and classify datasets beyond one machine (the `ray` extra).
 
     import ray
     from minialign.apps.raydata import AlignScoreBatches
@@ -91,8 +91,31 @@ class JobBatches:
             return frame.assign(**results)
         out = dict(batch)
         for key, values in results.items():
-            out[key] = np.asarray(values, dtype=np.float32) if key == self.job.tensor else np.asarray(values)
+            out[key] = _column(values)
         return out
+
+
+def _column(values: list):
+    """A numpy column of a record key's values: vectors (lists of floats, all one length) as a (rows, D) float32
+    array, Ray's tensor column; ragged values (lists of differing lengths: token vectors, sparse indices) as an
+    object array of one float32 / int64 array per row, Ray's variable-shaped tensor column; a dict per row (BGE-M3's
+    lexical weights) as its JSON text; anything else as numpy makes it (scores, labels)."""
+    import json
+
+    import numpy as np
+
+    if values and all(isinstance(v, dict) for v in values):
+        return np.asarray([json.dumps(v) for v in values])
+    if values and all(isinstance(v, list) for v in values):
+        rows = [np.asarray(v) for v in values]
+        rows = [r.astype(np.float32) if r.dtype.kind == "f" else r for r in rows]
+        if len({r.shape for r in rows}) == 1 and rows[0].size:
+            return np.stack(rows)
+        column = np.empty(len(rows), dtype=object)
+        for i, row in enumerate(rows):  # one by one: numpy would try to make the rows one array
+            column[i] = row
+        return column
+    return np.asarray(values)
 
 
 class ProductBatches(JobBatches):
@@ -150,6 +173,9 @@ AlignScoreBatches: type[ProductBatches]
 MiniCheckBatches: type[ProductBatches]
 EmbedBatches: type[ProductBatches]
 ClassifyBatches: type[ProductBatches]
+SparseBatches: type[ProductBatches]
+MultiVectorBatches: type[ProductBatches]
+M3Batches: type[ProductBatches]
 
 
 def shard_of(row_id, shards: int) -> int:
