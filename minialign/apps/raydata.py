@@ -88,24 +88,29 @@ class JobBatches:
         records = self.job.run(rows) if rows else []
         results = {key: [r.get(key) for r in records] for key in (records[0] if records else [])}
         if frame is not None:
-            return frame.assign(**results)
+            return frame.assign(**{key: _column(values, pandas=True) for key, values in results.items()})
         out = dict(batch)
         for key, values in results.items():
             out[key] = _column(values)
         return out
 
 
-def _column(values: list):
-    """A numpy column of a record key's values: vectors (lists of floats, all one length) as a (rows, D) float32
-    array, Ray's tensor column; ragged values (lists of differing lengths: token vectors, sparse indices) as an
-    object array of one float32 / int64 array per row, Ray's variable-shaped tensor column; a dict per row (BGE-M3's
-    lexical weights) as its JSON text; anything else as numpy makes it (scores, labels)."""
+def _column(values: list, *, pandas: bool = False):
+    """A column of a record key's values. A dict per row (BGE-M3's lexical weights: each row its own keys, which
+    Arrow would make one struct of every row's keys) is its JSON text. Else, for a pandas batch, the values as they
+    are; for a numpy batch: vectors (lists of floats, all one length) as a (rows, D) float32 array, Ray's tensor
+    column; ragged values (lists of differing lengths: token vectors, sparse indices) as an object array of one
+    float32 / int64 array per row, Ray's variable-shaped tensor column; anything else as numpy makes it (scores,
+    labels)."""
     import json
 
     import numpy as np
 
     if values and all(isinstance(v, dict) for v in values):
-        return np.asarray([json.dumps(v) for v in values])
+        texts = [json.dumps(v) for v in values]
+        return texts if pandas else np.asarray(texts)
+    if pandas:
+        return values
     if values and all(isinstance(v, list) for v in values):
         rows = [np.asarray(v) for v in values]
         rows = [r.astype(np.float32) if r.dtype.kind == "f" else r for r in rows]
