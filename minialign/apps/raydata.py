@@ -65,8 +65,6 @@ class JobBatches:
         self.job, self.id_field = job, id_field
 
     def __call__(self, batch):
-        import numpy as np
-
         frame = None if isinstance(batch, dict) else batch  # a pandas DataFrame: its missing values as None
         columns = ({name: list(batch[name]) for name in batch} if frame is None else
                    {name: [v if present else None for v, present in zip(frame[name], frame[name].notna())]

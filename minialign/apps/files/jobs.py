@@ -179,7 +179,7 @@ def m3_job(encoder: M3Encoder, *, text_field: str = "text", return_dense: bool =
         return [{key: columns[key][i] for key in keys} for i in range(len(rows))]
 
     layouts = {"dense_vecs": stacked("dense_vecs", width=encoder.dimension),
-               "lexical_weights": sparse("lexical_weights", "", prefix="lexical_"),
+               "lexical_weights": sparse("lexical_weights", prefix="lexical_"),
                "colbert_vecs": ragged("colbert_vecs", offsets="colbert_offsets", width=encoder.colbert_dimension or 0)}
     return make_job(encoder, embed_fields(text_field=text_field), outputs=OUTPUT_FORMATS["embed"], model=model,
                     settings=encoder.settings(**asked, window=window), run=run, totals=encoder.tally(details=False, window=window),

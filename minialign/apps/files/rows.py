@@ -124,13 +124,14 @@ def ragged(key: str, *, name: str | None = None, offsets: str = "offsets", width
     return layout
 
 
-def sparse(indices: str, values: str, *, prefix: str = "") -> Layout:
+def sparse(indices: str, values: str | None = None, *, prefix: str = "") -> Layout:
     """Sparse rows (record[indices]: ints, ascending; record[values]: their floats) as CSR's three tensors:
     `<prefix>indices` (nnz,) int64 and `<prefix>values` (nnz,) float32, the records' entries one after the other,
-    and `<prefix>offsets` (N + 1,) int64: record i's entries are offsets[i]:offsets[i + 1]. A dict record[indices]
-    ({index: value}, keys possibly strings) is read as its items, sorted by index (`values` unused)."""
+    and `<prefix>offsets` (N + 1,) int64: record i's entries are offsets[i]:offsets[i + 1]. values=None:
+    record[indices] is a dict {index: value} (keys possibly strings, as BGE-M3's lexical weights), written by
+    ascending index."""
     def layout(records: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        rows = [sorted((int(k), float(v)) for k, v in r[indices].items()) if isinstance(r[indices], dict)
+        rows = [sorted((int(k), float(v)) for k, v in r[indices].items()) if values is None
                 else list(zip(r[indices], r[values])) for r in records]
         flat = [entry for row in rows for entry in row]
         return {f"{prefix}indices": torch.tensor([i for i, _ in flat], dtype=torch.int64),
