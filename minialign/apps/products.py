@@ -220,6 +220,8 @@ PROMPT_OPTIONS = (Option("prompt_name", exclusive="prompt",
                               "(default: the task's prompt, else the model's default_prompt_name, if any)"),
                   Option("prompt", exclusive="prompt",
                          help="a prompt text put before every text (\"\": none, not even the default)"))
+TEXT = Input("text", "one text: prints its embedding as JSON (embed: a list; sparse, multivector, m3: the record a "
+                     "file row gets)")
 TASK = Option("task", choices=jobs.TASKS,
               help="sparse, multivector only: embed as queries or as documents (encode_query / encode_document: "
                    "their prompt; a ColBERT model's query or document window and expansion; an inference-free "
@@ -233,7 +235,7 @@ register(Product(
     options=(TASK, *PROMPT_OPTIONS,
              Option("max_active_dims", type=int, help="sparse only: keep each row's largest N values "
                                                       "(default: the model's, else all)")),
-    inputs=(Input("text", "one text: prints its embedding as a JSON list"),),
+    inputs=(TEXT,),
     ray="SparseBatches", serve_as="sparse"))
 
 register(Product(
@@ -242,7 +244,7 @@ register(Product(
     model_help="a sentence-transformers MultiVectorEncoder, PyLate or Stanford-NLP ColBERT directory, or a hub id",
     serve_help="a multi-vector (ColBERT) model for TEI's /embed_all (its token vectors)",
     options=(TASK, *PROMPT_OPTIONS),
-    inputs=(Input("text", "one text: prints its embedding as a JSON list"),),
+    inputs=(TEXT,),
     ray="MultiVectorBatches", serve_as="multivector"))
 
 register(Product(
@@ -254,5 +256,5 @@ register(Product(
              Option("return_sparse", False, help="m3 only: the lexical weights (\"lexical_weights\")"),
              Option("return_colbert_vecs", False, help="m3 only: the colbert vectors (\"colbert_vecs\")"),
              Option("max_length", type=int, help="m3 only: the window (default: the model's)")),
-    inputs=(Input("text", "one text: prints its embedding as a JSON list"),),
+    inputs=(TEXT,),
     ray="M3Batches"))
