@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import string
 import sys
 import types
 from pathlib import Path
@@ -362,3 +363,53 @@ def assert_within_half_error(ours: torch.Tensor, theirs_half: torch.Tensor, refe
     assert their_error > 0, f"{where}: transformers' half run equals its fp32 run: no error to judge against"
     assert ours_error <= HALF_FACTOR * their_error, \
         f"{where}: error {ours_error:.3e} > {HALF_FACTOR} x transformers' own {their_error:.3e}"
+
+
+# -- retrieval model directories (tests/products/test_multivector.py, test_m3.py, tests/apps) ----------------
+
+def save_multivector_encoder(root, base, expansion, *, name="mve", prompts=None, similarity=None):
+    """A sentence-transformers MultiVectorEncoder (a Dense to 16, a punctuation skiplist, Normalize) over the transformers directory `base`, saved under root/name."""
+    from sentence_transformers import MultiVectorEncoder
+    from sentence_transformers.base.modules import Dense, Normalize, Transformer
+    from sentence_transformers.multi_vector_encoder.modules import MultiVectorMask
+
+    transformer = Transformer(str(base), query_length=None if expansion else 10, document_length=20,
+                              query_expansion=expansion)
+    torch.manual_seed(1)
+    dense = Dense(transformer.get_embedding_dimension(), 16, bias=True, activation_function=torch.nn.Identity(),
+                  module_input_name="token_embeddings")
+    model = MultiVectorEncoder(modules=[transformer, dense, MultiVectorMask(skiplist_words=list(string.punctuation)),
+                                        Normalize(module_input_name="token_embeddings")], device="cpu",
+                               prompts=prompts if prompts is not None else {"query": "query: ", "document": "doc: "},
+                               similarity_fn_name=similarity)
+    directory = root / name
+    model.save(str(directory))
+    return directory
+
+
+def save_m3(tiny_family, root: Path) -> Path:
+    """A BGE-M3 layout: the tiny XLM-RoBERTa directory with FlagEmbedding's two heads beside it (torch.save of
+    each Linear's state_dict, as EncoderOnlyEmbedderM3Model.save writes them), biases non-zero."""
+    base, hf = tiny_family.hf("xlm-roberta")
+    directory = root / "bge-m3-tiny"
+    shutil.copytree(base, directory)
+    hidden = hf.config.hidden_size
+    torch.manual_seed(3)
+    sparse, colbert = torch.nn.Linear(hidden, 1), torch.nn.Linear(hidden, hidden)
+    with torch.no_grad():
+        sparse.bias.fill_(0.05)  # some tokens above zero, some at it (relu): both kinds are in the texts
+    torch.save(sparse.state_dict(), directory / "sparse_linear.pt")
+    torch.save(colbert.state_dict(), directory / "colbert_linear.pt")
+    return directory
+
+
+@pytest.fixture(scope="session")
+def retrieval_dirs(tiny_family, tmp_path_factory) -> dict[str, Path]:
+    """One tiny directory per retrieval product, for the faces' tests (tests/apps): "sparse" (a SPLADE
+    SparseEncoder over a BERT masked LM, with query and document prompts), "multivector" (a MultiVectorEncoder with
+    a fixed query expansion of 12 tokens and prompts) and "m3" (BGE-M3's layout over XLM-RoBERTa)."""
+    root = tmp_path_factory.mktemp("retrieval")
+    base, _ = tiny_family.hf("bert")
+    return {"sparse": tiny_family.sparse_encoder("bert", prompts={"query": "q: ", "document": "d: "}),
+            "multivector": save_multivector_encoder(root, base, {"strategy": "fixed", "attend": False, "length": 12}),
+            "m3": save_m3(tiny_family, root)}

@@ -145,10 +145,22 @@ def _product(args: argparse.Namespace):
     return next(p for p in products if p.name == getattr(args, "method", products[0].name))
 
 
+def _refuse_others_options(product, args: argparse.Namespace) -> None:
+    """An option another --method of the command declares, given away from its default, is refused by name (the
+    chosen product would not read it)."""
+    from minialign.apps.products import commands
+
+    offered = {o.name: o for p in commands()[args.command] for o in (*p.load, *p.options)}
+    own = {o.name for o in (*product.load, *product.options)}
+    if stray := [o.flag for name, o in offered.items() if name not in own and getattr(args, name) != o.default]:
+        raise ValueError(f"{', '.join(stray)}: not an option of --method {product.name}")
+
+
 def _run_product(args: argparse.Namespace) -> int:
     """A product's command (score, embed, classify, and any other the table declares): one input given by flags
     (printed), a file (--input/--output), or a dataset on Ray Data (--ray)."""
     product = _product(args)
+    _refuse_others_options(product, args)
     args.model = args.model or product.model
     load = {o.name: getattr(args, o.name) for o in product.load}
     fields = {f"{i.role}_field": getattr(args, f"{i.role}_field") for i in product.inputs}
@@ -333,8 +345,9 @@ def _product_parser(sub, command: str, products: list) -> None:
         if o.exclusive and o.exclusive not in groups:
             groups[o.exclusive] = p.add_mutually_exclusive_group()
         where = groups[o.exclusive] if o.exclusive else p
-        if isinstance(o.default, bool):
-            where.add_argument(o.flag, action="store_true", help=o.help)
+        if isinstance(o.default, bool):  # a switch; one on by default also takes --no-NAME
+            where.add_argument(o.flag, action=argparse.BooleanOptionalAction if o.default else "store_true",
+                               default=o.default, help=o.help)
         else:
             where.add_argument(o.flag, default=o.default, type=o.type, choices=o.choices, help=o.help)
     pairs = sum(not i.optional for i in inputs.values()) > 1

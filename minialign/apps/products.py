@@ -24,6 +24,9 @@ from minialign.apps.files.rows import Fields, Job
 from minialign.products import alignscore, minicheck
 from minialign.products.classifier import Classifier
 from minialign.products.embeddings import SentenceEncoder
+from minialign.products.m3 import M3Encoder
+from minialign.products.multivector import MultiVectorEncoder
+from minialign.products.sparse import SparseEncoder
 from minialign.products.runner import Runner
 
 
@@ -77,8 +80,8 @@ class Product:
     ray       the name of its Ray Data class (raydata.py)
     serve_as  where the service's protocols find it (serve/core.Models): "alignscore" (NeMo Guardrails'
               /alignscore_NAME and /score), "minicheck" (/minicheck, /score, HF text-classification), "embedder"
-              (TEI's /embed, /similarity, POST /), "classifier" (TEI's /predict, /rerank, HF text-classification);
-              None: POST /rows/NAME alone
+              (TEI's /embed, /similarity, POST /), "classifier" (TEI's /predict, /rerank, HF text-classification),
+              "sparse" (TEI's /embed_sparse), "multivector" (TEI's /embed_all); None: POST /rows/NAME alone
     int8      whether --dtype offers int8 (the scorers refuse it: products/runner.refuse_int8)
     """
 
@@ -208,3 +211,50 @@ register(Product(
     inputs=(Input("text", "one text: prints its label and scores as JSON"),
             Input("pair", "with --text: the second text of a pair", optional=True)),
     ray="ClassifyBatches", serve_as="classifier"))
+
+# Retrieval embeddings beyond one vector per text: `embed --method sparse | multivector | m3` (one command, as
+# `score --method minicheck`: each reads a text per row and writes .jsonl or .safetensors; the file layouts are
+# the jobs', apps/files/jobs.py).
+PROMPT_OPTIONS = (Option("prompt_name", exclusive="prompt",
+                         help="one of the model's prompts (config_sentence_transformers.json), put before every text "
+                              "(default: the task's prompt, else the model's default_prompt_name, if any)"),
+                  Option("prompt", exclusive="prompt",
+                         help="a prompt text put before every text (\"\": none, not even the default)"))
+TEXT = Input("text", "one text: prints its embedding as JSON (embed: a list; sparse, multivector, m3: the record a "
+                     "file row gets)")
+TASK = Option("task", choices=jobs.TASKS,
+              help="sparse, multivector only: embed as queries or as documents (encode_query / encode_document: "
+                   "their prompt; a ColBERT model's query or document window and expansion; an inference-free "
+                   "SPLADE model's route); default: encode's")
+
+register(Product(
+    name="sparse", runner=SparseEncoder, command="embed", job=jobs.sparse_job, verb="embedded",
+    outputs=jobs.OUTPUT_FORMATS["embed"],
+    model_help="a sentence-transformers SparseEncoder (SPLADE) directory or a *ForMaskedLM one, or a hub id",
+    serve_help="a SPLADE model (SparseEncoder) for TEI's /embed_sparse",
+    options=(TASK, *PROMPT_OPTIONS,
+             Option("max_active_dims", type=int, help="sparse only: keep each row's largest N values "
+                                                      "(default: the model's, else all)")),
+    inputs=(TEXT,),
+    ray="SparseBatches", serve_as="sparse"))
+
+register(Product(
+    name="multivector", runner=MultiVectorEncoder, command="embed", job=jobs.multivector_job, verb="embedded",
+    outputs=jobs.OUTPUT_FORMATS["embed"],
+    model_help="a sentence-transformers MultiVectorEncoder, PyLate or Stanford-NLP ColBERT directory, or a hub id",
+    serve_help="a multi-vector (ColBERT) model for TEI's /embed_all (its token vectors)",
+    options=(TASK, *PROMPT_OPTIONS),
+    inputs=(TEXT,),
+    ray="MultiVectorBatches", serve_as="multivector"))
+
+register(Product(
+    name="m3", runner=M3Encoder, command="embed", job=jobs.m3_job, verb="embedded",
+    outputs=jobs.OUTPUT_FORMATS["embed"],
+    model_help="a BGE-M3 directory (XLM-RoBERTa with sparse_linear.pt, colbert_linear.pt) or hub id",
+    serve_help="a BGE-M3 model for POST /rows/m3 (dense, lexical and colbert outputs)",
+    options=(Option("return_dense", True, help="m3 only: the dense vector (\"dense_vecs\")"),
+             Option("return_sparse", False, help="m3 only: the lexical weights (\"lexical_weights\")"),
+             Option("return_colbert_vecs", False, help="m3 only: the colbert vectors (\"colbert_vecs\")"),
+             Option("max_length", type=int, help="m3 only: the window (default: the model's)")),
+    inputs=(TEXT,),
+    ray="M3Batches"))

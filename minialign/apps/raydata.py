@@ -1,4 +1,4 @@
-"""Ray Data: score, embed and classify datasets beyond one machine (the `ray` extra).
+"""Ray Data: score, embed (dense, sparse, multi-vector, BGE-M3) and classify datasets beyond one machine (the `ray` extra).
 
     import ray
     from minialign.apps.raydata import AlignScoreBatches
@@ -65,8 +65,6 @@ class JobBatches:
         self.job, self.id_field = job, id_field
 
     def __call__(self, batch):
-        import numpy as np
-
         frame = None if isinstance(batch, dict) else batch  # a pandas DataFrame: its missing values as None
         columns = ({name: list(batch[name]) for name in batch} if frame is None else
                    {name: [v if present else None for v, present in zip(frame[name], frame[name].notna())]
@@ -88,11 +86,39 @@ class JobBatches:
         records = self.job.run(rows) if rows else []
         results = {key: [r.get(key) for r in records] for key in (records[0] if records else [])}
         if frame is not None:
-            return frame.assign(**results)
+            return frame.assign(**{key: _column(values, pandas=True) for key, values in results.items()})
         out = dict(batch)
         for key, values in results.items():
-            out[key] = np.asarray(values, dtype=np.float32) if key == self.job.tensor else np.asarray(values)
+            out[key] = _column(values)
         return out
+
+
+def _column(values: list, *, pandas: bool = False):
+    """A column of a record key's values. A dict per row (BGE-M3's lexical weights: each row its own keys, which
+    Arrow would make one struct of every row's keys) is its JSON text. Else, for a pandas batch, the values as they
+    are; for a numpy batch: vectors (lists of floats, all one length) as a (rows, D) float32 array, Ray's tensor
+    column; ragged values (lists of differing lengths: token vectors, sparse indices) as an object array of one
+    float32 / int64 array per row, Ray's variable-shaped tensor column; anything else as numpy makes it (scores,
+    labels)."""
+    import json
+
+    import numpy as np
+
+    if values and all(isinstance(v, dict) for v in values):
+        texts = [json.dumps(v) for v in values]
+        return texts if pandas else np.asarray(texts)
+    if pandas:
+        return values
+    if values and all(isinstance(v, list) for v in values):
+        rows = [np.asarray(v) for v in values]
+        rows = [r.astype(np.float32) if r.dtype.kind == "f" else r for r in rows]
+        if len({r.shape for r in rows}) == 1 and rows[0].size:
+            return np.stack(rows)
+        column = np.empty(len(rows), dtype=object)
+        for i, row in enumerate(rows):  # one by one: numpy would try to make the rows one array
+            column[i] = row
+        return column
+    return np.asarray(values)
 
 
 class ProductBatches(JobBatches):
@@ -150,6 +176,9 @@ AlignScoreBatches: type[ProductBatches]
 MiniCheckBatches: type[ProductBatches]
 EmbedBatches: type[ProductBatches]
 ClassifyBatches: type[ProductBatches]
+SparseBatches: type[ProductBatches]
+MultiVectorBatches: type[ProductBatches]
+M3Batches: type[ProductBatches]
 
 
 def shard_of(row_id, shards: int) -> int:

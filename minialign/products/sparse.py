@@ -243,14 +243,22 @@ class SparseEncoder(Runner):
         return self.model.config.vocab_size
 
     def settings(self, *, prompt_name: str | None = None, prompt: str | None = None,
-                 max_active_dims: int | None = None) -> dict:
+                 max_active_dims: int | None = None, task: str | None = None) -> dict:
+        """What a call with these options depends on, beside the weights (a resumed file run compares them)."""
         return {**super().settings(), "pooling_strategy": self.pooling_strategy,
                 "activation_function": self.activation_function, "max_seq_length": self.max_seq_length,
                 "max_active_dims": max_active_dims or self.max_active_dims,
-                "prompt": self.resolve_prompt(prompt_name=prompt_name, prompt=prompt) or None}
+                "route": (task or self.default_route) if self.query is not None else None,
+                "prompt": self.resolve_prompt(prompt_name=prompt_name, prompt=prompt, task=task) or None}
 
-    def resolve_prompt(self, *, prompt_name: str | None = None, prompt: str | None = None) -> str | None:
-        """The prompt text a call uses (products/embeddings.py resolve_prompt)."""
+    def resolve_prompt(self, *, prompt_name: str | None = None, prompt: str | None = None,
+                       task: str | None = None) -> str | None:
+        """The prompt text a call uses (products/embeddings.py resolve_prompt). task: "query" picks the "query"
+        prompt, "document" the first of DOCUMENT_PROMPTS the model has, when neither prompt_name nor prompt is given
+        (SparseEncoder.encode_query, encode_document)."""
+        if prompt_name is None and prompt is None and task is not None:
+            names = ("query",) if task == "query" else DOCUMENT_PROMPTS
+            prompt_name = next((name for name in names if name in self.prompts), None)  # else: the default
         return resolve_prompt(self.prompts, self.default_prompt_name, prompt_name=prompt_name, prompt=prompt)
 
     # -- calls --
@@ -307,8 +315,8 @@ class SparseEncoder(Runner):
         """encode on the "query" route (an inference-free model's static weights), with the "query" prompt when neither
         prompt_name nor prompt is given (SparseEncoder.encode_query: "" by default, which also keeps the default
         prompt out)."""
-        if prompt_name is None and prompt is None and "query" in self.prompts:
-            prompt_name = "query"
+        if prompt_name is None and prompt is None:
+            prompt = self.resolve_prompt(task="query")
         return self.encode(texts, prompt_name=prompt_name, prompt=prompt, task="query", **options)
 
     def encode_document(self, texts: Sequence[str] | str, *, prompt_name: str | None = None,
@@ -316,7 +324,7 @@ class SparseEncoder(Runner):
         """encode on the "document" route, with the first of the "document", "passage", "corpus" prompts the model
         has when neither prompt_name nor prompt is given (SparseEncoder.encode_document)."""
         if prompt_name is None and prompt is None:
-            prompt_name = next((name for name in DOCUMENT_PROMPTS if name in self.prompts), None)
+            prompt = self.resolve_prompt(task="document")
         return self.encode(texts, prompt_name=prompt_name, prompt=prompt, task="document", **options)
 
     def over_window(self, inputs: Sequence[str], *, prompt_name: str | None = None,

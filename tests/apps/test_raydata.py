@@ -21,8 +21,8 @@ pa_parquet = pytest.importorskip("pyarrow.parquet")
 import minialign as ma  # noqa: E402
 from minialign.apps.files.rows import InputError  # noqa: E402
 from minialign.apps.cli import main  # noqa: E402
-from minialign.apps.raydata import (AlignScoreBatches, ClassifyBatches, EmbedBatches, MiniCheckBatches,  # noqa: E402
-                               run_sharded, shard_of)
+from minialign.apps.raydata import (AlignScoreBatches, ClassifyBatches, EmbedBatches, M3Batches,  # noqa: E402
+                                    MiniCheckBatches, MultiVectorBatches, SparseBatches, run_sharded, shard_of)
 from conftest import save_classifier  # noqa: E402
 from conftest import CORPUS  # noqa: E402
 from family_builders import family_params  # noqa: E402
@@ -224,3 +224,42 @@ def test_cli_classify_on_ray_on_another_family_equals_one_process(family, tiny_f
     scores = torch.tensor([[got[f"t{i}"][f"score_{label}"] for label in clf.labels] for i in range(len(texts))])
     torch.testing.assert_close(scores, probs, atol=1e-5, rtol=0)
     assert all(got[f"t{i}"]["label"] == clf.labels[int(probs[i].argmax())] for i in range(len(texts)))
+
+
+@pytest.mark.filterwarnings("ignore::minialign.runtime.engine.TruncationWarning")
+def test_map_batches_of_the_retrieval_products_give_their_ragged_records(retrieval_dirs, local_ray, tmp_path):
+    """SparseBatches, MultiVectorBatches, M3Batches: ragged columns (sparse indices and values, token vectors) as
+    variable-shaped tensor columns, BGE-M3's lexical weights as their JSON text; each row's values equal the product's
+    own call (torch.equal), in numpy and pandas batches, and written to parquet by `embed --method sparse --ray`."""
+    texts = TEXTS[:7]
+    records = [{"id": i, "text": t} for i, t in enumerate(texts)]
+    sparse = ma.SparseEncoder.from_pretrained(retrieval_dirs["sparse"]).encode(texts, convert_to_sparse_tensor=False)
+    vectors = ma.MultiVectorEncoder.from_pretrained(retrieval_dirs["multivector"]).encode_query(texts)
+    m3 = ma.M3Encoder.from_pretrained(retrieval_dirs["m3"]).encode(texts, return_sparse=True, return_colbert_vecs=True)
+    runs = [(SparseBatches, {"model": str(retrieval_dirs["sparse"])}),
+            (MultiVectorBatches, {"model": str(retrieval_dirs["multivector"]), "task": "query"}),
+            (M3Batches, {"model": str(retrieval_dirs["m3"]), "return_sparse": True, "return_colbert_vecs": True})]
+    for batch_format, mapper, options in [("numpy", *run) for run in runs] + [("pandas", *runs[2])]:  # its dicts
+        out = ray.data.from_items(records).map_batches(mapper, fn_constructor_kwargs=options, concurrency=1,
+                                                       batch_size=3, batch_format=batch_format).take_all()
+        for r in sorted(out, key=lambda r: r["id"]):
+            i = r["id"]
+            if mapper is SparseBatches:
+                assert [int(x) for x in r["indices"]] == sparse[i].nonzero().flatten().tolist()
+                assert torch.equal(torch.as_tensor(r["values"], dtype=torch.float32), sparse[i][sparse[i] != 0])
+            elif mapper is MultiVectorBatches:
+                assert torch.equal(torch.as_tensor(list(r["vectors"])).reshape(vectors[i].shape), vectors[i])
+            else:
+                assert torch.equal(torch.as_tensor(r["dense_vecs"]), m3["dense_vecs"][i])
+                lexical = r["lexical_weights"]
+                assert isinstance(lexical, str) and json.loads(lexical) == m3["lexical_weights"][i]
+                colbert = torch.as_tensor(list(r["colbert_vecs"]))
+                assert torch.equal(colbert.reshape(m3["colbert_vecs"][i].shape), m3["colbert_vecs"][i])
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main(["embed", "--method", "sparse", "--ray", "--model", str(retrieval_dirs["sparse"]), "--input", str(rows),
+                 "--output", str(tmp_path / "out"), "--shards", "2"]) == 0
+    written = {r["id"]: r for r in _rows(tmp_path / "out")}
+    assert sorted(written) == list(range(len(texts)))
+    for i, r in written.items():
+        assert [int(x) for x in r["indices"]] == sparse[i].nonzero().flatten().tolist()

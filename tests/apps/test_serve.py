@@ -535,3 +535,98 @@ def test_int8_is_said_in_info(minilm_dir):
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
+
+
+# -- the retrieval products: TEI's /embed_sparse (--sparse) and /embed_all (--multivector), /rows/m3 (--m3) --------
+
+RETRIEVAL_TEXTS = ["The Eiffel Tower is in Paris.", "", "Unicode: café 東京 😀", "word " * 40]
+
+
+@pytest.fixture(scope="module")
+def retrieval_server(retrieval_dirs):
+    proc, url = start(["--sparse", str(retrieval_dirs["sparse"]), "--multivector", str(retrieval_dirs["multivector"]),
+                       "--m3", str(retrieval_dirs["m3"])])
+    yield url
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+
+
+@pytest.mark.filterwarnings("ignore::minialign.runtime.engine.TruncationWarning")  # the long text
+def test_tei_embed_sparse_equals_the_sparse_encoder(retrieval_server, retrieval_dirs):
+    encoder = ma.SparseEncoder.from_pretrained(retrieval_dirs["sparse"])
+    for body, expected in (({"inputs": RETRIEVAL_TEXTS, "truncate": True}, encoder.encode(RETRIEVAL_TEXTS)),
+                           ({"inputs": RETRIEVAL_TEXTS[:2], "prompt_name": "query"},
+                            encoder.encode(RETRIEVAL_TEXTS[:2], prompt_name="query")),
+                           ({"inputs": RETRIEVAL_TEXTS[:3], "task": "document"},
+                            encoder.encode_document(RETRIEVAL_TEXTS[:3]))):
+        status, answer = call(retrieval_server, "/embed_sparse", body)
+        assert status == 200 and len(answer) == len(body["inputs"])
+        for got, row in zip(answer, expected.to_dense()):
+            assert [v["index"] for v in got] == row.nonzero().flatten().tolist()  # non-zero values, ascending index
+            assert torch.equal(torch.tensor([v["value"] for v in got]), row[row != 0])
+            assert all(set(v) == {"index", "value"} for v in got)
+    status, single = call(retrieval_server, "/embed_sparse", {"inputs": "Paris"})
+    assert status == 200 and len(single) == 1  # a list per input, even for one
+
+
+@pytest.mark.filterwarnings("ignore::minialign.runtime.engine.TruncationWarning")  # the long text
+def test_tei_embed_all_equals_the_multivector_encoder(retrieval_server, retrieval_dirs):
+    encoder = ma.MultiVectorEncoder.from_pretrained(retrieval_dirs["multivector"])
+    texts = RETRIEVAL_TEXTS[:3]
+    for body, expected in (({"inputs": texts}, encoder.encode(texts)),
+                           ({"inputs": texts, "task": "query", "truncate": True}, encoder.encode_query(texts)),
+                           ({"inputs": texts, "prompt_name": "document"}, encoder.encode(texts, prompt_name="document"))):
+        status, answer = call(retrieval_server, "/embed_all", body)
+        assert status == 200 and len(answer) == len(texts)
+        for got, vectors in zip(answer, expected):
+            assert torch.equal(torch.tensor(got).reshape(-1, encoder.dimension), vectors)
+
+
+def test_rows_m3_info_and_bad_requests(retrieval_server, retrieval_dirs):
+    m3 = ma.M3Encoder.from_pretrained(retrieval_dirs["m3"])
+    expected = m3.encode(RETRIEVAL_TEXTS[:2], return_sparse=True, return_colbert_vecs=True)
+    status, body = call(retrieval_server, "/rows/m3", {"rows": [{"text": t} for t in RETRIEVAL_TEXTS[:2]],
+                                                       "options": {"return_sparse": True,
+                                                                   "return_colbert_vecs": True}})
+    assert status == 200
+    for i, record in enumerate(body["results"]):
+        assert torch.equal(torch.tensor(record["dense_vecs"]), expected["dense_vecs"][i])
+        assert record["lexical_weights"] == expected["lexical_weights"][i]
+        assert torch.equal(torch.tensor(record["colbert_vecs"]), expected["colbert_vecs"][i])
+    status, info = call(retrieval_server, "/info")
+    assert info["models"]["sparse"]["routes"] == ["/embed_sparse", "/rows/sparse"]
+    assert info["models"]["multivector"]["routes"] == ["/embed_all", "/rows/multivector"]
+    assert info["models"]["m3"]["routes"] == ["/rows/m3"]
+    assert info["models"]["sparse"]["model_id"] == str(retrieval_dirs["sparse"])
+    status, text = call(retrieval_server, "/")
+    assert "POST /embed_sparse" in text and "POST /embed_all" in text
+    for path, body, status_expected, named in (
+            ("/embed_sparse", {"inputs": 5}, 422, "`inputs`"),
+            ("/embed_sparse", {"inputs": ["a", None]}, 422, "`inputs[1]`"),
+            ("/embed_sparse", {"inputs": "a", "truncate": "yes"}, 422, "`truncate`"),
+            ("/embed_sparse", {"inputs": "a", "prompt_name": "nope"}, 413, "`prompt_name`"),
+            ("/embed_sparse", {"inputs": "a", "task": "passage"}, 422, "`task`"),
+            ("/embed_sparse", {"inputs": "a", "truncation_direction": "left"}, 422, "`truncation_direction`"),
+            ("/embed_sparse", {"inputs": []}, 400, "`inputs`"),
+            ("/embed_sparse", {"inputs": "word " * 200}, 413, "`inputs` must have less than"),
+            ("/embed_all", {"inputs": "a", "prompt_name": 3}, 422, "`prompt_name`"),
+            ("/embed_all", {"inputs": "word " * 200}, 413, "`inputs` must have less than"),
+            ("/embed", {"inputs": "a"}, 424, "not an embedding model"),
+            ("/embed_all", {"inputs": "a", "model": str(retrieval_dirs["sparse"])}, 200, None),  # model: never read
+            ("/rows/m3", {"rows": [{"text": "a"}], "options": {"return_dense": False}}, 422, "return_dense"),
+            ("/rows/m3", {"rows": [{"txt": "a"}]}, 422, "'text' is missing")):
+        status, answer = call(retrieval_server, path, body)
+        assert status == status_expected, (path, body, answer)
+        if named is not None:
+            assert named in answer["error"], (path, body, answer)
+
+
+def test_embed_sparse_and_embed_all_without_their_model_are_424(models):
+    proc, url = start(["--classify", str(models["nli"])])
+    try:
+        for path in ("/embed_sparse", "/embed_all"):
+            status, body = call(url, path, {"inputs": "x"})
+            assert status == 424 and ("--sparse" if path == "/embed_sparse" else "--multivector") in body["error"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)

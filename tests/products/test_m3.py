@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import minialign as ma
+from conftest import save_m3
 from minialign.runtime.engine import TruncationWarning
 
 TEXTS = ["The tower was built in Paris and opened in 1889.", "", "Paris Paris Paris, the tower; the tower.",
@@ -26,19 +27,7 @@ TEXTS = ["The tower was built in Paris and opened in 1889.", "", "Paris Paris Pa
 
 @pytest.fixture(scope="module")
 def m3_dir(tiny_family, tmp_path_factory):
-    """A BGE-M3 layout: the tiny XLM-RoBERTa directory with FlagEmbedding's two heads beside it (torch.save of
-    each Linear's state_dict, as EncoderOnlyEmbedderM3Model.save writes them), biases non-zero."""
-    base, hf = tiny_family.hf("xlm-roberta")
-    directory = tmp_path_factory.mktemp("m3") / "bge-m3-tiny"
-    shutil.copytree(base, directory)
-    hidden = hf.config.hidden_size
-    torch.manual_seed(3)
-    sparse, colbert = nn.Linear(hidden, 1), nn.Linear(hidden, hidden)
-    with torch.no_grad():
-        sparse.bias.fill_(0.05)  # some tokens above zero, some at it (relu): both kinds are in the texts
-    torch.save(sparse.state_dict(), directory / "sparse_linear.pt")
-    torch.save(colbert.state_dict(), directory / "colbert_linear.pt")
-    return directory
+    return save_m3(tiny_family, tmp_path_factory.mktemp("m3"))
 
 
 def flag_reference(directory, texts, *, max_length=64, normalize=True):

@@ -5,12 +5,12 @@ directories written here as those libraries saved them; MaxSim scores; batch ind
 
 import json
 import shutil
-import string
 
 import pytest
 import torch
 
 import minialign as ma
+from conftest import save_multivector_encoder as mve_dir
 from minialign.products.multivector import EMPTY_DOCUMENT_SCORE, maxsim
 from minialign.runtime.engine import TruncationWarning
 
@@ -25,26 +25,6 @@ EXPANSIONS = {"fixed": {"strategy": "fixed", "attend": False, "length": 12},
               "none": None}
 
 pytestmark = pytest.mark.filterwarnings("ignore::minialign.runtime.engine.TruncationWarning")  # the long texts
-
-
-def mve_dir(root, base, expansion, *, name="mve", prompts=None, similarity=None):
-    """A sentence-transformers MultiVectorEncoder over the transformers directory `base`, saved under root/name."""
-    from sentence_transformers import MultiVectorEncoder
-    from sentence_transformers.base.modules import Dense, Normalize, Transformer
-    from sentence_transformers.multi_vector_encoder.modules import MultiVectorMask
-
-    transformer = Transformer(str(base), query_length=None if expansion else 10, document_length=20,
-                              query_expansion=expansion)
-    torch.manual_seed(1)
-    dense = Dense(transformer.get_embedding_dimension(), 16, bias=True, activation_function=torch.nn.Identity(),
-                  module_input_name="token_embeddings")
-    model = MultiVectorEncoder(modules=[transformer, dense, MultiVectorMask(skiplist_words=list(string.punctuation)),
-                                        Normalize(module_input_name="token_embeddings")], device="cpu",
-                               prompts=prompts if prompts is not None else {"query": "query: ", "document": "doc: "},
-                               similarity_fn_name=similarity)
-    directory = root / name
-    model.save(str(directory))
-    return directory
 
 
 def reference(directory):

@@ -1,4 +1,4 @@
-"""The file jobs of the command line (rows.Job): score, embed, classify.
+"""The file jobs of the command line (rows.Job): score, embed (dense, sparse, multi-vector, BGE-M3), classify.
 
 Each says which fields a row has and how a block of rows becomes output records; the runner says the
 rest (products/runner.py): what is wrong with a row (`check`), the settings a resumed run must share
@@ -12,9 +12,12 @@ from typing import Any
 
 import torch
 
-from minialign.apps.files.rows import Fields, Job, Row
+from minialign.apps.files.rows import Fields, Job, Row, ragged, sparse, stacked, tensor_layout
 from minialign.products.classifier import Classifier
 from minialign.products.embeddings import SentenceEncoder
+from minialign.products.m3 import M3Encoder
+from minialign.products.multivector import MultiVectorEncoder
+from minialign.products.sparse import SparseEncoder
 from minialign.products.quantization import check_truncate_dim
 from minialign.products.runner import PairScorer, Runner
 from minialign.runtime.engine import Truncation
@@ -22,6 +25,7 @@ from minialign.runtime.engine import Truncation
 # What each command writes (rows.FORMATS' values), known before a model is loaded: the command line
 # checks its --output against it first (rows.check_output), and each job declares it.
 OUTPUT_FORMATS = {"score": ("jsonl", "csv"), "embed": ("jsonl", "safetensors"), "classify": ("jsonl", "csv")}
+TASKS = ("query", "document")  # the sparse and multi-vector jobs' task option (None: the model's default)
 
 
 def score_fields(*, context_field: str = "context", claim_field: str = "claim", check=None) -> Fields:
@@ -47,11 +51,13 @@ def classify_fields(*, text_field: str = "text", pair_field: str = "pair") -> Fi
 
 def make_job(runner: Runner, fields: Fields, *, outputs: tuple[str, ...], model: str | None,
              settings: dict[str, Any], run: Callable[[list[Row], Truncation], list[dict[str, Any]]],
-             **job: Any) -> Job:
+             totals: Truncation | None = None, **job: Any) -> Job:
     """A Job run by `runner` on rows of `fields`, writing `outputs`: its batch size, the settings a resumed run
     must share, and one truncation warning per run (`run` takes the rows and the tally, and adds each block's
-    counts to it). A product's job (apps/products.py) is one call of this."""
-    totals = runner.tally(details=False)  # a row of the output holds no details: the warning does not offer them
+    counts to it; totals: that tally, where the runner's default one names the wrong window). A product's job
+    (apps/products.py) is one call of this."""
+    if totals is None:  # a row of the output holds no details: the warning does not offer them
+        totals = runner.tally(details=False)
     return Job(fields=fields.fields, flags=fields.flags, optional=fields.optional, check=fields.check,
                run=lambda rows: run(rows, totals), finish=totals.warn, batch_size=runner.batch_size,
                outputs=outputs, settings={"model": model, **settings}, **job)
@@ -96,9 +102,89 @@ def embed_job(encoder: SentenceEncoder, *, text_field: str = "text", normalize: 
                                  truncate_dim=settings["truncate_dim"], precision=precision, tally=totals)
         return [{"embedding": v} for v in vectors.tolist()]
 
+    dtype = {"binary": torch.int8, "ubinary": torch.uint8}.get(precision, torch.float32)
     return make_job(encoder, embed_fields(text_field=text_field), outputs=OUTPUT_FORMATS["embed"], model=model,
-                    settings=settings, run=run, tensor="embedding",
-                    tensor_dtype={"binary": torch.int8, "ubinary": torch.uint8}.get(precision, torch.float32))
+                    settings=settings, run=run, tensors=stacked("embedding", dtype=dtype))
+
+
+def _task(task: str | None) -> str | None:
+    if task not in (None, *TASKS):
+        raise ValueError(f"task must be one of {list(TASKS)} (or unset: the model's default), got {task!r}")
+    return task
+
+
+def sparse_job(encoder: SparseEncoder, *, text_field: str = "text", task: str | None = None,
+               prompt_name: str | None = None, prompt: str | None = None, max_active_dims: int | None = None,
+               model: str | None = None) -> Job:
+    """SparseEncoder: {"indices": [ints, ascending], "values": [floats]} per text row, the row's non-zero values
+    (.jsonl), or the sparse layout (rows.sparse: indices, values, offsets; the vocabulary size in the metadata as
+    "vocab_size") in .safetensors. task: "query" or "document" as encode_query / encode_document run (their prompt,
+    an inference-free model's route); None: encode's. prompt_name / prompt, max_active_dims: as encode takes them."""
+    task = _task(task)
+    settings = {**encoder.settings(prompt_name=prompt_name, prompt=prompt, max_active_dims=max_active_dims,
+                                   task=task), "task": task}
+    text = settings["prompt"] or ""  # the prompt resolved once: each block uses the same
+
+    def run(rows: list[Row], totals) -> list[dict[str, Any]]:
+        out = encoder.encode([r.values["text"] for r in rows], prompt=text, task=task,
+                             max_active_dims=max_active_dims, tally=totals).coalesce()  # (N, V), sorted by (row, index)
+        which, indices = out.indices()
+        counts = torch.bincount(which, minlength=len(rows)).tolist()
+        return [{"indices": i.tolist(), "values": v.tolist()}
+                for i, v in zip(indices.split(counts), out.values().split(counts))]
+
+    return make_job(encoder, embed_fields(text_field=text_field), outputs=OUTPUT_FORMATS["embed"], model=model,
+                    settings=settings, run=run, tensors=sparse("indices", "values"),
+                    tensor_metadata={"vocab_size": str(encoder.dimension)})
+
+
+def multivector_job(encoder: MultiVectorEncoder, *, text_field: str = "text", task: str | None = None,
+                    prompt_name: str | None = None, prompt: str | None = None, model: str | None = None) -> Job:
+    """MultiVectorEncoder: {"vectors": [[floats], ...]} per text row, one vector per kept token (.jsonl), or the
+    ragged layout (rows.ragged: `vectors` (total tokens, D) float32 and `offsets` (N + 1,)) in .safetensors.
+    task: "query" / "document" as encode_query / encode_document run (their window, expansion, skiplist and
+    prompt); None: encode's. prompt_name / prompt: as encode takes them (the prompt resolved once, a setting)."""
+    task = _task(task)
+    settings = encoder.settings(task=task, prompt_name=prompt_name, prompt=prompt)
+    text = settings["prompt"] or ""
+
+    def run(rows: list[Row], totals) -> list[dict[str, Any]]:
+        vectors = encoder.encode([r.values["text"] for r in rows], prompt=text, task=task, tally=totals)
+        return [{"vectors": v.tolist()} for v in vectors]
+
+    return make_job(encoder, embed_fields(text_field=text_field), outputs=OUTPUT_FORMATS["embed"], model=model,
+                    settings=settings, run=run, totals=encoder.tally(task=task),
+                    tensors=ragged("vectors", width=encoder.dimension))
+
+
+def m3_job(encoder: M3Encoder, *, text_field: str = "text", return_dense: bool = True, return_sparse: bool = False,
+           return_colbert_vecs: bool = False, max_length: int | None = None, model: str | None = None) -> Job:
+    """M3Encoder: per text row the outputs asked for, under BGEM3FlagModel.encode's keys: "dense_vecs" [floats],
+    "lexical_weights" {token id (a string): weight}, "colbert_vecs" [[floats], ...] (.jsonl); in .safetensors
+    `dense_vecs` (N, D), `lexical_indices` / `lexical_values` / `lexical_offsets` (rows.sparse, ids ascending; the
+    vocabulary size in the metadata) and `colbert_vecs` (total vectors, dim) with `colbert_offsets` (rows.ragged).
+    max_length: the calls' window (default: the model's)."""
+    asked = {"return_dense": return_dense, "return_sparse": return_sparse, "return_colbert_vecs": return_colbert_vecs}
+    if not any(asked.values()):
+        raise ValueError("choose one or more of return_dense, return_sparse, return_colbert_vecs")
+    window = encoder.max_length if max_length is None else max_length
+    options = {**asked, "max_length": max_length}
+    keys = [key for key, wanted in zip(("dense_vecs", "lexical_weights", "colbert_vecs"), asked.values()) if wanted]
+    encoder.encode([], **options)  # a head the options need but the model lacks, or a window too wide: named now
+
+    def run(rows: list[Row], totals) -> list[dict[str, Any]]:
+        out = encoder.encode([r.values["text"] for r in rows], **options, tally=totals)
+        columns = {key: out[key].tolist() if key == "dense_vecs" else
+                   [v.tolist() for v in out[key]] if key == "colbert_vecs" else out[key] for key in keys}
+        return [{key: columns[key][i] for key in keys} for i in range(len(rows))]
+
+    layouts = {"dense_vecs": stacked("dense_vecs", width=encoder.dimension),
+               "lexical_weights": sparse("lexical_weights", prefix="lexical_"),
+               "colbert_vecs": ragged("colbert_vecs", offsets="colbert_offsets", width=encoder.colbert_dimension or 0)}
+    return make_job(encoder, embed_fields(text_field=text_field), outputs=OUTPUT_FORMATS["embed"], model=model,
+                    settings=encoder.settings(**asked, window=window), run=run, totals=encoder.tally(details=False, window=window),
+                    tensors=tensor_layout(*(layouts[key] for key in keys)),
+                    tensor_metadata={"vocab_size": str(encoder.model.config.vocab_size)} if return_sparse else {})
 
 
 def classify_job(classifier: Classifier, *, text_field: str = "text", pair_field: str = "pair",

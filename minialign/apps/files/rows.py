@@ -7,8 +7,9 @@ each problem named by its line. Results are written block by block (a block is 8
 rows), each row whole and flushed, so an interrupted run leaves only complete rows. `resume`
 continues after the last complete row, after checking that the output holds the first rows of
 this input, made with the same settings (recorded beside the output when it is created).
-Outputs: .jsonl (any job), .csv (jobs with flat columns), .safetensors (embeddings: written whole
-at the end, under a temporary name, so never half). `check_output` is the one check of where a command
+Outputs: .jsonl (any job), .csv (jobs with flat columns), .safetensors (jobs that say how their records
+become named tensors, `Job.tensors`: written whole at the end, under a temporary name, so never half; the
+layouts are `stacked`, `ragged` and `sparse` below). `check_output` is the one check of where a command
 writes, made before any model is loaded or row read.
 An id names one row: a second row with the same id is a malformed row (--resume resumes by position
 and checks the ids it finds there; an output keyed by a repeated id could not be joined back).
@@ -23,7 +24,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +73,9 @@ class Job(Fields):
 
     run:      a block of rows -> one output record (a dict, without the id) per row
     columns:  the record's keys in CSV order; None: no CSV output
-    outputs:  the file formats it writes (FORMATS' values; csv needs columns, safetensors a tensor);
+    tensors:  for .safetensors output: the run's records, in order -> named tensors (`stacked`, `ragged`,
+              `sparse`, or several of them: `tensor_layout`), beside `tensor_metadata` (strings)
+    outputs:  the file formats it writes (FORMATS' values; csv needs columns, safetensors tensors);
               jobs.OUTPUT_FORMATS says the command line's, which it checks before loading a model
     settings: what must match for --resume (model, mode, dtype, ...)
     finish:   called once after the last block (e.g. a warning with totals)
@@ -81,18 +84,79 @@ class Job(Fields):
     run: Callable[[list[Row]], list[dict[str, Any]]]
     settings: dict[str, Any]
     columns: list[str] | None = None
-    tensor: str | None = None  # for .safetensors output: the record key holding a vector
-    tensor_dtype: torch.dtype = torch.float32  # ... and the dtype it is written in (binary codes: uint8 / int8)
+    tensors: Callable[[list[dict[str, Any]]], dict[str, torch.Tensor]] | None = None
+    tensor_metadata: dict[str, str] = field(default_factory=dict)
     finish: Callable[[], None] = lambda: None
     batch_size: int = 32
-    outputs: tuple[str, ...] | None = None  # None: jsonl, and csv with columns, safetensors with a tensor
+    outputs: tuple[str, ...] | None = None  # None: jsonl, and csv with columns, safetensors with tensors
 
     def __post_init__(self):
         if self.outputs is None:
             self.outputs = ("jsonl", *(("csv",) if self.columns is not None else ()),
-                            *(("safetensors",) if self.tensor is not None else ()))
-        if "csv" in self.outputs and self.columns is None or "safetensors" in self.outputs and self.tensor is None:
-            raise ValueError(f"a job writing {self.outputs} needs columns (csv) and a tensor (safetensors)")
+                            *(("safetensors",) if self.tensors is not None else ()))
+        if "csv" in self.outputs and self.columns is None or "safetensors" in self.outputs and self.tensors is None:
+            raise ValueError(f"a job writing {self.outputs} needs columns (csv) and tensors (safetensors)")
+
+
+# -- .safetensors layouts: records -> named tensors (Job.tensors) -------------------------------------------
+
+Layout = Callable[[list[dict[str, Any]]], dict[str, torch.Tensor]]
+
+
+def stacked(key: str, *, name: str | None = None, dtype: torch.dtype = torch.float32, width: int = 0) -> Layout:
+    """One vector per record (record[key]) as one (N, D) tensor `name` (default: the key); no records: (0, width)."""
+    def layout(records: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        rows = [torch.as_tensor(r[key], dtype=dtype) for r in records]
+        return {name or key: torch.stack(rows) if rows else torch.empty(0, width, dtype=dtype)}
+
+    return layout
+
+
+def ragged(key: str, *, name: str | None = None, offsets: str = "offsets", width: int = 0) -> Layout:
+    """A list of vectors per record (record[key], each text's own count) as one (total vectors, D) float32 tensor
+    `name` (default: the key), the records' vectors one after the other, and `offsets` (N + 1,) int64: record i's
+    vectors are rows offsets[i]:offsets[i + 1]."""
+    def layout(records: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        parts = [torch.as_tensor(r[key], dtype=torch.float32).reshape(-1, width) for r in records]
+        return {name or key: torch.cat(parts) if parts else torch.empty(0, width),
+                offsets: _offsets([len(p) for p in parts])}
+
+    return layout
+
+
+def sparse(indices: str, values: str | None = None, *, prefix: str = "") -> Layout:
+    """Sparse rows (record[indices]: ints, ascending; record[values]: their floats) as CSR's three tensors:
+    `<prefix>indices` (nnz,) int64 and `<prefix>values` (nnz,) float32, the records' entries one after the other,
+    and `<prefix>offsets` (N + 1,) int64: record i's entries are offsets[i]:offsets[i + 1]. values=None:
+    record[indices] is a dict {index: value} (keys possibly strings, as BGE-M3's lexical weights), written by
+    ascending index."""
+    def layout(records: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        rows = [sorted((int(k), float(v)) for k, v in r[indices].items()) if values is None
+                else list(zip(r[indices], r[values])) for r in records]
+        flat = [entry for row in rows for entry in row]
+        return {f"{prefix}indices": torch.tensor([i for i, _ in flat], dtype=torch.int64),
+                f"{prefix}values": torch.tensor([v for _, v in flat], dtype=torch.float32),
+                f"{prefix}offsets": _offsets([len(row) for row in rows])}
+
+    return layout
+
+
+def tensor_layout(*layouts: Layout) -> Layout:
+    """Several layouts' tensors in one file (their names must differ)."""
+    def layout(records: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        out: dict[str, torch.Tensor] = {}
+        for part in layouts:
+            made = part(records)
+            if clash := set(made) & set(out):
+                raise ValueError(f"two layouts write the tensor(s) {sorted(clash)}")
+            out.update(made)
+        return out
+
+    return layout
+
+
+def _offsets(counts: list[int]) -> torch.Tensor:
+    return torch.tensor([0, *counts], dtype=torch.int64).cumsum(0)
 
 
 FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".safetensors": "safetensors",
@@ -527,15 +591,13 @@ def _blocks(job: Job, rows: list[Row], block_rows: int | None, progress: bool):
 
 def _run_to_tensors(job: Job, rows: list[Row], output_path: Path, settings: dict[str, Any],
                     block_rows: int | None, progress: bool) -> int:
-    """All vectors as one (N, D) tensor `job.tensor` (in `job.tensor_dtype`) in a .safetensors file, the ids in its
-    metadata."""
+    """Every record, made into the job's named tensors (Job.tensors), in a .safetensors file; the ids, the settings
+    and the job's tensor_metadata in its metadata."""
     from minialign import convert
 
-    vectors = [torch.as_tensor(record[job.tensor], dtype=job.tensor_dtype)
-               for _, records in _blocks(job, rows, block_rows, progress) for record in records]
-    tensor = torch.stack(vectors) if vectors else torch.empty(0, 0, dtype=job.tensor_dtype)
-    metadata = {"ids": json.dumps([r.id for r in rows], ensure_ascii=False),
+    records = [record for _, block in _blocks(job, rows, block_rows, progress) for record in block]
+    metadata = {**job.tensor_metadata, "ids": json.dumps([r.id for r in rows], ensure_ascii=False),
                 "settings": json.dumps(settings, ensure_ascii=False)}
-    convert.write_safetensors(output_path, {job.tensor: tensor}, metadata=metadata)
+    convert.write_safetensors(output_path, job.tensors(records), metadata=metadata)
     job.finish()
     return len(rows)

@@ -26,8 +26,10 @@ from minialign.products.alignscore import AlignScorer
 from minialign.products.classifier import Classifier
 from minialign.products.embeddings import SentenceEncoder
 from minialign.products.minicheck import MiniCheckScorer
+from minialign.products.multivector import MultiVectorEncoder
 from minialign.products.quantization import check_truncate_dim
 from minialign.products.runner import Input, Runner
+from minialign.products.sparse import SparseEncoder
 from minialign.runtime.request_queue import Closed, DynamicBatcher, Overloaded
 from minialign.text.validation import text_problem
 
@@ -77,15 +79,18 @@ class Models:
     embedder: SentenceEncoder | None = None
     classifier: Classifier | None = None
     minicheck: MiniCheckScorer | None = None
+    sparse: SparseEncoder | None = None  # TEI's /embed_sparse
+    multivector: MultiVectorEncoder | None = None  # TEI's /embed_all
     products: dict[str, Runner] = field(default_factory=dict)
     names: dict[str, str] = field(default_factory=dict)  # kind -> what was loaded (for /info)
 
     def loaded(self) -> dict[str, tuple[str, Runner]]:
-        """Kind (its queue's name: "alignscore_base", "embed", "classify", "minicheck", a product's name) ->
-        (its product in the table, the runner)."""
+        """Kind (its queue's name: "alignscore_base", "embed", "classify", "minicheck", "sparse", "multivector", a
+        product's name) -> (its product in the table, the runner)."""
         kinds = {f"alignscore_{name}": ("alignscore", scorer) for name, scorer in self.alignscore.items()}
         for product, runner in (("embed", self.embedder), ("classify", self.classifier),
-                                ("minicheck", self.minicheck), *self.products.items()):
+                                ("minicheck", self.minicheck), ("sparse", self.sparse),
+                                ("multivector", self.multivector), *self.products.items()):
             if runner is not None:
                 kinds[product] = (product, runner)
         return kinds
@@ -112,13 +117,30 @@ def _logits(classifier: Classifier, _, items: list[tuple[str, str | None]]) -> l
     return list(classifier.predict(texts, pairs, activation="none", warn_truncation=False).view(len(items), -1))
 
 
+def _sparse(encoder: SparseEncoder, key: tuple[str, str | None], texts: list[str]) -> list[tuple[list, list]]:
+    """Texts -> each one's (indices, values): its non-zero values, ascending index; key: (the prompt text, "" for none;
+    the task)."""
+    prompt, task = key
+    out = encoder.encode(texts, prompt=prompt, task=task, warn_truncation=False).coalesce()  # sorted by (row, index)
+    which, indices = out.indices()
+    counts = torch.bincount(which, minlength=len(texts)).tolist()
+    return [(i.tolist(), v.tolist()) for i, v in zip(indices.split(counts), out.values().split(counts))]
+
+
+def _token_vectors(encoder: MultiVectorEncoder, key: tuple[str, str | None], texts: list[str]) -> list[torch.Tensor]:
+    """Texts -> each one's token vectors (tokens, dim); key: (the prompt text, "" for none; the task)."""
+    prompt, task = key
+    return encoder.encode(texts, prompt=prompt, task=task, warn_truncation=False)
+
+
 def _rows(_, __, items: list[tuple[Any, Any]]) -> list[dict]:
     """Items (a product's job, a row: files.rows.Row) -> the job's records; the items of a call share their job
     (the key is the job's: serve/rows.py)."""
     return items[0][0].run([row for _, row in items])
 
 
-CALLS = {"score": _score_pairs, "encode": _encode, "logits": _logits, "rows": _rows}
+CALLS = {"score": _score_pairs, "encode": _encode, "logits": _logits, "sparse": _sparse,
+         "token_vectors": _token_vectors, "rows": _rows}
 
 
 def _model_run(runner: Runner) -> Callable[[list], list]:
@@ -221,7 +243,8 @@ class Core:
         self.models, self.limits = models, limits or Limits()
         loaded = models.loaded()
         if not loaded:
-            raise ValueError("nothing to serve: load at least one of --alignscore, --embed, --classify, --minicheck")
+            raise ValueError("nothing to serve: load at least one of --alignscore, --embed, --classify, --minicheck, "
+                             "--sparse, --multivector or another product's --NAME")
         if self.limits.max_batch_tokens:
             for _, runner in loaded.values():
                 runner.set_budget(max_tokens=self.limits.max_batch_tokens)
@@ -315,6 +338,12 @@ class Core:
             described.update(kind="reranker" if runner.reranker else "classifier", labels=runner.labels)
         elif isinstance(runner, AlignScorer):
             described.update(kind="alignscore", mode=runner.mode)
+        elif isinstance(runner, SparseEncoder):
+            described.update(kind="sparse", vocab_size=runner.dimension, prompts=runner.prompts,
+                             default_prompt_name=runner.default_prompt_name)
+        elif isinstance(runner, MultiVectorEncoder):
+            described.update(kind="multivector", dimension=runner.dimension, prompts=runner.prompts,
+                             default_prompt_name=runner.default_prompt_name)
         else:
             described.update(kind=product)  # minicheck
         described["routes"] = [route.path for route in self.routes()

@@ -1,5 +1,5 @@
-"""text-embeddings-inference's API (TEI: router/src/http/server.rs and types.rs), for the embedder and the
-classifier or reranker.
+"""text-embeddings-inference's API (TEI: router/src/http/server.rs and types.rs), for the embedder, the classifier
+or reranker, the sparse (SPLADE) encoder and the multi-vector (ColBERT) encoder.
 
     POST /embed        {"inputs": str | [str], "normalize", "truncate", "prompt_name", "dimensions"} -> [[float]]
                        (dimensions: the first ones kept, before normalize: a Matryoshka model's shorter embedding)
@@ -7,6 +7,16 @@ classifier or reranker.
                        -> [cosine]  (huggingface_hub's sentence_similarity posts this too)
     POST /predict      {"inputs": text | [a, b] | [[a], [b, c]], "raw_scores", "truncate"} -> [{"label", "score"}]
     POST /rerank       {"query", "texts", "raw_scores", "return_text", "truncate"} -> [{"index", "score", "text"?}]
+    POST /embed_sparse {"inputs": str | [str], "truncate", "prompt_name"} -> [[{"index": int, "value": float}]]
+                       per input its non-zero values, ascending index (server.rs embed_sparse: sparsify), from the
+                       SparseEncoder (--sparse)
+    POST /embed_all    {"inputs": str | [str], "truncate", "prompt_name"} -> [[[float]]]: per input its token
+                       vectors (TEI: the model's raw token embeddings), here the MultiVectorEncoder's (--multivector):
+                       each kept token's vector after its Dense, skiplist and Normalize modules, as
+                       MultiVectorEncoder.encode gives them
+                       Both take minialign's extra `task` ("query" | "document": encode_query / encode_document's
+                       prompt, window and route; absent: encode's) and TEI's `truncation_direction` "right" (the only
+                       one served: "left" is refused, 422)
     POST /             routed by the body (TEI routes it by the one model it serves): Service.root
 """
 
@@ -22,7 +32,10 @@ from minialign.products.embeddings import SentenceEncoder
 from minialign.products.runner import inputs_of
 
 # TEI's messages for a route that does not fit the model (424 Backend)
-NOT_A = {"embed": "Model is not an embedding model", "classify": "Model is not a classifier model"}
+NOT_A = {"embed": "Model is not an embedding model", "classify": "Model is not a classifier model",
+         "sparse": "Model is not an embedding model with splade pooling (start with --sparse)",
+         "multivector": "Model is not a multi-vector embedding model (start with --multivector)"}
+TASKS = ("query", "document")
 
 
 def _predict_inputs(value: Any) -> tuple[list[tuple[str, str | None]], bool]:
@@ -47,21 +60,55 @@ class TEIShapes:
     models: Models
 
     def _require(self, kind: str):
-        runner = {"embed": self.models.embedder, "classify": self.models.classifier}[kind]
+        runner = {"embed": self.models.embedder, "classify": self.models.classifier, "sparse": self.models.sparse,
+                  "multivector": self.models.multivector}[kind]
         if runner is None:
             raise ServiceError(424, "Backend", f"Backend error: {NOT_A[kind]}")
         return runner
 
     @staticmethod
-    def _prompt(embedder: SentenceEncoder, name: Any, field: str = "prompt_name") -> str:
+    def _prompt(embedder: SentenceEncoder, name: Any, field: str = "prompt_name", **task: str | None) -> str:
         """The prompt text a request's `prompt_name` asks for (absent or null: the model's default prompt,
-        if any), as the embedder resolves it; "" for none. An unknown name is TEI's 413 Validation."""
+        if any; with a `task`, the task's prompt first), as the embedder resolves it; "" for none. An unknown name is
+        TEI's 413 Validation."""
         if name is not None and not isinstance(name, str):
             raise bad_request(f"`{field}` must be a string, got {type(name).__name__}")
         try:
-            return embedder.resolve_prompt(prompt_name=name) or ""
+            return embedder.resolve_prompt(prompt_name=name, **task) or ""
         except ValueError as e:
             raise ServiceError(413, "Validation", f"Input validation error: `{field}`: {e}") from None
+
+    def _token_request(self, kind: str, body: dict):
+        """/embed_sparse's and /embed_all's common body: (runner, texts, (prompt text, task)), each input checked
+        against the window the call uses unless `truncate`."""
+        runner = self._require(kind)
+        given = texts(body.get("inputs"), "inputs")
+        self._check_batch(len(given))
+        task = body.get("task")
+        if task is not None and task not in TASKS:
+            raise bad_request(f"`task` must be one of {list(TASKS)} or null, got {task!r}")
+        direction = body.get("truncation_direction")
+        if direction not in (None, "right", "Right"):
+            raise bad_request(f"`truncation_direction` {direction!r} is not served: texts are cut at the end (right)")
+        prompt = self._prompt(runner, body.get("prompt_name"), task=task)
+        window = {"task": task} if kind == "multivector" else {}
+        if not flag(body, "truncate", False) and (long := runner.over_window(given, prompt=prompt, **window)):
+            limit = runner.window(task) if kind == "multivector" else runner.max_length
+            raise ServiceError(413, "Validation", f"Input validation error: `inputs` must have less than {limit} "
+                                                  f"tokens. Given: {long[0][1]}")
+        return runner, given, (prompt, task)
+
+    async def embed_sparse(self, body: dict) -> list:
+        """TEI's /embed_sparse (server.rs embed_sparse): per input its non-zero values as {"index", "value"}, ascending
+        index (the SparseEncoder's rows, products/sparse.py)."""
+        _, given, key = self._token_request("sparse", body)
+        rows = await self._run("sparse", "sparse", given, key=key)
+        return [[{"index": i, "value": v} for i, v in zip(indices, values)] for indices, values in rows]
+
+    async def embed_all(self, body: dict) -> list:
+        """TEI's /embed_all (server.rs embed_all): per input its token vectors [[float]], the MultiVectorEncoder's."""
+        _, given, key = self._token_request("multivector", body)
+        return [v.tolist() for v in await self._run("multivector", "token_vectors", given, key=key)]
 
     async def embed(self, body: dict) -> list:
         embedder = self._require("embed")
@@ -171,6 +218,8 @@ def routes(models: Models) -> list[Route]:
         _kind("minicheck", "minicheck")
     reranker = (lambda m: classify(m) if m.classifier is not None and m.classifier.reranker else [])
     return [Route("/embed", TEIShapes.embed, embed, always=True),
+            Route("/embed_sparse", TEIShapes.embed_sparse, _kind("sparse", "sparse"), always=True),
+            Route("/embed_all", TEIShapes.embed_all, _kind("multivector", "multivector"), always=True),
             Route("/similarity", TEIShapes.similarity, embed, always=True),
             Route("/predict", TEIShapes.predict, classify, always=True),
             Route("/rerank", TEIShapes.rerank, reranker, always=True),
