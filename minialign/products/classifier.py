@@ -89,10 +89,7 @@ class Classifier(Runner):
         ckpt = read_checkpoint(source)
         model = build(ClassifierModel, ckpt, require=TRAINED, advice=NO_HEAD, **load.only("device", "dtype",
                                                                                             "attn_backend"))
-        tokenizer = load.tokenizer
-        if not isinstance(tokenizer, Tokenizer):
-            tokenizer = Tokenizer.from_pretrained(tokenizer or ckpt.tokenizer or source, revision=load.revision,
-                                                  cache_dir=load.cache_dir)
+        tokenizer = load.open_tokenizer(source, ckpt.tokenizer)
         saved = convert.crossencoder_activation(source)  # a CrossEncoder's saved activation, if any
         classifier = cls(model, tokenizer, max_length=max_length, saved_activation=saved, **load.engine())
         classifier.source = str(src)

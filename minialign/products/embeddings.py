@@ -32,7 +32,6 @@ import warnings
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from tokenizers import normalizers
 
 from minialign import convert
 from minialign.nn.activations import ACTIVATIONS, TORCH_MODULES
@@ -122,12 +121,7 @@ class SentenceEncoder(Runner):
         prompts, default_prompt_name = convert.read_prompts(source)
         ckpt = read_checkpoint(model)
         encoder = build(Encoder, ckpt, **load.only("device", "dtype", "attn_backend"))
-        tokenizer = load.tokenizer
-        if not isinstance(tokenizer, Tokenizer):
-            tokenizer = Tokenizer.from_pretrained(tokenizer or ckpt.tokenizer or model, revision=load.revision,
-                                                  cache_dir=load.cache_dir)
-        if settings.get("do_lower_case"):
-            lowercase(tokenizer)
+        tokenizer = load.open_tokenizer(model, ckpt.tokenizer, do_lower_case=settings.get("do_lower_case", False))
         device = resolve_device(load.device)
         dense = [d.to(device=device, dtype=next(encoder.parameters()).dtype) for d in dense]
         embedder = cls(encoder, tokenizer, pooling=pooling, dense=dense, normalize=normalize,
@@ -298,9 +292,3 @@ def prompt_length(tokenizer: Tokenizer, prompt: str, max_length: int) -> int:
     specials = {i for i, token in tokenizer.backend.get_added_tokens_decoder().items() if token.special}
     return len(ids) - (ids[-1] in specials)
 
-
-def lowercase(tokenizer: Tokenizer) -> None:
-    """Lowercase input first (sentence_bert_config do_lower_case), as sentence-transformers does."""
-    existing = tokenizer.backend.normalizer
-    parts = [normalizers.Lowercase()] + ([existing] if existing is not None else [])
-    tokenizer.backend.normalizer = normalizers.Sequence(parts)

@@ -114,10 +114,7 @@ class M3Encoder(Runner):
         device, dtype = resolve_device(load.device), next(encoder.parameters()).dtype
         sparse, colbert = (None if heads[name] is None else linear(heads[name]).to(device=device, dtype=dtype)
                            for name in ("sparse", "colbert"))
-        tokenizer = load.tokenizer
-        if not isinstance(tokenizer, Tokenizer):
-            tokenizer = Tokenizer.from_pretrained(tokenizer or ckpt.tokenizer or source, revision=load.revision,
-                                                  cache_dir=load.cache_dir)
+        tokenizer = load.open_tokenizer(source, ckpt.tokenizer)
         m3 = cls(encoder, tokenizer, sparse_linear=sparse, colbert_linear=colbert, max_length=max_length,
                  heads_from=str(source), **load.engine())
         m3.source = str(src)

@@ -60,7 +60,7 @@ from minialign import convert
 from minialign.convert import CheckpointError
 from minialign.loading import build, read_checkpoint, resolve_device
 from minialign.models.encoder import Encoder
-from minialign.products.embeddings import Dense, lowercase
+from minialign.products.embeddings import Dense
 from minialign.products.runner import Loading, Runner, load_keywords
 from minialign.runtime.engine import Truncation
 from minialign.sources import resolve
@@ -165,13 +165,8 @@ class MultiVectorEncoder(Runner):
                 raise CheckpointError(f"{ckpt.origin}: an HF_ColBERT checkpoint without its projection, linear.weight")
             parts["dense"] = [Dense(ckpt.beside["linear.weight"], None, "torch.nn.modules.linear.Identity")]
         encoder = build(Encoder, ckpt, **load.only("device", "dtype", "attn_backend"))
-        tokenizer = load.tokenizer
-        if not isinstance(tokenizer, Tokenizer):
-            tokenizer = Tokenizer.from_pretrained(tokenizer or ckpt.tokenizer or model, revision=load.revision,
-                                                  cache_dir=load.cache_dir)
         settings, prefixes = parts.pop("settings"), parts.pop("prefixes")
-        if settings.get("do_lower_case"):
-            lowercase(tokenizer)
+        tokenizer = load.open_tokenizer(model, ckpt.tokenizer, do_lower_case=settings.get("do_lower_case", False))
         if prefixes:
             register_prefix_tokens(tokenizer, prefixes)
         device = resolve_device(load.device)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
+from tokenizers import normalizers
 from torch import Tensor, nn
 
 from minialign.loading import parse_dtype
@@ -68,6 +69,19 @@ class Loading:
     def only(self, *names: str) -> dict[str, Any]:
         return {name: getattr(self, name) for name in names}
 
+    def open_tokenizer(self, beside: str | Path, named: str | Path | None = None, *,
+                       do_lower_case: bool = False) -> Tokenizer:
+        """The runner's tokenizer: the one given (a Tokenizer, or a directory / hub id to open), else the one the
+        checkpoint names (`named`: a Checkpoint's tokenizer), else the one `beside` the model; lowercasing input
+        first where the sentence-transformers settings say do_lower_case (sentence_bert_config.json)."""
+        tokenizer = self.tokenizer
+        if not isinstance(tokenizer, Tokenizer):
+            tokenizer = Tokenizer.from_pretrained(tokenizer or named or beside, revision=self.revision,
+                                                  cache_dir=self.cache_dir)
+        if do_lower_case:
+            lowercase(tokenizer)
+        return tokenizer
+
 
 LOAD_KEYWORDS = tuple(f.name for f in dataclasses.fields(Loading))  # tests/products/test_runner.py reads them
 
@@ -90,6 +104,13 @@ def load_keywords(from_pretrained: Callable) -> Callable:
 
     loader.__signature__ = own.replace(parameters=params)
     return loader
+
+
+def lowercase(tokenizer: Tokenizer) -> None:
+    """Lowercase input first (sentence_bert_config do_lower_case), as sentence-transformers does."""
+    existing = tokenizer.backend.normalizer
+    parts = [normalizers.Lowercase()] + ([existing] if existing is not None else [])
+    tokenizer.backend.normalizer = normalizers.Sequence(parts)
 
 
 def refuse_int8(dtype, scorer: str) -> None:

@@ -53,7 +53,7 @@ from torch import Tensor
 from minialign import convert
 from minialign.loading import build, read_checkpoint
 from minialign.models.encoder import MaskedLMModel
-from minialign.products.embeddings import lowercase, model_prompts, resolve_prompt
+from minialign.products.embeddings import model_prompts, resolve_prompt
 from minialign.products.runner import Loading, Runner, load_keywords
 from minialign.runtime.engine import Truncation
 from minialign.sources import resolve
@@ -189,12 +189,7 @@ class SparseEncoder(Runner):
         ckpt = read_checkpoint(model)
         mlm = build(MaskedLMModel, ckpt, **load.only("device", "dtype", "attn_backend"), require=("mlm_head.",),
                     advice="SPLADE pools the masked-LM logits: give the directory of a *ForMaskedLM model")
-        tokenizer = load.tokenizer
-        if not isinstance(tokenizer, Tokenizer):
-            tokenizer = Tokenizer.from_pretrained(tokenizer or ckpt.tokenizer or model, revision=load.revision,
-                                                  cache_dir=load.cache_dir)
-        if settings.get("do_lower_case"):
-            lowercase(tokenizer)
+        tokenizer = load.open_tokenizer(model, ckpt.tokenizer, do_lower_case=settings.get("do_lower_case", False))
         similarity = sparse["similarity_fn_name"]
         if similarity not in (None, *SIMILARITIES):
             raise ValueError(f"{source}: similarity_fn_name {similarity!r} is not supported (have {SIMILARITIES})")

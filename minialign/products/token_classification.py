@@ -74,10 +74,7 @@ class TokenClassifier(Runner):
         ckpt = read_checkpoint(source)
         model = build(TokenClassifierModel, ckpt, require=TRAINED, advice=NO_HEAD,
                       **load.only("device", "dtype", "attn_backend"))
-        tokenizer = load.tokenizer
-        if not isinstance(tokenizer, Tokenizer):
-            tokenizer = Tokenizer.from_pretrained(tokenizer or ckpt.tokenizer or source, revision=load.revision,
-                                                  cache_dir=load.cache_dir)
+        tokenizer = load.open_tokenizer(source, ckpt.tokenizer)
         runner = cls(model, tokenizer, max_length=max_length, **load.engine())
         runner.source = str(src)
         return runner
