@@ -1,7 +1,7 @@
 """Benchmarks: minialign against transformers and the original AlignScore pipeline, in one process.
 
     python scripts/bench.py [--quick] [--out BENCHMARKS.md] [--device cuda --models roberta-base roberta-large]
-                            [--mpnet DIR] [--only families|int8|retrieval|encoder|scoring|embeddings [--dry-run]]
+                            [--mpnet DIR] [--only families|int8|retrieval|heads|encoder|scoring|embeddings [--dry-run]]
 
 A tool beside the package, not part of it: run it from a checkout with the `test` extra installed
 (transformers). Random weights at real shapes (roberta-base); speed does not depend on the values.
@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ and the 
 from minialign.loading import auto_compute_dtype, cpu_has_native  # noqa: E402
 from minialign.nn.config import Config  # noqa: E402
 
-from benchmarks import (embeddings, encoder, families, int8, kernels, loading_memory, parity,  # noqa: E402
-                        precision, retrieval, scoring, service, workers)
+from benchmarks import (embeddings, encoder, families, heads, int8, kernels, loading_memory,  # noqa: E402
+                        parity, precision, retrieval, scoring, service, workers)
 from benchmarks.machine import cpu_kind_label, machine  # noqa: E402
 from benchmarks.report import render, table, write_section  # noqa: E402
 
@@ -35,11 +35,11 @@ SIZES = {
     False: {"kernel_rounds": 4, "encoder_reps": 4, "scoring_examples": 12, "scoring_rounds": 2, "requests": 320,
             "precision_examples": 30, "worker_examples": 12, "worker_texts": 256, "peer_sizes": (32, 256),
             "peer_reps": 3, "family_reps": 5, "family_texts": 64, "retrieval_texts": 64, "retrieval_rounds": 3,
-            "retrieval_memory_texts": 256},
+            "retrieval_memory_texts": 256, "heads_texts": 64, "heads_rounds": 3},
     True: {"kernel_rounds": 2, "encoder_reps": 1, "scoring_examples": 6, "scoring_rounds": 1, "requests": 64,
            "precision_examples": 9, "worker_examples": 6, "worker_texts": 64, "peer_sizes": (32,), "peer_reps": 1,
            "family_reps": 2, "family_texts": 16, "retrieval_texts": 16, "retrieval_rounds": 1,
-           "retrieval_memory_texts": 64},
+           "retrieval_memory_texts": 64, "heads_texts": 16, "heads_rounds": 1},
 }
 CLIENTS = 16  # concurrent clients of the service benchmark
 DRY_RUN_SECTIONS = ("encoder", "scoring", "embeddings")  # the sections --only runs with --dry-run
@@ -192,6 +192,18 @@ def retrieval_section(*, quick: bool = False, device: str = "cpu", echo=print, *
                   memory_table=table(result["memory"], retrieval.MEMORY_TABLE))
 
 
+def heads_section(*, quick: bool = False, device: str = "cpu", echo=print, **options) -> str:
+    """Token heads (issue 44): each product against the transformers pipeline it mirrors, one text at a time and
+    batched (benchmarks/heads.py). options: measure's (shapes, corpus, texts...: a test's tiny sizes)."""
+    size = SIZES[quick]
+    options = {"texts": size["heads_texts"], "rounds": size["heads_rounds"], **options}
+    result = heads.measure(device=device, echo=echo, **options)
+    lines = heads.goals(result)
+    return render("heads", met=sum(line.endswith(": met)") for line in lines), goals=len(lines),
+                  goal_lines="; ".join(lines), tokenizer=result["tokenizer"], texts=result["texts"],
+                  rounds=options["rounds"], batch=heads.BATCH, table=table(result["rows"], heads.TABLE))
+
+
 def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", models: tuple[str, ...] = ("roberta-base",),
         mpnet: str | None = None, echo=print) -> str:
     """The whole benchmark. On CPU: fp32 and bf16 (fp32 only with quick). On a GPU: bf16 and fp32,
@@ -209,6 +221,7 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
     worker_rows = workers.measure(examples=size["worker_examples"], texts=size["worker_texts"], echo=echo)
     embeddings_md = embeddings_section(quick=quick, device=device, echo=echo)
     retrieval_md = retrieval_section(quick=quick, device=device, echo=echo)
+    heads_md = heads_section(quick=quick, device=device, echo=echo)
     quantized = int8_section(quick=quick, device=device, echo=echo)
 
     sections = [machine_md]
@@ -221,6 +234,7 @@ def run(*, quick: bool = False, out: str | None = None, device: str = "cpu", mod
         render("loading", table=table(loading_rows, loading_memory.TABLE)),
         embeddings_md,
         retrieval_md,
+        heads_md,
         quantized,
         render("precision", examples=size["precision_examples"], trained_examples=5 * size["precision_examples"],
                table=table(precision_rows, precision.TABLE)),
@@ -249,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mpnet", default=None, metavar="DIR",
                         help=f"the real all-mpnet-base-v2 (sentence-transformers directory) for the Encoder families "
                              f"section's embeddings row (default ${families.MPNET_ENV}; skipped without)")
-    parser.add_argument("--only", choices=["families", "int8", "retrieval", *DRY_RUN_SECTIONS],
+    parser.add_argument("--only", choices=["families", "int8", "retrieval", "heads", *DRY_RUN_SECTIONS],
                         help="run this section alone and print it (not with --out: a file's section is a whole run); "
                              "encoder prints the machine section too; progress goes to stderr")
     parser.add_argument("--dry-run", action="store_true",
@@ -271,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
             print(int8_section(**options))
         elif args.only == "retrieval":
             print(retrieval_section(**options))
+        elif args.only == "heads":
+            print(heads_section(**options))
         elif args.only == "families":
             print(families_section(mpnet=args.mpnet, **options))
         elif args.only == "encoder":

@@ -166,7 +166,7 @@ def test_the_template_keeps_a_paragraph_on_one_line():
 def test_the_report_has_every_section_in_order_and_its_kind_in_the_file(tmp_path, monkeypatch):
     """bench.run with each section's measurement stubbed: the report's sections come in order, each with
     its table, a section without rows says it was skipped, and --out writes this CPU kind's section."""
-    from benchmarks import embeddings, loading_memory, parity, precision, retrieval, scoring, service, workers
+    from benchmarks import embeddings, heads, loading_memory, parity, precision, retrieval, scoring, service, workers
 
     def rows(module):
         return [{c: 1.5 if spec else f"{module.__name__}-{c}" for c, spec in module.TABLE.items()}]
@@ -180,12 +180,16 @@ def test_the_report_has_every_section_in_order_and_its_kind_in_the_file(tmp_path
     monkeypatch.setattr(service, "measure", lambda *a, **k: [])
     monkeypatch.setattr(parity, "measure", lambda *a, **k: [])
     monkeypatch.setattr(retrieval, "measure", lambda *a, **k: fake_retrieval_result())
+    monkeypatch.setattr(heads, "measure", lambda *a, **k: {
+        "rows": [{**rows(heads)[0], "task": "token classification (simple)", "goal": ">= 2.0x both: met"}],
+        "tokenizer": "a WordPiece", "texts": 64})
     out = tmp_path / "BENCHMARKS.md"
     text = bench.run(quick=True, out=str(out), echo=lambda *a: None)
     headings = [line for line in text.splitlines() if line.startswith("## ")]
     assert [h.split(" (")[0].split(":")[0] for h in headings] == [
         "## Machine", "## Encoder forward", "## Encoder families", "## AlignScore scoring", "## Loading memory",
-        "## Sentence embeddings and cross-encoders", "## Retrieval outputs", "## int8", "## Precision",
+        "## Sentence embeddings and cross-encoders", "## Retrieval outputs", "## Token heads against transformers' pipelines",
+        "## int8", "## Precision",
         "## The HTTP service", "## Many cores",
         "## Parity"]
     assert "6 examples of the seeded length mix" in text and "fp32 F.linear 9.0 GFLOP/s" in text
@@ -201,6 +205,8 @@ def test_the_report_has_every_section_in_order_and_its_kind_in_the_file(tmp_path
         assert f"| {' | '.join(columns)} |" in text
     assert "Met 1 of 2: sparse (SPLADE) bert-base shape: 2.50x (>= 2.0x: met); M3 xlm-roberta-base shape: 2.00x " \
         "(>= 2.5x: not met)." in text and "a Unigram tokenizer of 8000 pieces" in text
+    assert f"| {' | '.join(heads.TABLE)} |" in text and \
+        "Met 1 of 1: token classification (simple): 1.50x / 1.50x (>= 2.0x both: met)." in text
     written = out.read_text()
     label = bench.cpu_kind_label()
     assert written.startswith("# Benchmarks\n") and f"<!-- bench: {label} -->\n# Machine kind: {label}" in written
@@ -236,6 +242,30 @@ def fake_retrieval_result() -> dict:
                        **{"speed-up": 2.0})],
             "memory": [row(retrieval.MEMORY_TABLE, texts=64)], "tokenizer": "a WordPiece", "m3_vocab": 8000,
             "tokens": {"SPLADE bert-base shape": 900}}
+
+
+def test_heads_section_on_tiny_models():
+    """scripts/benchmarks/heads.py on a tiny model and four texts: every product's three rows (the pipeline one
+    text at a time, batched, minialign), positive finite speeds whose ratios agree with each other, and minialign's
+    output equal to the pipeline's (every key, scores to 1e-4)."""
+    from benchmarks import heads
+
+    tiny = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+    corpus = ["Angela Merkel visited Zürich and Genève, then New-York.", "A short one.",
+              "Police said the company grew; officials reported on Monday that 3.14 and $5,000 grew.",
+              " ".join(["word"] * 600)]  # past the window: both sides cut it
+    result = heads.measure(texts=4, rounds=1, shapes={"bert": tiny}, corpus=corpus, echo=lambda *a: None)
+    rows = result["rows"]
+    assert [r["impl"] for r in rows[:3]] == [heads.ONE_AT_A_TIME, heads.BATCHED, "minialign TokenClassifier.predict"]
+    assert len(rows) == 3 * len(heads.CASES)
+    for i in range(0, len(rows), 3):
+        one, batched, ours = rows[i:i + 3]
+        assert one["vs one at a time"] == 1.0 and batched["vs batched"] == 1.0 and one["goal"] == "-"
+        assert ours["vs one at a time"] / ours["vs batched"] == pytest.approx(batched["vs one at a time"])
+        assert ours["goal"].startswith(">= 2.0x both: ") and ours["max score diff"] < 1e-4
+        assert all(r["texts/s"] > 0 and set(r) == set(heads.TABLE) for r in (one, batched, ours))
+    assert heads.score_diff([{"word": "a", "score": 0.5}], [{"word": "b", "score": 0.5}]) == float("inf")
+    assert heads.score_diff([{"word": "a", "score": 0.5}], [{"word": "a", "score": 0.25}]) == 0.25
 
 
 def test_retrieval_section_on_tiny_models():
