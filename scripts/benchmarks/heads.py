@@ -12,7 +12,10 @@ does not depend on the values; the outputs are compared all the same (every key 
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import subprocess
 import tempfile
 import warnings
 from collections.abc import Callable
@@ -43,6 +46,37 @@ class Case:
     model: str
     calls: dict[str, Callable]
     diff: Callable
+
+
+class Transformers4:
+    """A transformers 4.x pipeline in a process of its own (transformers4_worker.py, run by `python`, the python of
+    an environment with transformers 4.x): called with the pipeline's keywords, it returns the pipeline's output.
+    The parent times the call, the round trip included (a few JSON lines: microseconds against the seconds of a
+    call)."""
+
+    def __init__(self, python: str, task: str, model: Path):
+        worker = Path(__file__).with_name("transformers4_worker.py")
+        self.process = subprocess.Popen([python, str(worker)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        text=True, env={**os.environ, "TRANSFORMERS_VERBOSITY": "error"})
+        self.version = self._ask({"task": task, "model": str(model)})["ready"]
+
+    def _ask(self, request: dict) -> dict:
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the transformers 4.x worker stopped (exit status {self.process.wait()})")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise RuntimeError(f"the transformers 4.x worker: {answer['error']}")
+        return answer
+
+    def __call__(self, **kwargs):
+        return self._ask({"kwargs": kwargs})["output"]
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
 
 
 # -- outputs --
