@@ -132,7 +132,7 @@ class FillMask(Runner):
                                 warn_truncation=warn_truncation, tally=tally)[0]
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
             raise ValueError(f"top_k must be a positive integer, got {top_k!r}")
-        target_ids = None if targets is None else self.target_ids(targets)
+        target_ids = None if targets is None else self._target_ids(targets, stacklevel=4)  # the caller's line
         texts = check_texts("texts", texts)
         if not texts:
             raise ValueError("texts is empty: give at least one text")
@@ -154,6 +154,9 @@ class FillMask(Runner):
         """The ids of `targets` (FillMaskPipeline.get_target_ids): a target the vocabulary holds (added tokens
         included) as it is; another, its first token, with a warning; one that tokenizes to nothing is left out with
         a warning; duplicates once (in the pipeline's order: list(set(ids))). None left: ValueError."""
+        return self._target_ids(targets, stacklevel=3)
+
+    def _target_ids(self, targets: str | Sequence[str], *, stacklevel: int) -> list[int]:
         targets = [targets] if isinstance(targets, str) else targets
         if not isinstance(targets, Sequence) or not all(isinstance(t, str) for t in targets):
             raise ValueError(f"targets must be a string or a sequence of strings, got {targets!r}")
@@ -166,11 +169,11 @@ class FillMask(Runner):
                 pieces = backend.encode(target, add_special_tokens=False).ids
                 if not pieces:
                     warnings.warn(f"The specified target token `{target}` does not exist in the model vocabulary. We "
-                                  f"cannot replace it with anything meaningful, ignoring it", stacklevel=3)
+                                  f"cannot replace it with anything meaningful, ignoring it", stacklevel=stacklevel)
                     continue
                 id_ = pieces[0]
                 warnings.warn(f"The specified target token `{target}` does not exist in the model vocabulary. "
-                              f"Replacing with `{backend.id_to_token(id_)}`.", stacklevel=3)
+                              f"Replacing with `{backend.id_to_token(id_)}`.", stacklevel=stacklevel)
             ids.append(id_)
         ids = list(set(ids))
         if not ids:

@@ -132,7 +132,8 @@ class Tokenizer:
         tok.special_tokens.update({name: token for name in SPECIAL_TOKEN_NAMES
                                    if name != "pad_token" and (token := _token_str(settings.get(name)))})
         tok.clean_up_tokenization_spaces = settings.get("clean_up_tokenization_spaces") is True
-        tok.clean_up_bpe = settings.get("clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output") is True
+        force = "clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output"
+        tok.clean_up_bpe = settings.get(force) is True
         names = settings.get("model_input_names")
         if isinstance(names, list):
             tok.return_token_type_ids = "token_type_ids" in names

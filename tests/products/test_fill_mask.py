@@ -124,7 +124,8 @@ def test_matches_the_pipeline(filler, ours, top_k):
     assert ours.predict(texts[1], **options) == mine[1]  # one text: its result alone
     assert ours(texts[1], **options) == mine[1]  # called as the pipeline is
     if "xlm-roberta" in filler[0].name:  # its decoder leaves spaces before punctuation, which the clean-up takes out
-        assert ours.tokenizer.clean_up_tokenization_spaces and " ," in ours.tokenizer.decode(ours.tokenizer.backend.encode(texts[2]).ids)
+        raw = ours.tokenizer.decode(ours.tokenizer.backend.encode(texts[2]).ids)
+        assert ours.tokenizer.clean_up_tokenization_spaces and " ," in raw
         assert all(" ," not in c["sequence"] for c in mine[2])
 
 
@@ -133,16 +134,18 @@ def test_targets(filler, ours):
     specials = set(backend.get_added_tokens_decoder())
     plain = [i for i in range(backend.get_vocab_size()) if i not in specials]
     words = [backend.id_to_token(plain[i]) for i in (5, len(plain) // 2, -3)]
+    texts = _texts(filler, TEXTS[:4])
+    words.insert(1, backend.id_to_token(ours.predict(texts[0])[0]["token"]))  # a likely one: scores far from 0
     assert all(word in tokenizer.get_vocab() for word in words)
     many = "antidisestablishmentarianism"
     assert many not in tokenizer.get_vocab() and len(backend.encode(many, add_special_tokens=False).ids) > 2
-    texts = _texts(filler, TEXTS[:4])
-    for targets, top_k in [(words[0], 5), (words, 2), (words + [many, words[1]], 5), ([many], 1)]:
+    for targets, top_k in [(words[1], 5), (words, 2), (words + [many, words[1]], 5), ([many], 1)]:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             mine = ours.predict(texts, targets=targets, top_k=top_k)
             distinct = len(set(ours.target_ids(targets)))
         replaced = [str(w.message) for w in caught if "Replacing with" in str(w.message)]
+        assert all(w.filename == __file__ for w in caught)  # reported at the caller's line
         assert len(replaced) == 2 * (many in targets)  # predict's warning, then target_ids'
         replaced = replaced[:1]
         if many in targets:
@@ -151,6 +154,8 @@ def test_targets(filler, ours):
                                 f"Replacing with `{first}`."]
         _assert_same(mine, _theirs(filler, texts, targets=targets, top_k=top_k))
         assert len(mine[0]) == min(top_k, distinct)
+        if words[1] in targets:
+            assert mine[0][0]["token_str"].strip() and mine[0][0]["score"] > 0.01
 
 
 def test_a_long_text_is_cut_as_the_pipeline_cuts_it_with_truncation(filler, ours):
@@ -177,6 +182,26 @@ def test_a_text_is_the_same_whatever_it_is_batched_with(filler, ours):
     assert all(torch.equal(a, b) for a, b in zip(alone, every))
 
 
+def test_blocks_and_worker_processes_give_the_same_candidates(filler, ours, monkeypatch):
+    """A call cut into blocks of texts (one mask's probabilities each here), or run by two worker processes, gives
+    the same result."""
+    if ours.model.config.arch != "bert":
+        pytest.skip("one family is enough: the blocks and the workers run the same forward")
+    import minialign.products.fill_mask as fill_mask
+
+    texts = _texts(filler, TEXTS)
+    expected = ours.predict(texts, top_k=3)
+    monkeypatch.setattr(fill_mask, "BLOCK_BYTES", 4 * ours.model.config.vocab_size)
+    assert ours._blocks([[1], [2, 3], [], [4]]) == [[0], [1], [2, 3]]  # a text of more masks alone
+    assert ours.predict(texts, top_k=3) == expected
+    monkeypatch.undo()
+    pooled = ma.FillMask.from_pretrained(filler[0], attn_backend="eager", workers=2, batch_size=2)
+    try:
+        assert pooled.predict(texts, top_k=3) == expected
+    finally:
+        pooled.close()
+
+
 def test_the_head_runs_on_the_masks_alone(filler, ours, monkeypatch):
     """The decoder multiplies the mask positions' states only: (masks, V) logits, never (tokens, V)."""
     texts = _texts(filler, TEXTS)
@@ -198,8 +223,9 @@ def test_bad_input_is_refused(filler, ours):
     other = "<mask>" if mask == "[MASK]" else "[MASK]"
     with pytest.raises(ValueError, match=rf"texts\[1\] has no {re.escape(mask)} token: mark"):
         ours.predict([f"a {mask}.", "no mask here"])
-    with pytest.raises(ValueError, match=rf"texts\[2\] has no .* token: it writes the mask as '{re.escape(other)}', and this "
-                                         rf"model's mask token is '{re.escape(mask)}'"):
+    expected = (rf"texts\[2\] has no .* token: it writes the mask as '{re.escape(other)}', and this model's mask token "
+                rf"is '{re.escape(mask)}'")
+    with pytest.raises(ValueError, match=expected):
         ours.predict([f"a {mask}.", f"b {mask}", f"Paris is the {other} of France."])
     with pytest.raises(ValueError, match=r"texts\[0\] has no"):
         ours.predict([""])
