@@ -11,6 +11,7 @@ import warnings
 
 import pytest
 import torch
+from conftest import DEVICES
 from family_builders import FAMILIES, hf_model, write_tokenizer
 
 import minialign as ma
@@ -211,6 +212,21 @@ def test_the_head_runs_on_the_masks_alone(filler, ours, monkeypatch):
     ours.predict(texts)
     masks = sum(text.count(filler[2].mask_token) for text in texts)
     assert sum(rows) == masks == 7
+
+
+@pytest.mark.parametrize("device", DEVICES[1:])  # CUDA where there is one (the CPU: every test above)
+def test_on_cuda(filler, device):
+    """fp32 on the GPU against the pipeline on the GPU (TF32 off: conftest's _deterministic)."""
+    import copy
+
+    import transformers
+
+    directory, model, tokenizer = filler
+    texts = _texts(filler, TEXTS)
+    ours = ma.FillMask.from_pretrained(directory, device=device)
+    pipe = transformers.pipeline("fill-mask", model=copy.deepcopy(model).to(device), tokenizer=tokenizer,
+                                 device=device)
+    _assert_same(ours.predict(texts, top_k=7), [pipe(text, top_k=7) for text in texts])
 
 
 def test_mask_token(filler, ours):
