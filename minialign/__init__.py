@@ -41,6 +41,7 @@ from minialign.runtime.engine import BatchEngine  # noqa: E402
 from minialign.products.alignscore import AlignScorer  # noqa: E402
 from minialign.products.classifier import Classifier  # noqa: E402
 from minialign.products.embeddings import SentenceEncoder  # noqa: E402
+from minialign.products.fill_mask import FillMask  # noqa: E402
 from minialign.products.m3 import M3Encoder  # noqa: E402
 from minialign.products.losses import AlignLosses, alignscore_losses, classification_loss  # noqa: E402
 from minialign.products.minicheck import MiniCheckScorer  # noqa: E402
@@ -69,6 +70,7 @@ __all__ = [
     "Encoder",
     "EncoderOutput",
     "Exploration",
+    "FillMask",
     "M3Encoder",
     "MaskedLMModel",
     "MaskedLMOutput",

@@ -60,6 +60,11 @@ WORDPIECE_CLASSES = {"MPNetTokenizer": {"bos_token": "<s>", "eos_token": "</s>",
 # The special tokens' roles, as transformers names them (SpecialTokensMixin.SPECIAL_TOKENS_ATTRIBUTES).
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 
+# transformers' clean_up_tokenization (tokenization_utils_base.py): spaces the decoder left before punctuation and
+# contractions, replaced in this order
+CLEAN_UP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
+            (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
+
 # Every file a tokenizer may be read from (copied beside converted checkpoints, fetched from the hub).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "vocab.txt",
                    "special_tokens_map.json")
@@ -81,6 +86,9 @@ class Tokenizer:
         # role (SPECIAL_TOKEN_NAMES) -> token, as the tokenizer files name them (special_tokens_map.json,
         # tokenizer_config.json: transformers' special_tokens_map); the pad token always
         self.special_tokens: dict[str, str] = {"pad_token": pad_token}
+        # decode's clean-up of spaces before punctuation (tokenizer_config.json's, transformers' default False)
+        self.clean_up_tokenization_spaces = False
+        self.clean_up_bpe = False  # clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output
 
     @classmethod
     def from_pretrained(cls, src: str | Path | Source, *, revision: str | None = None,
@@ -123,6 +131,9 @@ class Tokenizer:
         tok = cls(backend, pad_token=pad, model_max_length=max_len)
         tok.special_tokens.update({name: token for name in SPECIAL_TOKEN_NAMES
                                    if name != "pad_token" and (token := _token_str(settings.get(name)))})
+        tok.clean_up_tokenization_spaces = settings.get("clean_up_tokenization_spaces") is True
+        force = "clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output"
+        tok.clean_up_bpe = settings.get(force) is True
         names = settings.get("model_input_names")
         if isinstance(names, list):
             tok.return_token_type_ids = "token_type_ids" in names
@@ -296,8 +307,28 @@ class Tokenizer:
         return pad([e.ids for e in encodings], [e.type_ids for e in encodings], pad_id=self.pad_token_id,
                    token_types=self.return_token_type_ids)
 
-    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
-        return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+    @property
+    def mask_token(self) -> str | None:
+        """The mask token: the one the tokenizer files name (mask_token), else the special token `[MASK]` or `<mask>`
+        the vocabulary holds (transformers' BertTokenizer / RobertaTokenizer defaults); None if neither."""
+        if token := self.special_tokens.get("mask_token"):
+            return token
+        specials = {t.content for t in self.backend.get_added_tokens_decoder().values() if t.special}
+        return next((t for t in ("[MASK]", "<mask>") if t in specials), None)
+
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True,
+               clean_up_tokenization_spaces: bool | None = False) -> str:
+        """Token ids -> text by the tokenizer's decoder. clean_up_tokenization_spaces: transformers' clean-up of the
+        spaces before punctuation and contractions (tokenization_utils_tokenizers.py TokenizersBackend._decode,
+        CLEAN_UP), None: the tokenizer's own setting (tokenizer_config.json), as transformers' decode takes it; never
+        on a BPE model, as there (unless its config forces it)."""
+        text = self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        if clean_up_tokenization_spaces is None:
+            clean_up_tokenization_spaces = self.clean_up_tokenization_spaces
+        if clean_up_tokenization_spaces and (type(self.backend.model).__name__ != "BPE" or self.clean_up_bpe):
+            for before, after in CLEAN_UP:
+                text = text.replace(before, after)
+        return text
 
     def save(self, directory: str | Path) -> None:
         directory = Path(directory)
