@@ -66,6 +66,10 @@ TABLE: dict[str, str | None] = {
     "classifier.weight": "classifier.out_proj.weight",
     "classifier.bias": "classifier.out_proj.bias",
     **QA_OUTPUTS,  # DebertaV2ForQuestionAnswering
+    # DeBERTa-v3's replaced-token-detection head (the ELECTRA-style discriminator microsoft/deberta-v3-* were
+    # pretrained with, saved in their checkpoints): no transformers class has it (DebertaV2ForMaskedLM lists
+    # `mask_predictions.*` in _keys_to_ignore_on_load_unexpected), so it is dropped, as ELECTRA's is (electra.py).
+    **{f"mask_predictions.{m}.{p}": None for m in ("dense", "LayerNorm", "classifier") for p in ("weight", "bias")},
     # DebertaV2ForMaskedLM with config.legacy=False: DebertaV2LMPredictionHead, its decoder the word embeddings
     "lm_predictions.lm_head.dense.weight": "mlm_head.dense.weight",
     "lm_predictions.lm_head.dense.bias": "mlm_head.dense.bias",

@@ -296,3 +296,27 @@ def test_compiles_without_graph_breaks(variant, tmp_path):
     torch._dynamo.reset()
     explanation = torch._dynamo.explain(model)(ids, attention_mask=mask, token_type_ids=types)
     assert explanation.graph_break_count == 0, explanation.break_reasons
+
+
+def test_the_replaced_token_detection_head_of_published_v3_checkpoints_is_dropped(tmp_path):
+    """microsoft/deberta-v3-* checkpoints hold the discriminator head they were pretrained with (mask_predictions:
+    dense, LayerNorm, classifier), which no transformers class has: an Encoder loads such a checkpoint, dropping
+    exactly those six names, and matches transformers' DebertaV2Model on it."""
+    from safetensors.torch import save_file
+
+    hf, directory = _saved(tmp_path)
+    weights = convert.read_safetensors(directory / "model.safetensors")
+    width = hf.config.hidden_size
+    head = {"mask_predictions.dense.weight": torch.randn(width, width), "mask_predictions.dense.bias": torch.randn(width),
+            "mask_predictions.LayerNorm.weight": torch.ones(width), "mask_predictions.LayerNorm.bias": torch.zeros(width),
+            "mask_predictions.classifier.weight": torch.randn(1, width), "mask_predictions.classifier.bias": torch.zeros(1)}
+    save_file({**{f"deberta.{k}": v for k, v in weights.items()}, **head}, str(directory / "model.safetensors"),
+              metadata={"format": "pt"})
+    _, dropped = convert.hf_to_minialign(convert.read_safetensors(directory / "model.safetensors"), "deberta-v2")
+    assert sorted(dropped) == sorted(head)
+    encoder = ma.Encoder.from_pretrained(directory, attn_backend="eager")
+    ids, mask, types = _batch(hf.config)
+    with torch.no_grad():
+        theirs = hf(ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+        ours = encoder(ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+    torch.testing.assert_close(ours[mask.bool()], theirs[mask.bool()], **TOL)
