@@ -48,6 +48,7 @@ from minialign.products.minicheck import MiniCheckScorer  # noqa: E402
 from minialign.products.quantization import quantize_embeddings, truncate_embeddings  # noqa: E402
 from minialign.products.multivector import MultiVectorEncoder  # noqa: E402
 from minialign.products.sparse import SparseEncoder  # noqa: E402
+from minialign.products.question_answering import QuestionAnswerer  # noqa: E402
 from minialign.products.token_classification import TokenClassifier  # noqa: E402
 from minialign.apps.explore import Exploration, explore, with_score_function  # noqa: E402
 
@@ -76,6 +77,7 @@ __all__ = [
     "MaskedLMOutput",
     "MiniCheckScorer",
     "MultiVectorEncoder",
+    "QuestionAnswerer",
     "QuestionAnsweringModel",
     "QuestionAnsweringOutput",
     "SentenceEncoder",

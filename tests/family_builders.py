@@ -34,7 +34,6 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
 import torch
 import transformers
 
@@ -141,6 +140,8 @@ def supported(model_type: str) -> bool:
 
 def family_params(names=None) -> list:
     """pytest params over families (default NEW), a family minialign lacks skipped."""
+    import pytest  # here, not at the top: scripts/make_qa_reference.py imports this module without pytest
+
     return [pytest.param(name, id=name, marks=() if supported(name) else
                          pytest.mark.skip(reason=f"minialign has no {name!r} family yet"))
             for name in (NEW if names is None else names)]

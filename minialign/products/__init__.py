@@ -2,5 +2,6 @@
 truncation reported alike), AlignScore and MiniCheck scorers, sentence embeddings (every pooling mode in
 pooling.py), multi-vector (ColBERT) token vectors and MaxSim (multivector.py), classifiers and rerankers;
 token classifiers (token_classification.py: transformers' token-classification pipeline); masked-token prediction
-(fill_mask.py: transformers' fill-mask pipeline); losses.
+(fill_mask.py: transformers' fill-mask pipeline); extractive question answering (question_answering.py: transformers
+4's question-answering pipeline); losses.
 May import: nn, sources, loading, models, text, runtime, convert."""

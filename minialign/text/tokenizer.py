@@ -239,6 +239,36 @@ class Tokenizer:
             tok.no_truncation()
         return [first, *first.overflowing] if stride is not None else [first]
 
+    def encode_pair_windows(self, first: str, second: str, *, max_length: int, stride: int) -> list:
+        """One pair's tokenizers Encodings (offsets, sequence ids, words) with the whole first text in each and the
+        second read in windows of what room is left, each overlapping the one before by `stride` tokens
+        (transformers' tokenizer(first, second, truncation="only_second", max_length=, stride=,
+        return_overflowing_tokens=True): the first window, then its `overflowing`, in order). A pair that fits is one
+        window. A pair that needs windows must leave the second text room for more than `stride` tokens: a ValueError
+        says so (`tokenizers` would fail on it, or panic)."""
+        tok = self.backend
+        specials = tok.num_special_tokens_to_add(True)
+        n_first = len(tok.encode(first, add_special_tokens=False).ids)
+        room = max_length - specials - n_first
+        try:
+            if 0 <= stride < room:
+                tok.enable_truncation(max_length, stride=stride, strategy="only_second")
+                first_window = tok.encode(first, second)
+                return [first_window, *first_window.overflowing]
+            tok.no_truncation()
+            whole = tok.encode(first, second)
+        finally:
+            tok.no_truncation()
+        if len(whole.ids) <= max_length:  # fits: nothing to cut, so the stride does not matter
+            return [whole]
+        if room < 1:
+            raise ValueError(f"the first text's {n_first} tokens and the {specials} special tokens fill the window of "
+                             f"{max_length} tokens, leaving no room for the second text ({len(whole.ids) - n_first - specials}"
+                             f" tokens)")
+        raise ValueError(f"the first text's {n_first} tokens and the {specials} special tokens leave {room} tokens of "
+                         f"the window of {max_length} for the second text, which needs several windows: the stride "
+                         f"({stride}) must be below {room}")
+
     @property
     def word_aware(self) -> bool:
         """Whether its model marks a word's continuing pieces (WordPiece's "##": a `continuing_subword_prefix`),

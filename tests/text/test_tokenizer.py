@@ -207,3 +207,28 @@ def test_special_tokens_by_role_as_transformers_names_them(fixture, request):
         assert token == str(getattr(theirs, role)), role
     assert (ours.start_token, ours.end_token) == (theirs.cls_token, theirs.sep_token)
     assert ma.Tokenizer(ours.backend, pad_token=ours.pad_token).special_tokens == {"pad_token": ours.pad_token}
+
+
+@pytest.mark.parametrize("fixture", ["minilm_dir", "bpe_dir"])
+def test_pair_windows_are_transformers_overflowing_windows(fixture, request):
+    """encode_pair_windows: the first text whole in each window, the second in windows overlapping by the stride, as
+    transformers' tokenizer(first, second, truncation="only_second", stride=, return_overflowing_tokens=True) makes
+    them (ids, types, offsets); a pair that fits is one window; a stride that leaves no room is refused."""
+    directory = request.getfixturevalue(fixture)
+    ours = ma.Tokenizer.from_pretrained(directory)
+    theirs = _reference(directory, **({"tokenizer_type": "roberta"} if fixture == "bpe_dir" else {}))
+    first, second = "Where was the tower built?", " ".join(TEXTS + PAIRS) * 3
+    windows = ours.encode_pair_windows(first, second, max_length=32, stride=5)
+    reference = theirs(first, second, truncation="only_second", max_length=32, stride=5,
+                       return_overflowing_tokens=True, return_offsets_mapping=True, return_token_type_ids=True)
+    assert len(windows) == len(reference["input_ids"]) > 3
+    for window, ids, types, offsets in zip(windows, reference["input_ids"], reference["token_type_ids"],
+                                           reference["offset_mapping"]):
+        assert (window.ids, window.type_ids, [tuple(o) for o in window.offsets]) == (ids, types,
+                                                                                     [tuple(o) for o in offsets])
+    assert len(ours.encode_pair_windows(first, "Paris.", max_length=32, stride=31)) == 1  # fits: any stride
+    room = 32 - ours.backend.num_special_tokens_to_add(True) - len(theirs.tokenize(first))
+    with pytest.raises(ValueError, match=rf"leave {room} tokens .* the stride \({room}\) must be below {room}"):
+        ours.encode_pair_windows(first, second, max_length=32, stride=room)
+    with pytest.raises(ValueError, match="leaving no room for the second text"):
+        ours.encode_pair_windows(" ".join(["tower"] * 40), second, max_length=32, stride=0)
