@@ -199,8 +199,9 @@ def heads_section(*, quick: bool = False, device: str = "cpu", echo=print, **opt
     options = {"texts": size["heads_texts"], "rounds": size["heads_rounds"], **options}
     result = heads.measure(device=device, echo=echo, **options)
     lines = heads.goals(result)
+    skipped = f" Skipped: {'; '.join(result['skipped'])}." if result["skipped"] else ""
     return render("heads", met=sum(line.endswith(": met)") for line in lines), goals=len(lines),
-                  goal_lines="; ".join(lines), tokenizer=result["tokenizer"], texts=result["texts"],
+                  goal_lines="; ".join(lines), skipped=skipped, transformers4=heads.TRANSFORMERS4_ENV, tokenizer=result["tokenizer"], texts=result["texts"],
                   rounds=options["rounds"], batch=heads.BATCH, table=table(result["rows"], heads.TABLE))
 
 

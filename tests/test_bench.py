@@ -182,7 +182,7 @@ def test_the_report_has_every_section_in_order_and_its_kind_in_the_file(tmp_path
     monkeypatch.setattr(retrieval, "measure", lambda *a, **k: fake_retrieval_result())
     monkeypatch.setattr(heads, "measure", lambda *a, **k: {
         "rows": [{**rows(heads)[0], "task": "token classification (simple)", "goal": ">= 2.0x both: met"}],
-        "tokenizer": "a WordPiece", "texts": 64})
+        "tokenizer": "a WordPiece", "texts": 64, "skipped": ["question answering: no transformers 4.x environment"]})
     out = tmp_path / "BENCHMARKS.md"
     text = bench.run(quick=True, out=str(out), echo=lambda *a: None)
     headings = [line for line in text.splitlines() if line.startswith("## ")]
@@ -206,7 +206,8 @@ def test_the_report_has_every_section_in_order_and_its_kind_in_the_file(tmp_path
     assert "Met 1 of 2: sparse (SPLADE) bert-base shape: 2.50x (>= 2.0x: met); M3 xlm-roberta-base shape: 2.00x " \
         "(>= 2.5x: not met)." in text and "a Unigram tokenizer of 8000 pieces" in text
     assert f"| {' | '.join(heads.TABLE)} |" in text and \
-        "Met 1 of 1: token classification (simple): 1.50x / 1.50x (>= 2.0x both: met)." in text
+        "Met 1 of 1: token classification (simple): 1.50x / 1.50x (>= 2.0x both: met)." in text and \
+        "Skipped: question answering: no transformers 4.x environment." in text
     written = out.read_text()
     label = bench.cpu_kind_label()
     assert written.startswith("# Benchmarks\n") and f"<!-- bench: {label} -->\n# Machine kind: {label}" in written
@@ -244,26 +245,30 @@ def fake_retrieval_result() -> dict:
             "tokens": {"SPLADE bert-base shape": 900}}
 
 
-def test_heads_section_on_tiny_models():
+def test_heads_section_on_tiny_models(monkeypatch):
     """scripts/benchmarks/heads.py on a tiny model and four texts: every product's three rows (the pipeline one
     text at a time, batched, minialign), positive finite speeds whose ratios agree with each other, and minialign's
-    output equal to the pipeline's (every key, scores to 1e-4)."""
+    output equal to the pipeline's (every key, scores to 1e-4); question answering, whose peer needs a transformers
+    4.x environment, skipped with the reason where none is given."""
     from benchmarks import heads
 
+    monkeypatch.delenv(heads.TRANSFORMERS4_ENV, raising=False)
     tiny = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
-    corpus = ["Angela Merkel visited Zürich and Genève, then New-York.", "A short one.",
+    corpus = ["Angela Merkel visited Zürich and Genève, then New-York.", "A short one here.",
               "Police said the company grew; officials reported on Monday that 3.14 and $5,000 grew.",
               " ".join(["word"] * 600)]  # past the window: both sides cut it
-    result = heads.measure(texts=4, rounds=1, shapes={"bert": tiny}, corpus=corpus, echo=lambda *a: None)
+    pairs = [("Where did she go?", corpus[0]), ("What grew?", corpus[2])]
+    result = heads.measure(texts=4, rounds=1, shapes={"bert": tiny}, corpus=corpus, pairs=pairs, echo=lambda *a: None)
     rows = result["rows"]
-    assert [r["impl"] for r in rows[:3]] == [heads.ONE_AT_A_TIME, heads.BATCHED, "minialign TokenClassifier.predict"]
-    assert len(rows) == 3 * len(heads.CASES)
+    assert [r["impl"] for r in rows] == [heads.ONE_AT_A_TIME, heads.BATCHED, "minialign TokenClassifier.predict",
+                                         heads.ONE_AT_A_TIME, heads.BATCHED, "minialign FillMask.predict"]
+    assert result["skipped"] == [f"question answering: no transformers 4.x environment (${heads.TRANSFORMERS4_ENV})"]
     for i in range(0, len(rows), 3):
         one, batched, ours = rows[i:i + 3]
         assert one["vs one at a time"] == 1.0 and batched["vs batched"] == 1.0 and one["goal"] == "-"
         assert ours["vs one at a time"] / ours["vs batched"] == pytest.approx(batched["vs one at a time"])
         assert ours["goal"].startswith(">= 2.0x both: ") and ours["max score diff"] < 1e-4
-        assert all(r["texts/s"] > 0 and set(r) == set(heads.TABLE) for r in (one, batched, ours))
+        assert all(r["texts/s"] > 0 and r["texts"] == 4 and set(r) == set(heads.TABLE) for r in (one, batched, ours))
     assert heads.score_diff([{"word": "a", "score": 0.5}], [{"word": "b", "score": 0.5}]) == float("inf")
     assert heads.score_diff([{"word": "a", "score": 0.5}], [{"word": "a", "score": 0.25}]) == 0.25
 

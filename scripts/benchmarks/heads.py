@@ -29,10 +29,12 @@ from benchmarks.retrieval import bert_tokenizer
 
 SHAPES = {"bert": {}}  # transformers config overrides; {} is bert-base (BertConfig's defaults). A test passes tiny ones.
 NER_LABELS = ("O", "B-MISC", "I-MISC", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC")  # dslim/bert-base-NER's
+FILL_WORDS = 120  # words of each text a fill-mask query keeps (the middle one masked)
 HEAD_SCALE = 40.0  # the random head's weights times this: labels vary from token to token
 BATCH = 32
 GOAL = 2.0
 ONE_AT_A_TIME, BATCHED = "transformers pipeline, one text at a time", f"transformers pipeline, batch_size={BATCH}"
+TRANSFORMERS4_ENV = "MINIALIGN_BENCH_TRANSFORMERS4"  # the python of a transformers 4.x environment (question answering)
 TABLE = {"task": "", "model": "", "impl": "", "texts": "", "texts/s": ".1f", "vs one at a time": ".2f",
          "vs batched": ".2f", "max score diff": ".1e", "goal": ""}
 
@@ -44,8 +46,9 @@ class Case:
 
     task: str
     model: str
-    calls: dict[str, Callable]
+    calls: dict[str, Callable]  # the pipeline one text at a time, batched, then minialign's
     diff: Callable
+    close: Callable = lambda: None  # what the case holds beside this process (a transformers 4.x worker)
 
 
 class Transformers4:
@@ -113,29 +116,58 @@ def plain(outputs) -> list:
 
 # -- the cases --
 
-def token_classification(root: Path, texts: list[str], device: str, shape: dict, tokenizer_dir: Path) -> Case:
+@dataclass
+class Setting:
+    """What every case is made from."""
+
+    root: Path  # a temporary directory for the models
+    texts: list[str]  # paragraphs people wrote
+    pairs: list[tuple[str, str]]  # (question, its passage): a docstring's summary and the paragraph after it
+    device: str
+    shape: dict  # transformers config overrides of BertConfig
+    tokenizer_dir: Path  # the WordPiece tokenizer's files
+    transformers4: str | None  # the python of a transformers 4.x environment (question answering's peer), or None
+
+
+def _saved(setting: Setting, name: str, cls, **config):
+    """A random transformers model of class `cls` at the setting's shape, its vocabulary the tokenizer's, saved with
+    the tokenizer into setting.root / name: (the model, its directory, the tokenizer)."""
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(setting.tokenizer_dir))
+    hf_config = transformers.BertConfig(**setting.shape, **config)
+    hf_config.vocab_size = tokenizer.backend_tokenizer.get_vocab_size()
+    torch.manual_seed(0)
+    model = cls(hf_config).eval()
+    directory = setting.root / name
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return model, directory, tokenizer
+
+
+def _pipeline(task: str, model, tokenizer, device: str, **kwargs):
+    import transformers
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return transformers.pipeline(task, model=model.to(device), tokenizer=tokenizer, device=device, **kwargs)
+
+
+def token_classification(setting: Setting) -> Case:
     """TokenClassifier.predict(aggregation_strategy="simple") against pipeline("token-classification")."""
     import transformers
 
     import minialign as ma
 
-    directory = root / "ner"
-    config = transformers.BertConfig(**shape, num_labels=len(NER_LABELS), id2label=dict(enumerate(NER_LABELS)),
-                                     label2id={label: i for i, label in enumerate(NER_LABELS)})
-    config.vocab_size = transformers.AutoTokenizer.from_pretrained(str(tokenizer_dir)).backend_tokenizer \
-        .get_vocab_size()
-    torch.manual_seed(0)
-    model = transformers.BertForTokenClassification(config).eval()
+    model, directory, tokenizer = _saved(
+        setting, "ner", transformers.BertForTokenClassification, num_labels=len(NER_LABELS),
+        id2label=dict(enumerate(NER_LABELS)), label2id={label: i for i, label in enumerate(NER_LABELS)})
     with torch.no_grad():
         model.classifier.weight.mul_(HEAD_SCALE)
     model.save_pretrained(directory)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    tokenizer.save_pretrained(directory)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        pipe = transformers.pipeline("token-classification", model=model.to(device), tokenizer=tokenizer,
-                                     device=device, aggregation_strategy="simple")
-    ours = ma.TokenClassifier.from_pretrained(directory, device=device)
+    pipe = _pipeline("token-classification", model, tokenizer, setting.device, aggregation_strategy="simple")
+    ours = ma.TokenClassifier.from_pretrained(directory, device=setting.device)
+    texts = setting.texts
     return Case("token classification (simple)", "bert-base shape, 9 labels", {
         ONE_AT_A_TIME: lambda: plain(pipe(texts)),
         BATCHED: lambda: plain(pipe(texts, batch_size=BATCH)),
@@ -143,50 +175,119 @@ def token_classification(root: Path, texts: list[str], device: str, shape: dict,
             lambda: ours.predict(texts, aggregation_strategy="simple", warn_truncation=False)}, score_diff)
 
 
-CASES = (token_classification,)
+def masked(text: str, mask: str) -> str:
+    """The text's first FILL_WORDS words with the middle one masked: a fill-mask query on real text."""
+    words = text.split()[:FILL_WORDS]
+    words[len(words) // 2] = mask
+    return " ".join(words)
+
+
+def fill_mask(setting: Setting) -> Case:
+    """FillMask.predict(top_k=5) against pipeline("fill-mask"), one mask per text."""
+    import transformers
+
+    import minialign as ma
+
+    model, directory, tokenizer = _saved(setting, "mlm", transformers.BertForMaskedLM)
+    pipe = _pipeline("fill-mask", model, tokenizer, setting.device)
+    ours = ma.FillMask.from_pretrained(directory, device=setting.device)
+    texts = [masked(text, tokenizer.mask_token) for text in setting.texts]
+    return Case("fill-mask (top 5)", "bert-base shape", {
+        ONE_AT_A_TIME: lambda: plain(pipe(texts)),
+        BATCHED: lambda: plain(pipe(texts, batch_size=BATCH)),
+        "minialign FillMask.predict": lambda: ours.predict(texts, warn_truncation=False)}, score_diff)
+
+
+def question_answering(setting: Setting) -> Case | None:
+    """QuestionAnswerer.predict against transformers 4.x's pipeline("question-answering") in a process of its own
+    (Transformers4); None without a transformers 4.x environment."""
+    import transformers
+
+    import minialign as ma
+
+    if setting.transformers4 is None:
+        return None
+    model, directory, _ = _saved(setting, "qa", transformers.BertForQuestionAnswering)
+    with torch.no_grad():
+        model.qa_outputs.weight.mul_(HEAD_SCALE)
+    model.save_pretrained(directory)
+    peer = Transformers4(setting.transformers4, "question-answering", directory)
+    ours = ma.QuestionAnswerer.from_pretrained(directory, device=setting.device)
+    questions, contexts = [q for q, _ in setting.pairs], [c for _, c in setting.pairs]
+    return Case("question answering", "bert-base shape", {
+        ONE_AT_A_TIME.replace("transformers", f"transformers {peer.version}"):
+            lambda: peer(question=questions, context=contexts),
+        BATCHED.replace("transformers", f"transformers {peer.version}"):
+            lambda: peer(question=questions, context=contexts, batch_size=BATCH),
+        "minialign QuestionAnswerer.predict": lambda: ours.predict(questions, contexts)}, score_diff, peer.close)
+
+
+CASES = (token_classification, fill_mask, question_answering)
 
 
 # -- the section --
 
 def measure(*, texts: int, rounds: int, device: str = "cpu", shapes: dict | None = None,
-            corpus: list[str] | None = None, echo=print) -> dict:
-    """{"rows": rows of TABLE, "tokenizer": what the WordPiece is, "texts": how many}. texts: how many of `corpus`
-    each call reads (default corpus: a seeded sample of human_text.passages()); rounds: interleaved rounds, best of,
-    after a warm-up; shapes: transformers config overrides (SHAPES: base shapes)."""
+            corpus: list[str] | None = None, pairs: list[tuple[str, str]] | None = None,
+            transformers4: str | None = None, echo=print) -> dict:
+    """{"rows": rows of TABLE, "tokenizer": what the WordPiece is, "texts": how many, "skipped": [why, ...]}.
+    texts: how many of `corpus` each call reads (default corpus: a seeded sample of human_text.passages()), and how
+    many (question, passage) `pairs` question answering reads (default: human_text.query_pairs()); rounds:
+    interleaved rounds, best of, after a warm-up; shapes: transformers config overrides (SHAPES: base shapes);
+    transformers4: the python of a transformers 4.x environment, question answering's peer (default
+    $MINIALIGN_BENCH_TRANSFORMERS4; without it that case is skipped)."""
     shapes = {**SHAPES, **(shapes or {})}
+    transformers4 = transformers4 or os.environ.get(TRANSFORMERS4_ENV)
     training = corpus
-    if corpus is None:
+    if corpus is None or pairs is None:
         from benchmarks import human_text
 
-        training = list(human_text.passages())
-        corpus = human_text.sample(training, texts, seed=0)
-    sample = list(corpus[:texts])
-    rows = []
+        if corpus is None:
+            training = list(human_text.passages())
+            corpus = human_text.sample(training, texts, seed=0)
+        if pairs is None:
+            pairs = human_text.sample(human_text.query_pairs(), texts, seed=0)
+    rows, skipped = [], []
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the pipelines' advice to batch on a GPU, per call
         root = Path(tmp)
         tokenizer = bert_tokenizer(root / "wordpiece", training)
+        setting = Setting(root, list(corpus[:texts]), list(pairs[:texts]), device, shapes["bert"], root / "wordpiece",
+                          transformers4)
         model_name = "bert-base shape" if not shapes["bert"] else "bert (custom shape)"
         for make in CASES:
-            case = make(root, sample, device, shapes["bert"], root / "wordpiece")
-            case.model = case.model.replace("bert-base shape", model_name)
-            outputs = {}
-            with torch.inference_mode():
-                best = interleaved(case.calls, rounds=rounds, outputs=outputs)
-            reference = outputs[ONE_AT_A_TIME]
-            for label in case.calls:
-                mine = label not in (ONE_AT_A_TIME, BATCHED)
-                slower = min(best[ONE_AT_A_TIME], best[BATCHED]) / best[label]
-                row = {"task": case.task, "model": case.model, "impl": label, "texts": len(sample),
-                       "texts/s": len(sample) / best[label], "vs one at a time": best[ONE_AT_A_TIME] / best[label],
-                       "vs batched": best[BATCHED] / best[label],
-                       "max score diff": case.diff(outputs[label], reference),
-                       "goal": f">= {GOAL}x both: " + ("met" if slower >= GOAL else "not met") if mine else "-"}
-                rows.append(row)
-                echo(f"{case.task:36} {label:44} {row['texts/s']:7.1f} texts/s  x{row['vs one at a time']:.2f} / "
-                     f"x{row['vs batched']:.2f}  max score diff {row['max score diff']:.1e}")
-            del case
-    return {"rows": rows, "tokenizer": tokenizer, "texts": len(sample)}
+            case = make(setting)
+            if case is None:
+                skipped.append(f"{make.__name__.replace('_', ' ')}: no transformers 4.x environment "
+                               f"(${TRANSFORMERS4_ENV})")
+                continue
+            try:
+                rows += _timed(case, model_name, rounds, echo)
+            finally:
+                case.close()
+    return {"rows": rows, "tokenizer": tokenizer, "texts": texts, "skipped": skipped}
+
+
+def _timed(case: Case, model_name: str, rounds: int, echo) -> list[dict]:
+    """The case's rows: each call's speed against the two pipeline calls, and its output against the one at a
+    time."""
+    outputs = {}
+    with torch.inference_mode():
+        best = interleaved(case.calls, rounds=rounds, outputs=outputs)
+    one, batched, *_ = case.calls
+    rows = []
+    for label in case.calls:
+        mine = label not in (one, batched)
+        slower = min(best[one], best[batched]) / best[label]
+        row = {"task": case.task, "model": case.model.replace("bert-base shape", model_name), "impl": label,
+               "texts": len(outputs[label]), "texts/s": len(outputs[label]) / best[label],
+               "vs one at a time": best[one] / best[label], "vs batched": best[batched] / best[label],
+               "max score diff": case.diff(outputs[label], outputs[one]),
+               "goal": f">= {GOAL}x both: " + ("met" if slower >= GOAL else "not met") if mine else "-"}
+        rows.append(row)
+        echo(f"{case.task:32} {label:52} {row['texts/s']:7.1f} texts/s  x{row['vs one at a time']:.2f} / "
+             f"x{row['vs batched']:.2f}  max score diff {row['max score diff']:.1e}")
+    return rows
 
 
 def goals(result: dict) -> list[str]:
