@@ -1,5 +1,6 @@
 """What users run: the runners under one contract (runner.py: load, tokenize + batch, forward, post-process,
 truncation reported alike), AlignScore and MiniCheck scorers, sentence embeddings (every pooling mode in
 pooling.py), multi-vector (ColBERT) token vectors and MaxSim (multivector.py), classifiers and rerankers;
-token classifiers (token_classification.py: transformers' token-classification pipeline); losses.
+token classifiers (token_classification.py: transformers' token-classification pipeline); zero-shot classification
+over an NLI model (zero_shot.py: transformers' zero-shot-classification pipeline); losses.
 May import: nn, sources, loading, models, text, runtime, convert."""
