@@ -6,6 +6,7 @@ label, texts with accents, emoji, runs of spaces and one longer than the window;
 convention) and in capitals. The same labels in the same order, scores within 1e-5; a text's result the same whatever
 it is batched with; bad input refused by name."""
 
+import json
 import math
 import warnings
 
@@ -72,19 +73,35 @@ def nli(request, tmp_path_factory, wordpiece_dir, bpe_dir):
     return _build(tmp_path_factory, wordpiece_dir, bpe_dir, request.param, NLI)
 
 
+@pytest.fixture(scope="module", params=[(family, labels) for family in ("bert", "deberta-v2")
+                                        for labels in ("entailment-first", "capitals")],
+                ids=lambda p: "-".join(p))
+def convention(request, tmp_path_factory, wordpiece_dir, bpe_dir):
+    """(labels, built) of a model whose entailment is first or in capitals."""
+    family, name = request.param
+    labels = ENTAILMENT_FIRST if name == "entailment-first" else CAPITALS
+    return labels, _build(tmp_path_factory, wordpiece_dir, bpe_dir, family, labels, seed=1)
+
+
 @pytest.fixture(scope="module")
 def bert_nli(tmp_path_factory, wordpiece_dir, bpe_dir):
     return _build(tmp_path_factory, wordpiece_dir, bpe_dir, "bert", NLI)
 
 
+_PIPELINES = {}
+
+
 def _theirs(built, texts, labels, **kwargs):
+    """transformers' pipeline over the built model (one per model), on the texts."""
     import transformers
 
     _, model, tokenizer = built
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        pipe = transformers.pipeline("zero-shot-classification", model=model, tokenizer=tokenizer, device="cpu")
-        return pipe(texts, candidate_labels=labels, **kwargs)
+        if id(model) not in _PIPELINES:
+            _PIPELINES[id(model)] = (model, transformers.pipeline("zero-shot-classification", model=model,
+                                                                  tokenizer=tokenizer, device="cpu"))
+        return _PIPELINES[id(model)][1](texts, candidate_labels=labels, **kwargs)
 
 
 def _assert_same(ours, theirs, *, distinct: bool = True) -> float:
@@ -110,14 +127,14 @@ def test_matches_the_pipeline(nli, multi_label):
     directory, _, _ = nli
     ours = ma.ZeroShotClassifier.from_pretrained(directory, attn_backend="eager")
     assert ours.labels == NLI and (ours.entailment_id, ours.contradiction_id) == (2, 0)
-    mine = ours.predict(TEXTS, LABELS, multi_label=multi_label)
+    mine = ours.predict(TEXTS, LABELS, multi_label=multi_label, warn_truncation=False)  # the tiny BPEs cut some
     _assert_same(mine, _theirs(nli, TEXTS, LABELS, multi_label=multi_label))
     if not multi_label:
         assert all(math.isclose(sum(r["scores"]), 1.0, abs_tol=1e-5) for r in mine)  # one distribution per text
     else:
         assert not all(math.isclose(sum(r["scores"]), 1.0, abs_tol=1e-3) for r in mine)  # each label on its own
-    assert ours.predict(TEXTS[0], LABELS, multi_label=multi_label) == mine[0]  # one text: its dict alone
-    assert ours(TEXTS[:2], LABELS, multi_label=multi_label) == mine[:2]  # callable, as the pipeline
+    assert ours.predict(TEXTS[4], LABELS, multi_label=multi_label) == mine[4]  # one text: its dict alone
+    assert ours(TEXTS[3:], LABELS, multi_label=multi_label, warn_truncation=False) == mine[3:]  # callable, as the pipeline
 
 
 def test_comma_separated_labels_and_a_template(nli):
@@ -125,18 +142,18 @@ def test_comma_separated_labels_and_a_template(nli):
     ours = ma.ZeroShotClassifier.from_pretrained(directory)
     labels = " politics,sports , ,travel,économie,"  # parts stripped, empty ones dropped
     template = "Das Thema dieses Textes ist «{}» 😀."
-    mine = ours.predict(TEXTS, labels, hypothesis_template=template)
+    mine = ours.predict(TEXTS[:3], labels, hypothesis_template=template, warn_truncation=False)
     assert sorted(mine[0]["labels"]) == sorted(["politics", "sports", "travel", "économie"])
-    _assert_same(mine, _theirs(nli, TEXTS, labels, hypothesis_template=template), distinct=False)
+    _assert_same(mine, _theirs(nli, TEXTS[:3], labels, hypothesis_template=template), distinct=False)
 
 
-@pytest.mark.parametrize("multi_label", [False, True])
-def test_one_label_scores_entailment_against_contradiction(nli, multi_label):
+def test_one_label_scores_entailment_against_contradiction(nli):
     """With one label the pipeline takes the multi-label branch whatever multi_label says."""
     directory, _, _ = nli
     ours = ma.ZeroShotClassifier.from_pretrained(directory)
-    mine = ours.predict(TEXTS, ["politics"], multi_label=multi_label)
-    _assert_same(mine, _theirs(nli, TEXTS, ["politics"], multi_label=multi_label))
+    mine = ours.predict(TEXTS, ["politics"], warn_truncation=False)
+    assert ours.predict(TEXTS, ["politics"], multi_label=True, warn_truncation=False) == mine
+    _assert_same(mine, _theirs(nli, TEXTS, ["politics"]))
     assert len({r["scores"][0] for r in mine}) == len(TEXTS) and all(0 < r["scores"][0] < 1 for r in mine)
 
 
@@ -155,17 +172,15 @@ def test_a_long_text_is_cut_as_the_pipeline_cuts_it(nli):
     assert tally.cut == len(LABELS)
 
 
-@pytest.mark.parametrize("family", ["bert", "deberta-v2"])
-@pytest.mark.parametrize("labels", [ENTAILMENT_FIRST, CAPITALS], ids=["entailment-first", "capitals"])
-@pytest.mark.parametrize("multi_label", [False, True])
-def test_label_conventions(tmp_path_factory, wordpiece_dir, bpe_dir, family, labels, multi_label):
+def test_label_conventions(convention):
     """Entailment found by its name whatever its index and case; contradiction the last label when entailment is the
     first (the pipeline's rule)."""
-    built = _build(tmp_path_factory, wordpiece_dir, bpe_dir, family, labels, seed=1)
+    labels, built = convention
     ours = ma.ZeroShotClassifier.from_pretrained(built[0])
     assert (ours.entailment_id, ours.contradiction_id) == ((0, 2) if labels == ENTAILMENT_FIRST else (2, 0))
-    _assert_same(ours.predict(TEXTS, LABELS, multi_label=multi_label),
-                 _theirs(built, TEXTS, LABELS, multi_label=multi_label))
+    for multi_label in (False, True):
+        _assert_same(ours.predict(TEXTS[:3], LABELS, multi_label=multi_label, warn_truncation=False),
+                     _theirs(built, TEXTS[:3], LABELS, multi_label=multi_label))
 
 
 def test_equal_scores_come_back_in_the_pipelines_order(bert_nli):
@@ -234,3 +249,52 @@ def test_bad_input_is_refused(bert_nli, tmp_path_factory, wordpiece_dir, bpe_dir
     unnamed, _, _ = _build(tmp_path_factory, wordpiece_dir, bpe_dir, "bert", ["LABEL_0", "LABEL_1", "LABEL_2"])
     with pytest.raises(ValueError, match=r"labels .*name entailment.*\['LABEL_0', 'LABEL_1', 'LABEL_2'\]"):
         ma.ZeroShotClassifier.from_pretrained(unnamed)
+    alone, _, _ = _build(tmp_path_factory, wordpiece_dir, bpe_dir, "bert", ["entailment"])
+    with pytest.raises(ValueError, match=r"at least two labels"):
+        ma.ZeroShotClassifier.from_pretrained(alone)
+
+
+def test_labels_are_read_from_id2label(bert_nli, tmp_path):
+    """A config.json without label2id (transformers 5's pipeline then fails on label2id None) is read by id2label."""
+    directory, _, _ = bert_nli
+    for file in directory.iterdir():
+        (tmp_path / file.name).write_bytes(file.read_bytes())
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config["label2id"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    ours = ma.ZeroShotClassifier.from_pretrained(tmp_path)
+    assert (ours.entailment_id, ours.contradiction_id) == (2, 0)
+    assert ours.predict(TEXTS[3:], LABELS) == ma.ZeroShotClassifier.from_pretrained(directory).predict(TEXTS[3:], LABELS)
+
+
+def test_a_hypothesis_longer_than_the_window_is_cut_with_the_premise(bert_nli):
+    """Where only_first cannot fit the pair (the hypothesis alone is too long) both texts are cut, longest first, and
+    reported (the pipeline retries untruncated, and BERT's position table then fails)."""
+    directory, _, _ = bert_nli
+    ours = ma.ZeroShotClassifier.from_pretrained(directory)
+    label = " ".join(["politics"] * 80)
+    with pytest.warns(TruncationWarning, match="1 of 2"):
+        result = ours.predict(TEXTS[0], [label, "sports"])
+    assert sorted(result["labels"]) == sorted([label, "sports"])
+
+
+def test_the_runner_contract(bert_nli):
+    """The keywords every runner's from_pretrained takes (products/runner.py), with their defaults, and a padded run
+    (unpad=False) that gives the packed run's results."""
+    import inspect
+
+    from minialign.products.runner import LOAD_KEYWORDS
+
+    ours = inspect.signature(ma.ZeroShotClassifier.from_pretrained).parameters
+    theirs = inspect.signature(ma.Classifier.from_pretrained).parameters
+    assert all(ours[k].kind is inspect.Parameter.KEYWORD_ONLY and ours[k].default == theirs[k].default
+               for k in LOAD_KEYWORDS)
+    directory, _, tokenizer = bert_nli
+    padded = ma.ZeroShotClassifier.from_pretrained(directory, tokenizer=directory, device="cpu", dtype=torch.float32,
+                                                   attn_backend="eager", unpad=False, batch_size=3, max_tokens=700)
+    assert padded.batch_size == 3 and padded.engine.max_tokens == 700 and not padded.unpad
+    assert padded.source == str(directory) and padded.dtype_name == "float32"
+    packed = ma.ZeroShotClassifier.from_pretrained(directory)
+    for a, b in zip(padded.predict(TEXTS, LABELS), packed.predict(TEXTS, LABELS), strict=True):
+        assert a["labels"] == b["labels"]
+        torch.testing.assert_close(torch.tensor(a["scores"]), torch.tensor(b["scores"]), atol=1e-6, rtol=0)
