@@ -78,6 +78,13 @@ def hypotheses(template: str, labels: Sequence[str]) -> list[str]:
     return filled
 
 
+def check_multi_label(multi_label) -> bool:
+    """multi_label as given, when it is True or False (the pipeline reads any truthy value: "false" would be True)."""
+    if not isinstance(multi_label, bool):
+        raise ValueError(f"multi_label must be True or False, got {multi_label!r}")
+    return multi_label
+
+
 def entailment_index(labels: Sequence[str]) -> int:
     """ZeroShotClassificationPipeline.entailment_id: the index of the first label (in label2id's order) whose
     lowercase starts with "entail" (entailment, ENTAILMENT, Entailed), else -1."""
@@ -135,7 +142,7 @@ class ZeroShotClassifier(Runner):
         """What a resumed file run must share with the run that made the file: the call's options."""
         labels = None if candidate_labels is None else parse_labels(candidate_labels)
         return {**super().settings(), "candidate_labels": labels, "hypothesis_template": hypothesis_template,
-                "multi_label": bool(multi_label)}
+                "multi_label": check_multi_label(multi_label)}
 
     def predict(self, texts: Sequence[str] | str, candidate_labels: Sequence[str] | str, *,
                 hypothesis_template: str = DEFAULT_TEMPLATE, multi_label: bool = False, progress: bool = False,
@@ -152,8 +159,7 @@ class ZeroShotClassifier(Runner):
             # the pipeline's "You must include at least one label and at least one sequence" (len(sequences) == 0)
             raise ValueError(f"invalid input: {', '.join('text' if one else f'texts[{i}]' for i in empty)} is empty "
                              f"(the pipeline refuses an empty text too)")
-        if not isinstance(multi_label, bool):
-            raise ValueError(f"multi_label must be True or False, got {multi_label!r}")
+        check_multi_label(multi_label)
         labels = parse_labels(candidate_labels)
         hypothesis = hypotheses(hypothesis_template, labels)
         logits, cut = self._logits(texts, hypothesis, progress)
