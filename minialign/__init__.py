@@ -50,6 +50,7 @@ from minialign.products.multivector import MultiVectorEncoder  # noqa: E402
 from minialign.products.sparse import SparseEncoder  # noqa: E402
 from minialign.products.question_answering import QuestionAnswerer  # noqa: E402
 from minialign.products.token_classification import TokenClassifier  # noqa: E402
+from minialign.products.zero_shot import ZeroShotClassifier  # noqa: E402
 from minialign.apps.explore import Exploration, explore, with_score_function  # noqa: E402
 
 __version__ = "0.2.0"
@@ -86,6 +87,7 @@ __all__ = [
     "TokenClassifierModel",
     "TokenClassifierOutput",
     "Tokenizer",
+    "ZeroShotClassifier",
     "ablate_heads",
     "ablate_mean",
     "alignscore_losses",

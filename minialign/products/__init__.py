@@ -3,5 +3,6 @@ truncation reported alike), AlignScore and MiniCheck scorers, sentence embedding
 pooling.py), multi-vector (ColBERT) token vectors and MaxSim (multivector.py), classifiers and rerankers;
 token classifiers (token_classification.py: transformers' token-classification pipeline); masked-token prediction
 (fill_mask.py: transformers' fill-mask pipeline); extractive question answering (question_answering.py: transformers
-4's question-answering pipeline); losses.
+4's question-answering pipeline); zero-shot classification over an NLI model (zero_shot.py: transformers'
+zero-shot-classification pipeline); losses.
 May import: nn, sources, loading, models, text, runtime, convert."""
