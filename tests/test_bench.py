@@ -261,7 +261,8 @@ def test_heads_section_on_tiny_models(monkeypatch):
     result = heads.measure(texts=4, rounds=1, shapes={"bert": tiny}, corpus=corpus, pairs=pairs, echo=lambda *a: None)
     rows = result["rows"]
     assert [r["impl"] for r in rows] == [heads.ONE_AT_A_TIME, heads.BATCHED, "minialign TokenClassifier.predict",
-                                         heads.ONE_AT_A_TIME, heads.BATCHED, "minialign FillMask.predict"]
+                                         heads.ONE_AT_A_TIME, heads.BATCHED, "minialign FillMask.predict",
+                                         heads.ONE_AT_A_TIME, heads.BATCHED, "minialign ZeroShotClassifier.predict"]
     assert result["skipped"] == [f"question answering: no transformers 4.x environment (${heads.TRANSFORMERS4_ENV})"]
     for i in range(0, len(rows), 3):
         one, batched, ours = rows[i:i + 3]

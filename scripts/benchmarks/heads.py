@@ -30,7 +30,8 @@ from benchmarks.retrieval import bert_tokenizer
 SHAPES = {"bert": {}}  # transformers config overrides; {} is bert-base (BertConfig's defaults). A test passes tiny ones.
 NER_LABELS = ("O", "B-MISC", "I-MISC", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC")  # dslim/bert-base-NER's
 FILL_WORDS = 120  # words of each text a fill-mask query keeps (the middle one masked)
-HEAD_SCALE = 40.0  # the random head's weights times this: labels vary from token to token
+HEAD_SCALE = 40.0
+ZERO_SHOT_LABELS = ("software", "history", "science", "cooking", "sports")  # the candidate labels of each text  # the random head's weights times this: labels vary from token to token
 BATCH = 32
 GOAL = 2.0
 ONE_AT_A_TIME, BATCHED = "transformers pipeline, one text at a time", f"transformers pipeline, batch_size={BATCH}"
@@ -222,7 +223,28 @@ def question_answering(setting: Setting) -> Case | None:
         "minialign QuestionAnswerer.predict": lambda: ours.predict(questions, contexts)}, score_diff, peer.close)
 
 
-CASES = (token_classification, fill_mask, question_answering)
+def zero_shot(setting: Setting) -> Case:
+    """ZeroShotClassifier.predict over ZERO_SHOT_LABELS against pipeline("zero-shot-classification"), an NLI
+    classifier with MNLI's three labels."""
+    import transformers
+
+    import minialign as ma
+
+    labels = ("contradiction", "neutral", "entailment")
+    model, directory, tokenizer = _saved(
+        setting, "nli", transformers.BertForSequenceClassification, num_labels=3, id2label=dict(enumerate(labels)),
+        label2id={label: i for i, label in enumerate(labels)})
+    pipe = _pipeline("zero-shot-classification", model, tokenizer, setting.device)
+    ours = ma.ZeroShotClassifier.from_pretrained(directory, device=setting.device)
+    texts, candidates = setting.texts, list(ZERO_SHOT_LABELS)
+    return Case(f"zero-shot ({len(candidates)} labels)", "bert-base shape, NLI", {
+        ONE_AT_A_TIME: lambda: plain(pipe(texts, candidate_labels=candidates)),
+        BATCHED: lambda: plain(pipe(texts, candidate_labels=candidates, batch_size=BATCH)),
+        "minialign ZeroShotClassifier.predict":
+            lambda: ours.predict(texts, candidates, warn_truncation=False)}, score_diff)
+
+
+CASES = (token_classification, fill_mask, zero_shot, question_answering)
 
 
 # -- the section --
