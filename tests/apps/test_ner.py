@@ -13,14 +13,12 @@ import json
 
 import pytest
 import torch
-from conftest import save_classifier
-from family_builders import FAMILIES, hf_model, write_tokenizer
+from conftest import save_classifier, save_tagger
 
 import minialign as ma
 from minialign.apps import raydata
 from minialign.apps.cli import main as cli
 
-LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "MISC"]
 TEXTS = ["Angela Merkel visited Zürich and Genève, then New-York.", "", "Emoji 😀 and supercalifragilistic words",
          "  Several   spaces\tand\nnewlines  "]
 LONG = " ".join(["Angela Merkel visited Zürich and Genève, then New-York;"] * 6)  # over the 64-token window
@@ -28,16 +26,9 @@ LONG = " ".join(["Angela Merkel visited Zürich and Genève, then New-York;"] * 
 
 @pytest.fixture(scope="module")
 def tagger(tmp_path_factory, wordpiece_dir):
-    """(a transformers BertForTokenClassification directory with 6 labels and MiniLM's WordPiece, 64-token window;
-    the TokenClassifier loaded from it)."""
-    directory = tmp_path_factory.mktemp("ner")
-    row = FAMILIES["bert"]
-    vocab = write_tokenizer(row, directory, wordpiece_dir=wordpiece_dir, bpe_dir=None)
-    model = hf_model(row, vocab, num_labels=len(LABELS), head="ForTokenClassification",
-                     id2label=dict(enumerate(LABELS)), label2id={label: i for i, label in enumerate(LABELS)})
-    with torch.no_grad():
-        model.classifier.weight.mul_(40)  # labels that vary from token to token
-    model.save_pretrained(directory)
+    """(a transformers BertForTokenClassification directory with 6 labels and MiniLM's WordPiece, 64-token window:
+    conftest.save_tagger; the TokenClassifier loaded from it)."""
+    directory = save_tagger(tmp_path_factory.mktemp("ner"), wordpiece_dir)
     return directory, ma.TokenClassifier.from_pretrained(directory)
 
 

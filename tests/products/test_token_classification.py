@@ -175,6 +175,15 @@ def test_bad_input_is_refused(tagger):
         ours.predict(["x"], aggregation_strategy="simple", stride=ours.max_length)
     with pytest.raises(ValueError, match="ignore_labels"):
         ours.predict(["x"], ignore_labels="O")
+    with pytest.raises(ValueError, match="ignore_labels must be a sequence of label names, got 5"):
+        ours.predict(["x"], ignore_labels=5)  # not iterable: named, not a TypeError
+    from minialign.products.runner import OptionError
+
+    with pytest.raises(OptionError) as refused:  # the option named, for the faces (the service's parameters.stride)
+        ours.settings(aggregation_strategy="first", stride=-1)
+    assert refused.value.option == "stride" and refused.value.problem.startswith("must be an int >= 0")
+    assert ours.settings(aggregation_strategy="max", ignore_labels=iter(["O", "MISC"]), stride=3) == \
+        {"dtype": "float32", "aggregation_strategy": "max", "ignore_labels": ["O", "MISC"], "stride": 3}
 
 
 def test_a_checkpoint_without_a_token_head_is_refused(tiny_family):
