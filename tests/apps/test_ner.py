@@ -12,7 +12,6 @@ import argparse
 import json
 
 import pytest
-import torch
 from conftest import save_classifier, save_tagger
 
 import minialign as ma
@@ -214,6 +213,8 @@ def test_rows_route_and_info(services, tagger):
     assert routes["routes"] == ["/", "/pipeline/token-classification", "/rows/ner"]
     assert "POST /pipeline/token-classification" in call(one, "/")[1]
     assert "/pipeline/text-classification" in call(two, "/info")[1]["models"]["classify"]["routes"]
+    status, body = call(one, "/pipeline/text-classification", {"inputs": "x"})  # no classifier here
+    assert status == 404 and "start the service with --classify SRC" in body["error"]
 
 
 @pytest.mark.parametrize(("path", "body", "status", "message"), [

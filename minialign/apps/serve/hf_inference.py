@@ -192,3 +192,12 @@ def routes(models: Models) -> list[Route]:
     return [Route(f"/pipeline/{name}", lambda service, body, t=name, k=kind: TASKS[t].handler(service, k, body),
                   kinds(name))
             for name, kind in task_kinds(models).items()]
+
+
+def not_loaded(path: str) -> str | None:
+    """What to say of a request to POST /pipeline/TASK whose model is not loaded (None: not one of those routes)."""
+    task = path.removeprefix("/pipeline/")
+    flags = [f"--{product.name} SRC" for product in PRODUCTS.values() if product.hf_task == task]
+    if not path.startswith("/pipeline/") or task not in TASKS or not flags:
+        return None
+    return f"no model answering {task} is loaded for {path} (start the service with {' or '.join(flags)})"

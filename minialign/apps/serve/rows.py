@@ -6,7 +6,9 @@ KIND is a loaded model's name in /info's "models" (embed, classify, minicheck, a
 name); a row holds the product's inputs by role (score: context and claim; embed: text; classify: text and an
 optional pair), checked as a file's rows are (files/rows.record_values: the same messages); options are the
 product's per-call options (normalize, prompt_name, activation, ...); each record is what the file command
-writes for that row. Requests with the same options share model calls.
+writes for that row. Requests with the same options share model calls. HF Inference's tasks of the table's products
+(hf_inference.py) run the same jobs (RowShapes._job, their options named `parameters.<option>`), so their requests
+share model calls with these.
 """
 
 from __future__ import annotations
