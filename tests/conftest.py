@@ -308,6 +308,24 @@ def save_classifier(directory, arch, num_labels, tokenizer_dir, *, problem_type=
     return model
 
 
+NER_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "MISC"]  # a plain label (MISC) too: it continues as I- does
+
+
+def save_tagger(directory: Path, wordpiece_dir: Path) -> Path:
+    """A tiny random BertForTokenClassification (NER_LABELS, its head's weights scaled so the labels vary from token
+    to token) with the WordPiece tokenizer of `wordpiece_dir` and a 64-token window (family_builders)."""
+    from family_builders import FAMILIES, hf_model, write_tokenizer
+
+    row = FAMILIES["bert"]
+    vocab = write_tokenizer(row, directory, wordpiece_dir=wordpiece_dir, bpe_dir=None)
+    model = hf_model(row, vocab, num_labels=len(NER_LABELS), head="ForTokenClassification",
+                     id2label=dict(enumerate(NER_LABELS)), label2id={label: i for i, label in enumerate(NER_LABELS)})
+    with torch.no_grad():
+        model.classifier.weight.mul_(40)
+    model.save_pretrained(directory)
+    return directory
+
+
 def _minicheck_sentence(i, n=14):
     words = "the tower minister paris said company police city report year people market".split()
     return " ".join(words[(i * 3 + j) % len(words)] for j in range(n)).capitalize() + "."

@@ -1,4 +1,4 @@
-"""`minialign score | embed | classify | explore | serve | convert | parity` (also `python -m minialign ...`). The
+"""`minialign score | embed | classify | ner | explore | serve | convert | parity` (also `python -m minialign ...`). The
 benchmark is a script beside the package: `python scripts/bench.py`."""
 
 from __future__ import annotations
@@ -159,6 +159,8 @@ def _refuse_others_options(product, args: argparse.Namespace) -> None:
 def _run_product(args: argparse.Namespace) -> int:
     """A product's command (score, embed, classify, and any other the table declares): one input given by flags
     (printed), a file (--input/--output), or a dataset on Ray Data (--ray)."""
+    from minialign.products.runner import OptionError
+
     product = _product(args)
     _refuse_others_options(product, args)
     args.model = args.model or product.model
@@ -179,8 +181,11 @@ def _run_product(args: argparse.Namespace) -> int:
     # the model as the command named it: its source and the options that name files (those with a default, such as
     # --mode, are recorded by the runner's settings)
     named = [o.name for o in product.load if o.default is None]
-    job = product.make_job(runner, model=_named(args, *(["method"] if hasattr(args, "method") else []), "model",
-                                                *named), **fields, **options)
+    try:
+        job = product.make_job(runner, model=_named(args, *(["method"] if hasattr(args, "method") else []), "model",
+                                                    *named), **fields, **options)
+    except OptionError as e:  # named by its flag
+        raise ValueError(f"--{e.option.replace('_', '-')} {e.problem}") from None
     if files:
         return _run_file(job, args, product.verb)
     from minialign.apps.files.rows import Row
@@ -349,7 +354,8 @@ def _product_parser(sub, command: str, products: list) -> None:
             where.add_argument(o.flag, action=argparse.BooleanOptionalAction if o.default else "store_true",
                                default=o.default, help=o.help)
         else:
-            where.add_argument(o.flag, default=o.default, type=o.type, choices=o.choices, help=o.help)
+            where.add_argument(o.flag, default=o.default, type=o.parse if o.many else o.type, choices=o.choices,
+                               help=o.help, metavar="A,B" if o.many else None)
     pairs = sum(not i.optional for i in inputs.values()) > 1
     _common(p, batch="pairs" if pairs else "texts", int8=all(product.int8 for product in products))
     p.set_defaults(run=_run_product)

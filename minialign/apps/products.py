@@ -28,6 +28,7 @@ from minialign.products.m3 import M3Encoder
 from minialign.products.multivector import MultiVectorEncoder
 from minialign.products.sparse import SparseEncoder
 from minialign.products.runner import Runner
+from minialign.products.token_classification import AGGREGATIONS, TokenClassifier
 
 
 @dataclass(frozen=True)
@@ -40,10 +41,18 @@ class Option:
     type: Callable[[str], Any] | None = None  # the flag's parser (str when None); a bool default is a switch
     choices: tuple | None = None
     exclusive: str | None = None  # options sharing this name exclude each other on the command line
+    many: bool = False  # a list of values (of `type`): one comma-separated flag value ("": none), a JSON list
 
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
+
+    def parse(self, value: str) -> Any:
+        """The flag's value as the option takes it: `type` of it, or of each comma-separated item (`many`)."""
+        kind = self.type or str
+        if self.many:
+            return [kind(item.strip()) for item in value.split(",") if item.strip()]
+        return kind(value)
 
 
 @dataclass(frozen=True)
@@ -81,7 +90,10 @@ class Product:
     serve_as  where the service's protocols find it (serve/core.Models): "alignscore" (NeMo Guardrails'
               /alignscore_NAME and /score), "minicheck" (/minicheck, /score, HF text-classification), "embedder"
               (TEI's /embed, /similarity, POST /), "classifier" (TEI's /predict, /rerank, HF text-classification),
-              "sparse" (TEI's /embed_sparse), "multivector" (TEI's /embed_all); None: POST /rows/NAME alone
+              "sparse" (TEI's /embed_sparse), "multivector" (TEI's /embed_all); None: Models.products, POST
+              /rows/NAME (and its hf_task)
+    hf_task   the HF Inference task it answers (huggingface_hub's InferenceClient): serve/hf_inference.TASKS names
+              its body's parameters and its handler; served on POST /pipeline/TASK and on POST / (serve/tei.py root)
     int8      whether --dtype offers int8 (the scorers refuse it: products/runner.refuse_int8)
     """
 
@@ -101,6 +113,7 @@ class Product:
     check: Callable[[dict[str, str | None]], list[tuple[str, str]]] | None = None
     ray: str = ""
     serve_as: str | None = None
+    hf_task: str | None = None
     int8: bool = True
 
     def fields(self, **named: str | None) -> Fields:
@@ -210,7 +223,7 @@ register(Product(
     options=(Option("activation", "auto", choices=("auto", "none", "softmax", "sigmoid", "tanh")),),
     inputs=(Input("text", "one text: prints its label and scores as JSON"),
             Input("pair", "with --text: the second text of a pair", optional=True)),
-    ray="ClassifyBatches", serve_as="classifier"))
+    ray="ClassifyBatches", serve_as="classifier", hf_task="text-classification"))
 
 # Retrieval embeddings beyond one vector per text: `embed --method sparse | multivector | m3` (one command, as
 # `score --method minicheck`: each reads a text per row and writes .jsonl or .safetensors; the file layouts are
@@ -258,3 +271,26 @@ register(Product(
              Option("max_length", type=int, help="m3 only: the window (default: the model's)")),
     inputs=(TEXT,),
     ray="M3Batches"))
+
+# The heads of issue 44 have commands of their own, not --method of `classify`: a row's input and its record differ
+# from a classifier's (ner: a text in, a list of entities out, .jsonl only; fill-mask: a text with a mask token;
+# zero-shot: a text and candidate labels; qa: a question and a context, an answer span out), and so do their
+# options; `classify --method ner` would offer every one of them on one command, each refused by the others.
+register(Product(
+    name="ner", runner=TokenClassifier, command="ner", job=jobs.ner_job, verb="tagged",
+    outputs=jobs.OUTPUT_FORMATS["ner"],
+    help="named entities (or other per-token labels) of a text, or of a JSONL/CSV file (.jsonl out)",
+    model_help="a *ForTokenClassification directory or hub id (dslim/bert-base-NER, ...)",
+    serve_help="a token classifier (NER) for POST /rows/ner and HF Inference's token-classification",
+    load=(TOKENIZER,),
+    options=(Option("aggregation_strategy", "none", choices=AGGREGATIONS,
+                    help="none: one entity per token; simple: adjacent tokens of one entity grouped; first / "
+                         "average / max: each word's tokens under one label first, then grouped (transformers' "
+                         "pipeline's)"),
+             Option("ignore_labels", many=True,
+                    help="labels left out, comma-separated (default: O; \"\": none)"),
+             Option("stride", type=int,
+                    help="read a text longer than the window in windows overlapping by N tokens (not with "
+                         "--aggregation-strategy none); default: cut at the window")),
+    inputs=(Input("text", "one text: prints its entities as a JSON list"),),
+    ray="NERBatches", hf_task="token-classification"))

@@ -1,4 +1,5 @@
-"""Ray Data: score, embed (dense, sparse, multi-vector, BGE-M3) and classify datasets beyond one machine (the `ray` extra).
+"""Ray Data: score, embed (dense, sparse, multi-vector, BGE-M3), classify and ner datasets beyond one machine (the `ray`
+extra).
 
     import ray
     from minialign.apps.raydata import AlignScoreBatches
@@ -13,7 +14,7 @@ records the file commands write (jobs.py), computed through the batching engine 
 Rows are validated as the file commands validate them; a batch with a malformed row raises an
 InputError naming the row's id and field (Ray reports it and stops the dataset).
 
-`run_sharded` is `minialign score|embed|classify --ray`: the dataset is cut into shards by a stable
+`run_sharded` is `minialign score|embed|classify|ner --ray`: the dataset is cut into shards by a stable
 hash of each row's id, each shard is mapped and written on its own (to a temporary directory, renamed
 when complete), so a rerun skips the shards already written. Unless told, it picks the number of
 shards from the input's rows (`choose_shards`) and records it, so a rerun picks the same.
@@ -85,21 +86,24 @@ class JobBatches:
             raise InputError("malformed rows in a batch: " + " | ".join(problems[:20]) + more)
         records = self.job.run(rows) if rows else []
         results = {key: [r.get(key) for r in records] for key in (records[0] if records else [])}
+        nested = set(self.job.nested)
         if frame is not None:
-            return frame.assign(**{key: _column(values, pandas=True) for key, values in results.items()})
+            return frame.assign(**{key: _column(values, pandas=True, nested=key in nested)
+                                   for key, values in results.items()})
         out = dict(batch)
         for key, values in results.items():
-            out[key] = _column(values)
+            out[key] = _column(values, nested=key in nested)
         return out
 
 
-def _column(values: list, *, pandas: bool = False):
+def _column(values: list, *, pandas: bool = False, nested: bool = False):
     """A column of a record key's values. A dict per row (BGE-M3's lexical weights: each row its own keys, which
-    Arrow would make one struct of every row's keys) is its JSON text. Else, for a pandas batch, the values as they
-    are; for a numpy batch: vectors (lists of floats, all one length) as a (rows, D) float32 array, Ray's tensor
-    column; ragged values (lists of differing lengths: token vectors, sparse indices) as an object array of one
-    float32 / int64 array per row, Ray's variable-shaped tensor column; anything else as numpy makes it (scores,
-    labels)."""
+    Arrow would make one struct of every row's keys) is its JSON text. A list of objects per row (`nested`, Job.nested:
+    ner's entities, the same keys in every object of a run) stays each row's list, Arrow's list of structs (an object
+    array of the lists, for a numpy batch), empty lists too. Else, for a pandas batch, the values as they are; for a
+    numpy batch: vectors (lists of floats, all one length) as a (rows, D) float32 array, Ray's tensor column; ragged
+    values (lists of differing lengths: token vectors, sparse indices) as an object array of one float32 / int64
+    array per row, Ray's variable-shaped tensor column; anything else as numpy makes it (scores, labels)."""
     import json
 
     import numpy as np
@@ -109,6 +113,11 @@ def _column(values: list, *, pandas: bool = False):
         return texts if pandas else np.asarray(texts)
     if pandas:
         return values
+    if nested:
+        column = np.empty(len(values), dtype=object)
+        for i, row in enumerate(values):  # one by one: numpy would try to make the rows one array
+            column[i] = row
+        return column
     if values and all(isinstance(v, list) for v in values):
         rows = [np.asarray(v) for v in values]
         rows = [r.astype(np.float32) if r.dtype.kind == "f" else r for r in rows]
@@ -179,6 +188,7 @@ ClassifyBatches: type[ProductBatches]
 SparseBatches: type[ProductBatches]
 MultiVectorBatches: type[ProductBatches]
 M3Batches: type[ProductBatches]
+NERBatches: type[ProductBatches]
 
 
 def shard_of(row_id, shards: int) -> int:

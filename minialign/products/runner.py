@@ -122,6 +122,15 @@ def refuse_int8(dtype, scorer: str) -> None:
                          f"classifiers and rerankers (use fp32 or dtype='auto')")
 
 
+class OptionError(ValueError):
+    """A call's option refused, naming it: str(e) is "<option> <problem>", and a face names the option its own way
+    (the service's `parameters.<option>` / `options.<option>`, the command line's --<option>)."""
+
+    def __init__(self, option: str, problem: str):
+        super().__init__(f"{option} {problem}")
+        self.option, self.problem = option, problem
+
+
 def inputs_of(texts: Sequence[str], pairs: Sequence[str | None] | None) -> list[Input]:
     """Texts, each with its pair where it has one (pairs[i] None: a single text)."""
     if pairs is None:

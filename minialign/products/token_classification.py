@@ -32,7 +32,7 @@ The windows of every text run through the batching engine together (sorted, pack
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
@@ -40,7 +40,7 @@ from torch import Tensor
 
 from minialign.loading import build, read_checkpoint
 from minialign.models.encoder import TokenClassifierModel
-from minialign.products.runner import Loading, Runner, load_keywords
+from minialign.products.runner import Loading, OptionError, Runner, load_keywords
 from minialign.runtime.engine import Truncation
 from minialign.sources import resolve
 from minialign.text.tokenizer import Encoded, Tokenizer
@@ -84,8 +84,29 @@ class TokenClassifier(Runner):
         """Label names by index (id2label)."""
         return list(self.model.config.labels)
 
-    def settings(self, *, aggregation_strategy: str = "none", stride: int | None = None) -> dict:
-        return {**super().settings(), "aggregation_strategy": aggregation_strategy, "stride": stride}
+    def check_options(self, *, aggregation_strategy: str = "none", ignore_labels: Iterable[str] = ("O",),
+                      stride: int | None = None) -> tuple[str, ...]:
+        """A call's options checked (OptionError naming the first refused); returns ignore_labels as a tuple."""
+        if aggregation_strategy not in AGGREGATIONS:
+            raise OptionError("aggregation_strategy", f"must be one of {AGGREGATIONS}, got {aggregation_strategy!r}")
+        labels = None if isinstance(ignore_labels, str) or not isinstance(ignore_labels, Iterable) \
+            else tuple(ignore_labels)
+        if labels is None or not all(isinstance(label, str) for label in labels):
+            raise OptionError("ignore_labels", f"must be a sequence of label names, got {ignore_labels!r}")
+        if stride is not None and aggregation_strategy == "none":
+            raise OptionError("stride", "reads a text in overlapping windows, whose tokens only an "
+                                        "aggregation_strategy other than 'none' merges (as transformers' pipeline says)")
+        if problem := self.tokenizer.stride_problem(stride, max_length=self.max_length):
+            raise OptionError("stride", problem)
+        return labels
+
+    def settings(self, *, aggregation_strategy: str = "none", ignore_labels: Iterable[str] = ("O",),
+                 stride: int | None = None) -> dict:
+        """What a resumed file run must share (the options checked: check_options)."""
+        ignore = self.check_options(aggregation_strategy=aggregation_strategy, ignore_labels=ignore_labels,
+                                    stride=stride)
+        return {**super().settings(), "aggregation_strategy": aggregation_strategy, "ignore_labels": list(ignore),
+                "stride": stride}
 
     @torch.inference_mode()
     def predict(self, texts: Sequence[str] | str, *, aggregation_strategy: str = "none",
@@ -93,18 +114,14 @@ class TokenClassifier(Runner):
                 warn_truncation: bool | None = None, tally: Truncation | None = None) -> list:
         """Each text's entities (module docstring), a list of dicts per text in input order; one text as a string
         gives its list alone. stride: read a text longer than the window in windows overlapping by `stride` tokens
-        (not with aggregation_strategy "none", which the pipeline refuses too). Text cut by the window (without a
-        stride) is reported as by every runner (warn_truncation, tally: products/runner.py)."""
+        (not with aggregation_strategy "none", which the pipeline refuses too). A refused option is an OptionError
+        (a ValueError) naming it (check_options). Text cut by the window (without a stride) is reported as by every
+        runner (warn_truncation, tally: products/runner.py)."""
         if isinstance(texts, str):
             return self.predict([texts], aggregation_strategy=aggregation_strategy, ignore_labels=ignore_labels,
                                 stride=stride, progress=progress, warn_truncation=warn_truncation, tally=tally)[0]
-        if aggregation_strategy not in AGGREGATIONS:
-            raise ValueError(f"aggregation_strategy must be one of {AGGREGATIONS}, got {aggregation_strategy!r}")
-        if stride is not None and aggregation_strategy == "none":
-            raise ValueError("stride reads a text in overlapping windows, whose tokens only an aggregation_strategy "
-                             "other than 'none' merges (as transformers' pipeline says)")
-        if isinstance(ignore_labels, str) or not all(isinstance(label, str) for label in ignore_labels):
-            raise ValueError(f"ignore_labels must be a sequence of label names, got {ignore_labels!r}")
+        ignore_labels = self.check_options(aggregation_strategy=aggregation_strategy, ignore_labels=ignore_labels,
+                                           stride=stride)
         texts = check_texts("texts", texts)
         if not texts:
             raise ValueError("texts is empty: give at least one text")

@@ -227,10 +227,8 @@ class Tokenizer:
         overlapping the one before by `stride` tokens (transformers' return_overflowing_tokens=True, stride=stride:
         the first window, then its `overflowing`, in order)."""
         max_length = max_length or self.model_max_length
-        if stride is not None and not (isinstance(stride, int) and not isinstance(stride, bool)
-                                       and 0 <= stride < max_length - self.backend.num_special_tokens_to_add(False)):
-            raise ValueError(f"stride must be an int >= 0 and below the window's room for text ({max_length} tokens "
-                             f"less the special ones), got {stride!r}")
+        if problem := self.stride_problem(stride, max_length=max_length):
+            raise ValueError(f"stride {problem}")
         tok = self.backend
         try:
             tok.enable_truncation(max_length, stride=stride or 0, strategy="longest_first")
@@ -268,6 +266,16 @@ class Tokenizer:
         raise ValueError(f"the first text's {n_first} tokens and the {specials} special tokens leave {room} tokens of "
                          f"the window of {max_length} for the second text, which needs several windows: the stride "
                          f"({stride}) must be below {room}")
+
+    def stride_problem(self, stride: int | None, *, max_length: int | None = None) -> str | None:
+        """What is wrong with a stride for windows of `max_length` tokens (default: the tokenizer's), or None: an int
+        >= 0 that leaves room in each window for text beyond the overlap (None: no windows, nothing wrong)."""
+        max_length = max_length or self.model_max_length
+        if stride is None or (isinstance(stride, int) and not isinstance(stride, bool)
+                              and 0 <= stride < max_length - self.backend.num_special_tokens_to_add(False)):
+            return None
+        return (f"must be an int >= 0 and below the window's room for text ({max_length} tokens less the special "
+                f"ones), got {stride!r}")
 
     @property
     def word_aware(self) -> bool:

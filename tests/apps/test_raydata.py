@@ -22,8 +22,9 @@ import minialign as ma  # noqa: E402
 from minialign.apps.files.rows import InputError  # noqa: E402
 from minialign.apps.cli import main  # noqa: E402
 from minialign.apps.raydata import (AlignScoreBatches, ClassifyBatches, EmbedBatches, M3Batches,  # noqa: E402
-                                    MiniCheckBatches, MultiVectorBatches, SparseBatches, run_sharded, shard_of)
-from conftest import save_classifier  # noqa: E402
+                                    MiniCheckBatches, MultiVectorBatches, NERBatches, SparseBatches, run_sharded,
+                                    shard_of)
+from conftest import save_classifier, save_tagger  # noqa: E402
 from conftest import CORPUS  # noqa: E402
 from family_builders import family_params  # noqa: E402
 
@@ -263,3 +264,25 @@ def test_map_batches_of_the_retrieval_products_give_their_ragged_records(retriev
     assert sorted(written) == list(range(len(texts)))
     for i, r in written.items():
         assert [int(x) for x in r["indices"]] == sparse[i].nonzero().flatten().tolist()
+
+
+def test_ner_on_ray_writes_each_rows_entities_as_a_list_of_structs(tmp_path, wordpiece_dir, local_ray):
+    """`ner --ray` to parquet: each row's entities a list of structs (empty lists too), equal to TokenClassifier.predict's,
+    every id once; NERBatches in map_batches, numpy and pandas batches, the same."""
+    tagger = save_tagger(tmp_path / "tagger", wordpiece_dir)
+    texts = ["Angela Merkel visited Zürich.", "", "Emoji 😀 and words"] + TEXTS[:9]
+    expected = ma.TokenClassifier.from_pretrained(tagger).predict(texts, aggregation_strategy="simple", stride=4)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"id": f"t{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
+    assert main(["ner", "--ray", "--model", str(tagger), "--input", str(rows), "--output", str(tmp_path / "out"),
+                 "--aggregation-strategy", "simple", "--stride", "4", "--shards", "2", "--batch-rows", "3"]) == 0
+    written = {r["id"]: r for r in _rows(tmp_path / "out")}
+    assert sorted(written) == sorted(f"t{i}" for i in range(len(texts))) and len(_rows(tmp_path / "out")) == len(texts)
+    assert [written[f"t{i}"]["entities"] for i in range(len(texts))] == expected
+    assert written["t1"]["entities"] == [] and any(written[f"t{i}"]["entities"] for i in range(len(texts)))
+    records = [{"id": i, "text": t} for i, t in enumerate(texts)]
+    for batch_format in ("numpy", "pandas"):
+        out = ray.data.from_items(records).map_batches(
+            NERBatches, fn_constructor_kwargs={"model": str(tagger), "aggregation_strategy": "simple", "stride": 4},
+            concurrency=1, batch_size=4, batch_format=batch_format).take_all()
+        assert [r["entities"] for r in sorted(out, key=lambda r: r["id"])] == expected

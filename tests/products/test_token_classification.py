@@ -1,6 +1,7 @@
 """TokenClassifier against transformers' TokenClassificationPipeline on tiny random *ForTokenClassification models:
-a WordPiece tokenizer (all-MiniLM-L6-v2's real vocabulary, `wordpiece_dir`) and a byte-level BPE one (`bpe_dir`),
-texts with accents, punctuation, runs of spaces, emoji and words of many pieces; every aggregation strategy: the same
+a WordPiece tokenizer (all-MiniLM-L6-v2's real vocabulary, `wordpiece_dir`), a byte-level BPE one (`bpe_dir`) and two
+SentencePiece Unigram ones (xlm-roberta's and deberta-v2's, family_builders.py), and all-MiniLM-L6-v2's published
+tokenizer as it ships (its own tokenizer_config.json, the 512-token window); texts with accents, punctuation, runs of spaces, emoji and words of many pieces; every aggregation strategy: the same
 entities, labels, words and offsets, scores within 1e-5; long texts cut, or read in overlapping windows (stride);
 a text's result the same whatever it is batched with; bad input refused by name."""
 
@@ -25,25 +26,45 @@ TEXTS = [
 ]
 LONG = " ".join(["Angela Merkel visited Zürich and Genève, then New-York;"] * 9)
 STRATEGIES = ["none", "simple", "first", "average", "max"]
+ALL = ["bert", "roberta", "xlm-roberta", "deberta-v2"]  # WordPiece, byte-level BPE, two Unigrams
+MAIN = ["bert", "roberta"]  # the families every cross product runs on
+# The Unigrams' share where a full cross product would be slow: each strategy on one of them (with one stride)
+UNIGRAM_STRATEGIES = [("xlm-roberta", "none"), ("xlm-roberta", "first"), ("xlm-roberta", "average"),
+                      ("deberta-v2", "simple"), ("deberta-v2", "max")]
+SOME = [(family, strategy) for family in MAIN for strategy in STRATEGIES] + UNIGRAM_STRATEGIES
 
 
-@pytest.fixture(scope="module", params=["bert", "roberta"])
-def tagger(request, tmp_path_factory, wordpiece_dir, bpe_dir):
-    """(a transformers *ForTokenClassification directory of the family, its tokenizer and 6 labels; the model), the
-    head's weights scaled so the labels vary from token to token."""
+@pytest.fixture(scope="module")
+def _taggers(tmp_path_factory, wordpiece_dir, bpe_dir):
+    """family -> (a transformers *ForTokenClassification directory of the family, its tokenizer and 6 labels; the
+    model; its tokenizer), each built once per module, the head's weights scaled so the labels vary from token to
+    token."""
     import transformers
 
-    row = FAMILIES[request.param]
-    directory = tmp_path_factory.mktemp(f"ner-{request.param}")
-    vocab = write_tokenizer(row, directory, wordpiece_dir=wordpiece_dir, bpe_dir=bpe_dir)
-    model = hf_model(row, vocab, num_labels=len(LABELS), head="ForTokenClassification",
-                     id2label=dict(enumerate(LABELS)), label2id={label: i for i, label in enumerate(LABELS)})
-    with torch.no_grad():
-        model.classifier.weight.mul_(40)
-    model.save_pretrained(directory)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(directory))
-    assert tokenizer.is_fast
-    return directory, model, tokenizer
+    built = {}
+
+    def build(family):
+        if family not in built:
+            row = FAMILIES[family]
+            directory = tmp_path_factory.mktemp(f"ner-{family}")
+            vocab = write_tokenizer(row, directory, wordpiece_dir=wordpiece_dir, bpe_dir=bpe_dir)
+            model = hf_model(row, vocab, num_labels=len(LABELS), head="ForTokenClassification",
+                             id2label=dict(enumerate(LABELS)), label2id={label: i for i, label in enumerate(LABELS)})
+            with torch.no_grad():
+                model.classifier.weight.mul_(40)
+            model.save_pretrained(directory)
+            tokenizer = transformers.AutoTokenizer.from_pretrained(str(directory))
+            assert tokenizer.is_fast
+            built[family] = directory, model, tokenizer
+        return built[family]
+
+    return build
+
+
+@pytest.fixture
+def tagger(request, _taggers):
+    """The tagger of the family each test names in its `tagger` parameter (indirectly): _taggers."""
+    return _taggers(request.param)
 
 
 def _pipeline(tagger, strategy, **kwargs):
@@ -76,6 +97,7 @@ def _assert_same(ours, theirs):
             assert math.isclose(a["score"], b["score"], abs_tol=1e-5), (a, b)
 
 
+@pytest.mark.parametrize("tagger", ALL, indirect=True)
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_matches_the_pipeline(tagger, strategy):
     directory, _, _ = tagger
@@ -90,7 +112,7 @@ def test_matches_the_pipeline(tagger, strategy):
     assert ours.predict(TEXTS[0], aggregation_strategy=strategy, warn_truncation=False) == mine[0]  # one text: its list alone
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize(("tagger", "strategy"), SOME, indirect=["tagger"])
 def test_ignore_labels(tagger, strategy):
     directory, _, _ = tagger
     ours = ma.TokenClassifier.from_pretrained(directory)
@@ -101,7 +123,7 @@ def test_ignore_labels(tagger, strategy):
                  _theirs(tagger, TEXTS[:1], strategy, ignore_labels=[]))
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize(("tagger", "strategy"), SOME, indirect=["tagger"])
 def test_a_long_text_is_cut_as_the_pipeline_cuts_it(tagger, strategy):
     directory, _, _ = tagger
     ours = ma.TokenClassifier.from_pretrained(directory)
@@ -110,8 +132,11 @@ def test_a_long_text_is_cut_as_the_pipeline_cuts_it(tagger, strategy):
     _assert_same(mine, _theirs(tagger, [LONG, TEXTS[4]], strategy))
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES[1:])
-@pytest.mark.parametrize("stride", [0, 7, 30])
+@pytest.mark.parametrize(("tagger", "strategy", "stride"),
+                         [(family, strategy, stride) for family in MAIN for strategy in STRATEGIES[1:]
+                          for stride in (0, 7, 30)]
+                         + [(family, strategy, 7) for family, strategy in UNIGRAM_STRATEGIES if strategy != "none"],
+                         indirect=["tagger"])
 def test_a_long_text_in_overlapping_windows(tagger, strategy, stride):
     directory, _, _ = tagger
     ours = ma.TokenClassifier.from_pretrained(directory)
@@ -123,6 +148,7 @@ def test_a_long_text_in_overlapping_windows(tagger, strategy, stride):
     assert theirs[0][-1]["end"] > len(LONG) - 10  # the windows reach the end
 
 
+@pytest.mark.parametrize("tagger", ALL, indirect=True)
 def test_a_text_is_the_same_whatever_it_is_batched_with(tagger):
     directory, _, _ = tagger
     ours = ma.TokenClassifier.from_pretrained(directory, batch_size=3)
@@ -131,6 +157,7 @@ def test_a_text_is_the_same_whatever_it_is_batched_with(tagger):
         assert ours.predict([text], aggregation_strategy="none", warn_truncation=False) == [entities]  # exact: scores bit for bit
 
 
+@pytest.mark.parametrize("tagger", MAIN, indirect=True)
 def test_bad_input_is_refused(tagger):
     directory, _, _ = tagger
     ours = ma.TokenClassifier.from_pretrained(directory)
@@ -148,6 +175,15 @@ def test_bad_input_is_refused(tagger):
         ours.predict(["x"], aggregation_strategy="simple", stride=ours.max_length)
     with pytest.raises(ValueError, match="ignore_labels"):
         ours.predict(["x"], ignore_labels="O")
+    with pytest.raises(ValueError, match="ignore_labels must be a sequence of label names, got 5"):
+        ours.predict(["x"], ignore_labels=5)  # not iterable: named, not a TypeError
+    from minialign.products.runner import OptionError
+
+    with pytest.raises(OptionError) as refused:  # the option named, for the faces (the service's parameters.stride)
+        ours.settings(aggregation_strategy="first", stride=-1)
+    assert refused.value.option == "stride" and refused.value.problem.startswith("must be an int >= 0")
+    assert ours.settings(aggregation_strategy="max", ignore_labels=iter(["O", "MISC"]), stride=3) == \
+        {"dtype": "float32", "aggregation_strategy": "max", "ignore_labels": ["O", "MISC"], "stride": 3}
 
 
 def test_a_checkpoint_without_a_token_head_is_refused(tiny_family):
@@ -159,13 +195,51 @@ def test_a_checkpoint_without_a_token_head_is_refused(tiny_family):
         ma.TokenClassifier.from_pretrained(sequence)
 
 
+@pytest.mark.parametrize("tagger", ["bert"], indirect=True)  # one tokenizer is enough: the workers run the same forward
 def test_worker_processes_give_the_same_entities(tagger):
     directory, _, _ = tagger
-    if "roberta" in directory.name:
-        pytest.skip("one tokenizer is enough: the workers run the same forward")
     alone = ma.TokenClassifier.from_pretrained(directory)
     pooled = ma.TokenClassifier.from_pretrained(directory, workers=2, batch_size=2)
     try:
         assert pooled.predict(TEXTS, aggregation_strategy="first") == alone.predict(TEXTS, aggregation_strategy="first")
     finally:
         pooled.close()
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory, minilm_dir):
+    """A tiny random BertForTokenClassification over all-MiniLM-L6-v2's vocabulary, saved beside a copy of that
+    published tokenizer as it ships (its tokenizer_config.json: lower-casing, the 512-token window)."""
+    import shutil
+
+    import transformers
+
+    directory = tmp_path_factory.mktemp("ner-minilm")
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copyfile(minilm_dir / name, directory / name)
+    row = FAMILIES["bert"]
+    model = hf_model(row, 30522, num_labels=len(LABELS), head="ForTokenClassification", max_position_embeddings=512,
+                     id2label=dict(enumerate(LABELS)), label2id={label: i for i, label in enumerate(LABELS)})
+    with torch.no_grad():
+        model.classifier.weight.mul_(40)
+    model.save_pretrained(directory)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(directory))
+    assert tokenizer.is_fast and tokenizer.model_max_length == 512
+    return directory, model, tokenizer
+
+
+def test_a_published_vocabulary(published):
+    """Offsets, words and groups on all-MiniLM-L6-v2's tokenizer as published: every strategy on the texts, and a
+    text longer than its 512-token window cut, then read in overlapping windows."""
+    directory, _, _ = published
+    ours = ma.TokenClassifier.from_pretrained(directory)
+    assert ours.max_length == 512
+    for strategy in STRATEGIES:
+        _assert_same(ours.predict(TEXTS, aggregation_strategy=strategy), _theirs(published, TEXTS, strategy))
+    longer = " ".join([LONG] * 7)
+    with pytest.warns(TruncationWarning, match="1 of 1 text"):
+        mine = ours.predict([longer], aggregation_strategy="simple")
+    _assert_same(mine, _theirs(published, [longer], "simple"))
+    theirs = _theirs(published, [longer], "first", stride=64)
+    _assert_same(ours.predict([longer], aggregation_strategy="first", stride=64), theirs)
+    assert theirs[0][-1]["end"] > len(longer) - 10

@@ -1,4 +1,4 @@
-"""The file jobs of the command line (rows.Job): score, embed (dense, sparse, multi-vector, BGE-M3), classify.
+"""The file jobs of the command line (rows.Job): score, embed (dense, sparse, multi-vector, BGE-M3), classify, ner.
 
 Each says which fields a row has and how a block of rows becomes output records; the runner says the
 rest (products/runner.py): what is wrong with a row (`check`), the settings a resumed run must share
@@ -19,12 +19,15 @@ from minialign.products.m3 import M3Encoder
 from minialign.products.multivector import MultiVectorEncoder
 from minialign.products.sparse import SparseEncoder
 from minialign.products.quantization import check_truncate_dim
+from minialign.products.token_classification import TokenClassifier
 from minialign.products.runner import PairScorer, Runner
 from minialign.runtime.engine import Truncation
 
 # What each command writes (rows.FORMATS' values), known before a model is loaded: the command line
-# checks its --output against it first (rows.check_output), and each job declares it.
-OUTPUT_FORMATS = {"score": ("jsonl", "csv"), "embed": ("jsonl", "safetensors"), "classify": ("jsonl", "csv")}
+# checks its --output against it first (rows.check_output), and each job declares it. A record holding a list of
+# objects per row (ner's entities) is .jsonl only: a CSV cell would hold JSON text, and no tensor layout fits it.
+OUTPUT_FORMATS = {"score": ("jsonl", "csv"), "embed": ("jsonl", "safetensors"), "classify": ("jsonl", "csv"),
+                  "ner": ("jsonl",)}
 TASKS = ("query", "document")  # the sparse and multi-vector jobs' task option (None: the model's default)
 
 
@@ -205,3 +208,21 @@ def classify_job(classifier: Classifier, *, text_field: str = "text", pair_field
     return make_job(classifier, classify_fields(text_field=text_field, pair_field=pair_field),
                     outputs=OUTPUT_FORMATS["classify"], model=model,
                     settings=classifier.settings(activation=activation), run=run, columns=columns)
+
+
+def ner_job(tagger: TokenClassifier, *, text_field: str = "text", aggregation_strategy: str = "none",
+            ignore_labels: list[str] | None = None, stride: int | None = None, model: str | None = None) -> Job:
+    """TokenClassifier: {"entities": [{...}, ...]} per text row, the row's entities as TokenClassifier.predict gives
+    them (the pipeline's keys: entity or entity_group, score, index with "none", word, start, end), .jsonl only
+    (OUTPUT_FORMATS). ignore_labels None: the product's default ("O"). The options are checked, and are settings,
+    before any row is read."""
+    options = {"aggregation_strategy": aggregation_strategy, "stride": stride,
+               **({} if ignore_labels is None else {"ignore_labels": ignore_labels})}
+    settings = tagger.settings(**options)
+
+    def run(rows: list[Row], totals) -> list[dict[str, Any]]:
+        entities = tagger.predict([r.values["text"] for r in rows], **options, tally=totals)
+        return [{"entities": row} for row in entities]
+
+    return make_job(tagger, embed_fields(text_field=text_field), outputs=OUTPUT_FORMATS["ner"], model=model,
+                    settings=settings, run=run, nested=("entities",))

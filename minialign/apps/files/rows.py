@@ -79,6 +79,8 @@ class Job(Fields):
               jobs.OUTPUT_FORMATS says the command line's, which it checks before loading a model
     settings: what must match for --resume (model, mode, dtype, ...)
     finish:   called once after the last block (e.g. a warning with totals)
+    nested:   the record's keys holding a list of JSON objects per row (ner's entities): Ray keeps each row's
+              list as it is (Arrow's list of structs), where it would make other lists tensors
     """
 
     run: Callable[[list[Row]], list[dict[str, Any]]]
@@ -89,6 +91,7 @@ class Job(Fields):
     finish: Callable[[], None] = lambda: None
     batch_size: int = 32
     outputs: tuple[str, ...] | None = None  # None: jsonl, and csv with columns, safetensors with tensors
+    nested: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.outputs is None:

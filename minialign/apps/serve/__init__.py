@@ -10,7 +10,8 @@ One module per protocol over one core (the layout of TEI's router/src/http/serve
   tei.py           text-embeddings-inference: POST /embed, /similarity, /predict, /rerank, and POST / routed by the
                    body; errors as {"error", "error_type"}
   hf_inference.py  HF Inference's text-classification (huggingface_hub's InferenceClient), for the classifier and
-                   MiniCheck; its feature-extraction and sentence-similarity are TEI's bodies
+                   MiniCheck, and the tasks of the table's products (token-classification: --ner), each on POST
+                   /pipeline/TASK and POST /; its feature-extraction and sentence-similarity are TEI's bodies
   openai.py        OpenAI's embeddings API (the openai client): POST /v1/embeddings, GET /v1/models; its error shape
   rows.py          POST /rows/KIND: any product of the table (apps/products.py) on its file rows
   app.py           the ASGI app (each declared route mounted, body limits, API key), GET /, /health, /info; serve()
@@ -23,7 +24,7 @@ labels and documents are ranked, what the pooling is called and every scoring op
 
 from __future__ import annotations
 
-from minialign.apps.serve import app, nemo, openai, rows, tei
+from minialign.apps.serve import app, hf_inference, nemo, openai, rows, tei
 from minialign.apps.serve.app import serve
 from minialign.apps.serve.core import VERSION, Core, Limits, Models, ServiceError, bad_request, empty
 from minialign.apps.serve.hf_inference import HFInferenceShapes
@@ -36,7 +37,8 @@ from minialign.apps.serve.tei import TEIShapes
 class Service(AlignScoreShapes, TEIShapes, HFInferenceShapes, OpenAIShapes, RowShapes, Core):
     """The loaded models (Models) behind every protocol's routes, within Limits."""
 
-    PROTOCOLS = (app.front_routes, nemo.routes, tei.routes, openai.routes, rows.routes, app.back_routes)
+    PROTOCOLS = (app.front_routes, nemo.routes, tei.routes, hf_inference.routes, openai.routes, rows.routes,
+                 app.back_routes)
 
     def app(self):
         """The ASGI app (Starlette)."""

@@ -11,6 +11,7 @@ import json
 import math
 from typing import Any
 
+from minialign.apps.serve.hf_inference import not_loaded as task_not_loaded
 from minialign.apps.serve.nemo import not_loaded
 from minialign.apps.serve.core import Limits, Route, ServiceError, bad_request
 
@@ -104,7 +105,7 @@ def back_routes(models) -> list[Route]:
 
 async def _not_found(request, exc: Exception):
     path = request.url.path
-    missing = not_loaded(path)
+    missing = not_loaded(path) or task_not_loaded(path)
     if missing is not None:
         return _error(404, "NotFound", f"Not Found: {missing}; GET / lists the routes served")
     return _error(404, "NotFound", f"Not Found: {request.method} {path} is not a route of this service; "

@@ -1,24 +1,40 @@
 """HF Inference's task shapes (huggingface_hub's InferenceClient posts them to POST /, or to the path of its
-base_url): feature-extraction and sentence-similarity are TEI's bodies (tei.py); text-classification is here,
-for the classifier and for MiniCheck.
+base_url): feature-extraction and sentence-similarity are TEI's bodies (tei.py); text-classification and
+token-classification are here.
 
-    {"inputs": str | {"text", "text_pair"}, "parameters": {"top_k", "function_to_apply"}}
+    text-classification    (the classifier, MiniCheck)
+        {"inputs": str | {"text", "text_pair"}, "parameters": {"top_k", "function_to_apply"}}
         -> [[{"label", "score"}, ...]]   (one list per input, every label best first, or the top_k)
+    token-classification   (the token classifier, --ner: products/token_classification.py)
+        {"inputs": str, "parameters": {"aggregation_strategy", "ignore_labels", "stride"}}
+        -> [{"entity" | "entity_group", "score", "index"?, "word", "start", "end"}, ...]   (TokenClassifier.predict's
+        entities of the text: the pipeline's keys; aggregation_strategy default "none", the pipeline's)
 
 A classifier scores by its own default (transformers' pipeline rule, Classifier.activation) unless
 function_to_apply names sigmoid, softmax or none; a {"text", "text_pair"} input is a pair (transformers'
 TextClassificationPipeline takes it so). MiniCheck takes a (document, claim) as {"text": document,
 "text_pair": claim} and answers its two labels: "supported" with P(supported) (products/minicheck.py: the max
 over the document's chunks) and "unsupported" with 1 - P(supported); its only function is softmax.
+
+Each task a product of the table answers (Product.hf_task) is declared once in TASKS: the keys of its `parameters`,
+what its `inputs` is, and its handler. It is served on POST /pipeline/TASK (the segment of HF's own URLs,
+.../models/ID/pipeline/TASK: InferenceClient(model="http://HOST:PORT/pipeline/token-classification") posts there)
+and on POST / where the body is its (tei.py, TEIShapes.root). A product's handler reads its body, runs the
+product's file job (apps/products.py) on the one row through the model's queue, and shapes the record: the options
+are the job's, checked as POST /rows checks them, and named `parameters.<option>` in a 422.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from minialign.apps.serve.core import Models, bad_request, empty, flag, parameters, text
+from minialign.apps.files.rows import Row
+from minialign.apps.products import PRODUCTS
+from minialign.apps.serve.core import Models, Route, bad_request, empty, flag, parameters, text
 from minialign.products.classifier import Classifier
 from minialign.products.minicheck import LABELS as MINICHECK_LABELS, SUPPORTED
 
@@ -84,3 +100,104 @@ class HFInferenceShapes:
         scores = [1.0 - details["score"]] * len(MINICHECK_LABELS)
         scores[SUPPORTED] = details["score"]
         return [(MINICHECK_LABELS[i], score) for i, score in Classifier.rank(scores)]
+
+    # -- the tasks of the table's products (TASKS) --
+
+    def _task_job(self, kind: str, task: Task, body: dict):
+        """The loaded model `kind`'s file job under the options the body's `parameters` give (each a key of the
+        task's; a refused one is a 422 naming parameters.<option>), made once per distinct options (serve/rows.py)."""
+        given = parameters(body)
+        if unknown := sorted(set(given) - set(task.parameters)):
+            raise bad_request(f"`parameters` {unknown}: not parameters of {task.name}; its parameters: "
+                              f"{list(task.parameters)}")
+        product = PRODUCTS[self.models.loaded()[kind][0]]
+        return self._job(kind, product, {k: v for k, v in given.items() if v is not None}, where="parameters")
+
+    async def _record(self, kind: str, job, values: dict[str, Any]) -> dict:
+        """The job's record of one row (`values`: role -> value), through the model's queue (requests with the same
+        options share model calls, with POST /rows/KIND's too)."""
+        (record,) = await self._run(kind, "rows", [(job, Row(None, 0, values))], key=id(job))
+        return record
+
+    async def token_classification(self, kind: str, body: dict) -> list:
+        """HF Inference's token-classification (the module docstring) on the token classifier `kind`. A text its
+        window would cut is refused (413, as TEI refuses one) unless `parameters.stride` reads it in overlapping
+        windows, or the body's `truncate` is true (then it is cut, as the pipeline cuts it)."""
+        given = text(body.get("inputs"), "inputs")
+        job = self._task_job(kind, TASKS["token-classification"], body)
+        if job.settings["stride"] is None:
+            self._check_length(self.models.loaded()[kind][1], [given], flag(body, "truncate", False))
+        return (await self._record(kind, job, {"text": given}))["entities"]
+
+    def hf_task(self, body: dict) -> tuple[Task, str] | None:
+        """(the task, the loaded model's kind) that a POST / body is for, by HF Inference's shapes (tei.py root): the
+        tasks of the loaded models whose `inputs` it has; of several, the one whose parameters hold every key of
+        the body's `parameters` (InferenceClient leaves out the ones not given). None where no task takes it, or
+        the body has no `parameters` while an embedding model or a classifier is loaded (TEI's /embed or /predict
+        body). One task loaded: it, whatever the keys (its handler names those it lacks). Several, and not one
+        fits: a 422 naming each task's POST /pipeline/TASK."""
+        inputs, models = body.get("inputs"), self.models
+        tasks = [(TASKS[name], kind) for name, kind in task_kinds(models).items() if TASKS[name].takes(inputs)]
+        if not tasks or ("parameters" not in body and (models.embedder or models.classifier) is not None):
+            return None
+        given = set(parameters(body))
+        fits = [(task, kind) for task, kind in tasks if given <= set(task.parameters)]
+        if len(fits) == 1 or len(tasks) == 1:
+            return (fits or tasks)[0]
+        said = f"fit {', '.join(task.name for task, _ in fits)}" if fits else \
+            f"fit none of {', '.join(task.name for task, _ in tasks)}"
+        raise bad_request(f"POST / cannot tell which task this body is for: its `parameters` {sorted(given)} {said}; "
+                          f"post it to " + " or ".join(f"/pipeline/{task.name}" for task, _ in fits or tasks))
+
+
+@dataclass(frozen=True)
+class Task:
+    """An HF Inference task that a product of the table answers (Product.hf_task names it; the module docstring)."""
+
+    name: str  # HF's task name ("token-classification"); served on POST /pipeline/NAME
+    parameters: tuple[str, ...]  # the keys of its body's `parameters` (huggingface_hub's <Task>Parameters)
+    takes: Callable[[Any], bool]  # whether a body's `inputs` is this task's (POST /: TEIShapes.root)
+    handler: Callable[[Any, str, dict], Awaitable[Any]]  # (service, the loaded model's kind, body) -> the answer
+
+
+TASKS: dict[str, Task] = {}
+
+
+def register(task: Task) -> Task:
+    TASKS[task.name] = task
+    return task
+
+
+register(Task("text-classification", ("top_k", "function_to_apply"), lambda inputs: isinstance(inputs, str),
+              lambda service, kind, body: service.text_classification(body, model=kind)))
+register(Task("token-classification", ("aggregation_strategy", "ignore_labels", "stride"),
+              lambda inputs: isinstance(inputs, str), HFInferenceShapes.token_classification))
+
+
+def task_kinds(models: Models) -> dict[str, str]:
+    """Task name -> the loaded model answering it (its kind: serve/core.Models.loaded), by its product's hf_task."""
+    out: dict[str, str] = {}
+    for kind, (product, _) in models.loaded().items():
+        entry = PRODUCTS.get(product)
+        if entry is not None and entry.hf_task in TASKS:
+            out.setdefault(entry.hf_task, kind)
+    return out
+
+
+def routes(models: Models) -> list[Route]:
+    """POST /pipeline/TASK for each task a loaded model answers."""
+    def kinds(name: str):
+        return lambda m: [kind] if (kind := task_kinds(m).get(name)) else []
+
+    return [Route(f"/pipeline/{name}", lambda service, body, t=name, k=kind: TASKS[t].handler(service, k, body),
+                  kinds(name))
+            for name, kind in task_kinds(models).items()]
+
+
+def not_loaded(path: str) -> str | None:
+    """What to say of a request to POST /pipeline/TASK whose model is not loaded (None: not one of those routes)."""
+    task = path.removeprefix("/pipeline/")
+    flags = [f"--{product.name} SRC" for product in PRODUCTS.values() if product.hf_task == task]
+    if not path.startswith("/pipeline/") or task not in TASKS or not flags:
+        return None
+    return f"no model answering {task} is loaded for {path} (start the service with {' or '.join(flags)})"

@@ -6,27 +6,37 @@ KIND is a loaded model's name in /info's "models" (embed, classify, minicheck, a
 name); a row holds the product's inputs by role (score: context and claim; embed: text; classify: text and an
 optional pair), checked as a file's rows are (files/rows.record_values: the same messages); options are the
 product's per-call options (normalize, prompt_name, activation, ...); each record is what the file command
-writes for that row. Requests with the same options share model calls.
+writes for that row. Requests with the same options share model calls. HF Inference's tasks of the table's products
+(hf_inference.py) run the same jobs (RowShapes._job, their options named `parameters.<option>`), so their requests
+share model calls with these.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 from minialign.apps.files.rows import Row, record_values
 from minialign.apps.products import PRODUCTS, Option, Product
 from minialign.apps.serve.core import Models, Route, ServiceError, bad_request
+from minialign.products.runner import OptionError
 
 
-def _option(option: Option, value: Any) -> Any:
-    """A per-call option's value from JSON, of the type its default (or its parser) says."""
+def _option(option: Option, value: Any, where: str = "options") -> Any:
+    """A per-call option's value from JSON, of the type its default (or its parser) says; a list of them where the
+    option takes several (Option.many)."""
+    name = f"`{where}.{option.name}`"
     kind = bool if isinstance(option.default, bool) else option.type or str
+    if option.many and value is not None:
+        if not isinstance(value, list):
+            raise bad_request(f"{name} must be a list of {kind.__name__}, got {type(value).__name__}")
+        return [_option(dataclasses.replace(option, many=False), v, where) for v in value]
     if value is None or (type(value) is kind) or (kind is float and type(value) is int):
         if option.choices is not None and value is not None and value not in option.choices:
-            raise bad_request(f"`options.{option.name}` must be one of {list(option.choices)}, got {value!r}")
+            raise bad_request(f"{name} must be one of {list(option.choices)}, got {value!r}")
         return value
-    raise bad_request(f"`options.{option.name}` must be {kind.__name__}, got {type(value).__name__}")
+    raise bad_request(f"{name} must be {kind.__name__}, got {type(value).__name__}")
 
 
 class RowShapes:
@@ -34,24 +44,26 @@ class RowShapes:
 
     models: Models
 
-    def _job(self, kind: str, product: Product, given: Any):
-        """The product's job for a request's options, made once per distinct options (requests that share it
-        share model calls)."""
+    def _job(self, kind: str, product: Product, given: Any, *, where: str = "options"):
+        """The product's job for a request's options (`where`: the body's object holding them, as errors name it),
+        made once per distinct options (requests that share it share model calls)."""
         if given is None:
             given = {}
         if not isinstance(given, dict):
-            raise bad_request(f"`options` must be an object, got {type(given).__name__}")
+            raise bad_request(f"`{where}` must be an object, got {type(given).__name__}")
         offered = {o.name: o for o in product.options}
         if unknown := sorted(set(given) - set(offered)):
-            raise bad_request(f"`options` {unknown} are not options of {product.name}; its options: {sorted(offered)}")
-        options = {name: _option(offered[name], value) for name, value in given.items()}
+            raise bad_request(f"`{where}` {unknown} are not options of {product.name}; its options: {sorted(offered)}")
+        options = {name: _option(offered[name], value, where) for name, value in given.items()}
         key = (kind, json.dumps(options, sort_keys=True))
         if key not in self.jobs:
             _, runner = self.models.loaded()[kind]
             try:
                 self.jobs[key] = product.make_job(runner, model=self.models.names.get(kind), **options)
+            except OptionError as e:  # a value the runner refuses, naming its option
+                raise bad_request(f"`{where}.{e.option}` {e.problem}") from None
             except ValueError as e:  # an option the runner refuses (an unknown prompt name)
-                raise ServiceError(422, "Validation", f"`options`: {e}") from None
+                raise ServiceError(422, "Validation", f"`{where}`: {e}") from None
         return self.jobs[key]
 
     async def rows(self, kind: str, body: dict) -> dict:

@@ -28,6 +28,7 @@ import torch
 
 from minialign.apps.serve.core import (Models, Route, ServiceError, bad_request, dimensions, empty, flag, parameters,
                                        text, texts)
+from minialign.apps.serve.hf_inference import task_kinds
 from minialign.products.embeddings import SentenceEncoder
 from minialign.products.runner import inputs_of
 
@@ -180,9 +181,14 @@ class TEIShapes:
           1. a `query`                                  -> /rerank (TEI's rerank body)
           2. `inputs` an object with `text`             -> HF Inference's text-classification of a (text, text_pair):
                                                            MiniCheck if loaded, else the classifier (hf_inference.py)
-          3. `inputs` another object (source_sentence)  -> /similarity (huggingface_hub's sentence_similarity)
-          4. `inputs` a string with `parameters`, and a classifier loaded
-                                                        -> text classification (huggingface_hub's text_classification)
+          3. an HF Inference task's body (`inputs` a string: text-classification with a classifier loaded,
+             token-classification with --ner; hf_inference.TASKS) with `parameters`, or without them where neither
+             an embedding model nor a classifier is loaded
+                                                        -> that task; of several loaded, the one whose parameters
+                                                           hold every key of the body's (HFInferenceShapes.hf_task:
+                                                           InferenceClient sends the ones given), else a 422
+                                                           naming each task's POST /pipeline/TASK
+          4. `inputs` another object (source_sentence)  -> /similarity (huggingface_hub's sentence_similarity)
           5. any other `inputs`                         -> /embed if an embedding model is loaded (feature_extraction,
                                                            LangChain), else /predict
         With both models loaded, rule 5 refuses `inputs` holding a list (a pair or a batch of pairs, or
@@ -192,10 +198,11 @@ class TEIShapes:
             return await self.rerank(body)
         if isinstance(inputs, dict) and "text" in inputs and (models.minicheck or models.classifier) is not None:
             return await self.text_classification(body, model="minicheck" if models.minicheck else "classify")
+        if (chosen := self.hf_task(body)) is not None:
+            task, kind = chosen
+            return await task.handler(self, kind, body)
         if isinstance(inputs, dict):
             return await self.similarity(body)
-        if isinstance(inputs, str) and "parameters" in body and models.classifier is not None:
-            return await self.text_classification(body)
         if models.embedder is not None:
             if models.classifier is not None and isinstance(inputs, list) and any(isinstance(v, list) for v in inputs):
                 raise bad_request("POST / sends `inputs` to the embedding model when a classifier is loaded too, and "
@@ -213,9 +220,10 @@ def _kind(name: str, attribute: str):
 
 def routes(models: Models) -> list[Route]:
     """TEI's routes, mounted whatever is loaded (without their model: TEI's 424 Backend); POST / serves the
-    embedder, the classifier and MiniCheck (rules above)."""
+    embedder, the classifier, MiniCheck and the HF Inference tasks of the table's products (rules above)."""
     embed, classify, minicheck = _kind("embed", "embedder"), _kind("classify", "classifier"), \
         _kind("minicheck", "minicheck")
+    tasks = (lambda m: [kind for name, kind in task_kinds(m).items() if name != "text-classification"])
     reranker = (lambda m: classify(m) if m.classifier is not None and m.classifier.reranker else [])
     return [Route("/embed", TEIShapes.embed, embed, always=True),
             Route("/embed_sparse", TEIShapes.embed_sparse, _kind("sparse", "sparse"), always=True),
@@ -223,4 +231,4 @@ def routes(models: Models) -> list[Route]:
             Route("/similarity", TEIShapes.similarity, embed, always=True),
             Route("/predict", TEIShapes.predict, classify, always=True),
             Route("/rerank", TEIShapes.rerank, reranker, always=True),
-            Route("/", TEIShapes.root, lambda m: embed(m) + classify(m) + minicheck(m), always=True)]
+            Route("/", TEIShapes.root, lambda m: embed(m) + classify(m) + minicheck(m) + tasks(m), always=True)]
