@@ -29,6 +29,7 @@ from minialign.products.multivector import MultiVectorEncoder
 from minialign.products.sparse import SparseEncoder
 from minialign.products.runner import Runner
 from minialign.products.token_classification import AGGREGATIONS, TokenClassifier
+from minialign.products.zero_shot import DEFAULT_TEMPLATE, ZeroShotClassifier
 
 
 @dataclass(frozen=True)
@@ -294,3 +295,30 @@ register(Product(
                          "--aggregation-strategy none); default: cut at the window")),
     inputs=(Input("text", "one text: prints its entities as a JSON list"),),
     ray="NERBatches", hf_task="token-classification"))
+
+# zero-shot: the candidate labels are an option of the call (the pipeline's candidate_labels: --candidate-labels,
+# HF Inference's parameters.candidate_labels), the same for every row of a file; a file whose rows carry their own
+# names their field (--candidate-labels-field, a comma-separated string per row), and a row without it takes the
+# flag's. The service's HF task puts each request's labels in its row (serve/hf_inference.py), so requests with
+# different labels share one job and one model call.
+register(Product(
+    name="zero-shot", runner=ZeroShotClassifier, command="zero-shot", job=jobs.zero_shot_job, verb="classified",
+    outputs=jobs.OUTPUT_FORMATS["zero-shot"],
+    help="zero-shot classification of a text, or of a JSONL/CSV file, into labels chosen per call (.jsonl out)",
+    model_help="an NLI *ForSequenceClassification directory or hub id (MoritzLaurer/DeBERTa-v3-base-mnli-fever-anli, "
+               "FacebookAI/roberta-large-mnli, ...)",
+    serve_help="an NLI model for POST /rows/zero-shot and HF Inference's zero-shot-classification",
+    load=(TOKENIZER,),
+    options=(Option("candidate_labels", many=True,
+                    help="the labels to choose from, comma-separated (split as the pipeline splits a string); with "
+                         "--input, every row's unless --candidate-labels-field gives a row its own"),
+             Option("candidate_labels_field",
+                    help="with --input: the field holding a row's own candidate labels (a comma-separated string); "
+                         "a row without it takes --candidate-labels"),
+             Option("hypothesis_template", DEFAULT_TEMPLATE,
+                    help="the hypothesis each label is put into, at {} (default: \"This example is {}.\")"),
+             Option("multi_label", False,
+                    help="score each label on its own (entailment against contradiction of its pair), not a softmax "
+                         "over the labels")),
+    inputs=(Input("text", "one text: prints the pipeline's {\"sequence\", \"labels\", \"scores\"} as JSON"),),
+    check=jobs.empty_text_problems, ray="ZeroShotBatches", hf_task="zero-shot-classification"))

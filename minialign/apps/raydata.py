@@ -1,5 +1,5 @@
-"""Ray Data: score, embed (dense, sparse, multi-vector, BGE-M3), classify and ner datasets beyond one machine (the `ray`
-extra).
+"""Ray Data: score, embed (dense, sparse, multi-vector, BGE-M3), classify, ner and zero-shot datasets beyond one machine
+(the `ray` extra).
 
     import ray
     from minialign.apps.raydata import AlignScoreBatches
@@ -14,7 +14,7 @@ records the file commands write (jobs.py), computed through the batching engine 
 Rows are validated as the file commands validate them; a batch with a malformed row raises an
 InputError naming the row's id and field (Ray reports it and stops the dataset).
 
-`run_sharded` is `minialign score|embed|classify|ner --ray`: the dataset is cut into shards by a stable
+`run_sharded` is `minialign score|embed|classify|ner|zero-shot --ray`: the dataset is cut into shards by a stable
 hash of each row's id, each shard is mapped and written on its own (to a temporary directory, renamed
 when complete), so a rerun skips the shards already written. Unless told, it picks the number of
 shards from the input's rows (`choose_shards`) and records it, so a rerun picks the same.
@@ -189,6 +189,7 @@ SparseBatches: type[ProductBatches]
 MultiVectorBatches: type[ProductBatches]
 M3Batches: type[ProductBatches]
 NERBatches: type[ProductBatches]
+ZeroShotBatches: type[ProductBatches]
 
 
 def shard_of(row_id, shards: int) -> int:

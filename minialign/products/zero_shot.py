@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from minialign.products.classifier import Classifier
-from minialign.products.runner import LOAD_KEYWORDS, Loading, Runner, load_keywords
+from minialign.products.runner import LOAD_KEYWORDS, Loading, OptionError, Runner, load_keywords
 from minialign.runtime.engine import Truncation
 from minialign.text.tokenizer import Encoded
 from minialign.text.validation import check_texts, value_problem
@@ -41,47 +41,51 @@ DEFAULT_TEMPLATE = "This example is {}."  # ZeroShotClassificationPipeline.prepr
 
 def parse_labels(candidate_labels) -> list[str]:
     """The candidate labels as a list: a string is split at commas, each part stripped and empty parts dropped
-    (ZeroShotClassificationArgumentHandler._parse_labels); a list is taken as it is. Refused: no label, a label that
-    is not a string, or one that is empty (or only spaces)."""
+    (ZeroShotClassificationArgumentHandler._parse_labels); a list is taken as it is. Refused (an OptionError naming
+    candidate_labels, or the first bad label as candidate_labels[i]): no label, a label that is not a string, or one
+    that is empty (or only spaces)."""
     if isinstance(candidate_labels, str):
         labels = [label.strip() for label in candidate_labels.split(",") if label.strip()]
     elif isinstance(candidate_labels, Sequence):
         labels = list(candidate_labels)
     else:
-        raise ValueError(f"candidate_labels must be a list of labels or a string of comma-separated labels, got "
-                         f"{type(candidate_labels).__name__}")
+        raise OptionError("candidate_labels", f"must be a list of labels or a string of comma-separated labels, got "
+                                              f"{type(candidate_labels).__name__}")
     if not labels:
-        raise ValueError(f"candidate_labels is empty ({candidate_labels!r}): give at least one label")
-    problems = [f"candidate_labels[{i}] {problem}" for i, label in enumerate(labels)
+        raise OptionError("candidate_labels", f"is empty ({candidate_labels!r}): give at least one label")
+    problems = [(f"candidate_labels[{i}]", problem) for i, label in enumerate(labels)
                 if (problem := value_problem(label) or (None if label.strip() else "is empty"))]
     if problems:
-        raise ValueError("invalid input: " + "; ".join(problems))
+        (option, problem), *others = problems
+        raise OptionError(option, "; ".join([problem, *(f"{o} {p}" for o, p in others)]))
     return labels
 
 
 def hypotheses(template: str, labels: Sequence[str]) -> list[str]:
-    """Each label put into the template (str.format). Refused, as the pipeline refuses it
-    (ZeroShotClassificationArgumentHandler.__call__): a template without a replacement field ({}) for the label;
+    """Each label put into the template (str.format). Refused (an OptionError naming hypothesis_template), as the
+    pipeline refuses it (ZeroShotClassificationArgumentHandler.__call__): a template without a replacement field ({}) for the label;
     also one that str.format cannot fill with one label ("{0} {1}", "{name}", an unmatched brace)."""
     if not isinstance(template, str):
-        raise ValueError(f"hypothesis_template must be a string with {{}} where the label goes, got "
-                         f"{type(template).__name__}")
+        raise OptionError("hypothesis_template", f"must be a string with {{}} where the label goes, got "
+                                                 f"{type(template).__name__}")
     try:
         fields = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
         filled = [template.format(label) for label in labels]
     except (IndexError, KeyError, ValueError) as e:
-        raise ValueError(f"hypothesis_template {template!r} could not be formatted with a label ({type(e).__name__}: "
-                         f"{e}); put {{}} where the label should go, as in {DEFAULT_TEMPLATE!r}") from None
+        raise OptionError("hypothesis_template", f"{template!r} could not be formatted with a label "
+                                                 f"({type(e).__name__}: {e}); put {{}} where the label should go, as "
+                                                 f"in {DEFAULT_TEMPLATE!r}") from None
     if not fields:
-        raise ValueError(f"hypothesis_template {template!r} has no {{}} for the label, so every label would get the "
-                         f"same hypothesis; put {{}} where the label should go, as in {DEFAULT_TEMPLATE!r}")
+        raise OptionError("hypothesis_template", f"{template!r} has no {{}} for the label, so every label would get "
+                                                 f"the same hypothesis; put {{}} where the label should go, as in "
+                                                 f"{DEFAULT_TEMPLATE!r}")
     return filled
 
 
 def check_multi_label(multi_label) -> bool:
     """multi_label as given, when it is True or False (the pipeline reads any truthy value: "false" would be True)."""
     if not isinstance(multi_label, bool):
-        raise ValueError(f"multi_label must be True or False, got {multi_label!r}")
+        raise OptionError("multi_label", f"must be True or False, got {multi_label!r}")
     return multi_label
 
 
@@ -137,43 +141,102 @@ class ZeroShotClassifier(Runner):
         """The NLI model's label names by index (id2label), not the candidate labels of a call."""
         return self.classifier.labels
 
+    def check_options(self, *, candidate_labels=None, hypothesis_template: str = DEFAULT_TEMPLATE,
+                      multi_label: bool = False) -> list[str] | None:
+        """A call's options checked (an OptionError naming the first refused: parse_labels, hypotheses,
+        check_multi_label); returns the candidate labels as a list (None when not given: a file whose rows carry
+        their own). The template is tried on the labels, or on a placeholder label when there are none."""
+        labels = None if candidate_labels is None else parse_labels(candidate_labels)
+        hypotheses(hypothesis_template, labels or ["label"])
+        check_multi_label(multi_label)
+        return labels
+
     def settings(self, *, candidate_labels=None, hypothesis_template: str = DEFAULT_TEMPLATE,
                  multi_label: bool = False) -> dict:
-        """What a resumed file run must share with the run that made the file: the call's options."""
-        labels = None if candidate_labels is None else parse_labels(candidate_labels)
+        """What a resumed file run must share with the run that made the file: the call's options (checked:
+        check_options)."""
+        labels = self.check_options(candidate_labels=candidate_labels, hypothesis_template=hypothesis_template,
+                                    multi_label=multi_label)
         return {**super().settings(), "candidate_labels": labels, "hypothesis_template": hypothesis_template,
-                "multi_label": check_multi_label(multi_label)}
+                "multi_label": multi_label}
 
     def predict(self, texts: Sequence[str] | str, candidate_labels: Sequence[str] | str, *,
                 hypothesis_template: str = DEFAULT_TEMPLATE, multi_label: bool = False, progress: bool = False,
                 warn_truncation: bool | None = None, tally: Truncation | None = None) -> dict | list[dict]:
         """Each text's {"sequence": the text, "labels": the candidate labels best first, "scores": theirs} (module
         docstring), in input order; one text as a string gives its dict alone. candidate_labels: a list, or one
-        string of comma-separated labels. A (text, hypothesis) pair cut by the window is reported as by every runner
-        (warn_truncation, tally: products/runner.py)."""
+        string of comma-separated labels. A refused option is an OptionError (a ValueError) naming it. A (text,
+        hypothesis) pair cut by the window is reported as by every runner (warn_truncation, tally:
+        products/runner.py)."""
         one = isinstance(texts, str)
-        texts = check_texts("texts", [texts] if one else texts)
+        texts = self._texts([texts] if one else texts, one)
+        check_multi_label(multi_label)
+        labels = parse_labels(candidate_labels)
+        results, cut = self._predict(texts, [labels] * len(texts), hypothesis_template, multi_label, progress)
+        self._count(cut, warn_truncation, tally)
+        return results[0] if one else results
+
+    __call__ = predict  # as the pipeline is called: zs(texts, candidate_labels, ...)
+
+    def predict_each(self, texts: Sequence[str], candidate_labels: Sequence[Sequence[str] | str], *,
+                     hypothesis_template: str = DEFAULT_TEMPLATE, multi_label: bool = False, progress: bool = False,
+                     warn_truncation: bool | None = None, tally: Truncation | None = None) -> list[dict]:
+        """predict with each text's own candidate labels: candidate_labels[i] (a list, or one string of
+        comma-separated labels) are texts[i]'s. Text i's result is predict(texts[i], candidate_labels[i], ...)'s,
+        bit for bit; every (text, hypothesis) pair of the call runs through the engine together (what a file whose
+        rows carry their own labels, and the service's requests with different labels, need: apps/files/jobs.py).
+        A refused label is named candidate_labels[i] (its text's) or candidate_labels[i][j]."""
+        if isinstance(texts, str):
+            raise ValueError("texts must be a list of texts (predict takes one text)")
+        texts = self._texts(texts, False)
+        if isinstance(candidate_labels, str) or len(candidate_labels) != len(texts):
+            raise ValueError(f"candidate_labels must hold one list of labels per text ({len(texts)}), got "
+                             + (f"{len(candidate_labels)}" if not isinstance(candidate_labels, str) else "a string"))
+        check_multi_label(multi_label)
+        per_text = []
+        for i, labels in enumerate(candidate_labels):
+            try:
+                per_text.append(parse_labels(labels))
+            except OptionError as e:  # candidate_labels[j] ... -> candidate_labels[i][j] ...
+                raise OptionError(f"candidate_labels[{i}]{e.option.removeprefix('candidate_labels')}",
+                                  e.problem) from None
+        results, cut = self._predict(texts, per_text, hypothesis_template, multi_label, progress)
+        self._count(cut, warn_truncation, tally)
+        return results
+
+    @staticmethod
+    def _texts(texts: Sequence[str], one: bool) -> list[str]:
+        """The texts checked: strings, at least one, none empty."""
+        texts = check_texts("texts", texts)
         if not texts:
             raise ValueError("texts is empty: give at least one text")
         if empty := [i for i, text in enumerate(texts) if not text]:
             # the pipeline's "You must include at least one label and at least one sequence" (len(sequences) == 0)
             raise ValueError(f"invalid input: {', '.join('text' if one else f'texts[{i}]' for i in empty)} is empty "
                              f"(the pipeline refuses an empty text too)")
-        check_multi_label(multi_label)
-        labels = parse_labels(candidate_labels)
-        hypothesis = hypotheses(hypothesis_template, labels)
-        logits, cut = self._logits(texts, hypothesis, progress)
-        self._count(cut, warn_truncation, tally)
-        per_text = logits.view(len(texts), len(labels), -1)  # (T, L, num_labels)
-        results = [self._result(text, labels, rows, multi_label) for text, rows in zip(texts, per_text)]
-        return results[0] if one else results
+        return texts
 
-    __call__ = predict  # as the pipeline is called: zs(texts, candidate_labels, ...)
+    def _predict(self, texts: list[str], labels: list[list[str]], template: str, multi_label: bool,
+                 progress: bool) -> tuple[list[dict], Tensor]:
+        """Each text's result under its own (parsed) labels, every pair through the engine at once; and the tokens
+        each pair lost (the caller counts them: Runner._count names its caller's line)."""
+        filled: dict[tuple[str, ...], list[str]] = {}  # the hypotheses of each distinct list of labels
+        for own in labels:
+            if tuple(own) not in filled:
+                filled[tuple(own)] = hypotheses(template, own)
+        logits, cut = self._pair_logits([(text, h) for text, own in zip(texts, labels) for h in filled[tuple(own)]],
+                                        progress)
+        per_text = logits.split([len(own) for own in labels])  # each (L_i, num_labels)
+        return [self._result(text, own, rows, multi_label) for text, own, rows in zip(texts, labels, per_text)], cut
 
     def _logits(self, texts: list[str], hypotheses: list[str], progress: bool) -> tuple[Tensor, Tensor]:
         """float32 logits (T * L, num_labels) of every (text, hypothesis) pair, text by text, and the tokens each pair
-        lost: the distinct pairs tokenized (only_first) and run through the engine together."""
-        pairs = [(text, h) for text in texts for h in hypotheses]
+        lost (_pair_logits)."""
+        return self._pair_logits([(text, h) for text in texts for h in hypotheses], progress)
+
+    def _pair_logits(self, pairs: list[tuple[str, str]], progress: bool) -> tuple[Tensor, Tensor]:
+        """float32 logits (P, num_labels) of (text, hypothesis) pairs, in order, and the tokens each pair lost: the
+        distinct pairs tokenized (only_first) and run through the engine together."""
         unique: dict[tuple[str, str], int] = {}
         where = torch.tensor([unique.setdefault(pair, len(unique)) for pair in pairs], dtype=torch.long)
         firsts, seconds = [a for a, _ in unique], [b for _, b in unique]

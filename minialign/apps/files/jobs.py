@@ -1,4 +1,5 @@
-"""The file jobs of the command line (rows.Job): score, embed (dense, sparse, multi-vector, BGE-M3), classify, ner.
+"""The file jobs of the command line (rows.Job): score, embed (dense, sparse, multi-vector, BGE-M3), classify, ner,
+zero-shot.
 
 Each says which fields a row has and how a block of rows becomes output records; the runner says the
 rest (products/runner.py): what is wrong with a row (`check`), the settings a resumed run must share
@@ -20,7 +21,8 @@ from minialign.products.multivector import MultiVectorEncoder
 from minialign.products.sparse import SparseEncoder
 from minialign.products.quantization import check_truncate_dim
 from minialign.products.token_classification import TokenClassifier
-from minialign.products.runner import PairScorer, Runner
+from minialign.products.zero_shot import DEFAULT_TEMPLATE, ZeroShotClassifier, parse_labels
+from minialign.products.runner import OptionError, PairScorer, Runner
 from minialign.runtime.engine import Truncation
 
 # What each command writes (rows.FORMATS' values), known before a model is loaded: the command line
@@ -28,6 +30,13 @@ from minialign.runtime.engine import Truncation
 # objects per row (ner's entities) is .jsonl only: a CSV cell would hold JSON text, and no tensor layout fits it.
 OUTPUT_FORMATS = {"score": ("jsonl", "csv"), "embed": ("jsonl", "safetensors"), "classify": ("jsonl", "csv"),
                   "ner": ("jsonl",)}
+# zero-shot's record is the pipeline's dict, a ranking: the candidate labels best first and their scores, two lists
+# per row. A CSV row could hold them only as JSON text in a cell, or as columns whose meaning changes from row to row
+# (the first column is each row's best label), or as one score column per label, which exists only where every row
+# has the same labels (not with a row field of labels) and which classify's layout already gives: so .jsonl only, as
+# ner. (The best label alone, a "label" and "score" column, would drop the rest of the ranking, and with multi_label
+# the other labels that hold.)
+OUTPUT_FORMATS["zero-shot"] = ("jsonl",)
 TASKS = ("query", "document")  # the sparse and multi-vector jobs' task option (None: the model's default)
 
 
@@ -226,3 +235,55 @@ def ner_job(tagger: TokenClassifier, *, text_field: str = "text", aggregation_st
 
     return make_job(tagger, embed_fields(text_field=text_field), outputs=OUTPUT_FORMATS["ner"], model=model,
                     settings=settings, run=run, nested=("entities",))
+
+
+def empty_text_problems(values: dict[str, str | None]) -> list[tuple[str, str]]:
+    """A row whose text is "": refused, as ZeroShotClassifier.predict (and transformers' pipeline) refuse it."""
+    return [("text", "is empty (a zero-shot classifier needs a text: transformers' pipeline refuses an empty one too)")] \
+        if values.get("text") == "" else []
+
+
+def zero_shot_job(classifier: ZeroShotClassifier, *, text_field: str = "text", candidate_labels: list[str] | None = None,
+                  candidate_labels_field: str | None = None, hypothesis_template: str = DEFAULT_TEMPLATE,
+                  multi_label: bool = False, model: str | None = None) -> Job:
+    """ZeroShotClassifier: per text row the pipeline's dict, {"sequence": the text, "labels": the candidate labels
+    best first, "scores": theirs} (.jsonl only: OUTPUT_FORMATS). The candidate labels are `candidate_labels`, the
+    same for every row; with `candidate_labels_field`, a row holding that field (a string of comma-separated labels,
+    split as the pipeline splits one) is classified under its own labels instead, and a row without it (absent, null,
+    or an empty CSV field) under `candidate_labels` (then required only where a row lacks its own). The rows of a
+    block run together whatever their labels (ZeroShotClassifier.predict_each). The options are checked, and are
+    settings (the labels too: --resume refuses other labels), before any row is read; an empty text is a malformed
+    row."""
+    settings = {**classifier.settings(candidate_labels=candidate_labels, hypothesis_template=hypothesis_template,
+                                      multi_label=multi_label), "candidate_labels_field": candidate_labels_field}
+    labels = settings["candidate_labels"]  # parsed (a list), or None
+    if labels is None and candidate_labels_field is None:
+        raise OptionError("candidate_labels", "is required: the labels to choose from (or, where rows carry their "
+                                              "own, the field holding them: candidate_labels_field)")
+
+    def check(values: dict[str, str | None]) -> list[tuple[str, str]]:
+        own = values.get("candidate_labels")
+        if own is None:
+            return empty_text_problems(values) + ([("candidate_labels", "is missing (or null), and no candidate_labels were "
+                                                                "given for the rows without their own")]
+                                          if labels is None else [])
+        try:
+            parse_labels(own)
+        except ValueError as e:
+            return [*empty_text_problems(values), ("candidate_labels", f"holds no usable labels ({e})")]
+        return empty_text_problems(values)
+
+    def run(rows: list[Row], totals) -> list[dict[str, Any]]:
+        for row in rows:  # rows from a file, Ray or POST /rows were checked already; the command line's --text not
+            if problems := check(row.values):
+                raise ValueError("; ".join(f"{role} {problem}" for role, problem in problems))
+        own = [r.values.get("candidate_labels") for r in rows]
+        return classifier.predict_each([r.values["text"] for r in rows], [labels if o is None else o for o in own],
+                                       hypothesis_template=hypothesis_template, multi_label=multi_label, tally=totals)
+
+    fields = {"text": text_field, **({"candidate_labels": candidate_labels_field} if candidate_labels_field else {})}
+    return make_job(classifier, Fields(fields=fields, flags={"text": "--text-field",
+                                                             "candidate_labels": "--candidate-labels-field"},
+                                       optional=tuple(role for role in fields if role != "text"), check=check),
+                    outputs=OUTPUT_FORMATS["zero-shot"], model=model, settings=settings, run=run,
+                    nested=("labels", "scores"))

@@ -1,6 +1,6 @@
 """HF Inference's task shapes (huggingface_hub's InferenceClient posts them to POST /, or to the path of its
-base_url): feature-extraction and sentence-similarity are TEI's bodies (tei.py); text-classification and
-token-classification are here.
+base_url): feature-extraction and sentence-similarity are TEI's bodies (tei.py); text-classification,
+token-classification and zero-shot-classification are here.
 
     text-classification    (the classifier, MiniCheck)
         {"inputs": str | {"text", "text_pair"}, "parameters": {"top_k", "function_to_apply"}}
@@ -9,6 +9,11 @@ token-classification are here.
         {"inputs": str, "parameters": {"aggregation_strategy", "ignore_labels", "stride"}}
         -> [{"entity" | "entity_group", "score", "index"?, "word", "start", "end"}, ...]   (TokenClassifier.predict's
         entities of the text: the pipeline's keys; aggregation_strategy default "none", the pipeline's)
+    zero-shot-classification   (the NLI model, --zero-shot: products/zero_shot.py)
+        {"inputs": str, "parameters": {"candidate_labels", "hypothesis_template", "multi_label"}}
+        -> [{"label", "score"}, ...]   (ZeroShotClassifier.predict's labels best first with their scores: what
+        InferenceClient.zero_shot_classification parses, ZeroShotClassificationOutputElement; candidate_labels a list,
+        or a string the pipeline's way: split at commas)
 
 A classifier scores by its own default (transformers' pipeline rule, Classifier.activation) unless
 function_to_apply names sigmoid, softmax or none; a {"text", "text_pair"} input is a pair (transformers'
@@ -37,6 +42,8 @@ from minialign.apps.products import PRODUCTS
 from minialign.apps.serve.core import Models, Route, bad_request, empty, flag, parameters, text
 from minialign.products.classifier import Classifier
 from minialign.products.minicheck import LABELS as MINICHECK_LABELS, SUPPORTED
+from minialign.products.runner import OptionError
+from minialign.products.zero_shot import hypotheses, parse_labels
 
 FUNCTIONS = ("sigmoid", "softmax", "none")
 
@@ -149,6 +156,36 @@ class HFInferenceShapes:
         raise bad_request(f"POST / cannot tell which task this body is for: its `parameters` {sorted(given)} {said}; "
                           f"post it to " + " or ".join(f"/pipeline/{task.name}" for task, _ in fits or tasks))
 
+    async def zero_shot_classification(self, kind: str, body: dict) -> list:
+        """HF Inference's zero-shot-classification (the module docstring) on the NLI model `kind`. The request's
+        candidate labels go in its row, as a file row's own labels do (jobs.zero_shot_job's candidate_labels_field),
+        and its other parameters are the job's options: requests with different labels share one job and one model
+        call, and the service keeps one job per template and multi_label, not one per set of labels. A (text,
+        hypothesis) pair the window would cut is refused (413, as TEI refuses a long input) unless the body's
+        `truncate` is true (then the text loses its end, as the pipeline cuts it)."""
+        given = text(body.get("inputs"), "inputs")
+        if given == "":  # the pipeline refuses an empty text too
+            raise empty("inputs")
+        task, options = TASKS["zero-shot-classification"], parameters(body)
+        if unknown := sorted(set(options) - set(task.parameters)):  # as _task_job says it
+            raise bad_request(f"`parameters` {unknown}: not parameters of {task.name}; its parameters: "
+                              f"{list(task.parameters)}")
+        if options.get("candidate_labels") is None:
+            raise bad_request("`parameters.candidate_labels` is required: the labels to choose from (a list of "
+                              "strings)")
+        try:
+            labels = parse_labels(options["candidate_labels"])
+        except OptionError as e:
+            raise bad_request(f"`parameters.{e.option}` {e.problem}") from None
+        product, runner = self.models.loaded()[kind]
+        rest = {k: v for k, v in options.items() if k != "candidate_labels" and v is not None}
+        job = self._job(kind, PRODUCTS[product], {**rest, "candidate_labels_field": "candidate_labels"},
+                        where="parameters")
+        self._check_length(runner, [(given, h) for h in hypotheses(job.settings["hypothesis_template"], labels)],
+                           flag(body, "truncate", False))
+        record = await self._record(kind, job, {"text": given, "candidate_labels": labels})
+        return [{"label": label, "score": score} for label, score in zip(record["labels"], record["scores"])]
+
 
 @dataclass(frozen=True)
 class Task:
@@ -172,6 +209,8 @@ register(Task("text-classification", ("top_k", "function_to_apply"), lambda inpu
               lambda service, kind, body: service.text_classification(body, model=kind)))
 register(Task("token-classification", ("aggregation_strategy", "ignore_labels", "stride"),
               lambda inputs: isinstance(inputs, str), HFInferenceShapes.token_classification))
+register(Task("zero-shot-classification", ("candidate_labels", "hypothesis_template", "multi_label"),
+              lambda inputs: isinstance(inputs, str), HFInferenceShapes.zero_shot_classification))
 
 
 def task_kinds(models: Models) -> dict[str, str]:
