@@ -298,3 +298,41 @@ def test_the_runner_contract(bert_nli):
     for a, b in zip(padded.predict(TEXTS, LABELS), packed.predict(TEXTS, LABELS), strict=True):
         assert a["labels"] == b["labels"]
         torch.testing.assert_close(torch.tensor(a["scores"]), torch.tensor(b["scores"]), atol=1e-6, rtol=0)
+
+
+def test_each_text_with_its_own_labels(bert_nli):
+    """predict_each (the file rows and service requests that carry their own labels): text i's result is
+    predict(texts[i], candidate_labels[i])'s bit for bit, every pair in one engine run, and a bad label is named by its
+    text; settings' and the options' refusals are OptionErrors naming the option."""
+    from minialign.products.runner import OptionError
+
+    directory, _, _ = bert_nli
+    ours = ma.ZeroShotClassifier.from_pretrained(directory, batch_size=4)
+    own = [LABELS, "sports, travel", ["politics"], LABELS[::-1], "économie,politics", ["travel", "sports"]]
+    texts = TEXTS + [LONG]
+    for multi_label in (False, True):
+        each = ours.predict_each(texts, own, multi_label=multi_label, hypothesis_template="About {}.",
+                                 warn_truncation=False)
+        assert each == [ours.predict(t, o, multi_label=multi_label, hypothesis_template="About {}.",
+                                     warn_truncation=False) for t, o in zip(texts, own)]
+    with pytest.warns(TruncationWarning, match="2 of 4") as caught:
+        ours.predict_each([TEXTS[0], LONG], ["a, b", ["c", "d"]])
+    assert caught[0].filename == __file__
+    for call, message in [
+            (lambda: ours.predict_each(TEXTS[:2], [LABELS]), r"one list of labels per text \(2\), got 1"),
+            (lambda: ours.predict_each(TEXTS[:2], "a, b"), "one list of labels per text"),
+            (lambda: ours.predict_each("text", [LABELS]), "texts must be a list"),
+            (lambda: ours.predict_each(TEXTS[:2], [LABELS, " , "]), r"candidate_labels\[1\] is empty"),
+            (lambda: ours.predict_each(TEXTS[:2], [LABELS, ["a", 3]]), r"candidate_labels\[1\]\[1\] is int, not a string"),
+            (lambda: ours.predict_each(["a", ""], [LABELS, LABELS]), r"texts\[1\] is empty")]:
+        with pytest.raises(ValueError, match=message):
+            call()
+    for options, option in [({"candidate_labels": []}, "candidate_labels"),
+                            ({"candidate_labels": ["a", ""]}, "candidate_labels[1]"),
+                            ({"hypothesis_template": "none"}, "hypothesis_template"),
+                            ({"hypothesis_template": "{a}"}, "hypothesis_template"),
+                            ({"multi_label": 1}, "multi_label")]:
+        with pytest.raises(OptionError) as raised:
+            ours.settings(**options)
+        assert raised.value.option == option, options
+    assert ours.check_options() is None and ours.check_options(candidate_labels="a,b") == ["a", "b"]
