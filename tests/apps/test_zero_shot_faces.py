@@ -106,18 +106,19 @@ def test_zero_shot_on_a_text_and_on_files(nli, tmp_path, capsys):
 
 def test_rows_with_their_own_labels(nli, tmp_path, capsys):
     """--candidate-labels-field: a row holding the field is classified under its own labels (a comma-separated
-    string), a row without it (absent, null, an empty CSV field) under --candidate-labels; each row's record is what
+    string), a row without it (absent, null or "") under --candidate-labels; each row's record is what
     predict gives that text with those labels."""
     directory, ours = nli
-    own = ["sports, travel", None, "économie", "politics,sports,travel"]
+    own = ["sports, travel", None, "économie", ""]  # "": no labels of its own, as absent or null
     source = _jsonl(tmp_path / "in.jsonl", [{"id": i, "text": t, **({} if i == 1 else {"labels": o})}
                                             for i, (t, o) in enumerate(zip(TEXTS, own))])
     out = tmp_path / "out.jsonl"
     assert cli(["zero-shot", "--model", str(directory), "--input", str(source), "--output", str(out),
                 "--candidate-labels-field", "labels", "--candidate-labels", "politics,travel"]) == 0
-    expected = [ours.predict(t, "politics,travel" if o is None else o) for t, o in zip(TEXTS, own)]
+    expected = [ours.predict(t, o or "politics,travel") for t, o in zip(TEXTS, own)]
     assert [{k: v for k, v in r.items() if k != "id"} for r in _rows(out)] == expected
-    assert [len(r["labels"]) for r in _rows(out)] == [2, 2, 1, 3]
+    assert [sorted(r["labels"]) for r in _rows(out)] == [["sports", "travel"], ["politics", "travel"], ["économie"],
+                                                         ["politics", "travel"]]
 
     csv_in = tmp_path / "in.csv"
     csv_in.write_text('id,text,labels\n1,Angela Merkel visited Zürich.,"sports,politics"\n2,Der Zug kam spät an.,\n',
@@ -137,10 +138,10 @@ def test_rows_with_their_own_labels(nli, tmp_path, capsys):
                 "--candidate-labels-field", "labels"]) == 2
     err = capsys.readouterr().err
     assert "4 malformed row(s), nothing done" in err
-    assert "line 2: field 'labels' is missing (or null), and no candidate_labels were given" in err
+    assert "line 2: field 'labels' is missing (or null or empty), and no candidate_labels were given" in err
     assert "line 3: field 'labels' holds no usable labels (candidate_labels is empty (' , ')" in err
     assert "line 4: field 'labels' is list, not a string" in err
-    assert "line 5: field 'labels' is missing (or null)" in err
+    assert "line 5: field 'labels' is missing (or null or empty)" in err
     assert not (tmp_path / "b.jsonl").exists()
 
 

@@ -249,11 +249,11 @@ def zero_shot_job(classifier: ZeroShotClassifier, *, text_field: str = "text", c
     """ZeroShotClassifier: per text row the pipeline's dict, {"sequence": the text, "labels": the candidate labels
     best first, "scores": theirs} (.jsonl only: OUTPUT_FORMATS). The candidate labels are `candidate_labels`, the
     same for every row; with `candidate_labels_field`, a row holding that field (a string of comma-separated labels,
-    split as the pipeline splits one) is classified under its own labels instead, and a row without it (absent, null,
-    or an empty CSV field) under `candidate_labels` (then required only where a row lacks its own). The rows of a
-    block run together whatever their labels (ZeroShotClassifier.predict_each). The options are checked, and are
-    settings (the labels too: --resume refuses other labels), before any row is read; an empty text is a malformed
-    row."""
+    split as the pipeline splits one) is classified under its own labels instead, and a row without it (absent, null
+    or "", in every input format alike: a CSV field, or a Ray column read from one, has no null) under
+    `candidate_labels` (then required only where a row lacks its own). The rows of a block run together whatever
+    their labels (ZeroShotClassifier.predict_each). The options are checked, and are settings (the labels too:
+    --resume refuses other labels), before any row is read; an empty text is a malformed row."""
     settings = {**classifier.settings(candidate_labels=candidate_labels, hypothesis_template=hypothesis_template,
                                       multi_label=multi_label), "candidate_labels_field": candidate_labels_field}
     labels = settings["candidate_labels"]  # parsed (a list), or None
@@ -262,23 +262,23 @@ def zero_shot_job(classifier: ZeroShotClassifier, *, text_field: str = "text", c
                                               "own, the field holding them: candidate_labels_field)")
 
     def check(values: dict[str, str | None]) -> list[tuple[str, str]]:
-        own = values.get("candidate_labels")
-        if own is None:
-            return empty_text_problems(values) + ([("candidate_labels", "is missing (or null), and no candidate_labels were "
-                                                                "given for the rows without their own")]
-                                          if labels is None else [])
-        try:
-            parse_labels(own)
-        except ValueError as e:
-            return [*empty_text_problems(values), ("candidate_labels", f"holds no usable labels ({e})")]
-        return empty_text_problems(values)
+        problems, own = empty_text_problems(values), values.get("candidate_labels")
+        if not own and labels is None:  # None or "": the row takes the job's labels
+            problems.append(("candidate_labels", "is missing (or null or empty), and no candidate_labels were given "
+                                                 "for the rows without their own"))
+        elif own:
+            try:
+                parse_labels(own)
+            except ValueError as e:
+                problems.append(("candidate_labels", f"holds no usable labels ({e})"))
+        return problems
 
     def run(rows: list[Row], totals) -> list[dict[str, Any]]:
         for row in rows:  # rows from a file, Ray or POST /rows were checked already; the command line's --text not
             if problems := check(row.values):
                 raise ValueError("; ".join(f"{role} {problem}" for role, problem in problems))
-        own = [r.values.get("candidate_labels") for r in rows]
-        return classifier.predict_each([r.values["text"] for r in rows], [labels if o is None else o for o in own],
+        own = [r.values.get("candidate_labels") or labels for r in rows]  # (None or "": the rows without their own)
+        return classifier.predict_each([r.values["text"] for r in rows], own,
                                        hypothesis_template=hypothesis_template, multi_label=multi_label, tally=totals)
 
     fields = {"text": text_field, **({"candidate_labels": candidate_labels_field} if candidate_labels_field else {})}
