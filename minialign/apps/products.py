@@ -24,6 +24,7 @@ from minialign.apps.files.rows import Fields, Job
 from minialign.products import alignscore, minicheck
 from minialign.products.classifier import Classifier
 from minialign.products.embeddings import SentenceEncoder
+from minialign.products.fill_mask import FillMask
 from minialign.products.m3 import M3Encoder
 from minialign.products.multivector import MultiVectorEncoder
 from minialign.products.sparse import SparseEncoder
@@ -294,3 +295,18 @@ register(Product(
                          "--aggregation-strategy none); default: cut at the window")),
     inputs=(Input("text", "one text: prints its entities as a JSON list"),),
     ray="NERBatches", hf_task="token-classification"))
+
+register(Product(
+    name="fill-mask", runner=FillMask, command="fill-mask", job=jobs.fill_mask_job, verb="filled",
+    outputs=jobs.OUTPUT_FORMATS["fill-mask"],
+    help="the likeliest tokens for the mask token(s) of a text, or of a JSONL/CSV file (.jsonl out)",
+    model_help="a *ForMaskedLM directory or hub id (google-bert/bert-base-uncased, FacebookAI/roberta-base, ...)",
+    serve_help="a masked-LM model (fill-mask) for POST /rows/fill-mask and HF Inference's fill-mask",
+    load=(TOKENIZER,),
+    options=(Option("top_k", 5, type=int, help="candidates per mask, best first (default 5)"),
+             Option("targets", many=True,
+                    help="score these tokens only, comma-separated (one the vocabulary lacks: its first token, with "
+                         "a warning; default: every token)")),
+    inputs=(Input("text", "one text holding the model's mask token ([MASK], <mask>): prints its candidates as JSON "
+                          "(a list per mask)"),),
+    ray="FillMaskBatches", hf_task="fill-mask"))

@@ -15,6 +15,7 @@ import torch
 from minialign.apps.files.rows import Fields, Job, Row, ragged, sparse, stacked, tensor_layout
 from minialign.products.classifier import Classifier
 from minialign.products.embeddings import SentenceEncoder
+from minialign.products.fill_mask import FillMask
 from minialign.products.m3 import M3Encoder
 from minialign.products.multivector import MultiVectorEncoder
 from minialign.products.sparse import SparseEncoder
@@ -226,3 +227,32 @@ def ner_job(tagger: TokenClassifier, *, text_field: str = "text", aggregation_st
 
     return make_job(tagger, embed_fields(text_field=text_field), outputs=OUTPUT_FORMATS["ner"], model=model,
                     settings=settings, run=run, nested=("entities",))
+
+
+# fill-mask: a list of candidates per mask, whatever the row's number of masks (a regular record, below)
+OUTPUT_FORMATS["fill-mask"] = ("jsonl",)
+
+
+def fill_mask_job(filler: FillMask, *, text_field: str = "text", top_k: int = 5, targets: list[str] | None = None,
+                  model: str | None = None) -> Job:
+    """FillMask: {"candidates": [[{...}, ...], ...]} per text row: one list per mask of the text, in order, each its
+    top_k candidates as FillMask.predict gives them (the pipeline's keys: score, token, token_str, sequence), .jsonl
+    only (OUTPUT_FORMATS). The record is the same shape for every row (Arrow's list of lists of structs), where predict
+    (as the pipeline) gives a text of one mask its list alone and a text of several a list per mask: a row of one mask
+    is [its list]. A row is checked before any model work (FillMask.check: a text, with the model's mask token within
+    the window), so a row without the mask is named by its line and field; the options are checked, and are settings,
+    before any row is read (targets resolved once: the replaced ones warn when the first block runs)."""
+    settings = filler.settings(top_k=top_k, targets=targets)
+
+    def run(rows: list[Row], totals) -> list[dict[str, Any]]:
+        results = filler.predict([r.values["text"] for r in rows], top_k=top_k, targets=targets, tally=totals)
+        return [{"candidates": result if isinstance(result[0], list) else [result]} for result in results]
+
+    def check(values: dict[str, str | None]) -> list[tuple[str, str]]:
+        problem = filler.check(values["text"], null="null")
+        return [("text", problem)] if problem else []
+
+    fields = embed_fields(text_field=text_field)
+    return make_job(filler, Fields(fields=fields.fields, flags=fields.flags, check=check),
+                    outputs=OUTPUT_FORMATS["fill-mask"], model=model, settings=settings, run=run,
+                    nested=("candidates",))

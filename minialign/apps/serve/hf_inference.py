@@ -9,6 +9,10 @@ token-classification are here.
         {"inputs": str, "parameters": {"aggregation_strategy", "ignore_labels", "stride"}}
         -> [{"entity" | "entity_group", "score", "index"?, "word", "start", "end"}, ...]   (TokenClassifier.predict's
         entities of the text: the pipeline's keys; aggregation_strategy default "none", the pipeline's)
+    fill-mask              (the masked-LM model, --fill-mask: products/fill_mask.py)
+        {"inputs": str, "parameters": {"top_k", "targets"}}
+        -> [{"score", "token", "token_str", "sequence"}, ...]   (FillMask.predict's candidates of the text's mask,
+        best first; a text of several masks: a list of such lists, one per mask, as the pipeline answers it)
 
 A classifier scores by its own default (transformers' pipeline rule, Classifier.activation) unless
 function_to_apply names sigmoid, softmax or none; a {"text", "text_pair"} input is a pair (transformers'
@@ -129,6 +133,20 @@ class HFInferenceShapes:
             self._check_length(self.models.loaded()[kind][1], [given], flag(body, "truncate", False))
         return (await self._record(kind, job, {"text": given}))["entities"]
 
+    async def fill_mask(self, kind: str, body: dict) -> list:
+        """HF Inference's fill-mask (the module docstring) on the masked-LM model `kind`. A text without the model's
+        mask token, or whose masks all lie past the window, is a 422 naming `inputs` (FillMask.check); a text its
+        window would cut is refused (413, as TEI refuses one) unless the body's `truncate` is true (then it is cut,
+        as the pipeline cuts it with truncation=True)."""
+        given = text(body.get("inputs"), "inputs")
+        job = self._task_job(kind, TASKS["fill-mask"], body)
+        filler = self.models.loaded()[kind][1]
+        if problem := filler.check(given, null="null"):
+            raise bad_request(f"`inputs` {problem}")
+        self._check_length(filler, [given], flag(body, "truncate", False))
+        candidates = (await self._record(kind, job, {"text": given}))["candidates"]  # a list per mask (jobs.py)
+        return candidates[0] if len(candidates) == 1 else candidates
+
     def hf_task(self, body: dict) -> tuple[Task, str] | None:
         """(the task, the loaded model's kind) that a POST / body is for, by HF Inference's shapes (tei.py root): the
         tasks of the loaded models whose `inputs` it has; of several, the one whose parameters hold every key of
@@ -172,6 +190,7 @@ register(Task("text-classification", ("top_k", "function_to_apply"), lambda inpu
               lambda service, kind, body: service.text_classification(body, model=kind)))
 register(Task("token-classification", ("aggregation_strategy", "ignore_labels", "stride"),
               lambda inputs: isinstance(inputs, str), HFInferenceShapes.token_classification))
+register(Task("fill-mask", ("top_k", "targets"), lambda inputs: isinstance(inputs, str), HFInferenceShapes.fill_mask))
 
 
 def task_kinds(models: Models) -> dict[str, str]:
