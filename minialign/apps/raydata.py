@@ -189,6 +189,7 @@ SparseBatches: type[ProductBatches]
 MultiVectorBatches: type[ProductBatches]
 M3Batches: type[ProductBatches]
 NERBatches: type[ProductBatches]
+QABatches: type[ProductBatches]
 
 
 def shard_of(row_id, shards: int) -> int:
