@@ -48,6 +48,12 @@ def _predict(qa, pairs, **options):
     return qa.predict([q for q, _ in pairs], [c for _, c in pairs], **options)
 
 
+def _job_rows(pairs):
+    from minialign.apps.files.rows import Row
+
+    return [Row(i, i, {"question": q, "context": c}) for i, (q, c) in enumerate(pairs)]
+
+
 def test_qa_on_a_question_and_a_context(ours, capsys):
     model = ["qa", "--model", str(MODEL)]
     assert cli([*model, "--question", PAIRS[0][0], "--context", CONTEXT]) == 0  # the best answer's dict, as JSON
@@ -115,7 +121,8 @@ def test_qa_refusals_name_the_flag_or_the_row(tmp_path, capsys):
              "x.csv has an unknown format '.csv'; name a .jsonl file"),  # a list per row: .jsonl only
             (["--input", str(source), "--output", str(tmp_path / "x.safetensors")], "name a .jsonl or .csv file"),
             (["--question", "x", "--context", "y", "--top-k", "0"], "--top-k must be an int >= 1, got 0"),
-            (["--question", "x", "--context", "y", "--doc-stride", "70"], "--doc-stride (70) is larger than max_seq_len"),
+            (["--question", "x", "--context", "y", "--doc-stride", "70"],
+             "--doc-stride (70) is larger than max_seq_len"),
             (["--question", "x", "--context", "y", "--max-seq-len", "65"], "--max-seq-len must be an int from 5"),
             (["--question", "x"], "--question and --context go together"),
             (["--question", "x", "--context", ""], "context[0] cannot be empty"),
@@ -143,7 +150,8 @@ def test_a_context_without_an_answer_is_a_record_of_nulls(ours, tmp_path, monkey
     answers = _predict(ours, PAIRS[:2])
     monkeypatch.setattr(ours, "predict", lambda *args, **options: [answers[0], []])
     job = PRODUCTS["qa"].make_job(ours)
-    source = _jsonl(tmp_path / "in.jsonl", [{"id": i, "question": q, "context": c} for i, (q, c) in enumerate(PAIRS[:2])])
+    source = _jsonl(tmp_path / "in.jsonl",
+                    [{"id": i, "question": q, "context": c} for i, (q, c) in enumerate(PAIRS[:2])])
     assert run_file(job, source, tmp_path / "out.csv", progress=False) == 2
     with open(tmp_path / "out.csv", encoding="utf-8", newline="") as f:
         written = list(csv.reader(f))
@@ -152,13 +160,7 @@ def test_a_context_without_an_answer_is_a_record_of_nulls(ours, tmp_path, monkey
     assert run_file(job, source, tmp_path / "out.jsonl", progress=False) == 2
     assert _rows(tmp_path / "out.jsonl")[1] == {"id": 1, "score": None, "start": None, "end": None, "answer": None}
     assert job.run([]) == []
-    assert [r["answer"] for r in job.run(job_rows(PAIRS[:2]))] == [answers[0]["answer"], None]
-
-
-def job_rows(pairs):
-    from minialign.apps.files.rows import Row
-
-    return [Row(i, i, {"question": q, "context": c}) for i, (q, c) in enumerate(pairs)]
+    assert [r["answer"] for r in job.run(_job_rows(PAIRS[:2]))] == [answers[0]["answer"], None]
 
 
 def test_qa_batches_on_numpy_and_pandas_batches(ours):
@@ -192,8 +194,10 @@ def test_qa_on_ray(ours, tmp_path):
     parquet = pytest.importorskip("pyarrow.parquet")
     rows = _jsonl(tmp_path / "rows.jsonl", [{"id": f"p{i}", "question": q, "context": c}
                                             for i, (q, c) in enumerate(PAIRS * 2)])
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
-             configure_logging=False)
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
+                 configure_logging=False)
     try:
         for top_k in (1, 3):
             out = tmp_path / f"out{top_k}"
@@ -206,7 +210,8 @@ def test_qa_on_ray(ours, tmp_path):
                    {k: written[f"p{i}"][k] for k in ("score", "start", "end", "answer")} for i in range(len(PAIRS) * 2)]
             assert got == expected
     finally:
-        ray.shutdown()
+        if started:
+            ray.shutdown()
 
 
 # -- the service -------------------------------------------------------------------------------------------------------
@@ -331,3 +336,16 @@ def test_bad_requests_are_refused_by_field(services, path, body, message):
     one, _, _ = services
     status, answer = call(one, path, body)
     assert status == 422 and message in answer["error"], answer
+
+
+def test_no_span_is_the_pipelines_empty_answer_on_the_service(services, monkeypatch):
+    """Where predict finds no span of score > 0 (its empty result), HF Inference's answer is [] (the v4 pipeline's),
+    which the client parses as an empty list, and /rows/qa's record the file's, its four keys null."""
+    from test_serve import call, inference_client
+
+    one, _, _ = services
+    monkeypatch.setattr(ma.QuestionAnswerer, "predict",
+                        lambda self, questions, contexts, **options: [[]] * len(questions))
+    assert inference_client(one, monkeypatch).question_answering("Where?", "Paris.") == []
+    assert call(one, "/rows/qa", {"rows": [{"question": "Where?", "context": "Paris."}]}) == \
+        (200, {"results": [{"score": None, "start": None, "end": None, "answer": None}]})
