@@ -30,6 +30,8 @@ from minialign.products.multivector import MultiVectorEncoder
 from minialign.products.sparse import SparseEncoder
 from minialign.products.runner import Runner
 from minialign.products.token_classification import AGGREGATIONS, TokenClassifier
+from minialign.products.question_answering import (MAX_ANSWER_LEN, MAX_QUESTION_LEN, QuestionAnswerer,
+                                                   check_values)
 
 
 @dataclass(frozen=True)
@@ -310,3 +312,32 @@ register(Product(
     inputs=(Input("text", "one text holding the model's mask token ([MASK], <mask>): prints its candidates as JSON "
                           "(a list per mask)"),),
     ray="FillMaskBatches", hf_task="fill-mask"))
+
+register(Product(
+    name="qa", runner=QuestionAnswerer, command="qa", job=jobs.qa_job, verb="answered",
+    outputs=jobs.OUTPUT_FORMATS["qa"],
+    help="extractive question answering: the answer to a question from a context, or for a JSONL/CSV file of them",
+    model_help="a *ForQuestionAnswering directory or hub id (deepset/roberta-base-squad2, ...)",
+    serve_help="an extractive QA model for POST /rows/qa and HF Inference's question-answering",
+    load=(TOKENIZER,),
+    options=(Option("top_k", 1, type=int,
+                    help="how many answers, best first: 1 gives the best answer's record (.jsonl or .csv), more a list "
+                         "{\"answers\": [...]} per row (.jsonl only)"),
+             Option("doc_stride", type=int,
+                    help="a context longer than a window is read in windows sharing N tokens with the one before "
+                         "(default: min(max_seq_len // 2, 128))"),
+             Option("max_answer_len", MAX_ANSWER_LEN, type=int, help="the most tokens of an answer"),
+             Option("max_seq_len", type=int,
+                    help="a window's tokens, the question and special tokens included (default: min(the tokenizer's "
+                         "model_max_length, 384), within the model's positions)"),
+             Option("max_question_len", MAX_QUESTION_LEN, type=int,
+                    help="taken and unused, as in transformers 4's pipeline with a fast tokenizer"),
+             Option("handle_impossible_answer", False,
+                    help="also offer \"no answer\" ({\"score\", \"start\": 0, \"end\": 0, \"answer\": \"\"}), scored "
+                         "by the CLS token (squad2 models)"),
+             Option("align_to_words", True,
+                    help="widen a span to whole words (--no-align-to-words: the tokens' own characters)")),
+    inputs=(Input("question", "the question: with --context, prints the answer as JSON (a list with --top-k > 1)"),
+            Input("context", "the text the answer is read from")),
+    check=lambda values: check_values(values["question"], values["context"], null="null"),
+    ray="QABatches", hf_task="question-answering"))

@@ -190,6 +190,7 @@ MultiVectorBatches: type[ProductBatches]
 M3Batches: type[ProductBatches]
 NERBatches: type[ProductBatches]
 FillMaskBatches: type[ProductBatches]
+QABatches: type[ProductBatches]
 
 
 def shard_of(row_id, shards: int) -> int:
