@@ -431,3 +431,22 @@ def retrieval_dirs(tiny_family, tmp_path_factory) -> dict[str, Path]:
     return {"sparse": tiny_family.sparse_encoder("bert", prompts={"query": "q: ", "document": "d: "}),
             "multivector": save_multivector_encoder(root, base, {"strategy": "fixed", "attend": False, "length": 12}),
             "m3": save_m3(tiny_family, root)}
+
+
+def save_filler(directory: Path, wordpiece_dir: Path) -> Path:
+    """A tiny random BertForMaskedLM with the WordPiece tokenizer of `wordpiece_dir` (its mask token [MASK]) and a
+    64-token window (family_builders), its word embeddings (the tied decoder) and head scaled as
+    tests/products/test_fill_mask.py scales them, so the candidates differ from text to text."""
+    from family_builders import FAMILIES, hf_model, write_tokenizer
+
+    row = FAMILIES["bert"]
+    vocab = write_tokenizer(row, directory, wordpiece_dir=wordpiece_dir, bpe_dir=None)
+    model = hf_model(row, vocab, masked_lm=True)
+    with torch.no_grad():
+        model.get_input_embeddings().weight.mul_(40)
+        model.cls.predictions.transform.dense.weight.mul_(30)
+        for name, p in model.named_parameters():
+            if name.startswith("bert.") and "embeddings" not in name and p.dim() == 2:
+                p.mul_(8)
+    model.save_pretrained(directory)
+    return directory

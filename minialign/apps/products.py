@@ -24,11 +24,14 @@ from minialign.apps.files.rows import Fields, Job
 from minialign.products import alignscore, minicheck
 from minialign.products.classifier import Classifier
 from minialign.products.embeddings import SentenceEncoder
+from minialign.products.fill_mask import FillMask
 from minialign.products.m3 import M3Encoder
 from minialign.products.multivector import MultiVectorEncoder
 from minialign.products.sparse import SparseEncoder
 from minialign.products.runner import Runner
 from minialign.products.token_classification import AGGREGATIONS, TokenClassifier
+from minialign.products.question_answering import (MAX_ANSWER_LEN, MAX_QUESTION_LEN, QuestionAnswerer,
+                                                   check_values)
 from minialign.products.zero_shot import DEFAULT_TEMPLATE, ZeroShotClassifier
 
 
@@ -296,6 +299,49 @@ register(Product(
     inputs=(Input("text", "one text: prints its entities as a JSON list"),),
     ray="NERBatches", hf_task="token-classification"))
 
+register(Product(
+    name="fill-mask", runner=FillMask, command="fill-mask", job=jobs.fill_mask_job, verb="filled",
+    outputs=jobs.OUTPUT_FORMATS["fill-mask"],
+    help="the likeliest tokens for the mask token(s) of a text, or of a JSONL/CSV file (.jsonl out)",
+    model_help="a *ForMaskedLM directory or hub id (google-bert/bert-base-uncased, FacebookAI/roberta-base, ...)",
+    serve_help="a masked-LM model (fill-mask) for POST /rows/fill-mask and HF Inference's fill-mask",
+    load=(TOKENIZER,),
+    options=(Option("top_k", 5, type=int, help="candidates per mask, best first (default 5)"),
+             Option("targets", many=True,
+                    help="score these tokens only, comma-separated (one the vocabulary lacks: its first token, with "
+                         "a warning; default: every token)")),
+    inputs=(Input("text", "one text holding the model's mask token ([MASK], <mask>): prints its candidates as JSON "
+                          "(a list per mask)"),),
+    ray="FillMaskBatches", hf_task="fill-mask"))
+
+register(Product(
+    name="qa", runner=QuestionAnswerer, command="qa", job=jobs.qa_job, verb="answered",
+    outputs=jobs.OUTPUT_FORMATS["qa"],
+    help="extractive question answering: the answer to a question from a context, or for a JSONL/CSV file of them",
+    model_help="a *ForQuestionAnswering directory or hub id (deepset/roberta-base-squad2, ...)",
+    serve_help="an extractive QA model for POST /rows/qa and HF Inference's question-answering",
+    load=(TOKENIZER,),
+    options=(Option("top_k", 1, type=int,
+                    help="how many answers, best first: 1 gives the best answer's record (.jsonl or .csv), more a list "
+                         "{\"answers\": [...]} per row (.jsonl only)"),
+             Option("doc_stride", type=int,
+                    help="a context longer than a window is read in windows sharing N tokens with the one before "
+                         "(default: min(max_seq_len // 2, 128))"),
+             Option("max_answer_len", MAX_ANSWER_LEN, type=int, help="the most tokens of an answer"),
+             Option("max_seq_len", type=int,
+                    help="a window's tokens, the question and special tokens included (default: min(the tokenizer's "
+                         "model_max_length, 384), within the model's positions)"),
+             Option("max_question_len", MAX_QUESTION_LEN, type=int,
+                    help="taken and unused, as in transformers 4's pipeline with a fast tokenizer"),
+             Option("handle_impossible_answer", False,
+                    help="also offer \"no answer\" ({\"score\", \"start\": 0, \"end\": 0, \"answer\": \"\"}), scored "
+                         "by the CLS token (squad2 models)"),
+             Option("align_to_words", True,
+                    help="widen a span to whole words (--no-align-to-words: the tokens' own characters)")),
+    inputs=(Input("question", "the question: with --context, prints the answer as JSON (a list with --top-k > 1)"),
+            Input("context", "the text the answer is read from")),
+    check=lambda values: check_values(values["question"], values["context"], null="null"),
+    ray="QABatches", hf_task="question-answering"))
 # zero-shot: the candidate labels are an option of the call (the pipeline's candidate_labels: --candidate-labels,
 # HF Inference's parameters.candidate_labels), the same for every row of a file; a file whose rows carry their own
 # names their field (--candidate-labels-field, a comma-separated string per row), and a row without it takes the

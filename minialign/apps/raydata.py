@@ -189,6 +189,8 @@ SparseBatches: type[ProductBatches]
 MultiVectorBatches: type[ProductBatches]
 M3Batches: type[ProductBatches]
 NERBatches: type[ProductBatches]
+FillMaskBatches: type[ProductBatches]
+QABatches: type[ProductBatches]
 ZeroShotBatches: type[ProductBatches]
 
 

@@ -38,7 +38,7 @@ from torch import Tensor
 
 from minialign.loading import build, read_checkpoint
 from minialign.models.encoder import MaskedLMModel
-from minialign.products.runner import Loading, Runner, load_keywords
+from minialign.products.runner import Loading, OptionError, Runner, load_keywords
 from minialign.runtime.engine import Truncation
 from minialign.sources import resolve
 from minialign.text.tokenizer import Encoded, Tokenizer
@@ -97,18 +97,38 @@ class FillMask(Runner):
         logits are never made for every token)."""
         return self.model.encoder
 
+    def check_options(self, *, top_k: int = 5, targets: str | Sequence[str] | None = None) -> list[int] | None:
+        """A call's options checked (OptionError naming the first refused, before any text is read); returns the
+        targets' ids (None: every token), resolved without the warnings predict gives (target_ids)."""
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+            raise OptionError("top_k", f"must be a positive integer, got {top_k!r}")
+        if targets is None:
+            return None
+        ids, _ = self._resolve_targets(targets)
+        return self._some_targets(ids, targets)
+
     def settings(self, *, top_k: int = 5, targets: str | Sequence[str] | None = None) -> dict:
-        """What a call with these options depends on, beside the weights (a resumed file run compares them)."""
+        """What a call with these options depends on, beside the weights (a resumed file run compares them); the
+        options checked (check_options)."""
+        self.check_options(top_k=top_k, targets=targets)
         targets = [targets] if isinstance(targets, str) else None if targets is None else list(targets)
         return {**super().settings(), "max_length": self.max_length, "top_k": top_k, "targets": targets}
 
     def check(self, text, *, null: str = "None") -> str | None:
-        """What is wrong with one text before any model work (not text, no mask token), or None: a face's row or
-        request check. `null` is how a missing value is named (None in Python, null in JSON)."""
+        """What is wrong with one text before any model work (not text, no mask token, its masks all past the
+        window), or None: a face's row or request check. `null` is how a missing value is named (None in Python,
+        null in JSON)."""
         if problem := value_problem(text, null=null):
             return problem
         ids = self.tokenizer.backend.encode(text, add_special_tokens=False).ids
-        return None if self._mask_id in ids else self._no_mask(text)
+        if self._mask_id not in ids:
+            return self._no_mask(text)
+        if self._mask_id not in self.tokenizer.encode_ids([text], max_length=self.max_length).ids[0]:
+            return self._past_window()
+        return None
+
+    def _past_window(self) -> str:
+        return f"has its {self._mask} tokens past the {self.max_length}-token window only"
 
     def _no_mask(self, text: str) -> str:
         other = [spelling for spelling in MASK_SPELLINGS if spelling != self._mask and spelling in text]
@@ -125,13 +145,12 @@ class FillMask(Runner):
         """Each text's candidates (module docstring), in input order: a list of dicts per text of one mask, a list of
         such lists (one per mask) for a text of several; one text as a string gives its result alone. top_k: how
         many candidates per mask (at most the vocabulary, or the targets); targets: a token or a list of them, the
-        only candidates scored. Text cut by the window is reported as by every runner (warn_truncation, tally:
-        products/runner.py)."""
+        only candidates scored; a refused option is an OptionError (a ValueError) naming it (check_options). Text
+        cut by the window is reported as by every runner (warn_truncation, tally: products/runner.py)."""
         if isinstance(texts, str):
             return self.predict([texts], top_k=top_k, targets=targets, progress=progress,
                                 warn_truncation=warn_truncation, tally=tally)[0]
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-            raise ValueError(f"top_k must be a positive integer, got {top_k!r}")
+        self.check_options(top_k=top_k)
         target_ids = None if targets is None else self._target_ids(targets, stacklevel=4)  # the caller's line
         texts = check_texts("texts", texts)
         if not texts:
@@ -153,36 +172,48 @@ class FillMask(Runner):
     def target_ids(self, targets: str | Sequence[str]) -> list[int]:
         """The ids of `targets` (FillMaskPipeline.get_target_ids): a target the vocabulary holds (added tokens
         included) as it is; another, its first token, with a warning; one that tokenizes to nothing is left out with
-        a warning; duplicates once (in the pipeline's order: list(set(ids))). None left: ValueError."""
+        a warning; duplicates once (in the pipeline's order: list(set(ids))). None left: an OptionError (a
+        ValueError) naming targets."""
         return self._target_ids(targets, stacklevel=3)
 
     def _target_ids(self, targets: str | Sequence[str], *, stacklevel: int) -> list[int]:
+        ids, notes = self._resolve_targets(targets)
+        for note in notes:
+            warnings.warn(note, stacklevel=stacklevel)
+        return self._some_targets(ids, targets)
+
+    def _resolve_targets(self, targets: str | Sequence[str]) -> tuple[list[int], list[str]]:
+        """(the targets' ids, once each, in the pipeline's order; the pipeline's warnings for those replaced or left
+        out), as FillMaskPipeline.get_target_ids resolves them."""
         targets = [targets] if isinstance(targets, str) else targets
         if not isinstance(targets, Sequence) or not all(isinstance(t, str) for t in targets):
-            raise ValueError(f"targets must be a string or a sequence of strings, got {targets!r}")
+            raise OptionError("targets", f"must be a string or a sequence of strings, got {targets!r}")
         backend = self.tokenizer.backend
         vocab = backend.get_vocab(with_added_tokens=True)
-        ids = []
+        ids, notes = [], []
         for target in targets:
             id_ = vocab.get(target)
             if id_ is None:
                 pieces = backend.encode(target, add_special_tokens=False).ids
                 if not pieces:
-                    warnings.warn(f"The specified target token `{target}` does not exist in the model vocabulary. We "
-                                  f"cannot replace it with anything meaningful, ignoring it", stacklevel=stacklevel)
+                    notes.append(f"The specified target token `{target}` does not exist in the model vocabulary. We "
+                                 f"cannot replace it with anything meaningful, ignoring it")
                     continue
                 id_ = pieces[0]
-                warnings.warn(f"The specified target token `{target}` does not exist in the model vocabulary. "
-                              f"Replacing with `{backend.id_to_token(id_)}`.", stacklevel=stacklevel)
+                notes.append(f"The specified target token `{target}` does not exist in the model vocabulary. "
+                             f"Replacing with `{backend.id_to_token(id_)}`.")
             ids.append(id_)
-        ids = list(set(ids))
+        return list(set(ids)), notes
+
+    def _some_targets(self, ids: list[int], targets: str | Sequence[str]) -> list[int]:
+        """The resolved ids, or an OptionError where none is left or one is beyond the model's vocabulary."""
         if not ids:
-            raise ValueError("At least one target must be provided when passed: targets has no token of the "
-                             f"vocabulary ({targets!r})")
+            raise OptionError("targets", f"has no token of the vocabulary ({targets!r}): At least one target must be "
+                                         f"provided when passed")
         vocab_size = self.model.config.vocab_size
         if any(i >= vocab_size for i in ids):  # an added token the model has no row for
-            raise ValueError(f"targets {targets!r} name token ids {sorted(i for i in ids if i >= vocab_size)}, beyond "
-                             f"the model's vocabulary of {vocab_size}")
+            raise OptionError("targets", f"{targets!r} name token ids {sorted(i for i in ids if i >= vocab_size)}, "
+                                         f"beyond the model's vocabulary of {vocab_size}")
         return ids
 
     def _check_masks(self, texts: list[str], encoded: Encoded, positions: list[list[int]]) -> None:
@@ -192,7 +223,7 @@ class FillMask(Runner):
             if found:
                 continue
             if encoded.truncated[i] and self._mask_id in self.tokenizer.backend.encode(text).ids:
-                problems.append(f"texts[{i}] has its {self._mask} tokens past the {self.max_length}-token window only")
+                problems.append(f"texts[{i}] {self._past_window()}")
             else:
                 problems.append(f"texts[{i}] {self._no_mask(text)}")
         if problems:

@@ -51,12 +51,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import tokenizers
 import torch
 from torch import Tensor
 
 from minialign.loading import build, read_checkpoint
 from minialign.models.encoder import QuestionAnsweringModel
-from minialign.products.runner import Loading, Runner, load_keywords
+from minialign.products.runner import Loading, OptionError, Runner, load_keywords
 from minialign.sources import resolve
 from minialign.text.tokenizer import Encoded, Tokenizer
 from minialign.text.validation import value_problem
@@ -81,6 +82,11 @@ class QuestionAnswerer(Runner):
         """The options: Runner._start. max_length bounds the windows (max_seq_len) a call may ask for."""
         self._start(model, tokenizer, max_length=max_length, batch_size=batch_size, max_tokens=max_tokens,
                     unpad=unpad, compile=compile, workers=workers, threads=threads)
+        # check's own copy of the tokenizer, never truncated: the service checks a body on its event loop while the
+        # model's thread reads the pairs in windows, and truncation is a setting of the tokenizer object
+        self._counter = tokenizers.Tokenizer.from_str(tokenizer.backend.to_str())
+        self._counter.no_truncation()
+        self._counter.no_padding()
 
     @classmethod
     @load_keywords
@@ -96,24 +102,65 @@ class QuestionAnswerer(Runner):
         runner.source = str(src)
         return runner
 
+    def check_options(self, *, top_k: int = 1, doc_stride: int | None = None, max_answer_len: int = MAX_ANSWER_LEN,
+                      max_seq_len: int | None = None, max_question_len: int = MAX_QUESTION_LEN,
+                      handle_impossible_answer: bool = False, align_to_words: bool = True) -> tuple[int, int]:
+        """A call's options checked (an OptionError naming the first refused, which each face names its own way:
+        --doc-stride, parameters.doc_stride); returns the window and the stride they resolve to (max_seq_len and
+        doc_stride, their defaults filled in)."""
+        for name, value in (("top_k", top_k), ("max_answer_len", max_answer_len),
+                            ("max_question_len", max_question_len)):
+            if not _is_int(value) or value < 1:
+                raise OptionError(name, f"must be an int >= 1, got {value!r}")
+        for name, value in (("handle_impossible_answer", handle_impossible_answer),
+                            ("align_to_words", align_to_words)):
+            if not isinstance(value, bool):
+                raise OptionError(name, f"must be True or False, got {value!r}")
+        window = self._window(max_seq_len)
+        return window, self._stride(doc_stride, window)
+
     def settings(self, *, top_k: int = 1, doc_stride: int | None = None, max_answer_len: int = MAX_ANSWER_LEN,
                  max_seq_len: int | None = None, max_question_len: int = MAX_QUESTION_LEN,
                  handle_impossible_answer: bool = False, align_to_words: bool = True) -> dict:
-        window = self._window(max_seq_len)
-        return {**super().settings(), "top_k": top_k, "doc_stride": self._stride(doc_stride, window),
-                "max_answer_len": max_answer_len, "max_seq_len": window, "max_question_len": max_question_len,
+        """What a resumed file run must share: the options checked (check_options), the window and stride resolved."""
+        window, stride = self.check_options(top_k=top_k, doc_stride=doc_stride, max_answer_len=max_answer_len,
+                                            max_seq_len=max_seq_len, max_question_len=max_question_len,
+                                            handle_impossible_answer=handle_impossible_answer,
+                                            align_to_words=align_to_words)
+        return {**super().settings(), "top_k": top_k, "doc_stride": stride, "max_answer_len": max_answer_len,
+                "max_seq_len": window, "max_question_len": max_question_len,
                 "handle_impossible_answer": handle_impossible_answer, "align_to_words": align_to_words}
 
-    def check(self, question, context, *, null: str = "None") -> list[tuple[str, str]]:
+    def check(self, question, context, *, null: str = "None", max_seq_len: int | None = None,
+              doc_stride: int | None = None) -> list[tuple[str, str]]:
         """What is wrong with one (question, context), as ("question" | "context", problem) pairs, before any model
-        work (file rows, service bodies); `null` names a missing value (None in Python, null in JSON). A context
-        without tokens is found when it is tokenized (predict)."""
-        out = []
-        for which, value in (("question", question), ("context", context)):
-            problem = value_problem(value, null=null) or ("cannot be empty" if value == "" else None)
-            if problem:
-                out.append((which, problem))
-        return out
+        work (file rows, service bodies); `null` names a missing value (None in Python, null in JSON). Besides the
+        values (check_values), what their tokens make impossible under the window and stride (max_seq_len,
+        doc_stride: as predict takes them), each of which predict refuses for the pair too: a context with no tokens,
+        a question that fills the window, a context needing several windows that the stride leaves no room to read
+        (Tokenizer.encode_pair_windows)."""
+        out = check_values(question, context, null=null)
+        if out:
+            return out
+        window = self._window(max_seq_len)
+        stride = self._stride(doc_stride, window)
+        tok = self._counter
+        n_question, n_context = (len(tok.encode(text, add_special_tokens=False).ids) for text in (question, context))
+        specials = tok.num_special_tokens_to_add(True)
+        room = window - specials - n_question
+        if n_context == 0:
+            return [("context", "has no tokens (only spaces, or characters the tokenizer drops): there is nothing to "
+                                "answer from")]
+        if n_question + n_context + specials <= window:  # one window: the stride does not matter
+            return []
+        if room < 1:
+            return [("question", f"has {n_question} tokens, which with the {specials} special tokens fill the window "
+                                 f"of {window} tokens (max_seq_len), leaving no room for the context")]
+        if stride >= room:
+            return [("question", f"has {n_question} tokens, which with the {specials} special tokens leave {room} "
+                                 f"tokens of the window of {window} for the context, which needs several windows: "
+                                 f"doc_stride ({stride}) must be below {room}")]
+        return []
 
     @torch.inference_mode()
     def predict(self, question: str | Sequence[str] | dict | Sequence[dict], context: str | Sequence[str] | None = None,
@@ -131,18 +178,14 @@ class QuestionAnswerer(Runner):
         tokens, question and special tokens included (default min(the tokenizer's model_max_length, 384), within the
         model's positions). max_question_len: unused, as in v4 with a fast tokenizer (module docstring).
         handle_impossible_answer: also offer "no answer" ({"start": 0, "end": 0, "answer": ""}) with its score.
-        align_to_words: widen a span to whole words (the tokenizer's), else keep the tokens' own characters."""
+        align_to_words: widen a span to whole words (the tokenizer's), else keep the tokens' own characters. A refused
+        option is an OptionError (a ValueError) naming it (check_options); a refused pair a ValueError naming it by
+        its index (check says the same of one pair before any model work)."""
         pairs, single = pairs_of(question, context)
-        window = self._window(max_seq_len)
-        stride = self._stride(doc_stride, window)
-        for name, value in (("top_k", top_k), ("max_answer_len", max_answer_len),
-                            ("max_question_len", max_question_len)):
-            if not _is_int(value) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        for name, value in (("handle_impossible_answer", handle_impossible_answer),
-                            ("align_to_words", align_to_words)):
-            if not isinstance(value, bool):
-                raise ValueError(f"{name} must be True or False, got {value!r}")
+        window, stride = self.check_options(top_k=top_k, doc_stride=doc_stride, max_answer_len=max_answer_len,
+                                            max_seq_len=max_seq_len, max_question_len=max_question_len,
+                                            handle_impossible_answer=handle_impossible_answer,
+                                            align_to_words=align_to_words)
         windows = [self._windows(i, q, c, window, stride) for i, (q, c) in enumerate(pairs)]
         flat = [w for pair_windows in windows for w in pair_windows]
         encoded = Encoded([w.ids for w in flat], [w.type_ids for w in flat], [0] * len(flat))
@@ -175,8 +218,9 @@ class QuestionAnswerer(Runner):
             return min(self.tokenizer.model_max_length, MAX_SEQ_LEN, self.max_length)
         least = self.tokenizer.backend.num_special_tokens_to_add(True) + 2
         if not _is_int(max_seq_len) or not least <= max_seq_len <= self.max_length:
-            raise ValueError(f"max_seq_len must be an int from {least} (the special tokens of a pair and a token of "
-                             f"each text) to the model's window ({self.max_length}), got {max_seq_len!r}")
+            raise OptionError("max_seq_len", f"must be an int from {least} (the special tokens of a pair and a token "
+                                             f"of each text) to the model's window ({self.max_length}), got "
+                                             f"{max_seq_len!r}")
         return max_seq_len
 
     @staticmethod
@@ -186,9 +230,9 @@ class QuestionAnswerer(Runner):
         if doc_stride is None:
             return min(window // 2, 128)
         if not _is_int(doc_stride) or doc_stride < 0:
-            raise ValueError(f"doc_stride must be an int >= 0, got {doc_stride!r}")
+            raise OptionError("doc_stride", f"must be an int >= 0, got {doc_stride!r}")
         if doc_stride > window:
-            raise ValueError(f"`doc_stride` ({doc_stride}) is larger than `max_seq_len` ({window})")
+            raise OptionError("doc_stride", f"({doc_stride}) is larger than max_seq_len ({window})")
         return doc_stride
 
     def _windows(self, index: int, question: str, context: str, window: int, stride: int) -> list:
@@ -317,15 +361,21 @@ def pairs_of(question, context) -> tuple[list[tuple[str, str]], bool]:
                          f"{type(question).__name__} and {type(context).__name__}")
     if not pairs:
         raise ValueError("no questions: give at least one (question, context)")
-    problems = []
-    for i, (q, c) in enumerate(pairs):
-        for which, value in (("question", q), ("context", c)):
-            problem = value_problem(value) or ("cannot be empty" if value == "" else None)
-            if problem:
-                problems.append(f"{which}[{i}] {problem}")
+    problems = [f"{which}[{i}] {problem}" for i, (q, c) in enumerate(pairs) for which, problem in check_values(q, c)]
     if problems:
         raise ValueError("invalid input: " + "; ".join(problems))
     return pairs, single
+
+
+def check_values(question, context, *, null: str = "None") -> list[tuple[str, str]]:
+    """What is wrong with one (question, context)'s values, as ("question" | "context", problem) pairs: null, not a
+    string, not encodable text, or empty (v4's "`question` cannot be empty"); known before a model is loaded."""
+    out = []
+    for which, value in (("question", question), ("context", context)):
+        problem = value_problem(value, null=null) or ("cannot be empty" if value == "" else None)
+        if problem:
+            out.append((which, problem))
+    return out
 
 
 def _is_int(value) -> bool:

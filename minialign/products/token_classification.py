@@ -148,6 +148,8 @@ class TokenClassifier(Runner):
         lengths = batch["attention_mask"].sum(dim=1).tolist()
         return [row[:n] for row, n in zip(logits, lengths)]
 
+    __call__ = predict  # as the pipeline is called: ner(texts, aggregation_strategy=...)
+
     # -- transformers' TokenClassificationPipeline.postprocess, one window at a time --
 
     def _entities(self, text: str, window, logits: Tensor, strategy: str, ignore: set[str]) -> list[dict]:

@@ -286,3 +286,31 @@ def test_ner_on_ray_writes_each_rows_entities_as_a_list_of_structs(tmp_path, wor
             NERBatches, fn_constructor_kwargs={"model": str(tagger), "aggregation_strategy": "simple", "stride": 4},
             concurrency=1, batch_size=4, batch_format=batch_format).take_all()
         assert [r["entities"] for r in sorted(out, key=lambda r: r["id"])] == expected
+
+
+def test_fill_mask_on_ray_writes_a_list_of_candidates_per_mask(tmp_path, wordpiece_dir, local_ray):
+    """`fill-mask --ray` to parquet: each row's candidates a list per mask (Arrow's list of lists of structs, one mask
+    or two), equal to FillMask.predict's, every id once; FillMaskBatches in map_batches, numpy and pandas batches, the
+    same."""
+    from conftest import save_filler
+
+    from minialign.apps.raydata import FillMaskBatches
+
+    filler = save_filler(tmp_path / "filler", wordpiece_dir)
+    texts = ["Paris is the [MASK] of France.", "The [MASK] and the [MASK] went to Zürich.", "Emoji 😀 [MASK] words"] * 3
+    results = ma.FillMask.from_pretrained(filler).predict(texts, top_k=2, targets=["paris", "the", "of"])
+    expected = [r if isinstance(r[0], list) else [r] for r in results]
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"id": f"t{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
+    assert main(["fill-mask", "--ray", "--model", str(filler), "--input", str(rows), "--output", str(tmp_path / "out"),
+                 "--top-k", "2", "--targets", "paris,the,of", "--shards", "2", "--batch-rows", "2"]) == 0
+    written = {r["id"]: r for r in _rows(tmp_path / "out")}
+    assert sorted(written) == sorted(f"t{i}" for i in range(len(texts))) and len(_rows(tmp_path / "out")) == len(texts)
+    assert [written[f"t{i}"]["candidates"] for i in range(len(texts))] == expected
+    records = [{"id": i, "text": t} for i, t in enumerate(texts)]
+    for batch_format in ("numpy", "pandas"):
+        out = ray.data.from_items(records).map_batches(
+            FillMaskBatches, fn_constructor_kwargs={"model": str(filler), "top_k": 2, "targets": ["paris", "the", "of"]},
+            concurrency=1, batch_size=4, batch_format=batch_format).take_all()
+        got = [r["candidates"] for r in sorted(out, key=lambda r: r["id"])]
+        assert [[list(mask) for mask in row] for row in got] == expected

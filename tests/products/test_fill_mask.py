@@ -260,6 +260,31 @@ def test_bad_input_is_refused(filler, ours):
         ours.predict([f"a {mask}", 3])
     assert ours.check(f"a {mask}") is None
     assert "has no" in ours.check("a") and ours.check(None, null="null") == "is null"
+    long = LONG.replace("{m}", "A")
+    assert ours.check(f"{long} {mask}") == f"has its {mask} tokens past the 64-token window only"  # as predict says
+    assert ours.check(f"{mask} {long}") is None  # cut, its mask kept
+
+
+def test_options_are_refused_by_name(ours):
+    """check_options (and settings, predict): an OptionError naming top_k or targets, before any text is read; the
+    targets resolved without warnings there (predict warns)."""
+    from minialign.products.runner import OptionError
+
+    for options, option, problem in [({"top_k": 0}, "top_k", "must be a positive integer, got 0"),
+                                     ({"top_k": True}, "top_k", "must be a positive integer, got True"),
+                                     ({"targets": []}, "targets", "has no token of the vocabulary ([])"),
+                                     ({"targets": [3]}, "targets", "must be a string or a sequence of strings")]:
+        for call in (ours.check_options, ours.settings):
+            with pytest.raises(OptionError) as refused:
+                call(**options)
+            assert refused.value.option == option and refused.value.problem.startswith(problem), refused.value
+    with pytest.raises(OptionError, match="^top_k must be"):
+        ours.predict([f"a {ours.mask_token}"], top_k=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning: a word the vocabulary lacks is resolved silently here
+        ids = ours.check_options(targets=["supercalifragilisticexpialidocious"])
+    assert ids == [ours.tokenizer.backend.encode("supercalifragilisticexpialidocious", add_special_tokens=False).ids[0]]
+    assert ours.check_options() is None
 
 
 def test_roberta_vocab_files_alone_keep_the_space_before_the_mask(bpe_dir):

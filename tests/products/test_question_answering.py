@@ -148,6 +148,33 @@ def test_settings_and_check():
     assert qa.check("q", "c") == []
 
 
+def test_check_names_what_predict_refuses_for_a_pair():
+    """check's token problems (a context without tokens, a question filling the window, a stride leaving a long
+    context no room) are the pairs predict refuses, and a pair it passes predict answers; options as predict's."""
+    qa = answerer("bert")
+    long = REFERENCE["cases"]["long_windows"]["inputs"][1]
+    question = "Where was the tower built?"
+    room = 64 - 3 - len(qa.tokenizer.backend.encode(question, add_special_tokens=False).ids)
+    cases = [(question, "   ", {}, "context", "has no tokens"),
+             (" ".join(["tower"] * 70), long, {}, "question", "leaving no room for the context"),
+             (question, long, {"doc_stride": room}, "question", f"doc_stride ({room}) must be below {room}"),
+             (question, long, {"max_seq_len": 40, "doc_stride": 40 - 3 - (64 - 3 - room)}, "question", "must be below")]
+    for q, c, options, which, message in cases:
+        (problem,) = qa.check(q, c, **options)
+        assert problem[0] == which and message in problem[1], (problem, options)
+        with pytest.raises(ValueError):
+            qa(q, c, **options)
+    for q, c, options in [(question, long, {"doc_stride": room - 1}), (question, "Paris.", {"doc_stride": room}),
+                          (" ".join(["tower"] * 58), "Paris.", {})]:
+        assert qa.check(q, c, **options) == [], options
+        assert qa(q, c, **options)["answer"]
+    from minialign.products.runner import OptionError
+
+    with pytest.raises(OptionError, match="doc_stride must be an int >= 0") as refused:
+        qa.check(question, long, doc_stride=-1)
+    assert refused.value.option == "doc_stride"
+
+
 @pytest.mark.parametrize("call,match", [
     (lambda qa: qa(["Where?", ""], ["A context.", "Another."]), r"question\[1\] cannot be empty"),
     (lambda qa: qa("Where?", ""), r"context\[0\] cannot be empty"),
@@ -164,7 +191,7 @@ def test_settings_and_check():
     (lambda qa: qa("Where?", "A context.", max_answer_len=0), "max_answer_len must be an int >= 1"),
     (lambda qa: qa("Where?", "A context.", max_seq_len=65), r"max_seq_len must be an int .* model's window \(64\)"),
     (lambda qa: qa("Where?", "A context.", doc_stride=-1), "doc_stride must be an int >= 0"),
-    (lambda qa: qa("Where?", "A context.", doc_stride=65), r"`doc_stride` \(65\) is larger than `max_seq_len` \(64\)"),
+    (lambda qa: qa("Where?", "A context.", doc_stride=65), r"doc_stride \(65\) is larger than max_seq_len \(64\)"),
     (lambda qa: qa("Where?", "A context.", handle_impossible_answer="yes"), "handle_impossible_answer must be"),
 ])
 def test_bad_input_is_refused_by_name(call, match):

@@ -49,9 +49,13 @@ def call(runner, texts, **options):
     return runner.predict(texts, **options)
 
 
+EVERY_RUNNER = RUNNERS + (ma.MultiVectorEncoder, ma.TokenClassifier, ma.FillMask, ma.ZeroShotClassifier,
+                          ma.QuestionAnswerer)
+
+
 def test_every_from_pretrained_takes_the_same_keywords_with_the_same_defaults():
     defaults = {}
-    for cls in RUNNERS:
+    for cls in EVERY_RUNNER:
         parameters = inspect.signature(cls.from_pretrained).parameters
         missing = [k for k in LOAD_KEYWORDS if k not in parameters]
         assert not missing, (cls.__name__, missing)
@@ -60,6 +64,12 @@ def test_every_from_pretrained_takes_the_same_keywords_with_the_same_defaults():
             defaults.setdefault(k, parameters[k].default)
             assert parameters[k].default == defaults[k], (cls.__name__, k)
         assert issubclass(cls, Runner) and "forward" in vars(cls)  # the one method the engine calls
+
+
+def test_the_pipeline_products_are_called_as_the_pipelines_are():
+    """The issue-44 products are callable as transformers' pipelines: calling one is its predict."""
+    for cls in (ma.TokenClassifier, ma.FillMask, ma.ZeroShotClassifier, ma.QuestionAnswerer):
+        assert cls.__call__ is cls.predict, cls.__name__
 
 
 @pytest.mark.parametrize("cls", RUNNERS, ids=lambda c: c.__name__)

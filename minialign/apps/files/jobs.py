@@ -16,11 +16,13 @@ import torch
 from minialign.apps.files.rows import Fields, Job, Row, ragged, sparse, stacked, tensor_layout
 from minialign.products.classifier import Classifier
 from minialign.products.embeddings import SentenceEncoder
+from minialign.products.fill_mask import FillMask
 from minialign.products.m3 import M3Encoder
 from minialign.products.multivector import MultiVectorEncoder
 from minialign.products.sparse import SparseEncoder
 from minialign.products.quantization import check_truncate_dim
 from minialign.products.token_classification import TokenClassifier
+from minialign.products.question_answering import MAX_ANSWER_LEN, MAX_QUESTION_LEN, QuestionAnswerer, check_values
 from minialign.products.zero_shot import DEFAULT_TEMPLATE, ZeroShotClassifier, parse_labels
 from minialign.products.runner import OptionError, PairScorer, Runner
 from minialign.runtime.engine import Truncation
@@ -30,6 +32,7 @@ from minialign.runtime.engine import Truncation
 # objects per row (ner's entities) is .jsonl only: a CSV cell would hold JSON text, and no tensor layout fits it.
 OUTPUT_FORMATS = {"score": ("jsonl", "csv"), "embed": ("jsonl", "safetensors"), "classify": ("jsonl", "csv"),
                   "ner": ("jsonl",)}
+OUTPUT_FORMATS["qa"] = ("jsonl", "csv")  # csv with --top-k 1 only (qa_job: a list of answers per row is .jsonl only)
 # zero-shot's record is the pipeline's dict, a ranking: the candidate labels best first and their scores, two lists
 # per row. A CSV row could hold them only as JSON text in a cell, or as columns whose meaning changes from row to row
 # (the first column is each row's best label), or as one score column per label, which exists only where every row
@@ -237,6 +240,84 @@ def ner_job(tagger: TokenClassifier, *, text_field: str = "text", aggregation_st
                     settings=settings, run=run, nested=("entities",))
 
 
+# fill-mask: a list of candidates per mask, whatever the row's number of masks (a regular record, below)
+OUTPUT_FORMATS["fill-mask"] = ("jsonl",)
+
+
+def fill_mask_job(filler: FillMask, *, text_field: str = "text", top_k: int = 5, targets: list[str] | None = None,
+                  model: str | None = None) -> Job:
+    """FillMask: {"candidates": [[{...}, ...], ...]} per text row: one list per mask of the text, in order, each its
+    top_k candidates as FillMask.predict gives them (the pipeline's keys: score, token, token_str, sequence), .jsonl
+    only (OUTPUT_FORMATS). The record is the same shape for every row (Arrow's list of lists of structs), where predict
+    (as the pipeline) gives a text of one mask its list alone and a text of several a list per mask: a row of one mask
+    is [its list]. A row is checked before any model work (FillMask.check: a text, with the model's mask token within
+    the window), so a row without the mask is named by its line and field; the options are checked, and are settings,
+    before any row is read (targets resolved once: the replaced ones warn when the first block runs)."""
+    settings = filler.settings(top_k=top_k, targets=targets)
+
+    def run(rows: list[Row], totals) -> list[dict[str, Any]]:
+        results = filler.predict([r.values["text"] for r in rows], top_k=top_k, targets=targets, tally=totals)
+        return [{"candidates": result if isinstance(result[0], list) else [result]} for result in results]
+
+    def check(values: dict[str, str | None]) -> list[tuple[str, str]]:
+        problem = filler.check(values["text"], null="null")
+        return [("text", problem)] if problem else []
+
+    fields = embed_fields(text_field=text_field)
+    return make_job(filler, Fields(fields=fields.fields, flags=fields.flags, check=check),
+                    outputs=OUTPUT_FORMATS["fill-mask"], model=model, settings=settings, run=run,
+                    nested=("candidates",))
+
+
+QA_COLUMNS = ["score", "start", "end", "answer"]  # QuestionAnswerer.predict's keys, in its order
+
+
+def qa_fields(*, question_field: str = "question", context_field: str = "context", check=None) -> Fields:
+    """What `qa` reads from a row: a question and a context, both required and non-empty (check: the answerer's
+    own, which also tokenizes: products/question_answering.py check)."""
+    return Fields(fields={"question": question_field, "context": context_field},
+                  flags={"question": "--question-field", "context": "--context-field"},
+                  check=check or (lambda values: check_values(values["question"], values["context"], null="null")))
+
+
+def qa_job(answerer: QuestionAnswerer, *, question_field: str = "question", context_field: str = "context",
+           top_k: int = 1, doc_stride: int | None = None, max_answer_len: int = MAX_ANSWER_LEN,
+           max_seq_len: int | None = None, max_question_len: int = MAX_QUESTION_LEN,
+           handle_impossible_answer: bool = False, align_to_words: bool = True, model: str | None = None) -> Job:
+    """QuestionAnswerer: per (question, context) row, QuestionAnswerer.predict's answers under the pipeline's keys.
+
+    top_k 1:   the best answer's own record {"score", "start", "end", "answer"} (flat: .jsonl or .csv); where the
+               context offers no span of score > 0 (predict's empty result) every one of the four is null, so each
+               row has the same keys (an empty CSV cell); with handle_impossible_answer the "no answer" is
+               {"score": s, "start": 0, "end": 0, "answer": ""}
+    top_k > 1: {"answers": [{"score", "start", "end", "answer"}, ...]}, at most top_k, best first (fewer, even none,
+               where the context has fewer spans), .jsonl only (a list of objects per row: `nested`)
+    The options are checked (OptionError), and are settings (doc_stride and max_seq_len resolved), before any row is
+    read; a row is checked with them (the answerer's check: a context without tokens, a question that fills the
+    window, a stride that leaves a long context no room), so a bad row is named before the model runs."""
+    options = {"top_k": top_k, "doc_stride": doc_stride, "max_answer_len": max_answer_len, "max_seq_len": max_seq_len,
+               "max_question_len": max_question_len, "handle_impossible_answer": handle_impossible_answer,
+               "align_to_words": align_to_words}
+    settings = answerer.settings(**options)
+    window, stride = settings["max_seq_len"], settings["doc_stride"]
+
+    def run(rows: list[Row], totals) -> list[dict[str, Any]]:
+        if not rows:
+            return []
+        results = answerer.predict([r.values["question"] for r in rows], [r.values["context"] for r in rows],
+                                   **options)
+        if top_k > 1:
+            return [{"answers": answers} for answers in results]
+        return [best or dict.fromkeys(QA_COLUMNS) for best in results]  # [] (no span): the same keys, null
+
+    def check(values: dict[str, str | None]) -> list[tuple[str, str]]:
+        return answerer.check(values["question"], values["context"], null="null", max_seq_len=window,
+                              doc_stride=stride)
+
+    listed = top_k > 1
+    return make_job(answerer, qa_fields(question_field=question_field, context_field=context_field, check=check),
+                    outputs=("jsonl",) if listed else OUTPUT_FORMATS["qa"], model=model, settings=settings, run=run,
+                    columns=None if listed else QA_COLUMNS, nested=("answers",) if listed else ())
 def empty_text_problems(values: dict[str, str | None]) -> list[tuple[str, str]]:
     """A row whose text is "": refused, as ZeroShotClassifier.predict (and transformers' pipeline) refuse it."""
     return [("text", "is empty (a zero-shot classifier needs a text: transformers' pipeline refuses an empty one too)")] \

@@ -1,6 +1,6 @@
 """HF Inference's task shapes (huggingface_hub's InferenceClient posts them to POST /, or to the path of its
 base_url): feature-extraction and sentence-similarity are TEI's bodies (tei.py); text-classification,
-token-classification and zero-shot-classification are here.
+token-classification, fill-mask, question-answering and zero-shot-classification are here.
 
     text-classification    (the classifier, MiniCheck)
         {"inputs": str | {"text", "text_pair"}, "parameters": {"top_k", "function_to_apply"}}
@@ -9,6 +9,16 @@ token-classification and zero-shot-classification are here.
         {"inputs": str, "parameters": {"aggregation_strategy", "ignore_labels", "stride"}}
         -> [{"entity" | "entity_group", "score", "index"?, "word", "start", "end"}, ...]   (TokenClassifier.predict's
         entities of the text: the pipeline's keys; aggregation_strategy default "none", the pipeline's)
+    fill-mask              (the masked-LM model, --fill-mask: products/fill_mask.py)
+        {"inputs": str, "parameters": {"top_k", "targets"}}
+        -> [{"score", "token", "token_str", "sequence"}, ...]   (FillMask.predict's candidates of the text's mask,
+        best first; a text of several masks: a list of such lists, one per mask, as the pipeline answers it)
+    question-answering     (the extractive QA model, --qa: products/question_answering.py)
+        {"inputs": {"question": str, "context": str}, "parameters": {"top_k", "doc_stride", "max_answer_len",
+        "max_seq_len", "max_question_len", "handle_impossible_answer", "align_to_words"}}
+        -> {"score", "start", "end", "answer"} (top_k 1, the default; [] where the context offers no span) or
+        [{"score", "start", "end", "answer"}, ...] (top_k > 1, best first): QuestionAnswerer.predict's, what
+        InferenceClient.question_answering parses (QuestionAnsweringOutputElement, one or a list)
     zero-shot-classification   (the NLI model, --zero-shot: products/zero_shot.py)
         {"inputs": str, "parameters": {"candidate_labels", "hypothesis_template", "multi_label"}}
         -> [{"label", "score"}, ...]   (ZeroShotClassifier.predict's labels best first with their scores: what
@@ -136,16 +146,32 @@ class HFInferenceShapes:
             self._check_length(self.models.loaded()[kind][1], [given], flag(body, "truncate", False))
         return (await self._record(kind, job, {"text": given}))["entities"]
 
+    async def fill_mask(self, kind: str, body: dict) -> list:
+        """HF Inference's fill-mask (the module docstring) on the masked-LM model `kind`. A text without the model's
+        mask token, or whose masks all lie past the window, is a 422 naming `inputs` (FillMask.check); a text its
+        window would cut is refused (413, as TEI refuses one) unless the body's `truncate` is true (then it is cut,
+        as the pipeline cuts it with truncation=True)."""
+        given = text(body.get("inputs"), "inputs")
+        job = self._task_job(kind, TASKS["fill-mask"], body)
+        filler = self.models.loaded()[kind][1]
+        if problem := filler.check(given, null="null"):
+            raise bad_request(f"`inputs` {problem}")
+        self._check_length(filler, [given], flag(body, "truncate", False))
+        candidates = (await self._record(kind, job, {"text": given}))["candidates"]  # a list per mask (jobs.py)
+        return candidates[0] if len(candidates) == 1 else candidates
+
     def hf_task(self, body: dict) -> tuple[Task, str] | None:
         """(the task, the loaded model's kind) that a POST / body is for, by HF Inference's shapes (tei.py root): the
         tasks of the loaded models whose `inputs` it has; of several, the one whose parameters hold every key of
         the body's `parameters` (InferenceClient leaves out the ones not given). None where no task takes it, or
-        the body has no `parameters` while an embedding model or a classifier is loaded (TEI's /embed or /predict
-        body). One task loaded: it, whatever the keys (its handler names those it lacks). Several, and not one
-        fits: a 422 naming each task's POST /pipeline/TASK."""
+        the body's `inputs` is a string and it has no `parameters` while an embedding model or a classifier is
+        loaded (TEI's /embed or /predict body: an object such as question-answering's is none). One task loaded: it,
+        whatever the keys (its handler names those it lacks). Several, and not one fits: a 422 naming each task's
+        POST /pipeline/TASK."""
         inputs, models = body.get("inputs"), self.models
         tasks = [(TASKS[name], kind) for name, kind in task_kinds(models).items() if TASKS[name].takes(inputs)]
-        if not tasks or ("parameters" not in body and (models.embedder or models.classifier) is not None):
+        if not tasks or ("parameters" not in body and isinstance(inputs, str)
+                         and (models.embedder or models.classifier) is not None):
             return None
         given = set(parameters(body))
         fits = [(task, kind) for task, kind in tasks if given <= set(task.parameters)]
@@ -155,6 +181,26 @@ class HFInferenceShapes:
             f"fit none of {', '.join(task.name for task, _ in tasks)}"
         raise bad_request(f"POST / cannot tell which task this body is for: its `parameters` {sorted(given)} {said}; "
                           f"post it to " + " or ".join(f"/pipeline/{task.name}" for task, _ in fits or tasks))
+
+    async def question_answering(self, kind: str, body: dict) -> dict | list:
+        """HF Inference's question-answering (the module docstring) on the QA model `kind`: the file job's record of
+        the one (question, context), as the client parses it. A context longer than a window is read in windows
+        (parameters.doc_stride), never cut; a pair the answerer cannot read (an empty question or context, a context
+        without tokens, a question filling the window) is a 422 naming inputs.question / inputs.context."""
+        inputs = body.get("inputs")
+        if not isinstance(inputs, dict) or (unknown := sorted(set(inputs) - {"question", "context"})):
+            raise bad_request('`inputs` must be an object {"question": str, "context": str}'
+                              + (f"; unknown key(s) {unknown}" if isinstance(inputs, dict) else
+                                 f", got {type(inputs).__name__}"))
+        values = {"question": text(inputs.get("question"), "inputs.question"),
+                  "context": text(inputs.get("context"), "inputs.context")}
+        job = self._task_job(kind, TASKS["question-answering"], body)
+        if problems := job.check(values):
+            raise bad_request("; ".join(f"`inputs.{which}` {problem}" for which, problem in problems))
+        record = await self._record(kind, job, values)
+        if "answers" in record:  # top_k > 1: the list, best first
+            return record["answers"]
+        return [] if record["answer"] is None else record  # the pipeline's [] where no span is left
 
     async def zero_shot_classification(self, kind: str, body: dict) -> list:
         """HF Inference's zero-shot-classification (the module docstring) on the NLI model `kind`. The request's
@@ -209,6 +255,11 @@ register(Task("text-classification", ("top_k", "function_to_apply"), lambda inpu
               lambda service, kind, body: service.text_classification(body, model=kind)))
 register(Task("token-classification", ("aggregation_strategy", "ignore_labels", "stride"),
               lambda inputs: isinstance(inputs, str), HFInferenceShapes.token_classification))
+register(Task("fill-mask", ("top_k", "targets"), lambda inputs: isinstance(inputs, str), HFInferenceShapes.fill_mask))
+register(Task("question-answering", ("top_k", "doc_stride", "max_answer_len", "max_seq_len", "max_question_len",
+                                     "handle_impossible_answer", "align_to_words"),
+              lambda inputs: isinstance(inputs, dict) and ("question" in inputs or "context" in inputs),
+              HFInferenceShapes.question_answering))
 register(Task("zero-shot-classification", ("candidate_labels", "hypothesis_template", "multi_label"),
               lambda inputs: isinstance(inputs, str), HFInferenceShapes.zero_shot_classification))
 

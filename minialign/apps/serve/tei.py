@@ -183,7 +183,8 @@ class TEIShapes:
                                                            MiniCheck if loaded, else the classifier (hf_inference.py)
           3. an HF Inference task's body (`inputs` a string: text-classification with a classifier loaded,
              token-classification with --ner; hf_inference.TASKS) with `parameters`, or without them where neither
-             an embedding model nor a classifier is loaded
+             an embedding model nor a classifier is loaded; `inputs` an object with `question` / `context`:
+             question-answering with --qa, with or without `parameters`
                                                         -> that task; of several loaded, the one whose parameters
                                                            hold every key of the body's (HFInferenceShapes.hf_task:
                                                            InferenceClient sends the ones given), else a 422
