@@ -342,6 +342,7 @@ register(Product(
             Input("context", "the text the answer is read from")),
     check=lambda values: check_values(values["question"], values["context"], null="null"),
     ray="QABatches", hf_task="question-answering"))
+
 # zero-shot: the candidate labels are an option of the call (the pipeline's candidate_labels: --candidate-labels,
 # HF Inference's parameters.candidate_labels), the same for every row of a file; a file whose rows carry their own
 # names their field (--candidate-labels-field, a comma-separated string per row), and a row without it takes the

@@ -1,5 +1,4 @@
-"""The file jobs of the command line (rows.Job): score, embed (dense, sparse, multi-vector, BGE-M3), classify, ner,
-zero-shot.
+"""The file jobs of the command line (rows.Job): score, embed (dense, sparse, multi-vector, BGE-M3), classify, ner.
 
 Each says which fields a row has and how a block of rows becomes output records; the runner says the
 rest (products/runner.py): what is wrong with a row (`check`), the settings a resumed run must share
@@ -34,11 +33,10 @@ OUTPUT_FORMATS = {"score": ("jsonl", "csv"), "embed": ("jsonl", "safetensors"), 
                   "ner": ("jsonl",)}
 OUTPUT_FORMATS["qa"] = ("jsonl", "csv")  # csv with --top-k 1 only (qa_job: a list of answers per row is .jsonl only)
 # zero-shot's record is the pipeline's dict, a ranking: the candidate labels best first and their scores, two lists
-# per row. A CSV row could hold them only as JSON text in a cell, or as columns whose meaning changes from row to row
-# (the first column is each row's best label), or as one score column per label, which exists only where every row
-# has the same labels (not with a row field of labels) and which classify's layout already gives: so .jsonl only, as
-# ner. (The best label alone, a "label" and "score" column, would drop the rest of the ranking, and with multi_label
-# the other labels that hold.)
+# per row, so .jsonl only, as ner. A CSV row could hold them only as JSON text in a cell, or as columns whose meaning
+# changes from row to row (label_1, score_1, ...: each row's own order), or as one score column per candidate label
+# (classify's layout), which exists only where every row has the same labels, not with a row field of labels. The
+# best label and its score alone would drop the rest of the ranking, and with multi_label the other labels that hold.
 OUTPUT_FORMATS["zero-shot"] = ("jsonl",)
 TASKS = ("query", "document")  # the sparse and multi-vector jobs' task option (None: the model's default)
 
@@ -318,6 +316,8 @@ def qa_job(answerer: QuestionAnswerer, *, question_field: str = "question", cont
     return make_job(answerer, qa_fields(question_field=question_field, context_field=context_field, check=check),
                     outputs=("jsonl",) if listed else OUTPUT_FORMATS["qa"], model=model, settings=settings, run=run,
                     columns=None if listed else QA_COLUMNS, nested=("answers",) if listed else ())
+
+
 def empty_text_problems(values: dict[str, str | None]) -> list[tuple[str, str]]:
     """A row whose text is "": refused, as ZeroShotClassifier.predict (and transformers' pipeline) refuse it."""
     return [("text", "is empty (a zero-shot classifier needs a text: transformers' pipeline refuses an empty one too)")] \
