@@ -1,4 +1,4 @@
-"""`minialign score | embed | classify | ner | explore | serve | convert | parity` (also `python -m minialign ...`). The
+"""`minialign score | embed | classify | ner | fill-mask | zero-shot | qa | explore | serve | convert | parity` (also `python -m minialign ...`). The
 benchmark is a script beside the package: `python scripts/bench.py`."""
 
 from __future__ import annotations

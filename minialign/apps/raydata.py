@@ -1,4 +1,5 @@
-"""Ray Data: score, embed (dense, sparse, multi-vector, BGE-M3), classify, ner and zero-shot datasets beyond one machine
+"""Ray Data: score, embed (dense, sparse, multi-vector, BGE-M3), classify, ner, fill-mask, zero-shot and qa datasets beyond
+one machine
 (the `ray` extra).
 
     import ray

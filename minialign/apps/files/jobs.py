@@ -1,4 +1,5 @@
-"""The file jobs of the command line (rows.Job): score, embed (dense, sparse, multi-vector, BGE-M3), classify, ner.
+"""The file jobs of the command line (rows.Job): score, embed (dense, sparse, multi-vector, BGE-M3), classify, ner,
+fill-mask, zero-shot, qa.
 
 Each says which fields a row has and how a block of rows becomes output records; the runner says the
 rest (products/runner.py): what is wrong with a row (`check`), the settings a resumed run must share

@@ -182,7 +182,8 @@ class TEIShapes:
           2. `inputs` an object with `text`             -> HF Inference's text-classification of a (text, text_pair):
                                                            MiniCheck if loaded, else the classifier (hf_inference.py)
           3. an HF Inference task's body (`inputs` a string: text-classification with a classifier loaded,
-             token-classification with --ner; hf_inference.TASKS) with `parameters`, or without them where neither
+             token-classification with --ner, fill-mask with --fill-mask, zero-shot-classification with
+             --zero-shot; hf_inference.TASKS) with `parameters`, or without them where neither
              an embedding model nor a classifier is loaded; `inputs` an object with `question` / `context`:
              question-answering with --qa, with or without `parameters`
                                                         -> that task; of several loaded, the one whose parameters
