@@ -269,6 +269,7 @@ def test_heads_section_on_tiny_models(monkeypatch):
         assert one["vs one at a time"] == 1.0 and batched["vs batched"] == 1.0 and one["goal"] == "-"
         assert ours["vs one at a time"] / ours["vs batched"] == pytest.approx(batched["vs one at a time"])
         assert ours["goal"].startswith(">= 2.0x both: ") and ours["max score diff"] < 1e-4
+        assert ours["GFLOP/s"] / one["GFLOP/s"] == pytest.approx(ours["vs one at a time"]) and ours["of ceiling"] > 0
         assert all(r["texts/s"] > 0 and r["texts"] == 4 and set(r) == set(heads.TABLE) for r in (one, batched, ours))
     assert heads.score_diff([{"word": "a", "score": 0.5}], [{"word": "b", "score": 0.5}]) == float("inf")
     assert heads.score_diff([{"word": "a", "score": 0.5}], [{"word": "a", "score": 0.25}]) == 0.25

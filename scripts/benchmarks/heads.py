@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.encoder import ceiling_matmul, encoder_flops
 from benchmarks.machine import interleaved
 from benchmarks.retrieval import bert_tokenizer
 
@@ -31,13 +32,14 @@ SHAPES = {"bert": {}}  # transformers config overrides; {} is bert-base (BertCon
 NER_LABELS = ("O", "B-MISC", "I-MISC", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC")  # dslim/bert-base-NER's
 FILL_WORDS = 120  # words of each text a fill-mask query keeps (the middle one masked)
 HEAD_SCALE = 40.0
+QA_WINDOW, QA_STRIDE = 384, 128  # the question-answering pipeline's max_seq_len and doc_stride defaults
 ZERO_SHOT_LABELS = ("software", "history", "science", "cooking", "sports")  # the candidate labels of each text  # the random head's weights times this: labels vary from token to token
 BATCH = 32
 GOAL = 2.0
 ONE_AT_A_TIME, BATCHED = "transformers pipeline, one text at a time", f"transformers pipeline, batch_size={BATCH}"
 TRANSFORMERS4_ENV = "MINIALIGN_BENCH_TRANSFORMERS4"  # the python of a transformers 4.x environment (question answering)
 TABLE = {"task": "", "model": "", "impl": "", "texts": "", "texts/s": ".1f", "vs one at a time": ".2f",
-         "vs batched": ".2f", "max score diff": ".1e", "goal": ""}
+         "vs batched": ".2f", "GFLOP/s": ".1f", "of ceiling": ".0%", "max score diff": ".1e", "goal": ""}
 
 
 @dataclass
@@ -49,6 +51,7 @@ class Case:
     model: str
     calls: dict[str, Callable]  # the pipeline one text at a time, batched, then minialign's
     diff: Callable
+    work: float  # the useful FLOPs of one call: the encoder on every window's real tokens (encoder_flops)
     close: Callable = lambda: None  # what the case holds beside this process (a transformers 4.x worker)
 
 
@@ -173,7 +176,9 @@ def token_classification(setting: Setting) -> Case:
         ONE_AT_A_TIME: lambda: plain(pipe(texts)),
         BATCHED: lambda: plain(pipe(texts, batch_size=BATCH)),
         "minialign TokenClassifier.predict":
-            lambda: ours.predict(texts, aggregation_strategy="simple", warn_truncation=False)}, score_diff)
+            lambda: ours.predict(texts, aggregation_strategy="simple", warn_truncation=False)}, score_diff,
+        encoder_flops(ours.model.config, [len(ids) for ids in ours.tokenizer.encode_ids(
+            texts, max_length=ours.max_length).ids]))
 
 
 def masked(text: str, mask: str) -> str:
@@ -196,7 +201,9 @@ def fill_mask(setting: Setting) -> Case:
     return Case("fill-mask (top 5)", "bert-base shape", {
         ONE_AT_A_TIME: lambda: plain(pipe(texts)),
         BATCHED: lambda: plain(pipe(texts, batch_size=BATCH)),
-        "minialign FillMask.predict": lambda: ours.predict(texts, warn_truncation=False)}, score_diff)
+        "minialign FillMask.predict": lambda: ours.predict(texts, warn_truncation=False)}, score_diff,
+        encoder_flops(ours.model.config, [len(ids) for ids in ours.tokenizer.encode_ids(
+            texts, max_length=ours.max_length).ids]))
 
 
 def question_answering(setting: Setting) -> Case | None:
@@ -220,7 +227,10 @@ def question_answering(setting: Setting) -> Case | None:
             lambda: peer(question=questions, context=contexts),
         BATCHED.replace("transformers", f"transformers {peer.version}"):
             lambda: peer(question=questions, context=contexts, batch_size=BATCH),
-        "minialign QuestionAnswerer.predict": lambda: ours.predict(questions, contexts)}, score_diff, peer.close)
+        "minialign QuestionAnswerer.predict": lambda: ours.predict(questions, contexts)}, score_diff,
+        encoder_flops(ours.model.config, [len(window.ids) for q, c in setting.pairs for window in
+                                          ours.tokenizer.encode_pair_windows(q, c, max_length=QA_WINDOW,
+                                                                             stride=QA_STRIDE)]), peer.close)
 
 
 def zero_shot(setting: Setting) -> Case:
@@ -229,6 +239,7 @@ def zero_shot(setting: Setting) -> Case:
     import transformers
 
     import minialign as ma
+    from minialign.products.zero_shot import DEFAULT_TEMPLATE
 
     labels = ("contradiction", "neutral", "entailment")
     model, directory, tokenizer = _saved(
@@ -241,7 +252,10 @@ def zero_shot(setting: Setting) -> Case:
         ONE_AT_A_TIME: lambda: plain(pipe(texts, candidate_labels=candidates)),
         BATCHED: lambda: plain(pipe(texts, candidate_labels=candidates, batch_size=BATCH)),
         "minialign ZeroShotClassifier.predict":
-            lambda: ours.predict(texts, candidates, warn_truncation=False)}, score_diff)
+            lambda: ours.predict(texts, candidates, warn_truncation=False)}, score_diff,
+        encoder_flops(ours.model.config, [len(ids) for ids in ours.tokenizer.encode_ids(
+            [t for t in texts for _ in candidates], [DEFAULT_TEMPLATE.format(c) for _ in texts for c in candidates],
+            max_length=ours.max_length, truncation="only_first").ids]))
 
 
 CASES = (token_classification, fill_mask, zero_shot, question_answering)
@@ -284,18 +298,22 @@ def measure(*, texts: int, rounds: int, device: str = "cpu", shapes: dict | None
                                f"(${TRANSFORMERS4_ENV})")
                 continue
             try:
-                rows += _timed(case, model_name, rounds, echo)
+                rows += _timed(case, model_name, rounds, device, echo)
             finally:
                 case.close()
     return {"rows": rows, "tokenizer": tokenizer, "texts": texts, "skipped": skipped}
 
 
-def _timed(case: Case, model_name: str, rounds: int, echo) -> list[dict]:
-    """The case's rows: each call's speed against the two pipeline calls, and its output against the one at a
-    time."""
+def _timed(case: Case, model_name: str, rounds: int, device: str, echo) -> list[dict]:
+    """The case's rows: each call's speed against the two pipeline calls, its useful work's GFLOP/s and share of
+    the fp32 matmul ceiling (the faster of F.linear and minialign's Linear, timed in the same rounds), and its
+    output against the one at a time."""
     outputs = {}
+    ceiling_calls, ceiling_work = ceiling_matmul(torch.float32, device)
     with torch.inference_mode():
-        best = interleaved(case.calls, rounds=rounds, outputs=outputs)
+        best = interleaved({**case.calls, **{f"matmul {k}": c for k, c in ceiling_calls.items()}}, rounds=rounds,
+                           outputs=outputs)
+    ceiling = max(ceiling_work / best[f"matmul {k}"] for k in ceiling_calls) / 1e9
     one, batched, *_ = case.calls
     rows = []
     for label in case.calls:
@@ -304,11 +322,13 @@ def _timed(case: Case, model_name: str, rounds: int, echo) -> list[dict]:
         row = {"task": case.task, "model": case.model.replace("bert-base shape", model_name), "impl": label,
                "texts": len(outputs[label]), "texts/s": len(outputs[label]) / best[label],
                "vs one at a time": best[one] / best[label], "vs batched": best[batched] / best[label],
+               "GFLOP/s": case.work / best[label] / 1e9, "of ceiling": case.work / best[label] / 1e9 / ceiling,
                "max score diff": case.diff(outputs[label], outputs[one]),
                "goal": f">= {GOAL}x both: " + ("met" if slower >= GOAL else "not met") if mine else "-"}
         rows.append(row)
         echo(f"{case.task:32} {label:52} {row['texts/s']:7.1f} texts/s  x{row['vs one at a time']:.2f} / "
-             f"x{row['vs batched']:.2f}  max score diff {row['max score diff']:.1e}")
+             f"x{row['vs batched']:.2f}  {row['GFLOP/s']:6.1f} GFLOP/s ({row['of ceiling']:.0%} of {ceiling:.1f})  "
+             f"max score diff {row['max score diff']:.1e}")
     return rows
 
 
