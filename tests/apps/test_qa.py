@@ -199,7 +199,7 @@ def test_qa_on_ray(ours, tmp_path):
         ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
                  configure_logging=False)
     try:
-        for top_k in (1, 3):
+        for top_k in (3,):  # a list of structs per row; top_k 1's columns: QABatches above, without a Ray runtime
             out = tmp_path / f"out{top_k}"
             assert cli(["qa", "--ray", "--model", str(MODEL), "--input", str(rows), "--output", str(out),
                         "--top-k", str(top_k), "--doc-stride", "8", "--shards", "2", "--batch-rows", "3"]) == 0

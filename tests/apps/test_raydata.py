@@ -22,7 +22,7 @@ import minialign as ma  # noqa: E402
 from minialign.apps.files.rows import InputError  # noqa: E402
 from minialign.apps.cli import main  # noqa: E402
 from minialign.apps.raydata import (AlignScoreBatches, ClassifyBatches, EmbedBatches, M3Batches,  # noqa: E402
-                                    MiniCheckBatches, MultiVectorBatches, NERBatches, SparseBatches, run_sharded,
+                                    MiniCheckBatches, MultiVectorBatches, SparseBatches, run_sharded,
                                     shard_of)
 from conftest import save_classifier, save_tagger  # noqa: E402
 from conftest import CORPUS  # noqa: E402
@@ -268,7 +268,7 @@ def test_map_batches_of_the_retrieval_products_give_their_ragged_records(retriev
 
 def test_ner_on_ray_writes_each_rows_entities_as_a_list_of_structs(tmp_path, wordpiece_dir, local_ray):
     """`ner --ray` to parquet: each row's entities a list of structs (empty lists too), equal to TokenClassifier.predict's,
-    every id once; NERBatches in map_batches, numpy and pandas batches, the same."""
+    every id once (NERBatches on numpy and pandas batches: tests/apps/test_ner.py, without a Ray runtime)."""
     tagger = save_tagger(tmp_path / "tagger", wordpiece_dir)
     texts = ["Angela Merkel visited Zürich.", "", "Emoji 😀 and words"] + TEXTS[:9]
     expected = ma.TokenClassifier.from_pretrained(tagger).predict(texts, aggregation_strategy="simple", stride=4)
@@ -280,21 +280,13 @@ def test_ner_on_ray_writes_each_rows_entities_as_a_list_of_structs(tmp_path, wor
     assert sorted(written) == sorted(f"t{i}" for i in range(len(texts))) and len(_rows(tmp_path / "out")) == len(texts)
     assert [written[f"t{i}"]["entities"] for i in range(len(texts))] == expected
     assert written["t1"]["entities"] == [] and any(written[f"t{i}"]["entities"] for i in range(len(texts)))
-    records = [{"id": i, "text": t} for i, t in enumerate(texts)]
-    for batch_format in ("numpy", "pandas"):
-        out = ray.data.from_items(records).map_batches(
-            NERBatches, fn_constructor_kwargs={"model": str(tagger), "aggregation_strategy": "simple", "stride": 4},
-            concurrency=1, batch_size=4, batch_format=batch_format).take_all()
-        assert [r["entities"] for r in sorted(out, key=lambda r: r["id"])] == expected
 
 
 def test_fill_mask_on_ray_writes_a_list_of_candidates_per_mask(tmp_path, wordpiece_dir, local_ray):
     """`fill-mask --ray` to parquet: each row's candidates a list per mask (Arrow's list of lists of structs, one mask
-    or two), equal to FillMask.predict's, every id once; FillMaskBatches in map_batches, numpy and pandas batches, the
-    same."""
+    or two), equal to FillMask.predict's, every id once (FillMaskBatches on numpy and pandas batches:
+    tests/apps/test_fill_mask_faces.py, without a Ray runtime)."""
     from conftest import save_filler
-
-    from minialign.apps.raydata import FillMaskBatches
 
     filler = save_filler(tmp_path / "filler", wordpiece_dir)
     texts = ["Paris is the [MASK] of France.", "The [MASK] and the [MASK] went to Zürich.", "Emoji 😀 [MASK] words"] * 3
@@ -307,10 +299,3 @@ def test_fill_mask_on_ray_writes_a_list_of_candidates_per_mask(tmp_path, wordpie
     written = {r["id"]: r for r in _rows(tmp_path / "out")}
     assert sorted(written) == sorted(f"t{i}" for i in range(len(texts))) and len(_rows(tmp_path / "out")) == len(texts)
     assert [written[f"t{i}"]["candidates"] for i in range(len(texts))] == expected
-    records = [{"id": i, "text": t} for i, t in enumerate(texts)]
-    for batch_format in ("numpy", "pandas"):
-        out = ray.data.from_items(records).map_batches(
-            FillMaskBatches, fn_constructor_kwargs={"model": str(filler), "top_k": 2, "targets": ["paris", "the", "of"]},
-            concurrency=1, batch_size=4, batch_format=batch_format).take_all()
-        got = [r["candidates"] for r in sorted(out, key=lambda r: r["id"])]
-        assert [[list(mask) for mask in row] for row in got] == expected
