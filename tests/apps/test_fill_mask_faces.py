@@ -10,7 +10,6 @@ BERT masked LM (all-MiniLM-L6-v2's WordPiece, a 64-token window) serves the modu
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
@@ -168,21 +167,14 @@ def services(filler, tmp_path_factory, minilm_dir):
     3-label classifier); their urls."""
     pytest.importorskip("starlette")
     pytest.importorskip("uvicorn")
-    from test_products import running
+    from test_products import running, served_as
 
-    from minialign.apps.cli import _serve_load, _serve_parser
-    from minialign.apps.products import PRODUCTS
     from minialign.apps.serve import Limits, Models, Service
 
     directory, _ = filler
     classifier = tmp_path_factory.mktemp("clf") / "nli"
     save_classifier(classifier, "bert", 3, minilm_dir)
-    parser = argparse.ArgumentParser().add_subparsers(dest="command")
-    _serve_parser(parser)
-    args = parser.choices["serve"].parse_args(["--fill-mask", str(directory)])
-    assert args.products == {"fill-mask": [str(directory)]}
-    alone = Models()
-    _serve_load(alone, PRODUCTS["fill-mask"], str(directory), args)
+    alone = served_as("fill-mask", str(directory))
     both = Models(classifier=ma.Classifier.from_pretrained(classifier), products=dict(alone.products),
                   names={"classify": str(classifier), "fill-mask": str(directory)})
     with running(Service(alone, Limits())) as one, running(Service(both, Limits())) as two:

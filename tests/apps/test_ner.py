@@ -8,7 +8,6 @@ parity with transformers' pipeline: tests/products/test_token_classification.py)
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
@@ -124,21 +123,14 @@ def services(tagger, tmp_path_factory, minilm_dir):
     3-label classifier); their urls."""
     pytest.importorskip("starlette")
     pytest.importorskip("uvicorn")
-    from test_products import running
+    from test_products import running, served_as
 
-    from minialign.apps.cli import _serve_load, _serve_parser
-    from minialign.apps.products import PRODUCTS
     from minialign.apps.serve import Limits, Models, Service
 
     directory, _ = tagger
     classifier = tmp_path_factory.mktemp("clf") / "nli"
     save_classifier(classifier, "bert", 3, minilm_dir)
-    parser = argparse.ArgumentParser().add_subparsers(dest="command")
-    _serve_parser(parser)
-    args = parser.choices["serve"].parse_args(["--ner", str(directory)])
-    assert args.products == {"ner": [str(directory)]}
-    alone = Models()
-    _serve_load(alone, PRODUCTS["ner"], str(directory), args)
+    alone = served_as("ner", str(directory))
     both = Models(classifier=ma.Classifier.from_pretrained(classifier), products=dict(alone.products),
                   names={"classify": str(classifier), "ner": str(directory)})
     with running(Service(alone, Limits())) as one, running(Service(both, Limits())) as two:

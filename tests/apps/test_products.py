@@ -50,6 +50,23 @@ def norm_product():
     products.unregister("norm")
 
 
+def served_as(name: str, directory):
+    """The Models `minialign serve --NAME DIRECTORY` loads (its parser and its loading), the product alone."""
+    import argparse
+
+    from minialign.apps.cli import _serve_load, _serve_parser
+    from minialign.apps.products import PRODUCTS
+    from minialign.apps.serve import Models
+
+    parser = argparse.ArgumentParser().add_subparsers(dest="command")
+    _serve_parser(parser)
+    args = parser.choices["serve"].parse_args([f"--{name}", str(directory)])
+    assert args.products == {name: [str(directory)]}
+    models = Models()
+    _serve_load(models, PRODUCTS[name], str(directory), args)
+    return models
+
+
 @contextlib.contextmanager
 def running(service):
     """The service's app on 127.0.0.1 (an ephemeral port) in a thread; its base url."""

@@ -10,7 +10,6 @@ tests/products/test_question_answering.py). One tiny BERT QA model (tests/produc
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 from pathlib import Path
@@ -222,20 +221,13 @@ def services(tmp_path_factory, minilm_dir):
     model and a 3-label classifier); their urls."""
     pytest.importorskip("starlette")
     pytest.importorskip("uvicorn")
-    from test_products import running
+    from test_products import running, served_as
 
-    from minialign.apps.cli import _serve_load, _serve_parser
-    from minialign.apps.products import PRODUCTS
     from minialign.apps.serve import Limits, Models, Service
 
     classifier = tmp_path_factory.mktemp("clf") / "nli"
     save_classifier(classifier, "bert", 3, minilm_dir)
-    parser = argparse.ArgumentParser().add_subparsers(dest="command")
-    _serve_parser(parser)
-    args = parser.choices["serve"].parse_args(["--qa", str(MODEL)])
-    assert args.products == {"qa": [str(MODEL)]}
-    alone = Models()
-    _serve_load(alone, PRODUCTS["qa"], str(MODEL), args)
+    alone = served_as("qa", str(MODEL))
     others = Models(embedder=ma.SentenceEncoder.from_pretrained(minilm_dir),
                     classifier=ma.Classifier.from_pretrained(classifier), products=dict(alone.products),
                     names={"embed": str(minilm_dir), "classify": str(classifier), "qa": str(MODEL)})

@@ -11,7 +11,6 @@ the module; the service runs in this process on 127.0.0.1."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from concurrent.futures import ThreadPoolExecutor
 
@@ -232,19 +231,12 @@ def services(nli):
     same model as a 3-label classifier); their urls, and the first's Service."""
     pytest.importorskip("starlette")
     pytest.importorskip("uvicorn")
-    from test_products import running
+    from test_products import running, served_as
 
-    from minialign.apps.cli import _serve_load, _serve_parser
-    from minialign.apps.products import PRODUCTS
     from minialign.apps.serve import Limits, Models, Service
 
     directory, _ = nli
-    parser = argparse.ArgumentParser().add_subparsers(dest="command")
-    _serve_parser(parser)
-    args = parser.choices["serve"].parse_args(["--zero-shot", str(directory)])
-    assert args.products == {"zero-shot": [str(directory)]}
-    alone = Models()
-    _serve_load(alone, PRODUCTS["zero-shot"], str(directory), args)
+    alone = served_as("zero-shot", str(directory))
     both = Models(classifier=ma.Classifier.from_pretrained(directory), products=dict(alone.products),
                   names={"classify": str(directory), "zero-shot": str(directory)})
     service = Service(alone, Limits())
