@@ -38,14 +38,12 @@ from torch import Tensor
 from minialign.convert.families import modernbert as modernbert_format
 from minialign.models.family import Family
 from minialign.models.heads import MaskedLM, QuestionAnswering, SequenceClassification, TokenClassification
-from minialign.nn.activations import activation
 from minialign.nn.attention import PreparedMask
-from minialign.nn.capture import record, unobserved
+from minialign.nn.capture import record
 from minialign.nn.config import (ACTIVATION, BOOL, POSITIVE_INT, POSITIVE_NUMBER, PROBABILITY, Config, checked,
                                  int_at_least, one_of, optional)
 from minialign.nn.inputs import ForwardInputs
-from minialign.nn.layers import PRECISION_LAYERS, FeedForward, SelfAttention
-from minialign.nn.linear import Linear
+from minialign.nn.layers import PRECISION_LAYERS, GatedFeedForward, SelfAttention
 from minialign.nn.rotary import rotary_tables
 
 
@@ -122,28 +120,6 @@ class ModernBertEmbeddings(nn.Module):
         return self.dropout(x)
 
 
-class GatedFeedForward(FeedForward):
-    """GeGLU (ModernBertMLP): up = Wi (C -> 2I), input, gate = chunk(up), down = Wo(drop(act(input) * gate)); run
-    in FeedForward's inference slices."""
-
-    def __init__(self, config: Config):
-        super().__init__(config, bias=config.mlp_bias)
-        self.act = activation(config.activation)
-        self.dropout = nn.Dropout(config.hidden_dropout if config.mlp_dropout is None else config.mlp_dropout)
-
-    @staticmethod
-    def up_projection(config: Config, *, bias: bool) -> Linear:
-        """Wi, C -> 2I: the input and its gate; the activation applies to the input half alone (`rows`)."""
-        return Linear(config.hidden_size, 2 * config.intermediate_size, bias=bias)
-
-    def rows(self, x: Tensor) -> Tensor:
-        value, gate = self.up(x).chunk(2, dim=-1)  # (..., I) each
-        h = self.act(value) * gate
-        h = record("intermediate", h)
-        # h is read again only by a capture or a hook (dropout: h itself at inference)
-        return self.down(self.dropout(h), scratch=unobserved(self.down))  # (..., C)
-
-
 class ModernBertLayer(nn.Module):
     """Pre-LN: x = x + attn(attn_norm(x)); x = x + mlp(mlp_norm(x)) (ModernBertEncoderLayer); attn_norm is an
     Identity on layer 0 (the embeddings' norm precedes it). Its rotary table is the one of its theta."""
@@ -157,7 +133,9 @@ class ModernBertLayer(nn.Module):
         self.attention = SelfAttention(config, bias=config.attention_bias, fused_names=True)
         self.attention_dropout = nn.Dropout(config.attention_dropout)  # ModernBertAttention.out_drop
         self.ffn_norm = norm(config)
-        self.ffn = GatedFeedForward(config)
+        # GeGLU (ModernBertMLP): Wi -> (input, gate), Wo(drop(act(input) * gate)): the activated half first
+        self.ffn = GatedFeedForward(config, bias=config.mlp_bias, activated="first",
+                                    dropout=config.hidden_dropout if config.mlp_dropout is None else config.mlp_dropout)
 
     def forward(self, x: Tensor, mask: PreparedMask, queries: Callable[[Tensor], Tensor] | None = None, *,
                 rotary: dict[float, tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor | None]:

@@ -16,6 +16,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from minialign.nn.activations import activation
 from minialign.nn.attention import PreparedMask, attention
 from minialign.nn.capture import capturing, record, unobserved
 from minialign.nn.config import Config
@@ -162,6 +163,71 @@ class FeedForward(nn.Module):
     def slice_rows(self, x: Tensor) -> int:
         """The rows of one inference slice: a multiple of 64, at least 64."""
         return max(64, self.SLICE_BYTES // (self.up.out_features * x.element_size()) // 64 * 64)
+
+
+class GatedFeedForward(FeedForward):
+    """A gated linear unit (Shazeer 2020, "GLU Variants Improve Transformer"): up (C -> 2I) gives two halves,
+    one activated and one not, down(dropout(act(activated) * other)); GeGLU with GELU, SwiGLU with SiLU. Run in
+    FeedForward's inference slices. `activated`: which half of up's output the activation reads, "first"
+    (ModernBertMLP's Wi -> input, gate; Llama's gate_proj stacked before up_proj) or "second" (an up_gate
+    projection whose gate comes last). `split_names`: its state dict names the halves as two layers, `gate`
+    (the activated one) and `value`, for a family whose checkpoints hold two (Llama's gate_proj / up_proj,
+    NomicBERT's fc12 / fc11); the fused `up` otherwise. The dropout is the family's (ModernBERT's mlp_dropout)."""
+
+    HALVES = ("first", "second")
+
+    def __init__(self, config: Config, *, bias: bool = True, activated: str = "first", dropout: float = 0.0,
+                 activation_name: str | None = None, split_names: bool = False):
+        if activated not in self.HALVES:
+            raise ValueError(f"GatedFeedForward: activated is 'first' or 'second', not {activated!r}")
+        super().__init__(config, bias=bias)
+        self.activated = activated
+        self.act = activation(activation_name or config.activation)
+        self.dropout = nn.Dropout(dropout)
+        if split_names:
+            self._register_state_dict_hook(split_gate)
+            self._register_load_state_dict_pre_hook(fuse_gate, with_module=True)
+
+    @staticmethod
+    def up_projection(config: Config, *, bias: bool) -> Linear:
+        """C -> 2I: both halves in one matmul; the activation applies to one half alone (`rows`)."""
+        return Linear(config.hidden_size, 2 * config.intermediate_size, bias=bias)
+
+    def rows(self, x: Tensor) -> Tensor:
+        first, second = self.up(x).chunk(2, dim=-1)  # (..., I) each
+        gate, value = (first, second) if self.activated == "first" else (second, first)
+        h = self.act(gate) * value
+        h = record("intermediate", h)
+        # h is read again only by a capture or a hook (dropout: h itself at inference)
+        return self.down(self.dropout(h), scratch=unobserved(self.down))  # (..., C)
+
+
+GATE_HALVES = ("gate", "value")  # the split names of a GatedFeedForward's up, in the order of `activated="first"`
+
+
+def split_gate(module, state_dict, prefix, local_metadata):
+    """State-dict hook: the fused up.{weight,bias} saved as gate (the activated half) and value."""
+    for kind in ("weight", "bias"):
+        fused = state_dict.pop(f"{prefix}up.{kind}", None)
+        if fused is None:
+            continue  # a layer without biases
+        halves = fused.chunk(2, dim=0)
+        if module.activated == "second":
+            halves = halves[::-1]
+        for name, part in zip(GATE_HALVES, halves):
+            state_dict[f"{prefix}{name}.{kind}"] = part
+    return state_dict
+
+
+def fuse_gate(module, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
+    """Load pre-hook: gate and value in a state dict stacked into up, in the order `activated` reads."""
+    for kind in ("weight", "bias"):
+        names = [f"{prefix}{name}.{kind}" for name in GATE_HALVES]
+        if all(n in state_dict for n in names):
+            parts = [state_dict.pop(n) for n in names]
+            if module.activated == "second":
+                parts = parts[::-1]
+            state_dict[f"{prefix}up.{kind}"] = torch.cat(parts, dim=0)
 
 
 # Which Linear layers of an encoder layer each precision's variant takes (nn/precision.py, apply_precision): the
