@@ -68,3 +68,25 @@ def test_bad_arguments_are_refused(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "OUT"}
     done = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 2 and "no output folder" in done.stderr
+
+
+def test_a_cut_benchmark_stage_keeps_the_rows_it_measured(tmp_path):
+    """A bench stage that runs out of time (a CUDA flex compile, say) has no section, but the rows it printed to
+    stderr before the cut go into BENCHMARKS-gpu.md under its name. The stage's python is a stand-in that prints
+    two rows and hangs, so the cut does not depend on this machine's speed."""
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 'machine: stand-in' >&2\n"
+                    "echo 'roberta-base bf16 64x512   minialign sdpa   1967431 tok/s  x0.87' >&2\n"
+                    "echo 'Traceback: not a row' >&2\nexec sleep 60\n")
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHON": str(fake)}
+    env.pop("OUT", None)
+    done = subprocess.run(["bash", str(SCRIPT), "--device", "cpu", "--dry-run", "--out", str(out),
+                           "--stages", "encoder-base", "--budget", "encoder-base=2"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 1
+    report = (out / "BENCHMARKS-gpu.md").read_text()
+    assert "### encoder-base: cut after 2 s; the rows measured before" in report
+    assert "minialign sdpa   1967431 tok/s" in report and "machine: stand-in" in report
+    assert "Traceback" not in report and "## Encoder forward" not in report

@@ -48,8 +48,22 @@ def flex_attention(q: Tensor, k: Tensor, v: Tensor, *, block_mask: BlockMask | N
     by key (B, H, L, R'), row (2M + 1,)): DeBERTa's c2p / p2c terms (score_functions.DISENTANGLED), the
     query's and the key's entry at row[i - j + M] added (M >= L - 1: every pair of the row has one)."""
     score_mod = _score_mod(location, relative, score_bias, disentangled)
+    head_dim, least = q.size(-1), min_head_dim(q.device)
+    if head_dim < least:  # zeros added to q and k leave every dot product as it was; v's extra columns are cut off
+        scale = head_dim ** -0.5 if scale is None else scale  # the kernel's default would read the padded width
+        q, k, v = (nn.functional.pad(t, (0, least - head_dim)) for t in (q, k, v))
     with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
-        return _compiled()(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+        out = _compiled()(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    return out[..., :head_dim] if head_dim < least else out
+
+
+def min_head_dim(device: torch.device) -> int:
+    """The narrowest head the compiled kernel takes on `device`: inductor's CUDA flex template refuses
+    q / k / v narrower than 16 ("NYI: embedding dimension of the query, key, and value must be at least 16",
+    torch/_inductor/kernel/flex/flex_attention.py; seen on an H200 with torch 2.11, scripts/gpu_suite.sh),
+    so narrower heads (tiny test models, some distilled encoders) are padded to it; the CPU template has no
+    such floor."""
+    return 16 if device.type == "cuda" else 0
 
 
 def _score_mod(location: tuple[Tensor, int] | None, relative: Tensor | None, score_bias: Tensor | None,

@@ -86,13 +86,14 @@ class AlignScorer(PairScorer):
     progress_label = "scoring"
 
     def __init__(self, model: AlignModel, tokenizer: Tokenizer, *, mode: str = DEFAULT_MODE, batch_size: int = 32,
-                 splitter: Callable[[str], list[str]] | None = None, unpad: bool = True, compile: bool = False,
+                 splitter: Callable[[str], list[str]] | None = None, unpad: bool | None = None, compile: bool = False,
                  bucket: int = 64, max_tokens: int | None = None, workers: int = 1,
                  threads: int | None = None):
         """A batch holds at most batch_size pairs and at most max_tokens tokens (default: 2048 on CPU,
         where smaller matmuls stay in cache and their buffers are reused, 65536 elsewhere;
         BENCHMARKS.md has the measurements).
-        unpad (default): run each batch packed, on real tokens only (see Encoder.forward).
+        unpad: run each batch packed, on real tokens only (see Encoder.forward); default (None): packed on the
+        CPU, and on a GPU with the flex backend only (products/runner.py packs_by_default).
         compile: torch.compile the model; batch lengths are then rounded up to a multiple of
         `bucket` so a run compiles a handful of shapes, not one per batch.
         workers: model processes on the CPU (process_pool.py); threads: the forwards' intra-op threads (default: the

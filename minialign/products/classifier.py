@@ -70,7 +70,7 @@ class Classifier(Runner):
     calibration_pairs = True  # rerankers and pair classifiers read pairs
 
     def __init__(self, model: ClassifierModel, tokenizer: Tokenizer, *, batch_size: int = 32,
-                 max_tokens: int | None = None, max_length: int | None = None, unpad: bool = True,
+                 max_tokens: int | None = None, max_length: int | None = None, unpad: bool | None = None,
                  saved_activation: str | None = None, workers: int = 1, compile: bool = False,
                  threads: int | None = None):
         """saved_activation: the activation a sentence-transformers CrossEncoder saved with the model

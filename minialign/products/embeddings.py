@@ -69,7 +69,7 @@ class SentenceEncoder(Runner):
                  dense: Sequence[Dense] = (), normalize: bool = False, max_seq_length: int | None = None,
                  prompts: dict[str, str] | None = None, default_prompt_name: str | None = None,
                  include_prompt: bool = True, truncate_dim: int | None = None, batch_size: int = 32,
-                 max_tokens: int | None = None, unpad: bool = True, workers: int = 1, compile: bool = False,
+                 max_tokens: int | None = None, unpad: bool | None = None, workers: int = 1, compile: bool = False,
                  threads: int | None = None):
         """pooling: modes of products/pooling.py, concatenated in order; dense: Dense modules after it;
         normalize: a Normalize module last. prompts (name -> text), default_prompt_name: as

@@ -54,7 +54,7 @@ class FillMask(Runner):
     progress_label = "filling masks"
 
     def __init__(self, model: MaskedLMModel, tokenizer: Tokenizer, *, batch_size: int = 32,
-                 max_tokens: int | None = None, max_length: int | None = None, unpad: bool = True, workers: int = 1,
+                 max_tokens: int | None = None, max_length: int | None = None, unpad: bool | None = None, workers: int = 1,
                  compile: bool = False, threads: int | None = None):
         """A MaskedLMModel and a tokenizer that has a mask token. The other options: Runner._start."""
         if not isinstance(model, MaskedLMModel):

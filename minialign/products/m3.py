@@ -85,7 +85,7 @@ class M3Encoder(Runner):
     def __init__(self, encoder: Encoder, tokenizer: Tokenizer, *, sparse_linear: nn.Linear | None = None,
                  colbert_linear: nn.Linear | None = None, max_length: int | None = None,
                  heads_from: str | None = None, batch_size: int = 32, max_tokens: int | None = None,
-                 unpad: bool = True, workers: int = 1, compile: bool = False, threads: int | None = None):
+                 unpad: bool | None = None, workers: int = 1, compile: bool = False, threads: int | None = None):
         """sparse_linear: Linear(hidden, 1), each token's weight; colbert_linear: Linear(hidden, dim), each
         token's vector (None: that output is not offered). heads_from: where the heads were looked for, named
         by the error a call for a missing head raises. The other options: Runner._start."""

@@ -53,7 +53,7 @@ class Loading:
     dtype: torch.dtype | str | None = None  # the weights' dtype (loading.parse_dtype: fp32 default, "auto", "int8")
     attn_backend: str = "sdpa"  # nn/attention.py's table
     compile: bool = False  # torch.compile the model (batch lengths rounded to COMPILE_BUCKET)
-    unpad: bool = True  # batches run packed, on real tokens only
+    unpad: bool | None = None  # batches run packed, on real tokens only (None: packs_by_default)
     batch_size: int = 32  # most sequences in one forward
     max_tokens: int | None = None  # most tokens in one forward (default: the engine's)
     workers: int = 1  # model processes on the CPU (runtime/process_pool.py)
@@ -138,6 +138,19 @@ def inputs_of(texts: Sequence[str], pairs: Sequence[str | None] | None) -> list[
     return [t if p is None else (t, p) for t, p in zip(texts, pairs)]
 
 
+def packs_by_default(model: nn.Module) -> bool:
+    """Whether a runner packs its batches when `unpad` is not given: on the CPU always (the padding's work
+    skipped: BENCHMARKS.md "Encoder forward"); on a GPU only with the flex backend, whose document mask runs a
+    packed row in one call. sdpa and eager run a packed row as one padded call per length bucket, which a GPU
+    pays in launches: roberta-base, bf16, 64 texts of mixed lengths on an H200 (scripts/gpu_suite.sh,
+    BENCHMARKS.md "GPU"): padded sdpa 0.95x transformers' sdpa, packed sdpa 0.38x, packed flex 0.99x."""
+    parameter = next(model.parameters(), None)
+    if parameter is None or parameter.device.type == "cpu":
+        return True
+    encoder = getattr(model, "encoder", model)
+    return getattr(encoder, "attn_backend", None) == "flex"
+
+
 class Runner:
     """A model, its tokenizer and its batching engine, run under one contract (the module docstring)."""
 
@@ -154,18 +167,19 @@ class Runner:
     source: str | None = None  # what from_pretrained loaded (recorded with file outputs)
 
     def _start(self, model: nn.Module, tokenizer: Tokenizer, *, max_length: int | None = None, batch_size: int = 32,
-               max_tokens: int | None = None, unpad: bool = True, compile: bool = False,
+               max_tokens: int | None = None, unpad: bool | None = None, compile: bool = False,
                bucket: int = COMPILE_BUCKET, workers: int = 1, threads: int | None = None,
                truncation: str = "only_first") -> None:
         """The runner's model (in eval mode), tokenizer and engine. The window is the smallest of
-        max_length, the tokenizer's and the model's. unpad: batches run packed, on real tokens only.
+        max_length, the tokenizer's and the model's. unpad: batches run packed, on real tokens only (None: where
+        that is the faster layout, `packs_by_default`).
         compile: torch.compile the model, batch lengths rounded up to a multiple of `bucket` (no
         packing). workers: model processes on the CPU; threads: the intra-op threads of the forwards (default:
         the CPUs this process may use, runtime/threads.py), each worker taking threads / workers."""
         if compile and workers > 1:
             raise ValueError("compile and workers > 1 do not mix: each worker would compile its own model")
         self.model, self.tokenizer = model.eval(), tokenizer
-        self.unpad = unpad and not compile
+        self.unpad = (packs_by_default(model) if unpad is None else unpad) and not compile
         window = min(max_length or tokenizer.model_max_length, model.config.max_seq_len)
         self.engine = BatchEngine.for_model(tokenizer, model, batch_size=batch_size, max_tokens=max_tokens,
                                             packed=self.unpad, bucket=bucket if compile else 1, max_length=window,

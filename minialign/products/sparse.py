@@ -119,7 +119,7 @@ class SparseEncoder(Runner):
                  prompts: dict[str, str] | None = None, default_prompt_name: str | None = None,
                  chunk_tokens: int | None = None, query: StaticQuery | None = None, default_route: str = "document",
                  batch_size: int = 32, max_tokens: int | None = None,
-                 unpad: bool = True, workers: int = 1, compile: bool = False, threads: int | None = None):
+                 unpad: bool | None = None, workers: int = 1, compile: bool = False, threads: int | None = None):
         """pooling_strategy, activation_function: SpladePooling's; max_active_dims: the default of every call (None:
         no limit); similarity_fn_name: "dot" (None: dot) or "cosine"; prompts, default_prompt_name: as
         config_sentence_transformers.json saves them; chunk_tokens: the most tokens whose logits are made at once

@@ -59,7 +59,7 @@ class TokenClassifier(Runner):
     progress_label = "tagging"
 
     def __init__(self, model: TokenClassifierModel, tokenizer: Tokenizer, *, batch_size: int = 32,
-                 max_tokens: int | None = None, max_length: int | None = None, unpad: bool = True, workers: int = 1,
+                 max_tokens: int | None = None, max_length: int | None = None, unpad: bool | None = None, workers: int = 1,
                  compile: bool = False, threads: int | None = None):
         """The options: Runner._start."""
         self._start(model, tokenizer, max_length=max_length, batch_size=batch_size, max_tokens=max_tokens,

@@ -334,3 +334,18 @@ def test_every_family_packed_gives_a_text_the_same_bits_alone_and_batched(arch):
             alone = model(ids[i:i + 1, :n], attention_mask=mask[i:i + 1, :n], unpad=True).last_hidden_state
             assert torch.equal(alone[0], batched[i, :n]), (arch, n)
     assert torch.isfinite(batched).all()
+
+
+def test_flex_pads_heads_narrower_than_the_kernel_takes(monkeypatch):
+    """CUDA's flex kernel refuses heads narrower than 16 (nn/flex.py min_head_dim): such heads are padded with zeros
+    and the output cut back, the scale that of the real width. Forced here on the CPU: equal to the unpadded run."""
+    from minialign.nn import flex
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 20, 12) for _ in range(3))
+    relative = torch.randn(3, 2 * 20 - 1)
+    plain = flex.flex_attention(q, k, v, relative=relative)
+    monkeypatch.setattr(flex, "min_head_dim", lambda device: 16)
+    padded = flex.flex_attention(q, k, v, relative=relative)
+    assert padded.shape == (2, 3, 20, 12)
+    torch.testing.assert_close(padded, plain, rtol=1e-5, atol=1e-6)
