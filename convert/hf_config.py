@@ -59,13 +59,52 @@ def _architecture(hf: dict[str, Any]) -> str:
     return ", ".join(map(str, names if isinstance(names, list) else [names])) or "no architectures field"
 
 
+# Custom code that transformers has since ported into a native family, by the code's hub repository (an auto_map
+# value "repo--module.Class") or, for code kept beside the weights ("module.Class"), by its class: the native
+# model_type, and a published checkpoint of it under that model_type where one exists (each family's docstring in
+# transformers models/<model_type>/configuration_*.py names it). transformers' native class reads the code's
+# weight names (conversion_mapping.py; save_pretrained writes them back), so what decides is the config.json.
+NATIVE_PORTS: dict[str, tuple[str, str | None]] = {
+    "Alibaba-NLP/new-impl": ("gte", "alibaba-nlp-community/gte-multilingual-base"),  # gte-v1.5, gte-multilingual
+    "nomic-ai/nomic-bert-2048": ("nomic_bert", None),  # nomic-embed-text v1 / v1.5
+    "jinaai/xlm-roberta-flash-implementation": ("jina_embeddings_v3", "jinaai/jina-embeddings-v3-hf"),
+    "EuroBertModel": ("eurobert", None),  # EuroBERT/EuroBERT-210m ...: modeling_eurobert.py beside the weights
+}
+
+
+def native_port(auto_map: Any) -> tuple[str, str, str | None] | None:
+    """(the code it names, the native model_type, a published native checkpoint or None) for an auto_map whose
+    code transformers ships natively (NATIVE_PORTS); None otherwise."""
+    references = auto_map.values() if isinstance(auto_map, dict) else [auto_map]
+    for reference in map(str, references):
+        code, _, local = reference.partition("--") if "--" in reference else ("", "", reference)
+        for key in (code, local.rpartition(".")[2]):
+            if key in NATIVE_PORTS:
+                return (code or local, *NATIVE_PORTS[key])
+    return None
+
+
 def refuse_foreign(hf: dict[str, Any], *, supported: Iterable[str], source: str = "config.json") -> None:
     """A CheckpointError for a config.json minialign cannot run: custom code (an `auto_map`, whatever
     its model_type says: jina-embeddings-v2 says "bert" but is ALiBi + GLU) or an unknown model_type;
-    the message names the architecture and the supported families."""
+    the message names the architecture and the supported families. Custom code that transformers ships
+    natively (NATIVE_PORTS) is read as that family where config.json already says its model_type, as transformers
+    does without trust_remote_code; under another model_type the refusal names the native one."""
     supported = tuple(supported)
     names = ", ".join(map(repr, supported))
     auto_map = hf.get("auto_map")
+    port = native_port(auto_map) if auto_map else None
+    if port is not None and hf.get("model_type") == port[1] and port[1] in supported:
+        return  # the native family reads it; its own fields decide (a field it lacks is named when mapped)
+    if port is not None:
+        code, native, published = port
+        where = (f"load {published}, its checkpoint under that model_type, or " if published else "") + \
+            f"write config.json in transformers' {native} fields with model_type {native!r} over the same weights"
+        runs = "minialign runs it natively as" if native in supported else "transformers runs it natively as"
+        raise CheckpointError(
+            f"{source}: {_architecture(hf)} is custom code (auto_map names {code}); {runs} model_type {native!r} "
+            f"(transformers models/{native}, which reads this code's weight names): {where}. minialign does not "
+            f"run a checkpoint's own code (model_type here: {hf.get('model_type')!r})")
     if auto_map:
         classes = ", ".join(f"{k} -> {v}" for k, v in auto_map.items()) if isinstance(auto_map, dict) else auto_map
         raise CheckpointError(
@@ -91,7 +130,9 @@ def fields_from_hf(hf: dict[str, Any], row: ConfigRow, *, source: str = "config.
         hf = row.read(hf)
     missing = [k for k, dst in row.fields.items() if dst in SIZES_OURS and k not in hf]  # the row's names
     if missing:
-        raise ValueError(f"{source}: missing field(s) {missing}")
+        own = (f"; its auto_map's code writes config.json in names of its own, transformers' {row.model_type} "
+               f"reads these") if hf.get("auto_map") else ""
+        raise ValueError(f"{source}: missing field(s) {missing}{own}")
     position_type = hf.get("position_embedding_type", "absolute")
     if position_type != "absolute":
         raise ValueError(f"{source}: position_embedding_type {position_type!r} is not supported (only 'absolute')")

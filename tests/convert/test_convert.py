@@ -144,3 +144,33 @@ def test_one_names_row_per_family_with_the_backbone_and_mlm_prefixes():
         families.format_of("gpt2")
     with pytest.raises(TypeError, match="model_type 'bert'"):  # names.py takes a family's Names or Format
         convert.names.hf_to_minialign({}, "bert")
+
+
+def test_custom_code_transformers_ships_natively_is_named_by_its_native_model_type():
+    """issue 45 part 5: an auto_map naming code transformers has ported (NATIVE_PORTS) is refused naming the native
+    model_type and, where one is published, the checkpoint under it; under that very model_type it is read as the
+    native family (transformers does so without trust_remote_code); other custom code is refused as before."""
+    from minialign.convert.errors import CheckpointError
+    from minialign.convert.hf_config import native_port, refuse_foreign
+
+    supported = ("bert", "xlm-roberta", "gte", "jina_embeddings_v3", "eurobert")
+    jina = {"model_type": "xlm-roberta", "architectures": ["XLMRobertaLoRA"],
+            "auto_map": {"AutoModel": "jinaai/xlm-roberta-flash-implementation--modeling_lora.XLMRobertaLoRA"}}
+    with pytest.raises(CheckpointError, match=r"XLMRobertaLoRA is custom code \(auto_map names "
+                                              r"jinaai/xlm-roberta-flash-implementation\); minialign runs it natively "
+                                              r"as model_type 'jina_embeddings_v3'.*load jinaai/jina-embeddings-v3-hf"):
+        refuse_foreign(jina, supported=supported)
+    gte = {"model_type": "new", "auto_map": {"AutoConfig": "Alibaba-NLP/new-impl--configuration.NewConfig",
+                                             "AutoModel": "Alibaba-NLP/new-impl--modeling.NewModel"}}
+    with pytest.raises(CheckpointError, match=r"natively as model_type 'gte'.*model_type here: 'new'"):
+        refuse_foreign(gte, supported=supported)
+    nomic = {"model_type": "bert", "auto_map": {"AutoModel": "nomic-ai/nomic-bert-2048--modeling_hf_nomic_bert.NomicBertModel"}}
+    with pytest.raises(CheckpointError, match=r"transformers runs it natively as model_type 'nomic_bert'.*write config.json"):
+        refuse_foreign(nomic, supported=supported)  # a family this list lacks: transformers', not ours
+    eurobert = {"model_type": "eurobert", "auto_map": {"AutoModel": "modeling_eurobert.EuroBertModel"}}
+    assert native_port(eurobert["auto_map"]) == ("modeling_eurobert.EuroBertModel", "eurobert", None)
+    refuse_foreign(eurobert, supported=supported)  # read as the native family: no error
+    jina_bert = {"model_type": "bert", "auto_map": {"AutoModel": "jinaai/jina-bert-implementation--modeling_bert.JinaBertModel"}}
+    assert native_port(jina_bert["auto_map"]) is None
+    with pytest.raises(CheckpointError, match="is custom code .*does not run a checkpoint's own code"):
+        refuse_foreign(jina_bert, supported=supported)
