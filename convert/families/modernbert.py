@@ -14,6 +14,9 @@ def _modernbert_read(hf: dict[str, Any]) -> dict[str, Any]:
     (the Hub's) as global_rope_theta / local_rope_theta and global_attn_every_n_layers. Both become the
     latter; a pattern or a rope type minialign cannot run is refused, naming the field."""
     hf = dict(hf)
+    # The training code's leftover (answerdotai/ModernBERT's, and the Ettin / mmBERT configs trained with it: "sans_pos"
+    # or "absolute"): ModernBertConfig has no such field and its positions are rotary whatever it says.
+    hf.pop("position_embedding_type", None)
     rope = hf.get("rope_parameters")
     if isinstance(rope, dict):
         for kind, name in (("full_attention", "global_rope_theta"), ("sliding_attention", "local_rope_theta")):
