@@ -62,6 +62,8 @@ def test_encoder_parity_padded_and_packed(backend, rope, types, tmp_path):
     ours = ma.Encoder.from_pretrained(directory, attn_backend=backend)
     assert ours.config.arch == "gte" and ours.pooler is None and ours.config.rope_type == rope["rope_type"]
     assert (ours.embeddings.token_type is None) == (types == 0)
+    ffn = ours.layers[0].ffn  # GteMLP: no bias on gate / up, one on down; the second half of up activated
+    assert ffn.up.bias is None and ffn.down.bias is not None and ffn.activated == "second"
     ids, mask, token_types = _batch(hf.config, types=bool(types))
     inputs = dict(input_ids=ids, attention_mask=mask, **({"token_type_ids": token_types} if types else {}))
     _, _, diffs = encoder_parity(hf, ours, mask.bool(), TOL, **inputs)
