@@ -36,6 +36,8 @@ class ConfigRow:
     unset_as: dict[str, str] = field(default_factory=dict)  # HF field written as another when its value is None
     # config.json in a newer spelling -> the spelling `fields` names (ModernBERT's rope_parameters / layer_types)
     read: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    # the reverse of `read`: the config.json `fields` name -> its newer spelling (GTE's rope_parameters)
+    write: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
     def reserved_positions(self, pad_token_id: int) -> int:
         """Rows of the position table no token's position can use (Config.max_seq_len)."""
@@ -182,5 +184,5 @@ def fields_to_hf(fields: dict[str, Any], row: ConfigRow, *, classifier: bool = F
         hf["pruned_heads"] = {str(layer): list(heads) for layer, heads in fields["pruned_heads"]}
     hf.update(model_type=row.model_type, architectures=[row.classifier_class if classifier else row.base_class],
               **row.written)
-    return hf
+    return hf if row.write is None else row.write(hf)
 

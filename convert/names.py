@@ -69,6 +69,27 @@ class Names:
     model_prefix: str
     mlm_prefix: str
     classifier_prefixes: tuple[str, ...] = ("classifier.",)  # *ForSequenceClassification's head, beside the backbone
+    # a checkpoint's fused tensor (its minialign name's last parts) -> the names of its equal chunks along dim 0, in
+    # order, as the model's state dict names them (GTE's original qkv_proj / up_gate_proj: `unfuse`)
+    fused: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+def unfuse(tensors: dict[str, torch.Tensor], fused: tuple[tuple[str, tuple[str, ...]], ...]) -> dict[str, torch.Tensor]:
+    """Each tensor named `<prefix>.<whole>.<weight|bias>` of a `fused` entry as its chunks along dim 0 (views),
+    `<prefix>.<part>.<weight|bias>` (transformers' conversion_mapping.py Chunk(dim=0))."""
+    if not fused:
+        return tensors
+    out = {}
+    for name, tensor in tensors.items():
+        head, _, kind = name.rpartition(".")
+        for whole, parts in fused:
+            if head == whole or head.endswith("." + whole):
+                stem = head[:len(head) - len(whole)]
+                out.update({f"{stem}{part}.{kind}": chunk for part, chunk in zip(parts, tensor.chunk(len(parts)))})
+                break
+        else:
+            out[name] = tensor
+    return out
 
 
 CLASSIFIER_PREFIX = "classifier."
@@ -168,7 +189,8 @@ def hf_to_minialign(
     names = names_of(arch)
     prefix = names.model_prefix
     bare = {(k[len(prefix):] if k.startswith(prefix) else k): v for k, v in state_dict.items()}
-    return _rename(bare, names.table, source, _label(arch), list(state_dict), others)
+    out, dropped = _rename(bare, names.table, source, _label(arch), list(state_dict), others)
+    return unfuse(out, names.fused), dropped
 
 
 def alignscore_to_minialign(

@@ -13,6 +13,7 @@ tokenizer fits it, made here from the session fixtures (nothing is downloaded):
               [UNK] first, [MASK] last; its normaliser; `[CLS] A [SEP] B [SEP]`, types 0/1): deberta-v2
   modernbert  a byte-level BPE tokenizer.json as ModernBERT-base's ([UNK] [CLS] [SEP] [PAD] [MASK] first;
               `[CLS] A [SEP] B [SEP]`, types 0/1, no token_type_ids in model_input_names): modernbert
+  (wordpiece  also gte, as gte-base-en-v1.5's BertTokenizer; gte-multilingual's XLM-R Unigram: test_gte.py)
 
 Every model gets non-zero biases and LayerNorm parameters (a swapped weight name cannot pass). Rows
 also hold what a test may expect of the family's encoder (`token_types`, `projected`, `relative_bias`). A row whose
@@ -63,6 +64,7 @@ class FamilyRow:
     relative_bias: bool = False  # attention adds a relative-position bias (MPNet's)
     positions: bool = True  # absolute positions are added to the embeddings (not DeBERTa-v3's)
     own_score: bool = False  # the attention is its own score function (DeBERTa's disentangled one): no swap
+    question_answering: bool = True  # transformers has its *ForQuestionAnswering (GTE has none)
 
     def classes(self):
         return tuple(getattr(transformers, name) for name in (self.config, self.base, self.classifier))
@@ -112,8 +114,18 @@ FAMILIES = {row.model_type: row for row in [
                    local_attention=8, global_attn_every_n_layers=2, global_rope_theta=1000.0, local_rope_theta=100.0,
                    attention_bias=True, mlp_bias=True, norm_bias=True, classifier_bias=True),
               token_types=False, positions=False),
+    # GTE (minialign/models/gte.py): rotary positions (the linear rope type, as the published models' NTK scaling
+    # reads), post-LN GLU layers, token types; gte-en-v1.5's BERT WordPiece tokenizer. No QA head in transformers.
+    FamilyRow("gte", "GteConfig", "GteModel", "GteForSequenceClassification", "wordpiece",
+              {"tokenizer_class": "BertTokenizer", "do_lower_case": True},
+              dict(type_vocab_size=2, pad_token_id=0, rope_parameters={"rope_type": "linear", "rope_theta": 1000.0,
+                                                                       "factor": 1.25}),
+              positions=False, question_answering=False),
 ]}
-NEW = [name for name in FAMILIES if name not in ("bert", "roberta")]  # the families bert/roberta tests do not cover
+# The long-context families: their own test files cover the products (tests/models/test_<family>.py), so the big
+# product matrices over NEW do not grow with them.
+LONG_CONTEXT = ("gte",)
+NEW = [n for n in FAMILIES if n not in ("bert", "roberta") + LONG_CONTEXT]  # the families bert/roberta tests do not cover
 
 
 # What a family's minialign config needs beyond the shared sizes to build a model without transformers (the

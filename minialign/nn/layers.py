@@ -172,15 +172,18 @@ class GatedFeedForward(FeedForward):
     (ModernBertMLP's Wi -> input, gate; Llama's gate_proj stacked before up_proj) or "second" (an up_gate
     projection whose gate comes last). `split_names`: its state dict names the halves as two layers, `gate`
     (the activated one) and `value`, for a family whose checkpoints hold two (Llama's gate_proj / up_proj,
-    NomicBERT's fc12 / fc11); the fused `up` otherwise. The dropout is the family's (ModernBERT's mlp_dropout)."""
+    NomicBERT's fc12 / fc11); the fused `up` otherwise. The dropout is the family's (ModernBERT's mlp_dropout).
+    `up_bias`: whether up has a bias, where it differs from down's (`bias`; None: the same)."""
 
     HALVES = ("first", "second")
 
     def __init__(self, config: Config, *, bias: bool = True, activated: str = "first", dropout: float = 0.0,
-                 activation_name: str | None = None, split_names: bool = False):
+                 activation_name: str | None = None, split_names: bool = False, up_bias: bool | None = None):
         if activated not in self.HALVES:
             raise ValueError(f"GatedFeedForward: activated is 'first' or 'second', not {activated!r}")
         super().__init__(config, bias=bias)
+        if up_bias is not None and up_bias != bias:  # up's bias apart from down's (GteMLP: gate / up none, down one)
+            self.up = self.up_projection(config, bias=up_bias)
         self.activated = activated
         self.act = activation(activation_name or config.activation)
         self.dropout = nn.Dropout(dropout)

@@ -19,7 +19,7 @@ def test_every_family_declares_its_head_as_a_value(arch):
     kind = ma.models.family_of(config).sequence_classification(config)
     model = ma.ClassifierModel(config, seed=0).eval()
     assert type(model.classifier) is SequenceClassificationHead and model.classifier.kind == kind
-    assert (model.encoder.pooler is not None) == kind.uses_pooler == (arch == "bert")
+    assert (model.encoder.pooler is not None) == kind.uses_pooler == (arch in ("bert", "gte"))  # BERT's head on a pooler
     names = {name.split(".")[1] for name in model.state_dict() if name.startswith("classifier.")}
     assert names == {"out_proj"} | ({"dense"} if kind.dense_activation else set()) | (
         {"norm"} if kind.norm_bias is not None else set())

@@ -1,0 +1,169 @@
+"""GTE, Alibaba's gte-v1.5 / gte-multilingual encoder ("transformer++": BERT + RoPE + GLU; transformers
+models/gte/modeling_gte.py, whose modular_gte.py borrows JinaEmbeddingsV3's layers, Gemma's MLP and Llama's
+rotary embedding; the original: Alibaba-NLP/new-impl modeling.py NewModel), every difference from BERT
+declared here.
+
+  embeddings   LayerNorm(word + token_type), then dropout (GteEmbeddings): no position table; no token types
+               with type_vocab_size 0 (gte-base-en-v1.5)
+  positions    rotary (nn/rotary.py) on queries and keys, theta rope_theta, the default or the linear rope type
+               (GteRotaryEmbedding; the published models' fixed NTK scaling is the linear type, rotary.py
+               ntk_as_linear), every layer the same tables
+  layers       post-LN as BERT's: x = LN(x + attn(x)); x = LN(x + mlp(x)) (GteLayer: post_attention_layernorm,
+               post_mlp_layernorm)
+  mlp          GLU: down(drop(act(gate_proj(x)) * up_proj(x))), gate and up without bias, down with one (GteMLP);
+               the original stacks them as up_gate_proj = [up; gate], the second half activated
+  pooler       none in the bare model (GteModel's add_pooling_layer=False); GteForSequenceClassification's
+               BertPooler-like tanh(dense(h_0)), then dropout, classifier (BertForSequenceClassification's head)
+  masked LM    GteLMHead: decoder(layer_norm(gelu(dense(h)))), exact GELU whatever hidden_act says
+  tokens       GteForTokenClassification: BERT's (dropout, classifier); transformers has no GTE QA head
+
+Padded and packed agree: a packed row gives each token its position inside its sequence. Its config.json and
+weight names (transformers' and the original's): convert/families/gte.py.
+
+Shapes: B batch, L sequence length (a packed batch is one row of T tokens, (1, T)), C hidden size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from minialign.convert.families import gte as gte_format
+from minialign.models.family import Family
+from minialign.models.heads import MaskedLM, QuestionAnswering, SequenceClassification
+from minialign.nn.attention import PreparedMask
+from minialign.nn.capture import record
+from minialign.nn.config import (POSITIVE_INT, POSITIVE_NUMBER, PROBABILITY, Config, checked, int_at_least, one_of,
+                                 optional)
+from minialign.nn.inputs import ForwardInputs
+from minialign.nn.layers import PRECISION_LAYERS, GatedFeedForward, SelfAttention
+from minialign.nn.rotary import linear_inv_freq, rotary_tables
+
+
+@dataclass(frozen=True)
+class GteConfig(Config):
+    """GTE's config (configuration_gte.py; config.json: convert/families/gte.py). rope_theta: the rotary base
+    (rope_parameters' rope_theta); rope_type "default", or "linear" with rope_factor (the frequencies divided by
+    it, modeling_rope_utils.py _compute_linear_scaling_rope_parameters). type_vocab_size 0: no token types."""
+
+    format = gte_format.FORMAT
+    arch: str = "gte"
+    type_vocab_size: int = checked(int_at_least(0, "an int >= 0"), 1)  # configuration_gte.py's defaults
+    pad_token_id: int = 1
+    attention_dropout: float = checked(PROBABILITY, 0.0)
+    max_position_embeddings: int = checked(POSITIVE_INT, 8192)
+    rope_theta: float = checked(POSITIVE_NUMBER, gte_format.DEFAULT_THETA)
+    rope_type: str = checked(one_of(gte_format.ROPE_TYPES), "default")
+    rope_factor: float | None = checked(optional(POSITIVE_NUMBER), None)
+
+    def check(self) -> None:
+        if (self.rope_type == "linear") != (self.rope_factor is not None):
+            raise ValueError(f"Config.rope_factor is the linear rope type's factor: set it with rope_type 'linear' "
+                             f"and only then (rope_type {self.rope_type!r}, rope_factor {self.rope_factor!r})")
+
+
+class GteEmbeddings(nn.Module):
+    """dropout(LayerNorm(word + token_type)) (GteEmbeddings): no position table; with type_vocab_size 0 no token
+    types (token_type_ids ignored)."""
+
+    def __init__(self, config: Config):
+        super().__init__()
+        self.word = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.token_type = nn.Embedding(config.type_vocab_size, config.hidden_size) if config.type_vocab_size else None
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def position_ids(self, input_ids: Tensor) -> Tensor:
+        """(B, L): 0, 1, ..., L - 1 in every row (GteModel.forward), read by the rotary tables."""
+        return torch.arange(input_ids.size(1), device=input_ids.device).expand_as(input_ids)
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor) -> Tensor:
+        """Positions are not added here (rotary: applied in attention)."""
+        x = self.word(input_ids)
+        x = record("word", x)
+        if self.token_type is not None:
+            token_type = self.token_type(token_type_ids)
+            token_type = record("token_type", token_type)
+            x = x + token_type
+        x = record("sum", x)
+        x = self.norm(x)
+        x = record("norm", x)
+        return self.dropout(x)
+
+
+class GteLayer(nn.Module):
+    """Post-LN: x = LN(x + drop(attn(x))); x = LN(x + drop(glu(x))) (GteLayer), rotary queries and keys."""
+
+    precision_layers = PRECISION_LAYERS  # EncoderLayer's: the same names, the same reasons
+
+    def __init__(self, config: Config):
+        super().__init__()
+        self.attention = SelfAttention(config)
+        self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        # GteMLP: act(gate_proj(x)) * up_proj(x), dropped out, down_proj; the original's up_gate_proj = [up; gate]
+        self.ffn = GatedFeedForward(config, bias=True, up_bias=False, activated="second", split_names=True,
+                                    dropout=config.hidden_dropout)
+        self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout)  # post_attention_dropout and post_mlp_dropout
+
+    def forward(self, x: Tensor, mask: PreparedMask, queries: Callable[[Tensor], Tensor] | None = None, *,
+                rotary: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor | None]:
+        """x (B, L, C) -> the new states of the `queries` tokens (default: all) (B, Lq, C), and the attention
+        probabilities (B, H, Lq, L) when the backend gives them. rotary: the (cos, sin) tables."""
+        x = record("input", x)
+        a, probs = self.attention(x, mask, queries, rotary=rotary)
+        if queries is not None:
+            x = queries(x)
+        x = x + self.dropout(a)
+        x = record("attention_residual", x)
+        x = self.attention_norm(x)
+        x = record("attention_norm", x)
+        f = self.ffn(x)
+        f = record("ffn_output", f)
+        x = x + self.dropout(f)
+        x = record("ffn_residual", x)
+        x = self.ffn_norm(x)
+        x = record("output", x)
+        return x, probs
+
+
+class Gte(Family):
+    config_class = GteConfig
+    Embeddings = GteEmbeddings
+    pooler = False  # GteModel(add_pooling_layer=False); the classifier keeps one (sequence_classification)
+
+    @classmethod
+    def layers(cls, config: Config) -> list[nn.Module]:
+        return [GteLayer(config) for _ in range(config.num_layers)]
+
+    @classmethod
+    def layer_inputs(cls, encoder: nn.Module, inputs: ForwardInputs) -> dict[str, object]:
+        """The (cos, sin) tables at the positions in the forward's layout, in the weights' dtype
+        (GteRotaryEmbedding's cast), the linear rope type's frequencies where the config scales them."""
+        config = encoder.config
+        dtype = encoder.embeddings.word.weight.dtype
+        inv_freq = None
+        if config.rope_type == "linear":
+            inv_freq = linear_inv_freq(config.head_dim, float(config.rope_theta), config.rope_factor,
+                                       device=inputs.position_ids.device)
+        tables = rotary_tables(inputs.position_ids, config.head_dim, float(config.rope_theta), inv_freq=inv_freq)
+        return {"rotary": tuple(table.to(dtype) for table in tables)}
+
+    @classmethod
+    def sequence_classification(cls, config: Config) -> SequenceClassification:
+        """GteForSequenceClassification (BertForSequenceClassification's): classifier(dropout(pooler_output))."""
+        return SequenceClassification(pool="pooler")
+
+    @classmethod
+    def masked_lm(cls, config: Config) -> MaskedLM:
+        """GteLMHead: decoder(layer_norm(gelu(dense(h)))) + the decoder's bias; exact GELU (modeling_gte.py gelu)."""
+        return MaskedLM(activation="gelu")
+
+    @classmethod
+    def question_answering(cls, config: Config) -> QuestionAnswering:
+        raise ValueError("GTE has no question-answering head in transformers (no GteForQuestionAnswering): "
+                         "minialign's follows transformers' classes")
