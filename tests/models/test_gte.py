@@ -15,6 +15,7 @@ import transformers
 from conftest import encoder_parity, pad_batch
 
 import minialign as ma
+from minialign.convert.errors import CheckpointError
 from minialign import convert
 from minialign.nn.rotary import default_inv_freq, linear_inv_freq, ntk_as_linear
 
@@ -166,6 +167,17 @@ def test_the_original_checkpoint_and_config_json(tmp_path):
     with torch.no_grad():
         expected = hf(ids, attention_mask=mask, token_type_ids=types).logits[real]
         torch.testing.assert_close(ours(ids, mask, types).logits[real], expected, **TOL)
+        # the Hub's files say model_type "new" with an auto_map to the original code: refused, naming gte (issue 45
+        # part 5); the same file under model_type "gte" keeps its auto_map and loads as transformers reads it
+        auto_map = {"AutoConfig": "Alibaba-NLP/new-impl--configuration.NewConfig",
+                    "AutoModelForMaskedLM": "Alibaba-NLP/new-impl--modeling.NewForMaskedLM"}
+        (directory / "config.json").write_text(json.dumps({**config, "model_type": "new", "auto_map": auto_map}))
+        with pytest.raises(CheckpointError, match=r"auto_map names Alibaba-NLP/new-impl\); minialign runs it "
+                                                  r"natively as model_type 'gte'"):
+            ma.MaskedLMModel.from_pretrained(directory)
+        (directory / "config.json").write_text(json.dumps({**config, "auto_map": auto_map}))
+        ported = ma.MaskedLMModel.from_pretrained(directory, attn_backend="eager")
+        torch.testing.assert_close(ported(ids, mask, types).logits[real], expected, **TOL)
         # transformers' own conversion (conversion_mapping.py "gte") of the same names, with its config spelling
         (directory / "config.json").write_text(json.dumps(hf.config.to_dict()))
         theirs = transformers.GteForMaskedLM.from_pretrained(directory, attn_implementation="eager").eval()
