@@ -36,6 +36,9 @@ class ConfigRow:
     unset_as: dict[str, str] = field(default_factory=dict)  # HF field written as another when its value is None
     # config.json in a newer spelling -> the spelling `fields` names (ModernBERT's rope_parameters / layer_types)
     read: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    # custom code the family's transformers classes port: auto_map entries ("module.Class", after any "repo--")
+    # a config.json of this model_type may name and still be this family's (NomicBERT's Hub checkpoints)
+    ported_code: tuple[str, ...] = ()
 
     def reserved_positions(self, pad_token_id: int) -> int:
         """Rows of the position table no token's position can use (Config.max_seq_len)."""
@@ -62,11 +65,12 @@ def _architecture(hf: dict[str, Any]) -> str:
 def refuse_foreign(hf: dict[str, Any], *, supported: Iterable[str], source: str = "config.json") -> None:
     """A CheckpointError for a config.json minialign cannot run: custom code (an `auto_map`, whatever
     its model_type says: jina-embeddings-v2 says "bert" but is ALiBi + GLU) or an unknown model_type;
-    the message names the architecture and the supported families."""
+    the message names the architecture and the supported families. An auto_map naming only code that its
+    model_type's transformers classes port (ConfigRow.ported_code: NomicBERT's Hub checkpoints) is that family's."""
     supported = tuple(supported)
     names = ", ".join(map(repr, supported))
     auto_map = hf.get("auto_map")
-    if auto_map:
+    if auto_map and not _ported(hf, supported):
         classes = ", ".join(f"{k} -> {v}" for k, v in auto_map.items()) if isinstance(auto_map, dict) else auto_map
         raise CheckpointError(
             f"{source}: {_architecture(hf)} is custom code (auto_map: {classes}); minialign does not run a "
@@ -76,6 +80,23 @@ def refuse_foreign(hf: dict[str, Any], *, supported: Iterable[str], source: str 
     if not isinstance(arch, str) or arch not in supported:
         raise CheckpointError(f"{source}: model_type {arch!r} ({_architecture(hf)}) is not supported; "
                               f"minialign runs {names}")
+
+
+def _ported(hf: dict[str, Any], supported: tuple[str, ...]) -> bool:
+    """Whether every class a config.json's auto_map names is custom code its model_type's transformers classes
+    port (ConfigRow.ported_code): the checkpoint is then that family's, whatever code its authors shipped."""
+    from .families import format_of  # here: the families' files import this module
+
+    arch, auto_map = hf.get("model_type"), hf.get("auto_map")
+    if not isinstance(arch, str) or arch not in supported or not isinstance(auto_map, dict):
+        return False
+    try:
+        ported = format_of(arch).config.ported_code
+    except ValueError:  # a family declared without a format file here (a test's throwaway family)
+        return False
+    classes = [value for entry in auto_map.values() for value in (entry if isinstance(entry, list) else [entry])
+               if value is not None]  # AutoTokenizer's [slow, fast] pairs hold None for a missing one
+    return bool(ported) and all(isinstance(c, str) and c.split("--")[-1] in ported for c in classes)
 
 
 def fields_from_hf(hf: dict[str, Any], row: ConfigRow, *, source: str = "config.json",
