@@ -62,15 +62,17 @@ def _architecture(hf: dict[str, Any]) -> str:
     return ", ".join(map(str, names if isinstance(names, list) else [names])) or "no architectures field"
 
 
-def refuse_foreign(hf: dict[str, Any], *, supported: Iterable[str], source: str = "config.json") -> None:
+def refuse_foreign(hf: dict[str, Any], *, supported: Iterable[str], source: str = "config.json",
+                   ported: Iterable[str] = ()) -> None:
     """A CheckpointError for a config.json minialign cannot run: custom code (an `auto_map`, whatever
     its model_type says: jina-embeddings-v2 says "bert" but is ALiBi + GLU) or an unknown model_type;
-    the message names the architecture and the supported families. An auto_map naming only code that its
-    model_type's transformers classes port (ConfigRow.ported_code: NomicBERT's Hub checkpoints) is that family's."""
+    the message names the architecture and the supported families. An auto_map naming only classes of `ported`
+    (the model_type's ConfigRow.ported_code: code its transformers classes port, as NomicBERT's Hub checkpoints
+    name) is that family's."""
     supported = tuple(supported)
     names = ", ".join(map(repr, supported))
     auto_map = hf.get("auto_map")
-    if auto_map and not _ported(hf, supported):
+    if auto_map and not _only_ported(auto_map, ported):
         classes = ", ".join(f"{k} -> {v}" for k, v in auto_map.items()) if isinstance(auto_map, dict) else auto_map
         raise CheckpointError(
             f"{source}: {_architecture(hf)} is custom code (auto_map: {classes}); minialign does not run a "
@@ -82,21 +84,15 @@ def refuse_foreign(hf: dict[str, Any], *, supported: Iterable[str], source: str 
                               f"minialign runs {names}")
 
 
-def _ported(hf: dict[str, Any], supported: tuple[str, ...]) -> bool:
-    """Whether every class a config.json's auto_map names is custom code its model_type's transformers classes
-    port (ConfigRow.ported_code): the checkpoint is then that family's, whatever code its authors shipped."""
-    from .families import format_of  # here: the families' files import this module
-
-    arch, auto_map = hf.get("model_type"), hf.get("auto_map")
-    if not isinstance(arch, str) or arch not in supported or not isinstance(auto_map, dict):
-        return False
-    try:
-        ported = format_of(arch).config.ported_code
-    except ValueError:  # a family declared without a format file here (a test's throwaway family)
+def _only_ported(auto_map: Any, ported: Iterable[str]) -> bool:
+    """Whether every class an auto_map names is one of `ported` ("module.Class", after any "repo--"): custom code
+    its model_type's transformers classes port (ConfigRow.ported_code), so the checkpoint is that family's."""
+    ported = tuple(ported)
+    if not ported or not isinstance(auto_map, dict):
         return False
     classes = [value for entry in auto_map.values() for value in (entry if isinstance(entry, list) else [entry])
                if value is not None]  # AutoTokenizer's [slow, fast] pairs hold None for a missing one
-    return bool(ported) and all(isinstance(c, str) and c.split("--")[-1] in ported for c in classes)
+    return all(isinstance(c, str) and c.split("--")[-1] in ported for c in classes)
 
 
 def fields_from_hf(hf: dict[str, Any], row: ConfigRow, *, source: str = "config.json",
@@ -104,7 +100,8 @@ def fields_from_hf(hf: dict[str, Any], row: ConfigRow, *, source: str = "config.
     """Map an HF config dict of `row`'s family to minialign field names. Custom code, or a model_type
     other than the row's, is refused first (`refuse_foreign`; `supported`: the families to name besides
     the row's)."""
-    refuse_foreign(hf, source=source, supported=dict.fromkeys((*supported, row.model_type)))
+    refuse_foreign(hf, source=source, supported=dict.fromkeys((*supported, row.model_type)),
+                   ported=row.ported_code if hf.get("model_type") == row.model_type else ())
     if hf.get("model_type") != row.model_type:
         raise ValueError(f"{source}: model_type {hf.get('model_type')!r} is not {row.model_type!r}")
     arch = row.model_type
