@@ -284,6 +284,9 @@ def test_sentence_encoder_with_nomic_prompts_equals_sentence_transformers(normal
         got = ours.encode(TEXTS, batch_size=2, warn_truncation=False, **kwargs)
         expected = torch.as_tensor(reference.encode(TEXTS, batch_size=2, **kwargs))
         assert (got - expected).abs().max() <= 1e-5, kwargs
+    for method in ("encode_query", "encode_document"):  # "query" / "document": empty here, as sentence-transformers'
+        got = getattr(ours, method)(TEXTS, warn_truncation=False)
+        assert (got - torch.as_tensor(getattr(reference, method)(TEXTS))).abs().max() <= 1e-5, method
     query = ours.encode(TEXTS[:1], prompt_name="search_query", warn_truncation=False)
     assert torch.equal(query, ours.encode(TEXTS[:1], prompt="search_query: ", warn_truncation=False))
     assert (query - ours.encode(TEXTS[:1], warn_truncation=False)).abs().max() > 1e-3  # the prompt is read
