@@ -4,7 +4,7 @@ is one row in FAMILIES. Each row says how transformers builds the family (its co
 tokenizer fits it, made here from the session fixtures (nothing is downloaded):
 
   wordpiece   all-MiniLM-L6-v2's WordPiece, or one trained here where its package is missing (the `wordpiece_dir`
-              fixture): bert, electra, distilbert
+              fixture): bert, electra, distilbert, nomic_bert
   bpe         the byte-level BPE trained in conftest (`bpe_dir`, vocab.json + merges.txt): roberta
   unigram     a SentencePiece Unigram tokenizer.json trained here, `<s> A </s></s> B </s>`: xlm-roberta, camembert
   mpnet       MiniLM's WordPiece vocabulary under MPNet's special tokens (<s> <pad> </s> <unk> first, <mask>
