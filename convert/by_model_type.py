@@ -32,7 +32,9 @@ def _every_family() -> dict[str, Names]:
 
 def config_from_hf(hf: dict[str, Any], *, source: str = "config.json") -> dict[str, Any]:
     """Map an HF config dict to minialign field names. Dispatches on `model_type`, never on a name."""
-    refuse_foreign(hf, source=source, supported=model_types())
+    arch = hf.get("model_type") if isinstance(hf, dict) else None
+    ported = format_of(arch).ported_code if isinstance(arch, str) and arch in model_types() else ()
+    refuse_foreign(hf, source=source, supported=model_types(), ported=ported)
     return format_of(hf["model_type"], source=source).config_fields(hf, source=source, supported=model_types())
 
 

@@ -23,6 +23,11 @@ class Format:
         return self.config.model_type
 
     @property
+    def ported_code(self) -> tuple[str, ...]:
+        """The custom code (auto_map classes) its transformers classes port (ConfigRow.ported_code)."""
+        return self.config.ported_code
+
+    @property
     def presets(self) -> dict[str, dict[str, Any]]:
         """Preset name -> the config.json it mirrors (without model_type)."""
         return self.config.presets

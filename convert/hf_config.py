@@ -38,6 +38,9 @@ class ConfigRow:
     read: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     # the reverse of `read`: the config.json `fields` name -> its newer spelling (GTE's rope_parameters)
     write: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    # custom code the family's transformers classes port: auto_map entries ("module.Class", after any "repo--")
+    # a config.json of this model_type may name and still be this family's (NomicBERT's Hub checkpoints)
+    ported_code: tuple[str, ...] = ()
 
     def reserved_positions(self, pad_token_id: int) -> int:
         """Rows of the position table no token's position can use (Config.max_seq_len)."""
@@ -65,7 +68,9 @@ def _architecture(hf: dict[str, Any]) -> str:
 # value "repo--module.Class") or, for code kept beside the weights ("module.Class"), by its class: the native
 # model_type, and a published checkpoint of it under that model_type where one exists (each family's docstring in
 # transformers models/<model_type>/configuration_*.py names it). transformers' native class reads the code's
-# weight names (conversion_mapping.py; save_pretrained writes them back), so what decides is the config.json.
+# weight names (conversion_mapping.py; save_pretrained writes them back). A config.json under that model_type whose
+# auto_map names only the code its family ports (ConfigRow.ported_code) is read as that family; under another one this
+# table names the native model_type in the refusal.
 NATIVE_PORTS: dict[str, tuple[str, str | None]] = {
     "Alibaba-NLP/new-impl": ("gte", "alibaba-nlp-community/gte-multilingual-base"),  # gte-v1.5, gte-multilingual
     "nomic-ai/nomic-bert-2048": ("nomic_bert", None),  # nomic-embed-text v1 / v1.5
@@ -78,6 +83,7 @@ def native_port(auto_map: Any) -> tuple[str, str, str | None] | None:
     """(the code it names, the native model_type, a published native checkpoint or None) for an auto_map whose
     code transformers ships natively (NATIVE_PORTS); None otherwise."""
     references = auto_map.values() if isinstance(auto_map, dict) else [auto_map]
+    references = [r for entry in references for r in (entry if isinstance(entry, list) else [entry]) if r is not None]
     for reference in map(str, references):
         code, _, local = reference.partition("--") if "--" in reference else ("", "", reference)
         for key in (code, local.rpartition(".")[2]):
@@ -86,28 +92,28 @@ def native_port(auto_map: Any) -> tuple[str, str, str | None] | None:
     return None
 
 
-def refuse_foreign(hf: dict[str, Any], *, supported: Iterable[str], source: str = "config.json") -> None:
+def refuse_foreign(hf: dict[str, Any], *, supported: Iterable[str], source: str = "config.json",
+                   ported: Iterable[str] = ()) -> None:
     """A CheckpointError for a config.json minialign cannot run: custom code (an `auto_map`, whatever
     its model_type says: jina-embeddings-v2 says "bert" but is ALiBi + GLU) or an unknown model_type;
-    the message names the architecture and the supported families. Custom code that transformers ships
-    natively (NATIVE_PORTS) is read as that family where config.json already says its model_type, as transformers
-    does without trust_remote_code; under another model_type the refusal names the native one."""
+    the message names the architecture and the supported families. An auto_map naming only classes of `ported`
+    (the model_type's ConfigRow.ported_code: code its transformers classes port, as NomicBERT's Hub checkpoints
+    name) is that family's; other custom code that transformers ships natively (NATIVE_PORTS) is refused naming
+    the native model_type."""
     supported = tuple(supported)
     names = ", ".join(map(repr, supported))
     auto_map = hf.get("auto_map")
-    port = native_port(auto_map) if auto_map else None
-    if port is not None and hf.get("model_type") == port[1] and port[1] in supported:
-        return  # the native family reads it; its own fields decide (a field it lacks is named when mapped)
-    if port is not None:
-        code, native, published = port
-        where = (f"load {published}, its checkpoint under that model_type, or " if published else "") + \
-            f"write config.json in transformers' {native} fields with model_type {native!r} over the same weights"
-        runs = "minialign runs it natively as" if native in supported else "transformers runs it natively as"
-        raise CheckpointError(
-            f"{source}: {_architecture(hf)} is custom code (auto_map names {code}); {runs} model_type {native!r} "
-            f"(transformers models/{native}, which reads this code's weight names): {where}. minialign does not "
-            f"run a checkpoint's own code (model_type here: {hf.get('model_type')!r})")
-    if auto_map:
+    if auto_map and not _only_ported(auto_map, ported):
+        port = native_port(auto_map)
+        if port is not None:
+            code, native, published = port
+            where = (f"load {published}, its checkpoint under that model_type, or " if published else "") + \
+                f"write config.json in transformers' {native} fields with model_type {native!r} over the same weights"
+            runs = "minialign runs it natively as" if native in supported else "transformers runs it natively as"
+            raise CheckpointError(
+                f"{source}: {_architecture(hf)} is custom code (auto_map names {code}); {runs} model_type {native!r} "
+                f"(transformers models/{native}, which reads this code's weight names): {where}. minialign does not "
+                f"run a checkpoint's own code (model_type here: {hf.get('model_type')!r})")
         classes = ", ".join(f"{k} -> {v}" for k, v in auto_map.items()) if isinstance(auto_map, dict) else auto_map
         raise CheckpointError(
             f"{source}: {_architecture(hf)} is custom code (auto_map: {classes}); minialign does not run a "
@@ -119,12 +125,24 @@ def refuse_foreign(hf: dict[str, Any], *, supported: Iterable[str], source: str 
                               f"minialign runs {names}")
 
 
+def _only_ported(auto_map: Any, ported: Iterable[str]) -> bool:
+    """Whether every class an auto_map names is one of `ported` ("module.Class", after any "repo--"): custom code
+    its model_type's transformers classes port (ConfigRow.ported_code), so the checkpoint is that family's."""
+    ported = tuple(ported)
+    if not ported or not isinstance(auto_map, dict):
+        return False
+    classes = [value for entry in auto_map.values() for value in (entry if isinstance(entry, list) else [entry])
+               if value is not None]  # AutoTokenizer's [slow, fast] pairs hold None for a missing one
+    return all(isinstance(c, str) and c.split("--")[-1] in ported for c in classes)
+
+
 def fields_from_hf(hf: dict[str, Any], row: ConfigRow, *, source: str = "config.json",
                    supported: Iterable[str] = ()) -> dict[str, Any]:
     """Map an HF config dict of `row`'s family to minialign field names. Custom code, or a model_type
     other than the row's, is refused first (`refuse_foreign`; `supported`: the families to name besides
     the row's)."""
-    refuse_foreign(hf, source=source, supported=dict.fromkeys((*supported, row.model_type)))
+    refuse_foreign(hf, source=source, supported=dict.fromkeys((*supported, row.model_type)),
+                   ported=row.ported_code if hf.get("model_type") == row.model_type else ())
     if hf.get("model_type") != row.model_type:
         raise ValueError(f"{source}: model_type {hf.get('model_type')!r} is not {row.model_type!r}")
     arch = row.model_type

@@ -79,6 +79,11 @@ CONFIG = ConfigRow(
               "initializer_range": 0.02, "tie_word_embeddings": True},
     read=_gte_read,
     write=_gte_write,
+    # the Hub's gte-v1.5 / gte-multilingual config.json names Alibaba-NLP/new-impl's code in auto_map (configuration.py,
+    # modeling.py): the code transformers' Gte* classes port (conversion_mapping.py "gte")
+    ported_code=("configuration.NewConfig", "modeling.NewModel", "modeling.NewForMaskedLM",
+                 "modeling.NewForSequenceClassification", "modeling.NewForTokenClassification",
+                 "modeling.NewForMultipleChoice", "modeling.NewForQuestionAnswering"),
     presets={
         # https://huggingface.co/Alibaba-NLP/gte-base-en-v1.5/blob/main/config.json (model_type "new" there)
         "gte-base-en-v1.5": {"vocab_size": 30528, **sizes(768, 12, 12, 3072), "max_position_embeddings": 8192,

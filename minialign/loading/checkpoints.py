@@ -88,7 +88,10 @@ def read_checkpoint(src: str | Path | Source, *, backbone: str | Source | None =
 def config_from_hf(data: dict, *, source: str) -> Config:
     """A config.json's Config; a CheckpointError first for one minialign cannot run (custom code, a
     model_type no family declares), naming the architecture and the families there are."""
-    convert.hf_config.refuse_foreign(data, supported=families(), source=source)
+    arch = data.get("model_type") if isinstance(data, dict) else None
+    family = families().get(arch) if isinstance(arch, str) else None
+    ported = getattr(family.format, "ported_code", ()) if family is not None else ()  # code its transformers ports
+    convert.hf_config.refuse_foreign(data, supported=families(), source=source, ported=ported)
     return Config.from_hf(data, source=source)
 
 

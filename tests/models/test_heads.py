@@ -11,6 +11,7 @@ from minialign.models.heads import SequenceClassification, SequenceClassificatio
 SIZES = dict(vocab_size=40, hidden_size=16, num_layers=2, num_heads=2, intermediate_size=24, labels=("a", "b", "c"))
 EXTRA = {"modernbert": dict(rope_theta=10000.0), "roberta": dict(pad_token_id=1), "xlm-roberta": dict(pad_token_id=1),
          "camembert": dict(pad_token_id=1), "mpnet": dict(pad_token_id=1)}
+POOLED = ("bert", "gte", "nomic_bert")  # the families whose classifier reads BertPooler's output (NomicBERT's too)
 
 
 @pytest.mark.parametrize("arch", list(ma.models.FAMILIES))
@@ -19,7 +20,7 @@ def test_every_family_declares_its_head_as_a_value(arch):
     kind = ma.models.family_of(config).sequence_classification(config)
     model = ma.ClassifierModel(config, seed=0).eval()
     assert type(model.classifier) is SequenceClassificationHead and model.classifier.kind == kind
-    assert (model.encoder.pooler is not None) == kind.uses_pooler == (arch in ("bert", "gte"))  # BERT's head on a pooler
+    assert (model.encoder.pooler is not None) == kind.uses_pooler == (arch in POOLED)
     names = {name.split(".")[1] for name in model.state_dict() if name.startswith("classifier.")}
     assert names == {"out_proj"} | ({"dense"} if kind.dense_activation else set()) | (
         {"norm"} if kind.norm_bias is not None else set())

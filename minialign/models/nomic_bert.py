@@ -1,0 +1,147 @@
+"""NomicBERT, nomic-embed-text v1 / v1.5 (transformers models/nomic_bert/modeling_nomic_bert.py, derived in
+modular_nomic_bert.py from BERT's config and heads, JinaEmbeddingsV3's embeddings, attention and layer, Gemma's
+MLP and Llama's rotary embedding; a second reading: candle candle-transformers models/nomic_bert.rs): BERT's
+post-LN encoder with rotary positions and a gated feed-forward, every difference declared here.
+
+  embeddings   LayerNorm(word + token_type), then dropout (NomicBertEmbeddings): no position table
+  positions    rotary (nn/rotary.py) on queries and keys, one theta for every layer (rope_theta, default 1000:
+               NomicBertRotaryEmbedding, the default rope type)
+  layers       post-LN as BERT's: x = norm1(x + drop(attn(x))); x = norm2(x + drop(mlp(x))) (NomicBertLayer);
+               no bias in any projection (NomicBertAttention's q/k/v/o_proj, NomicBertMLP's), Wqkv fused
+  mlp          SwiGLU: down(act(gate(x)) * up(x)) (NomicBertMLP, GemmaMLP's), act hidden_act (silu); nomic's
+               checkpoints hold gate and up as fc12 and fc11 (nn/layers.py GatedFeedForward, split names)
+  pooler       only under NomicBertForSequenceClassification (NomicBertModel's add_pooling_layer=False); its
+               head is BERT's, dropout -> classifier on the pooled first token
+  heads        NomicBertForMaskedLM: BERT's (its transform's norm named layer_norm); NomicBertForTokenClassification:
+               BERT's. transformers has no NomicBertForQuestionAnswering: minialign's QA head here is BERT's
+               qa_outputs, a layout of its own that transformers cannot load.
+
+Padded and packed agree: a packed row gives each token its position inside its sequence (rotary). Its config.json
+(transformers' names, or nomic's GPT2-style ones the Hub's files keep) and weight names:
+convert/families/nomic_bert.py.
+
+Shapes: B batch, L sequence length (a packed batch is one row of T tokens, (1, T)), C hidden size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from minialign.convert.families import nomic_bert as nomic_bert_format
+from minialign.models.family import Family
+from minialign.nn.attention import PreparedMask
+from minialign.nn.capture import record
+from minialign.nn.config import ACTIVATION, POSITIVE_INT, POSITIVE_NUMBER, PROBABILITY, Config, checked
+from minialign.nn.inputs import ForwardInputs
+from minialign.nn.layers import PRECISION_LAYERS, GatedFeedForward, SelfAttention
+from minialign.nn.rotary import rotary_tables
+
+
+@dataclass(frozen=True)
+class NomicBertConfig(Config):
+    """NomicBERT's config (configuration_nomic_bert.py; config.json: convert/families/nomic_bert.py): the shared
+    fields (their defaults NomicBertConfig()'s: 2048 positions, silu, the gated feed-forward's, making it SwiGLU; no dropout), and
+    rope_theta, the rotary base of every layer (default_theta 1000)."""
+
+    format = nomic_bert_format.FORMAT
+    arch: str = "nomic_bert"
+    # NomicBertConfig()'s defaults where they differ from BERT's: 2048 positions, SwiGLU's silu, no dropout
+    max_position_embeddings: int = checked(POSITIVE_INT, 2048)
+    activation: str = checked(ACTIVATION, "silu")
+    hidden_dropout: float = checked(PROBABILITY, 0.0)
+    attention_dropout: float = checked(PROBABILITY, 0.0)
+    rope_theta: float = checked(POSITIVE_NUMBER, 1000.0)
+
+    def check(self) -> None:
+        if self.head_dim % 2:
+            raise ValueError(f"NomicBERT's rotary positions need an even head dim (hidden_size / num_heads), got "
+                             f"{self.hidden_size} / {self.num_heads}")
+
+
+class NomicBertEmbeddings(nn.Module):
+    """dropout(LayerNorm(word + token_type)) (NomicBertEmbeddings): no positions (they are rotary)."""
+
+    def __init__(self, config: Config):
+        super().__init__()
+        self.word = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.token_type = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def position_ids(self, input_ids: Tensor) -> Tensor:
+        """(B, L): 0, 1, ..., L - 1 in every row (NomicBertModel.forward), read by the rotary tables."""
+        return torch.arange(input_ids.size(1), device=input_ids.device).expand_as(input_ids)
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor) -> Tensor:
+        """(B, L) each, or a packed (1, T); positions are not added here (rotary, in attention)."""
+        word = self.word(input_ids)
+        word = record("word", word)
+        token_type = self.token_type(token_type_ids)
+        token_type = record("token_type", token_type)
+        x = word + token_type  # (B, L, C)
+        x = record("sum", x)
+        x = self.norm(x)
+        x = record("norm", x)
+        return self.dropout(x)
+
+
+class NomicBertLayer(nn.Module):
+    """Post-LN: x = attention_norm(x + drop(attn(x))); x = ffn_norm(x + drop(ffn(x))) (NomicBertLayer), the
+    attention rotating queries and keys, the feed-forward SwiGLU; no biases but the norms'. Capture names as
+    EncoderLayer's."""
+
+    precision_layers = PRECISION_LAYERS  # EncoderLayer's: the same names, the same reasons
+
+    def __init__(self, config: Config):
+        super().__init__()
+        self.attention = SelfAttention(config, bias=False, fused_names=True)  # Wqkv, out_proj
+        self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        # NomicBertMLP: down(act(gate_proj(x)) * up_proj(x)), nomic's fc12 (gate) and fc11 (value)
+        self.ffn = GatedFeedForward(config, bias=False, activated="first", split_names=True)
+        self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout)  # post_attention_dropout and post_mlp_dropout alike
+
+    def forward(self, x: Tensor, mask: PreparedMask, queries: Callable[[Tensor], Tensor] | None = None, *,
+                rotary: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor | None]:
+        """x (B, L, C) -> the new states of the `queries` tokens (default: all) (B, Lq, C), and the attention
+        probabilities (B, H, Lq, L) when the backend gives them. rotary: (cos, sin), each (B, L, D)."""
+        x = record("input", x)
+        a, probs = self.attention(x, mask, queries, rotary=rotary)
+        if queries is not None:
+            x = queries(x)
+        x = x + self.dropout(a)
+        x = record("attention_residual", x)
+        x = self.attention_norm(x)
+        x = record("attention_norm", x)
+        f = self.ffn(x)
+        f = record("ffn_output", f)
+        x = x + self.dropout(f)
+        x = record("ffn_residual", x)
+        x = self.ffn_norm(x)
+        x = record("output", x)
+        return x, probs
+
+
+class NomicBert(Family):
+    """The sequence-classification, masked-LM and token heads are BERT's (the defaults)."""
+
+    config_class = NomicBertConfig
+    Embeddings = NomicBertEmbeddings
+    pooler = False  # NomicBertModel(add_pooling_layer=False); its classifier keeps one (heads.py uses_pooler)
+
+    @classmethod
+    def layers(cls, config: Config) -> list[nn.Module]:
+        return [NomicBertLayer(config) for _ in range(config.num_layers)]
+
+    @classmethod
+    def layer_inputs(cls, encoder: nn.Module, inputs: ForwardInputs) -> dict[str, object]:
+        """One (cos, sin) at the positions in the forward's layout, in the weights' dtype (NomicBertRotaryEmbedding's
+        cast to the hidden states' dtype)."""
+        dtype = encoder.embeddings.word.weight.dtype
+        cos, sin = rotary_tables(inputs.position_ids, encoder.config.head_dim, float(encoder.config.rope_theta))
+        return {"rotary": (cos.to(dtype), sin.to(dtype))}
