@@ -100,11 +100,18 @@ def refuse_foreign(hf: dict[str, Any], *, supported: Iterable[str], source: str 
     (the model_type's ConfigRow.ported_code: code its transformers classes port, as NomicBERT's Hub checkpoints
     name) is that family's; other custom code that transformers ships natively (NATIVE_PORTS) is refused naming
     the native model_type."""
-    supported = tuple(supported)
+    supported, ported = tuple(supported), tuple(ported)
     names = ", ".join(map(repr, supported))
     auto_map = hf.get("auto_map")
     if auto_map and not _only_ported(auto_map, ported):
         port = native_port(auto_map)
+        if port is not None and port[1] == hf.get("model_type"):
+            classes = [str(c) for c in (auto_map.values() if isinstance(auto_map, dict) else [auto_map])]
+            raise CheckpointError(
+                f"{source}: its auto_map names {', '.join(classes)}: code of {port[0]}, which transformers' "
+                f"{port[1]} ports, but not only the classes minialign's {port[1]} declares it reads "
+                f"({', '.join(ported) or 'none'}; convert/families/{port[1]}.py ported_code); minialign does not run a "
+                f"checkpoint's own code")
         if port is not None:
             code, native, published = port
             where = (f"load {published}, its checkpoint under that model_type, or " if published else "") + \

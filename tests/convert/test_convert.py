@@ -169,7 +169,10 @@ def test_custom_code_transformers_ships_natively_is_named_by_its_native_model_ty
         refuse_foreign(nomic, supported=supported)  # a family this list lacks: transformers', not ours
     eurobert = {"model_type": "eurobert", "auto_map": {"AutoModel": "modeling_eurobert.EuroBertModel"}}
     assert native_port(eurobert["auto_map"]) == ("modeling_eurobert.EuroBertModel", "eurobert", None)
-    refuse_foreign(eurobert, supported=supported)  # read as the native family: no error
+    refuse_foreign(eurobert, supported=supported, ported=("modeling_eurobert.EuroBertModel",))  # its family's code
+    with pytest.raises(CheckpointError, match=r"code of modeling_eurobert.EuroBertModel, which transformers' eurobert "
+                                              r"ports, but not only the classes minialign's eurobert declares"):
+        refuse_foreign(eurobert, supported=supported)  # a family that declares no ported code
     jina_bert = {"model_type": "bert", "auto_map": {"AutoModel": "jinaai/jina-bert-implementation--modeling_bert.JinaBertModel"}}
     assert native_port(jina_bert["auto_map"]) is None
     with pytest.raises(CheckpointError, match="is custom code .*does not run a checkpoint's own code"):
