@@ -66,6 +66,7 @@ class FamilyRow:
     relative_bias: bool = False  # attention adds a relative-position bias (MPNet's)
     positions: bool = True  # absolute positions are added to the embeddings (not DeBERTa-v3's)
     own_score: bool = False  # the attention is its own score function (DeBERTa's disentangled one): no swap
+    question_answering: bool = True  # transformers has its *ForQuestionAnswering (EuroBERT has none)
 
     def classes(self):
         return tuple(getattr(transformers, name) for name in (self.config, self.base, self.classifier))
@@ -122,7 +123,7 @@ FAMILIES = {row.model_type: row for row in [
               dict(pad_token_id=1, bos_token_id=0, eos_token_id=1, mask_token_id=2, num_key_value_heads=1,
                    rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 1000.0},
                    attention_bias=True, mlp_bias=True),
-              token_types=False, positions=False),
+              token_types=False, positions=False, question_answering=False),
 ]}
 # The long-context families: their own test files test the products on them, and the big product matrices over NEW
 # leave them out (each would add its row to every matrix).

@@ -81,7 +81,7 @@ def test_one_registry_of_families():
     modern = ma.Config(**sizes, arch="modernbert", rope_theta=10.0)
     assert type(modern) is registry["modernbert"] and isinstance(modern, ma.Config)
     assert "rope_theta" in modern.to_dict() and "rope_theta" not in ma.Config(**sizes).to_dict()
-    with pytest.raises(ValueError, match=r"\['rope_theta'\] are not fields of the bert family.*\['modernbert'\]"):
+    with pytest.raises(ValueError, match=r"\['rope_theta'\] are not fields of the bert family.*\[.*'modernbert'.*\]"):
         ma.Config(**sizes, rope_theta=10.0)
     with pytest.raises(ValueError, match="Config.local_attention must be None or an int >= 2"):
         ma.Config(**sizes, arch="modernbert", local_attention=1)
