@@ -20,7 +20,8 @@ FAMILY_PRESETS = {"bert": "bert-base-uncased", "roberta": "roberta-base", "xlm-r
                   "camembert": "camembert-base", "electra": "electra-small-discriminator",
                   "distilbert": "distilbert-base-uncased", "mpnet": "mpnet-base", "deberta-v2": "deberta-v3-base",
                   "modernbert": "modernbert-base", "gte": "gte-base-en-v1.5",
-                  "nomic_bert": "nomic-embed-text-v1.5"}
+                  "nomic_bert": "nomic-embed-text-v1.5",
+                  "eurobert": "eurobert-210m"}
 TINY = dict(vocab_size=120, hidden_size=16, num_layers=3, num_heads=2, intermediate_size=24)
 PAIR_TYPES = 2  # the input is a pair of segments where the family has token types
 
@@ -33,6 +34,8 @@ def names(family: str) -> list[str]:
         tiny["embedding_size"] = 8
     if config.pad_token_id >= tiny["vocab_size"]:
         tiny["pad_token_id"] = 1
+    if getattr(config, "num_key_value_heads", None) is not None:  # grouped queries: as many key / value heads
+        tiny["num_key_value_heads"] = 1
     model = ma.Encoder(dataclasses.replace(config, **tiny), seed=0).eval()
     ids = torch.arange(5, 5 + 12)[None]
     types = torch.tensor([[0] * 6 + [1] * 6]) if config.type_vocab_size >= PAIR_TYPES else None

@@ -14,6 +14,9 @@ tokenizer fits it, made here from the session fixtures (nothing is downloaded):
   modernbert  a byte-level BPE tokenizer.json as ModernBERT-base's ([UNK] [CLS] [SEP] [PAD] [MASK] first;
               `[CLS] A [SEP] B [SEP]`, types 0/1, no token_type_ids in model_input_names): modernbert
   (wordpiece  also gte, as gte-base-en-v1.5's BertTokenizer; gte-multilingual's XLM-R Unigram: test_gte.py)
+  eurobert    a Llama-3-style byte-level BPE tokenizer.json as EuroBERT's (Llama 3's split regex, then ByteLevel
+              without its own regex; <|begin_of_text|> <|end_of_text|> <|mask|>, pad = <|end_of_text|>;
+              `<|begin_of_text|> A <|end_of_text|>`): eurobert
 
 Every model gets non-zero biases and LayerNorm parameters (a swapped weight name cannot pass). Rows
 also hold what a test may expect of the family's encoder (`token_types`, `projected`, `relative_bias`). A row whose
@@ -64,7 +67,7 @@ class FamilyRow:
     relative_bias: bool = False  # attention adds a relative-position bias (MPNet's)
     positions: bool = True  # absolute positions are added to the embeddings (not DeBERTa-v3's)
     own_score: bool = False  # the attention is its own score function (DeBERTa's disentangled one): no swap
-    question_answering: bool = True  # transformers has its *ForQuestionAnswering (GTE has none)
+    question_answering: bool = True  # transformers has its *ForQuestionAnswering (GTE, EuroBERT have none)
 
     def classes(self):
         return tuple(getattr(transformers, name) for name in (self.config, self.base, self.classifier))
@@ -128,10 +131,18 @@ FAMILIES = {row.model_type: row for row in [
               dict(hidden_size=32, num_attention_heads=2, hidden_act="silu", type_vocab_size=2, pad_token_id=0,
                    rope_theta=1000.0),
               positions=False),
+    # EuroBERT (minialign/models/eurobert.py): rotary positions, pre-RMSNorm SwiGLU layers, grouped-query attention
+    # (3 query heads sharing 1 key / value head), biases on so a swapped name cannot pass
+    FamilyRow("eurobert", "EuroBertConfig", "EuroBertModel", "EuroBertForSequenceClassification", "eurobert",
+              {"tokenizer_class": "PreTrainedTokenizerFast"},
+              dict(pad_token_id=1, bos_token_id=0, eos_token_id=1, mask_token_id=2, num_key_value_heads=1,
+                   rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 1000.0},
+                   attention_bias=True, mlp_bias=True),
+              token_types=False, positions=False, question_answering=False),
 ]}
 # The long-context families: each tests its heads and products in its own file (tests/models/test_<family>.py),
 # so the matrices over NEW and family_params do not grow with them.
-LONG_CONTEXT = ("gte", "nomic_bert")
+LONG_CONTEXT = ("gte", "nomic_bert", "eurobert")
 NEW = [name for name in FAMILIES if name not in ("bert", "roberta") + LONG_CONTEXT]  # what bert/roberta tests do not cover
 
 
@@ -242,6 +253,35 @@ def modernbert_bpe(directory: Path, corpus: list[str] = UNIGRAM_CORPUS) -> None:
     tok.save(str(directory / "tokenizer.json"))
 
 
+EUROBERT_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|mask|>"]  # EuroBERT's 128000, 128001, 128002
+# Llama 3's pre-tokenizer split (meta-llama/Meta-Llama-3-8B tokenizer.json, EuroBERT/EuroBERT-210m's alike)
+LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                r"\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def eurobert_bpe(directory: Path, corpus: list[str] = UNIGRAM_CORPUS) -> None:
+    """A byte-level BPE tokenizer.json laid out as EuroBERT's (a Llama 3 tokenizer: Split on Llama 3's regex, then
+    ByteLevel without a prefix space or its own regex, BPE ignoring merges for whole words; ByteLevel decoder;
+    post-processor ByteLevel then `<|begin_of_text|> A <|end_of_text|>`, pairs `<|begin_of_text|> A <|end_of_text|>
+    B <|end_of_text|>`), trained here; its special tokens first (the published ones sit after 128000 words)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE(ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_SPLIT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=400, special_tokens=EUROBERT_SPECIALS,
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    assert [tok.token_to_id(t) for t in EUROBERT_SPECIALS] == [0, 1, 2]
+    bos, eos = EUROBERT_SPECIALS[:2]
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single=f"{bos}:0 $A:0 {eos}:0", pair=f"{bos}:0 $A:0 {eos}:0 $B:1 {eos}:1",
+                                      special_tokens=[(bos, 0), (eos, 1)])])
+    tok.save(str(directory / "tokenizer.json"))
+
+
 def _mpnet_vocab(wordpiece_dir: Path, directory: Path) -> None:
     """The WordPiece vocab.txt (MiniLM's) under MPNet's special tokens: <s> <pad> </s> <unk> first, <mask> last (as
     microsoft/mpnet-base's vocab.txt; its [UNK] stays MPNetTokenizer's unk_token)."""
@@ -267,6 +307,8 @@ def write_tokenizer(row: FamilyRow, directory: Path, *, wordpiece_dir: Path, bpe
         deberta_unigram(directory)
     elif row.tokenizer == "modernbert":
         modernbert_bpe(directory)
+    elif row.tokenizer == "eurobert":
+        eurobert_bpe(directory)
     else:
         raise ValueError(f"unknown tokenizer kind {row.tokenizer!r}")
     settings = {"model_max_length": WINDOW, **row.tokenizer_config}
@@ -279,6 +321,10 @@ def write_tokenizer(row: FamilyRow, directory: Path, *, wordpiece_dir: Path, bpe
     if row.tokenizer == "modernbert":  # as ModernBERT-base's tokenizer_config.json
         settings.update(cls_token="[CLS]", sep_token="[SEP]", pad_token="[PAD]", mask_token="[MASK]", unk_token="[UNK]",
                         model_input_names=["input_ids", "attention_mask"], clean_up_tokenization_spaces=True)
+    if row.tokenizer == "eurobert":  # as EuroBERT-210m's tokenizer_config.json: pad is the end of text
+        settings.update(bos_token="<|begin_of_text|>", eos_token="<|end_of_text|>", pad_token="<|end_of_text|>",
+                        mask_token="<|mask|>", model_input_names=["input_ids", "attention_mask"],
+                        clean_up_tokenization_spaces=True)
     (directory / "tokenizer_config.json").write_text(json.dumps(settings))
     if (directory / "vocab.json").is_file():
         return len(json.loads((directory / "vocab.json").read_text()))

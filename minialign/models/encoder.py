@@ -284,14 +284,17 @@ class MLMHead(nn.Module):
         super().__init__()
         self.kind = kind = family_of(config).masked_lm(config) if kind is None else kind
         width = kind.features(config)
-        self.dense = Linear(config.hidden_size, width, bias=kind.dense_bias, activation=kind.activation or config.activation)
-        self.norm = nn.LayerNorm(width, eps=config.layer_norm_eps, bias=kind.norm_bias)
+        self.dense = self.norm = None  # no transform (heads.py MaskedLM.transform): the decoder reads the states
+        if kind.transform:
+            self.dense = Linear(config.hidden_size, width, bias=kind.dense_bias,
+                                activation=kind.activation or config.activation)
+            self.norm = nn.LayerNorm(width, eps=config.layer_norm_eps, bias=kind.norm_bias)
         self.decoder = None if config.tie_word_embeddings else Linear(width, config.vocab_size, bias=False)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size)) if kind.decoder_bias else None
 
     def features(self, x: Tensor) -> Tensor:
         """(..., C) final states -> (..., W): what the decoder maps to the vocabulary."""
-        return self.norm(self.dense(x))
+        return x if self.dense is None else self.norm(self.dense(x))
 
     def decode(self, features: Tensor, word_embeddings: Tensor) -> Tensor:
         """(..., W) -> (..., V) logits, on nn/linear.py's kernel for this CPU (as every Linear of the encoder: a

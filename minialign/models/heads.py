@@ -8,6 +8,9 @@ steps a family switches on or parameterises:
                                           mean of the real tokens' final states (ModernBERT's "mean" pooling)
     logits = out_proj(dropout(norm(act(dense(dropout_in(pooled))))))   each step only where declared
 
+    or, pooled "late" (EuroBERT's default), the same steps on every token's final state and then the mean of
+    the real tokens' logits (EuroBertForSequenceClassification, classifier_pooling "late")
+
     BERT        pooler, no dense                              (BertForSequenceClassification)
     RoBERTa     first, dropout_in, dense + tanh               (RobertaClassificationHead; MPNet, XLM-R, CamemBERT)
     ELECTRA     first, dropout_in, dense + gelu               (ElectraClassificationHead)
@@ -15,6 +18,7 @@ steps a family switches on or parameterises:
     DeBERTa-v2  first, dropout_in pooler_dropout, dense + pooler_hidden_act   (ContextPooler, classifier)
     ModernBERT  first or mean, dense + classifier_activation (bias classifier_bias), norm (bias norm_bias)
                                                               (ModernBertPredictionHead, classifier)
+    EuroBERT    first (bos), mean or late, dense + exact GELU   (dense, activation, classifier)
 
 `dropout` is classifier_dropout, else hidden_dropout (transformers' rule); weight names are the family's
 (convert/families/<family>.py): `classifier.dense`, `classifier.norm`, `classifier.out_proj`.
@@ -31,6 +35,7 @@ models/encoder.py MLMHead):
     DeBERTa-v2  act hidden_act, width embedding_size    (legacy cls.predictions, or lm_predictions.lm_head)
     ModernBERT  act classifier_activation, biases classifier_bias / norm_bias / decoder_bias, the dense and
                 norm shared with the classifier's (ModernBertPredictionHead `head`, decoder)
+    EuroBERT    no dense, no norm: the decoder on the final (normed) states, its bias mlp_bias (lm_head)
 
 Token classification (transformers *ForTokenClassification) and extractive QA (*ForQuestionAnswering) are one
 formula on every token's final state (TokenClassification, QuestionAnswering; their module is TokenHead):
@@ -66,14 +71,15 @@ class EncoderOutput(Protocol):
     last_hidden_state: Tensor  # (B, L, C), or (B, 1, C) when only the first tokens were computed
     pooler_output: Tensor | None  # (B, C)
 
-POOLS = ("pooler", "first", "mean")
+POOLS = ("pooler", "first", "mean", "late")
 
 
 @dataclass(frozen=True)
 class SequenceClassification:
     """What a family's sequence-classification head is (module docstring's formula).
 
-    pool:             "pooler", "first" or "mean"
+    pool:             "pooler", "first", "mean" or "late" (every token through the head, then the mean of the
+                      real tokens' logits)
     dense_activation: the dense layer's activation (a name of nn/activations.py); None: no dense layer
     dense_bias:       whether the dense layer has a bias
     fuse_activation:  the activation applied by the dense layer's kernel (nn/linear.py, oneDNN's post-op) or
@@ -106,9 +112,9 @@ class SequenceClassification:
 
     @property
     def tokens(self) -> str:
-        """Whose final states it reads (nn/layout.py FINAL_TOKENS): every token's for "mean", else the first's
-        (the last layer then runs for the first tokens alone)."""
-        return "all" if self.pool == "mean" else "first"
+        """Whose final states it reads (nn/layout.py FINAL_TOKENS): every token's for "mean" and "late", else the
+        first's (the last layer then runs for the first tokens alone)."""
+        return "all" if self.pool in ("mean", "late") else "first"
 
 
 @dataclass(frozen=True)
@@ -122,6 +128,8 @@ class MaskedLM:
     at:           where its dense and norm sit among a checkpoint's names (minialign's, convert/names.py):
                   "mlm_head", or "classifier" where transformers shares them with the classifier (ModernBERT's
                   `head`, which ModernBertForMaskedLM and ModernBertForSequenceClassification both have)
+    transform:    whether the dense layer and norm are there (False: the decoder reads the final states, as
+                  EuroBertForMaskedLM's lm_head does)
     """
 
     activation: str | None = None
@@ -130,6 +138,7 @@ class MaskedLM:
     norm_bias: bool = True
     decoder_bias: bool = True
     at: str = "mlm_head"
+    transform: bool = True
 
     def __post_init__(self) -> None:
         if self.width not in ("hidden", "embedding"):
@@ -210,8 +219,10 @@ class SequenceClassificationHead(nn.Module):
         self.out_proj = Linear(width, len(config.labels))
 
     def forward(self, encoded: EncoderOutput, attention_mask: Tensor | None = None) -> Tensor:
-        """The encoder's output -> (B, num_labels); attention_mask (B, L): the real tokens of "mean" pooling."""
-        x = self.pool(encoded, attention_mask)  # (B, C)
+        """The encoder's output -> (B, num_labels); attention_mask (B, L): the real tokens of "mean" and "late"
+        pooling."""
+        late = self.kind.pool == "late"
+        x = encoded.last_hidden_state if late else self.pool(encoded, attention_mask)  # (B, L, C) late, else (B, C)
         if self.kind.record == "pool":
             x = record("pooled", x)
         if self.dropout_in is not None:
@@ -224,7 +235,8 @@ class SequenceClassificationHead(nn.Module):
                 x = record("pooled", x)
         if self.norm is not None:
             x = self.norm(x)
-        return self.out_proj(self.dropout(x))
+        logits = self.out_proj(self.dropout(x))
+        return masked_mean(logits, attention_mask) if late else logits  # late: (B, L, K) -> (B, K)
 
     def pool(self, encoded: EncoderOutput, attention_mask: Tensor | None) -> Tensor:
         if self.kind.pool == "pooler":
@@ -232,12 +244,18 @@ class SequenceClassificationHead(nn.Module):
         h = encoded.last_hidden_state  # (B, L | 1, C)
         if self.kind.pool == "first":
             return h[:, 0]
-        if attention_mask is None:
-            attention_mask = torch.ones(h.shape[:2], dtype=torch.bool, device=h.device)
-        if attention_mask.dim() != 2:
-            raise ValueError(f"mean pooling needs a 2-D (B, L) attention_mask, got shape {tuple(attention_mask.shape)}")
-        keep = attention_mask.to(h.dtype)[..., None]  # (B, L, 1)
-        return (h * keep).sum(dim=1) / attention_mask.sum(dim=1, keepdim=True)  # (B, C), as transformers
+        return masked_mean(h, attention_mask)
+
+
+def masked_mean(h: Tensor, attention_mask: Tensor | None) -> Tensor:
+    """(B, L, N) -> (B, N): the mean over the real tokens (ModernBERT's "mean" pooling of states, EuroBERT's
+    "late" pooling of logits: sum(h * mask) / sum(mask), as transformers); no mask: every token."""
+    if attention_mask is None:
+        attention_mask = torch.ones(h.shape[:2], dtype=torch.bool, device=h.device)
+    if attention_mask.dim() != 2:
+        raise ValueError(f"mean pooling needs a 2-D (B, L) attention_mask, got shape {tuple(attention_mask.shape)}")
+    keep = attention_mask.to(h.dtype)[..., None]  # (B, L, 1)
+    return (h * keep).sum(dim=1) / attention_mask.sum(dim=1, keepdim=True)  # (B, N), as transformers
 
 
 class TokenHead(nn.Module):

@@ -283,11 +283,13 @@ class Config:
 
 
 def _unset_elsewhere(name: str, value: Any) -> bool:
-    """Whether `name` is another family's field and `value` its default there (a native file of 0.1)."""
+    """Whether `name` is another family's field and `value` its default there (a native file of 0.1), in any
+    family declaring it (two may declare one name with different defaults: rope_theta, attention_bias)."""
     for other in _FAMILIES.values():
         for f in dataclasses.fields(other):
-            if f.name == name and f.default is not MISSING:
-                return value == f.default or (isinstance(f.default, tuple) and list(f.default) == value)
+            if f.name == name and f.default is not MISSING and (
+                    value == f.default or (isinstance(f.default, tuple) and list(f.default) == value)):
+                return True
     return False
 
 

@@ -15,12 +15,12 @@ from minialign.nn.score_functions import Bilinear, General
 def init_parameter(owner: nn.Module, name: str, param: Tensor, config: Config) -> None:
     """BERT's initialisation, in place (modeling_bert.py _init_weights): normal(0, initializer_range)
     for Linear and Embedding weights (an embedding's padding row zeroed) and score-function
-    parameters, LayerNorm weight 1, every bias 0. General and bilinear scores start equal to the
+    parameters, LayerNorm (and RMSNorm) weight 1, every bias 0. General and bilinear scores start equal to the
     scaled dot product."""
     if isinstance(owner, (General, Bilinear)):  # start as the scaled dot product: W = I / D^(1/2) resp. I / D^(1/4)
         d = param.size(-1)
         param.copy_(torch.eye(d).expand_as(param) * d ** (-0.5 if isinstance(owner, General) else -0.25))
-    elif isinstance(owner, nn.LayerNorm) and name == "weight":
+    elif isinstance(owner, (nn.LayerNorm, nn.RMSNorm)) and name == "weight":
         param.fill_(1.0)
     elif name == "bias":
         param.zero_()

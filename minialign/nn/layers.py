@@ -34,14 +34,24 @@ class SelfAttention(nn.Module):
     the usual names; `fused_names`: it names the fused qkv, for a family whose checkpoints hold one
     (ModernBERT's Wqkv). `rotary`: (cos, sin) tables (B, L, D) rotating queries and keys (nn/rotary.py);
     `score`: this forward's score function, where a family binds one per forward (DeBERTa's, from the relative
-    embeddings), else the attention's own (`own_score`: Config.score_fn's, score_functions.py)."""
+    embeddings), else the attention's own (`own_score`: Config.score_fn's, score_functions.py).
+    `kv_heads`: grouped-query attention (Ainslie et al. 2023; transformers models/llama/modeling_llama.py
+    LlamaAttention, EuroBERT's): fewer key / value heads than query heads (None: as many), each shared by
+    num_heads / kv_heads consecutive query heads. qkv is then ((H + 2 KV) * D, C), Q's rows first; the keys and
+    values are expanded to H heads before the backend (repeat_kv, as repeat_interleave), so every backend runs
+    them unchanged."""
 
-    def __init__(self, config: Config, *, bias: bool = True, fused_names: bool = False):
+    def __init__(self, config: Config, *, bias: bool = True, fused_names: bool = False, kv_heads: int | None = None):
         super().__init__()
         self.num_heads, self.dropout_p = config.num_heads, config.attention_dropout
+        self.num_kv_heads = config.num_heads if kv_heads is None else kv_heads
+        if not isinstance(self.num_kv_heads, int) or self.num_kv_heads < 1 or config.num_heads % self.num_kv_heads:
+            raise ValueError(f"SelfAttention: kv_heads must be a positive int dividing num_heads ({config.num_heads}), "
+                             f"got {kv_heads!r}")
         self.head_dim = config.head_dim
         self.heads = tuple(range(config.num_heads))  # the heads it has, numbered as in the unpruned layer (prune)
-        self.qkv = Linear(config.hidden_size, 3 * config.hidden_size, bias=bias)
+        width = (config.num_heads + 2 * self.num_kv_heads) * config.head_dim  # 3C without grouped queries
+        self.qkv = Linear(config.hidden_size, width, bias=bias)
         self.score = self.own_score(config)
         self.output = Linear(config.hidden_size, config.hidden_size, bias=bias)
         if not fused_names:
@@ -59,13 +69,17 @@ class SelfAttention(nn.Module):
         """x (B, L, C). `queries` picks the query tokens (default: all), e.g. Layout.first_tokens."""
         B, L, _ = x.shape
         inner = self.num_heads * self.head_dim  # C, or less once heads are pruned
-        heads = lambda t: t.view(B, t.size(1), self.num_heads, -1).transpose(1, 2)  # noqa: E731  (B, H, L, D)
-        q, k, v = self.qkv(x).split(inner, dim=-1)  # (B, L, H * D) each
+        kv_inner = self.num_kv_heads * self.head_dim  # inner, or less with grouped queries
+        heads = lambda t, n: t.view(B, t.size(1), n, -1).transpose(1, 2)  # noqa: E731  (B, n, L, D)
+        q, k, v = self.qkv(x).split([inner, kv_inner, kv_inner], dim=-1)  # (B, L, H * D), (B, L, KV * D) twice
         if rotary is not None:  # every token rotated at its own position, before any query is picked
-            q, k = (apply_rotary(t.view(B, L, self.num_heads, -1), *rotary).view(B, L, inner) for t in (q, k))
+            q, k = (apply_rotary(t.view(B, L, -1, self.head_dim), *rotary).view(B, L, t.size(-1)) for t in (q, k))
         if queries is not None:
             q = queries(q)  # (B, Lq, C)
-        q, k, v = heads(q), heads(k), heads(v)
+        q, k, v = heads(q, self.num_heads), heads(k, self.num_kv_heads), heads(v, self.num_kv_heads)
+        if self.num_kv_heads != self.num_heads:  # each key / value head to its group of query heads (repeat_kv)
+            groups = self.num_heads // self.num_kv_heads
+            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)  # (B, H, L, D)
         q = record("q", q)
         k = record("k", k)
         v = record("v", v)
@@ -88,6 +102,9 @@ class SelfAttention(nn.Module):
             return
         if not keep:
             raise ValueError(f"pruning heads {sorted(gone)} would leave the layer none; keep at least one")
+        if self.num_kv_heads != self.num_heads:
+            raise ValueError(f"heads of grouped-query attention ({self.num_heads} query heads sharing "
+                             f"{self.num_kv_heads} key / value heads) cannot be pruned one by one")
         for name in ("qkv", "output"):
             if type(getattr(self, name)) is not Linear:
                 raise ValueError(f"prune heads before choosing a precision: attention.{name} is a "
@@ -101,19 +118,21 @@ class SelfAttention(nn.Module):
                 setattr(self.score, name, nn.Parameter(parameter.detach()[keep].clone(),
                                                        requires_grad=parameter.requires_grad))
         self.heads = tuple(self.heads[i] for i in keep)
-        self.num_heads = len(keep)
+        self.num_heads = self.num_kv_heads = len(keep)
 
 
 QKV = ("query", "key", "value")
 
 
 def split_qkv(module, state_dict, prefix, local_metadata):
-    """State-dict hook: the fused qkv.{weight,bias} saved as query / key / value."""
+    """State-dict hook: the fused qkv.{weight,bias} saved as query / key / value (key and value KV * D rows each
+    with grouped queries)."""
+    sizes = [module.num_heads * module.head_dim] + [module.num_kv_heads * module.head_dim] * 2
     for kind in ("weight", "bias"):
         fused = state_dict.pop(f"{prefix}qkv.{kind}", None)
         if fused is None:
             continue  # a layer without biases
-        for name, part in zip(QKV, fused.chunk(3, dim=0)):
+        for name, part in zip(QKV, fused.split(sizes, dim=0)):
             state_dict[f"{prefix}{name}.{kind}"] = part
     return state_dict
 
@@ -301,3 +320,17 @@ class Pooler(nn.Module):
         pooled = torch.tanh(self.dense(x[:, 0]))  # (B, C)
         pooled = record("output", pooled)
         return pooled
+
+
+class RMSNorm(nn.RMSNorm):
+    """weight * x / sqrt(mean(x^2) + eps), computed in float32 and cast back before the weight (transformers
+    models/llama/modeling_llama.py LlamaRMSNorm, EuroBertRMSNorm; T5's LayerNorm): no mean subtracted, no bias.
+    torch's nn.RMSNorm with transformers' order of rounding (its parameters and state dict are torch's)."""
+
+    def __init__(self, hidden_size: int, eps: float = 1e-6):
+        super().__init__(hidden_size, eps=eps)
+
+    def forward(self, x: Tensor) -> Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
