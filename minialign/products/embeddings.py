@@ -119,7 +119,7 @@ class SentenceEncoder(Runner):
             model = inner if inner.file("config.json", optional=True) else source
             settings = convert.read_sentence_config(inner)
         prompts, default_prompt_name = convert.read_prompts(source)
-        ckpt = read_checkpoint(model)
+        ckpt = read_checkpoint(model, task=load.task)
         encoder = build(Encoder, ckpt, **load.only("device", "dtype", "attn_backend"))
         tokenizer = load.open_tokenizer(model, ckpt.tokenizer, do_lower_case=settings.get("do_lower_case", False))
         device = resolve_device(load.device)
