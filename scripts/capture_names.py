@@ -19,7 +19,7 @@ import minialign as ma
 FAMILY_PRESETS = {"bert": "bert-base-uncased", "roberta": "roberta-base", "xlm-roberta": "xlm-roberta-base",
                   "camembert": "camembert-base", "electra": "electra-small-discriminator",
                   "distilbert": "distilbert-base-uncased", "mpnet": "mpnet-base", "deberta-v2": "deberta-v3-base",
-                  "modernbert": "modernbert-base"}
+                  "modernbert": "modernbert-base", "jina_embeddings_v3": "jina-embeddings-v3"}
 TINY = dict(vocab_size=120, hidden_size=16, num_layers=3, num_heads=2, intermediate_size=24)
 PAIR_TYPES = 2  # the input is a pair of segments where the family has token types
 

@@ -112,8 +112,17 @@ FAMILIES = {row.model_type: row for row in [
                    local_attention=8, global_attn_every_n_layers=2, global_rope_theta=1000.0, local_rope_theta=100.0,
                    attention_bias=True, mlp_bias=True, norm_bias=True, classifier_bias=True),
               token_types=False, positions=False),
+    # jina-embeddings-v3 (minialign/models/jina_embeddings_v3.py): XLM-R's post-LN layers with rotary attention (theta
+    # 100 here, so the 64-token window turns through several periods), no position table, one token type
+    FamilyRow("jina_embeddings_v3", "JinaEmbeddingsV3Config", "JinaEmbeddingsV3Model",
+              "JinaEmbeddingsV3ForSequenceClassification", "unigram", {"tokenizer_class": "XLMRobertaTokenizer"},
+              dict(type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2, layer_norm_eps=1e-5,
+                   rope_theta=100.0), positions=False),
 ]}
-NEW = [name for name in FAMILIES if name not in ("bert", "roberta")]  # the families bert/roberta tests do not cover
+# the long-context families, tested on their products in their own files (tests/models/test_<family>.py), out of the
+# big product matrices over NEW to keep the suite fast
+LONG_CONTEXT = ("jina_embeddings_v3",)
+NEW = [n for n in FAMILIES if n not in ("bert", "roberta") + LONG_CONTEXT]  # the families bert/roberta tests do not cover
 
 
 # What a family's minialign config needs beyond the shared sizes to build a model without transformers (the
