@@ -23,10 +23,10 @@ from .files import (
 )
 from .mapped import release
 from . import families
-from .by_model_type import (alignscore_to_minialign, config_from_hf, config_to_hf, hf_to_minialign,
+from .by_model_type import (alignscore_to_minialign, config_from_hf, config_to_hf, foreign_format, hf_to_minialign,
                             minialign_to_alignscore, minialign_to_hf, split_hf_backbone)
 from .flagembedding import M3_HEADS, read_m3_heads
-from .formats import Format
+from .formats import Foreign, Format
 from .pickles import load_pickle
 from .sbert import (MULTIVECTOR_MODULES, PUNCTUATION, crossencoder_activation, pylate_settings, read_dense,
                     read_include_prompt, read_model_config, read_modules, read_multivector_mask, read_pooling,
@@ -37,6 +37,7 @@ __all__ = [
     "CheckpointError",
     "Directory",
     "Files",
+    "Foreign",
     "Format",
     "M3_HEADS",
     "MissingFileError",
@@ -49,6 +50,7 @@ __all__ = [
     "crossencoder_activation",
     "families",
     "find_weights",
+    "foreign_format",
     "hf_to_minialign",
     "load_pickle",
     "minialign_to_alignscore",

@@ -38,6 +38,16 @@ def config_from_hf(hf: dict[str, Any], *, source: str = "config.json") -> dict[s
     return format_of(hf["model_type"], source=source).config_fields(hf, source=source, supported=model_types())
 
 
+def foreign_format(hf: dict[str, Any]) -> Format | None:
+    """The family whose Format.foreign recognises this config.json (another code base's layout of it, jina's
+    XLMRobertaLoRA), or None: the config.json is read by its model_type."""
+    for model_type in model_types():
+        found = format_of(model_type)
+        if found.foreign is not None and found.foreign.recognise(hf):
+            return found
+    return None
+
+
 def config_to_hf(fields: dict[str, Any], *, classifier: bool = False) -> dict[str, Any]:
     """Map minialign config fields back to an HF config dict that transformers' AutoConfig reads;
     `classifier`: the weights are a *ForSequenceClassification's."""

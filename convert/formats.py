@@ -3,11 +3,26 @@ one `Format` per family file (convert/families/<family>.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from .hf_config import ConfigRow, fields_from_hf, fields_to_hf
 from .names import Names
+
+
+@dataclass(frozen=True)
+class Foreign:
+    """Another code base's layout of a family's checkpoints, which the family reads (jina-embeddings-v3's own, custom
+    code under model_type "xlm-roberta"): `recognise` its config.json, turn it into the family's (`config`), and its
+    tensors into the family's transformers names (`state_dict(tensors, config.json, task)`), merging the adapter of
+    `task`, one of `tasks(config.json)`, into the weights (None: none)."""
+
+    name: str
+    recognise: Callable[[dict[str, Any]], bool]
+    config: Callable[[dict[str, Any]], dict[str, Any]]
+    tasks: Callable[[dict[str, Any]], tuple[str, ...]]
+    state_dict: Callable[[dict[str, Any], dict[str, Any], str | None], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -17,6 +32,7 @@ class Format:
 
     config: ConfigRow
     names: Names
+    foreign: Foreign | None = None  # another code base's layout the family reads too
 
     @property
     def model_type(self) -> str:

@@ -21,7 +21,8 @@ FAMILY_PRESETS = {"bert": "bert-base-uncased", "roberta": "roberta-base", "xlm-r
                   "distilbert": "distilbert-base-uncased", "mpnet": "mpnet-base", "deberta-v2": "deberta-v3-base",
                   "modernbert": "modernbert-base", "gte": "gte-base-en-v1.5",
                   "nomic_bert": "nomic-embed-text-v1.5",
-                  "eurobert": "eurobert-210m"}
+                  "eurobert": "eurobert-210m",
+                  "jina_embeddings_v3": "jina-embeddings-v3"}
 TINY = dict(vocab_size=120, hidden_size=16, num_layers=3, num_heads=2, intermediate_size=24)
 PAIR_TYPES = 2  # the input is a pair of segments where the family has token types
 

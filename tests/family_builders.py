@@ -139,10 +139,16 @@ FAMILIES = {row.model_type: row for row in [
                    rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 1000.0},
                    attention_bias=True, mlp_bias=True),
               token_types=False, positions=False, question_answering=False),
+    # jina-embeddings-v3 (minialign/models/jina_embeddings_v3.py): XLM-R's post-LN layers with rotary attention (theta
+    # 100 here, so the 64-token window turns through several periods), no position table, one token type
+    FamilyRow("jina_embeddings_v3", "JinaEmbeddingsV3Config", "JinaEmbeddingsV3Model",
+              "JinaEmbeddingsV3ForSequenceClassification", "unigram", {"tokenizer_class": "XLMRobertaTokenizer"},
+              dict(type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2, layer_norm_eps=1e-5,
+                   rope_theta=100.0), positions=False),
 ]}
 # The long-context families: each tests its heads and products in its own file (tests/models/test_<family>.py),
 # so the matrices over NEW and family_params do not grow with them.
-LONG_CONTEXT = ("gte", "nomic_bert", "eurobert")
+LONG_CONTEXT = ("gte", "nomic_bert", "eurobert", "jina_embeddings_v3")
 NEW = [name for name in FAMILIES if name not in ("bert", "roberta") + LONG_CONTEXT]  # what bert/roberta tests do not cover
 
 

@@ -68,19 +68,24 @@ class Checkpoint:
 
 
 def read_checkpoint(src: str | Path | Source, *, backbone: str | Source | None = None, revision: str | None = None,
-                    cache_dir: str | Path | None = None, beside: tuple[str, ...] = ()) -> Checkpoint:
+                    cache_dir: str | Path | None = None, beside: tuple[str, ...] = (),
+                    task: str | None = None) -> Checkpoint:
     """Read any supported source into a Checkpoint (no model is built). `src` is resolved once
     (sources.resolve); a resolved Source is read as it is. beside: names of a transformers directory's tensors
     that belong to another module saved in the same file (a Stanford-NLP ColBERT's linear.weight), taken out
-    before its names are mapped and kept under Checkpoint.beside."""
+    before its names are mapped and kept under Checkpoint.beside. task: the task adapter merged into the weights,
+    for a checkpoint that carries them (jina-embeddings-v3's: convert.Foreign); None: none merged. A task for a
+    checkpoint without adapters is an error."""
     source = resolve(src, revision=revision, cache_dir=cache_dir)
     if source.is_file:
         if source.path.suffix != ".ckpt":
             raise CheckpointError(f"{source.path}: a single file must be an AlignScore .ckpt; for HF weights pass "
                                   f"the directory holding config.json")
+        if task is not None:
+            raise CheckpointError(f"{source.path}: task {task!r}: an AlignScore .ckpt carries no task adapters")
         ckpt = _read_alignscore(source.path, backbone, revision, cache_dir)
     else:
-        ckpt = _read_model(source, beside)
+        ckpt = _read_model(source, beside, task)
     _untie_if_needed(ckpt)
     return ckpt
 
@@ -95,10 +100,15 @@ def config_from_hf(data: dict, *, source: str) -> Config:
     return Config.from_hf(data, source=source)
 
 
-def _read_model(source: Source, beside: tuple[str, ...] = ()) -> Checkpoint:
-    """A minialign directory, or a transformers one (+ the AlignScore heads export_hf writes beside it)."""
+def _read_model(source: Source, beside: tuple[str, ...] = (), task: str | None = None) -> Checkpoint:
+    """A minialign directory, or a transformers one (+ the AlignScore heads export_hf writes beside it), or another
+    code base's layout of a family (convert.foreign_format: jina's XLMRobertaLoRA), `task`'s adapter merged."""
     config_path = source.file("config.json")
     data = convert.read_json(config_path)
+    foreign = convert.foreign_format(data) if "minialign_format" not in data else None
+    if task is not None and foreign is None:
+        raise CheckpointError(f"{config_path}: task {task!r}: this checkpoint carries no task adapters (only "
+                              f"another code base's layout does, such as jina-embeddings-v3's own)")
     if "minialign_format" in data:
         if data["minialign_format"] != NATIVE_FORMAT:
             raise CheckpointError(f"{config_path}: minialign format {data['minialign_format']} is not supported")
@@ -107,9 +117,14 @@ def _read_model(source: Source, beside: tuple[str, ...] = ()) -> Checkpoint:
             raise CheckpointError(f"{source}: minialign directory without model.safetensors")
         return Checkpoint(Config.from_dict(data["config"]), convert.read_safetensors(weights), str(weights), source,
                           architectures=architectures_of(data))
-    config = config_from_hf(data, source=str(config_path))
+    config = config_from_hf(foreign.foreign.config(data) if foreign else data, source=str(config_path))
     weights = convert.find_weights(source)
     state_dict = convert.read_state_dict(weights)
+    if foreign is not None:
+        try:
+            state_dict = foreign.foreign.state_dict(state_dict, data, task)
+        except ValueError as error:
+            raise CheckpointError(f"{weights}: {error}") from None
     others = {name: state_dict.pop(name) for name in beside if name in state_dict}
     tensors, dropped = convert.hf_to_minialign(state_dict, config.format, source=str(weights))
     heads = source.file(HEADS_FILE, optional=True)

@@ -88,7 +88,9 @@ class SentenceEncoder(Runner):
     def from_pretrained(cls, src: str | Path, *, truncate_dim: int | None = None, load: Loading) -> SentenceEncoder:
         """A sentence-transformers directory (modules.json) or a plain transformers one (mean pooling).
         truncate_dim: the model's output size (default: the directory's config_sentence_transformers.json
-        `truncate_dim`, else every dimension), as SentenceTransformer(truncate_dim=) takes it.
+        `truncate_dim`, else every dimension), as SentenceTransformer(truncate_dim=) takes it. task (a checkpoint
+        carrying task adapters, jina-embeddings-v3's): its adapter merged into the weights, and the prompt of that
+        name (config_sentence_transformers.json) the default one unless the directory names a default.
         The keywords every runner takes are products/runner.py's (Loading)."""
         source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)  # every file below is read from it
         modules = convert.read_modules(source)
@@ -119,7 +121,10 @@ class SentenceEncoder(Runner):
             model = inner if inner.file("config.json", optional=True) else source
             settings = convert.read_sentence_config(inner)
         prompts, default_prompt_name = convert.read_prompts(source)
-        ckpt = read_checkpoint(model)
+        if load.task is not None and default_prompt_name is None and prompts.get(load.task) is not None:
+            # the task's prompt by default, as jina's XLMRobertaLoRA.encode(task=) puts task_instructions[task] first
+            default_prompt_name = load.task
+        ckpt = read_checkpoint(model, task=load.task)
         encoder = build(Encoder, ckpt, **load.only("device", "dtype", "attn_backend"))
         tokenizer = load.open_tokenizer(model, ckpt.tokenizer, do_lower_case=settings.get("do_lower_case", False))
         device = resolve_device(load.device)

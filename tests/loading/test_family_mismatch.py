@@ -61,8 +61,9 @@ def test_names_that_fit_no_family_get_no_guess():
 
 
 def test_roberta_names_fit_every_family_sharing_its_table():
-    """RoBERTa's table serves xlm-roberta and camembert too: all three are named."""
+    """RoBERTa's table serves xlm-roberta and camembert too: all three are named (and the other families whose names
+    these fit: jina-embeddings-v3 keeps XLM-R's embeddings and LM head names)."""
     state = {"roberta.embeddings.word_embeddings.weight": torch.zeros(1),
              "lm_head.dense.weight": torch.zeros(1), "lm_head.layer_norm.weight": torch.zeros(1)}
-    with pytest.raises(CheckpointError, match="fits 'camembert' / 'roberta' / 'xlm-roberta'"):
+    with pytest.raises(CheckpointError, match="fits 'camembert' / (.* / )?'roberta' / 'xlm-roberta'"):
         hf_to_minialign(state, "electra", source="x.safetensors")

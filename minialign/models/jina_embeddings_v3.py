@@ -1,0 +1,123 @@
+"""jina-embeddings-v3 (transformers models/jina_embeddings_v3/modular_jina_embeddings_v3.py, which derives it from
+XLM-RoBERTa with Llama's rotary attention and GPT-NeoX's layer names; jina's own code: jinaai/xlm-roberta-flash-
+implementation, modeling_xlm_roberta.py and mha.py): XLM-RoBERTa's encoder, every difference declared here.
+
+  embeddings   LayerNorm(word + token_type), then dropout (JinaEmbeddingsV3Embeddings): no position table
+  positions    rotary (nn/rotary.py, rotate_half) on queries and keys, one theta for every layer (rope_theta, 20000
+               in the published model: JinaEmbeddingsV3RotaryEmbedding), at positions 0, 1, ... of each sequence
+  layers       BERT's post-LN layer (JinaEmbeddingsV3Layer: x = LN(x + drop(attn(x))); x = LN(x + drop(fc2(act(fc1(x))))))
+               with the rotary attention (JinaEmbeddingsV3Attention: biases on q, k, v, o)
+  heads        XLM-RoBERTa's: a pooler on the bare model, RobertaClassificationHead, XLMRobertaLMHead, the token and
+               QA heads (JinaEmbeddingsV3For* derive them unchanged)
+
+The task adapters of the published checkpoint (one LoRA per task on every Linear and Embedding, jina's
+modeling_lora.py) are merged into the weights when the checkpoint is read (convert/families/jina_embeddings_v3.py
+JINA: `task=` of from_pretrained); the model itself is the plain encoder, as transformers' port is.
+
+Padded and packed agree: a packed row gives each token its position inside its sequence, as a padded row does.
+Its config.json and weight names: convert/families/jina_embeddings_v3.py.
+
+Shapes: B batch, L sequence length (a packed batch is one row of T tokens, (1, T)), C hidden size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from minialign.convert.families import jina_embeddings_v3 as jina_format
+from minialign.models.xlm_roberta import XLMRoberta
+from minialign.nn.attention import PreparedMask
+from minialign.nn.capture import record
+from minialign.nn.config import POSITIVE_NUMBER, Config, checked
+from minialign.nn.inputs import ForwardInputs
+from minialign.nn.layers import EncoderLayer, SelfAttention
+from minialign.nn.rotary import rotary_tables
+
+
+@dataclass(frozen=True)
+class JinaEmbeddingsV3Config(Config):
+    """jina-embeddings-v3's config (configuration_jina_embeddings_v3.py; config.json: convert/families/
+    jina_embeddings_v3.py): the shared fields and the rotary base, rope_theta."""
+
+    format = jina_format.FORMAT
+    arch: str = "jina_embeddings_v3"
+    rope_theta: float = checked(POSITIVE_NUMBER, 20000.0)
+
+
+class JinaEmbeddings(nn.Module):
+    """dropout(LayerNorm(word + token_type)) (JinaEmbeddingsV3Embeddings.forward): no position table."""
+
+    def __init__(self, config: Config):
+        super().__init__()
+        self.word = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.token_type = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def position_ids(self, input_ids: Tensor) -> Tensor:
+        """(B, L): 0, 1, ..., L - 1 in every row (JinaEmbeddingsV3Model.forward), read by the rotary tables."""
+        return torch.arange(input_ids.size(1), device=input_ids.device).expand_as(input_ids)
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor) -> Tensor:
+        """Positions are not added here (rotary: applied in attention)."""
+        word = self.word(input_ids)
+        word = record("word", word)
+        token_type = self.token_type(token_type_ids)
+        token_type = record("token_type", token_type)
+        x = word + token_type  # (B, L, C), in JinaEmbeddingsV3Embeddings' order
+        x = record("sum", x)
+        x = self.norm(x)
+        x = record("norm", x)
+        return self.dropout(x)
+
+
+class JinaLayer(EncoderLayer):
+    """BERT's post-LN layer (EncoderLayer: the same modules, names and captures) whose attention rotates queries and
+    keys (JinaEmbeddingsV3Layer with JinaEmbeddingsV3Attention), its Q, K and V one fused projection under one name,
+    as the checkpoints hold it (mixer.Wqkv)."""
+
+    def __init__(self, config: Config):
+        super().__init__(config)
+        self.attention = SelfAttention(config, fused_names=True)
+
+    def forward(self, x: Tensor, mask: PreparedMask, queries: Callable[[Tensor], Tensor] | None = None, *,
+                rotary: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor | None]:
+        """x (B, L, C) -> the new states of the `queries` tokens (default: all) (B, Lq, C), and the attention
+        probabilities (B, H, Lq, L) when the backend gives them. rotary: (cos, sin), each (B, L, D)."""
+        x = record("input", x)
+        a, probs = self.attention(x, mask, queries, rotary=rotary)
+        if queries is not None:
+            x = queries(x)
+        x = x + self.attention_dropout(a)
+        x = record("attention_residual", x)
+        x = self.attention_norm(x)
+        x = record("attention_norm", x)
+        f = self.ffn(x)
+        f = record("ffn_output", f)
+        x = x + self.dropout(f)
+        x = record("ffn_residual", x)
+        x = self.ffn_norm(x)
+        x = record("output", x)
+        return x, probs
+
+
+class JinaEmbeddingsV3(XLMRoberta):
+    config_class = JinaEmbeddingsV3Config
+    Embeddings = JinaEmbeddings
+
+    @classmethod
+    def layers(cls, config: Config) -> list[nn.Module]:
+        return [JinaLayer(config) for _ in range(config.num_layers)]
+
+    @classmethod
+    def layer_inputs(cls, encoder: nn.Module, inputs: ForwardInputs) -> dict[str, object]:
+        """The rotary (cos, sin) at the positions in the forward's layout, in the weights' dtype
+        (JinaEmbeddingsV3RotaryEmbedding's cast)."""
+        dtype = encoder.embeddings.word.weight.dtype
+        cos, sin = rotary_tables(inputs.position_ids, encoder.config.head_dim, float(encoder.config.rope_theta))
+        return {"rotary": (cos.to(dtype), sin.to(dtype))}
