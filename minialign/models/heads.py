@@ -59,6 +59,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from minialign.nn.reduce import token_sum
 from minialign.nn.activations import activation
 from minialign.nn.capture import record
 from minialign.nn.config import Config
@@ -255,7 +256,7 @@ def masked_mean(h: Tensor, attention_mask: Tensor | None) -> Tensor:
     if attention_mask.dim() != 2:
         raise ValueError(f"mean pooling needs a 2-D (B, L) attention_mask, got shape {tuple(attention_mask.shape)}")
     keep = attention_mask.to(h.dtype)[..., None]  # (B, L, 1)
-    return (h * keep).sum(dim=1) / attention_mask.sum(dim=1, keepdim=True)  # (B, N), as transformers
+    return token_sum(h * keep) / attention_mask.sum(dim=1, keepdim=True)  # (B, N), as transformers (in token order)
 
 
 class TokenHead(nn.Module):

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from minialign import convert
+from minialign.nn.reduce import token_sum
 
 
 def _cls(hidden: Tensor, mask: Tensor) -> Tensor:  # the first token the mask keeps (none kept: the first)
@@ -31,14 +32,14 @@ def _max(hidden: Tensor, mask: Tensor) -> Tensor:
 
 def _mean(hidden: Tensor, mask: Tensor, *, sqrt: bool = False) -> Tensor:
     keep = mask.unsqueeze(-1).to(hidden.dtype)  # (B, L, 1)
-    count = keep.sum(dim=1).clamp(min=1e-9)
-    return (hidden * keep).sum(dim=1) / (count.sqrt() if sqrt else count)
+    count = keep.sum(dim=1).clamp(min=1e-9)  # whole numbers: exact in any order
+    return token_sum(hidden * keep) / (count.sqrt() if sqrt else count)
 
 
 def _weighted_mean(hidden: Tensor, mask: Tensor) -> Tensor:  # token i (1-based) weighs i
     positions = torch.arange(1, hidden.size(1) + 1, device=hidden.device, dtype=hidden.dtype)
     weights = mask.unsqueeze(-1).to(hidden.dtype) * positions[None, :, None]  # (B, L, 1)
-    return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
+    return token_sum(hidden * weights) / weights.sum(dim=1).clamp(min=1e-9)
 
 
 def _last_token(hidden: Tensor, mask: Tensor) -> Tensor:  # the last token the mask keeps (none kept: zeros)

@@ -131,3 +131,17 @@ def test_a_missing_head_is_named_in_the_checkpoints_own_words(family, names, tin
     directory, _ = tiny_family.hf(family)
     with pytest.raises(ma.CheckpointError, match=f"has no trained {re.escape(names)}: it holds no such head"):
         ma.Classifier.from_pretrained(directory)
+
+
+@pytest.mark.parametrize("family", ["mpnet", "modernbert", "gte", "nomic_bert", "eurobert", "jina_embeddings_v3"])
+def test_a_text_gets_the_same_bits_alone_and_in_any_batch_on_rotary_families(family, tiny_family):
+    """The batch-independence guarantee on the rotary families (and MPNet, mean pooled as they are): each text alone,
+    in the whole batch, and shuffled in batches of 3. Mean pooling summed with `x.sum(dim=1)` failed it (nn/reduce.py
+    token_sum)."""
+    emb = ma.SentenceEncoder.from_pretrained(tiny_family.sentence_transformers(family))
+    texts = [t for t in TEXTS if t] + [f"sentence {i}: " + "more words here " * i for i in range(1, 6)]
+    together = emb.encode(texts, warn_truncation=False)
+    for i, text in enumerate(texts):
+        assert torch.equal(emb.encode([text], warn_truncation=False)[0], together[i]), (family, i)
+    order = torch.randperm(len(texts), generator=torch.Generator().manual_seed(0)).tolist()
+    assert torch.equal(emb.encode([texts[i] for i in order], batch_size=3, warn_truncation=False), together[order])
