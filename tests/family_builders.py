@@ -174,6 +174,15 @@ def supported(model_type: str) -> bool:
     return model_type in DECLARED
 
 
+def every_family_params() -> list:
+    """pytest params over every family, the LONG_CONTEXT ones included (the device tests: their CUDA cases run every
+    family; their CPU cases skip the LONG_CONTEXT ones, which their own test files cover)."""
+    import pytest
+
+    return [pytest.param(name, id=name, marks=() if supported(name) else
+                         pytest.mark.skip(reason=f"minialign has no {name!r} family yet")) for name in FAMILIES]
+
+
 def family_params(names=None) -> list:
     """pytest params over families (default NEW), a family minialign lacks skipped, the LONG_CONTEXT ones left out
     (their own test files cover them)."""

@@ -19,7 +19,7 @@ import pytest
 import torch
 import transformers
 from conftest import CLAIMS, CORPUS, DEVICES, DTYPES, assert_within_half_error
-from family_builders import FAMILIES, family_params
+from family_builders import every_family_params
 from original_alignscore import OriginalAlignScore
 from test_minicheck import DOCS, ReferenceMiniCheck
 
@@ -50,7 +50,7 @@ def _judge(got, theirs, reference, dtype, where):
 
 
 @pytest.mark.parametrize("dtype", PRODUCT_DTYPES)
-@pytest.mark.parametrize("family", family_params(list(FAMILIES)))
+@pytest.mark.parametrize("family", every_family_params())
 @pytest.mark.parametrize("device", DEVICES)
 def test_sentence_encoder(device, family, dtype, tiny_family):
     from sentence_transformers import SentenceTransformer
@@ -70,7 +70,7 @@ def test_sentence_encoder(device, family, dtype, tiny_family):
 
 
 @pytest.mark.parametrize("dtype", PRODUCT_DTYPES)
-@pytest.mark.parametrize("family", family_params(list(FAMILIES)))
+@pytest.mark.parametrize("family", every_family_params())
 @pytest.mark.parametrize("device", DEVICES)
 def test_classifier_predict_and_rerank(device, family, dtype, tiny_family):
     from sentence_transformers import CrossEncoder
