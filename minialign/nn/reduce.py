@@ -5,6 +5,7 @@ Shapes: B batch, L tokens (right-padded), C features.
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 
@@ -14,5 +15,9 @@ def token_sum(x: Tensor) -> Tensor:
     CPU reduction splits the L axis into a tree whose shape follows L, and a row summed alone and the same row
     padded to a longer batch got other bits (1 ulp, 14 of 50 random rows; the rotary families' batch tests caught
     it in mean pooling). The CPU cumsum is a serial scan, in which the padding's zeros come after the last real
-    token and change nothing (a GPU's scan is parallel: no such promise there)."""
+    token and change nothing (a GPU's scan is parallel: no such promise there). Half-precision rows are summed in
+    float32 and rounded once, as torch's sum accumulates them (a bf16 scan rounds at every token: EuroBERT's "late"
+    pooling in bf16 on an H200 was 7x transformers' own error that way)."""
+    if x.dtype in (torch.bfloat16, torch.float16):
+        return x.float().cumsum(dim=1)[:, -1].to(x.dtype)
     return x.cumsum(dim=1)[:, -1]
