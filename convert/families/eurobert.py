@@ -16,6 +16,11 @@ def _eurobert_read(hf: dict[str, Any]) -> dict[str, Any]:
     than "default" (a scaled rotary) is refused, naming the field, as is a head_dim other than
     hidden_size / num_attention_heads (minialign's heads split the hidden size)."""
     hf = dict(hf)
+    if "classifier_pooling" not in hf and hf.get("clf_pooling") is not None:
+        # the EuroBERT authors' code (the Hub's configuration_eurobert.py) names the pooling clf_pooling; transformers'
+        # native EuroBertConfig reads classifier_pooling only and would run such a classifier with its default
+        # ("late") whatever it was trained with: read as the checkpoint's own code does
+        hf["classifier_pooling"] = hf["clf_pooling"]
     rope = hf.get("rope_parameters")
     if isinstance(rope, dict):
         if rope.get("rope_type", "default") != "default":
@@ -51,6 +56,12 @@ CONFIG = ConfigRow(
               "hidden_act": "silu", "initializer_range": 0.02, "tie_word_embeddings": False, "rope_theta": 10000.0,
               "attention_bias": False, "mlp_bias": False, "classifier_pooling": "late"},
     read=_eurobert_read,
+    # the Hub's config.json names the authors' code beside the weights in auto_map (configuration_eurobert.py,
+    # modeling_eurobert.py): the code transformers' EuroBert* classes port
+    ported_code=("configuration_eurobert.EuroBertConfig", "modeling_eurobert.EuroBertModel",
+                 "modeling_eurobert.EuroBertPreTrainedModel", "modeling_eurobert.EuroBertForMaskedLM",
+                 "modeling_eurobert.EuroBertForSequenceClassification",
+                 "modeling_eurobert.EuroBertForTokenClassification"),
     presets={
         # https://huggingface.co/EuroBERT/EuroBERT-210m/blob/main/config.json
         "eurobert-210m": {"vocab_size": 128256, **sizes(768, 12, 12, 3072), "num_key_value_heads": 12,

@@ -298,3 +298,30 @@ def test_family_row_builds_the_config_the_test_row_says(tiny_family):
     config = json.loads((directory / "config.json").read_text())
     assert config["num_key_value_heads"] == 1 and config["rope_parameters"]["rope_theta"] == 1000.0
     assert ma.Encoder.from_pretrained(directory).layers[0].attention.num_kv_heads == 1
+
+
+def test_the_hubs_config_json_with_its_auto_map_and_clf_pooling(tmp_path):
+    """EuroBERT's Hub config.json names the authors' code beside the weights in auto_map (what transformers' EuroBert*
+    classes port: read as this family, ConfigRow.ported_code) and spells the pooling clf_pooling, which minialign reads
+    as that code does (transformers' native config would keep its default, "late"); other code stays refused."""
+    from minialign.convert.errors import CheckpointError
+
+    hf, directory = _saved(tmp_path, transformers.EuroBertForSequenceClassification, num_labels=2,
+                           classifier_pooling="mean")
+    config = json.loads((directory / "config.json").read_text())
+    config.pop("classifier_pooling")
+    config.update(clf_pooling="mean", auto_map={
+        "AutoConfig": "configuration_eurobert.EuroBertConfig", "AutoModel": "modeling_eurobert.EuroBertModel",
+        "AutoModelForMaskedLM": "modeling_eurobert.EuroBertForMaskedLM",
+        "AutoModelForPreTraining": "modeling_eurobert.EuroBertPreTrainedModel",
+        "AutoModelForSequenceClassification": "modeling_eurobert.EuroBertForSequenceClassification"})
+    (directory / "config.json").write_text(json.dumps(config))
+    model = ma.ClassifierModel.from_pretrained(directory)
+    assert model.config.classifier_pooling == "mean"
+    ids, mask = _batch(hf.config)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids, attention_mask=mask).logits, hf(ids, attention_mask=mask).logits, **TOL)
+    config["auto_map"]["AutoModel"] = "someone/other--modeling.OtherModel"
+    (directory / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="is custom code"):
+        ma.ClassifierModel.from_pretrained(directory)
