@@ -193,13 +193,14 @@ def every_family_params() -> list:
             for name in FAMILIES]
 
 
-def family_params(names=None) -> list:
-    """pytest params over families (default NEW), a family minialign lacks skipped, the LONG_CONTEXT ones left out
-    (their own test files cover them)."""
+def family_params(names=None, *, long_context: bool = False) -> list:
+    """pytest params over families (default NEW, and the LONG_CONTEXT ones with long_context: what every family must
+    show, capture and explore, while the product matrices leave them to their own test files), a family minialign or
+    the installed transformers lacks skipped."""
     import pytest  # here, not at the top: scripts/make_qa_reference.py imports this module without pytest
 
     return [pytest.param(name, id=name, marks=pytest.mark.skip(reason=missing(name)) if missing(name) else ())
-            for name in (NEW if names is None else names) if name not in LONG_CONTEXT]
+            for name in (NEW if names is None else names) if long_context or name not in LONG_CONTEXT]
 
 
 # -- tokenizers ------------------------------------------------------------------------------------

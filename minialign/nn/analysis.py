@@ -144,11 +144,16 @@ def _max_flow(capacity: list[list[list[float]]], *, source: int, sink: int, eps:
 
 
 
-def _spread(norm: nn.LayerNorm, total: Tensor, parts: dict[str, Tensor], bias_name: str) -> dict[str, Tensor]:
+def _spread(norm: nn.Module, total: Tensor, parts: dict[str, Tensor], bias_name: str) -> dict[str, Tensor]:
     """A LayerNorm of `total` (= the sum of `parts`) distributed over them: gamma * (part - mean(part)) / sigma(total),
-    and beta as a part of its own; the results sum to norm(total)."""
-    sigma = (total.var(dim=-1, unbiased=False, keepdim=True) + norm.eps).sqrt()
+    and beta as a part of its own; the results sum to norm(total). An RMSNorm (EuroBERT's, nn/layers.py): gamma * part
+    / rms(total), no mean and no bias."""
     weight = norm.weight.float() if norm.weight is not None else 1.0  # read as fp32, the module left as it is
+    if isinstance(norm, nn.RMSNorm):
+        eps = norm.eps if norm.eps is not None else torch.finfo(total.dtype).eps
+        rms = (total.pow(2).mean(dim=-1, keepdim=True) + eps).sqrt()
+        return {name: weight * p / rms for name, p in parts.items()}
+    sigma = (total.var(dim=-1, unbiased=False, keepdim=True) + norm.eps).sqrt()
     out = {name: weight * (p - p.mean(dim=-1, keepdim=True)) / sigma for name, p in parts.items()}
     if norm.bias is not None:
         out[bias_name] = out.get(bias_name, 0) + norm.bias.float().expand_as(total)

@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 import torch
-from family_builders import FAMILIES, family_params
+from family_builders import FAMILIES, LONG_CONTEXT, NEW, family_params
 
 import minialign as ma
 from minialign.apps.cli import main as cli
@@ -20,7 +20,7 @@ TEXTS = ["The Eiffel Tower is in Paris.", "Unicode: café naïve 東京 😀", "
          "La tour a été construite à Paris en 1889."]
 
 
-@pytest.mark.parametrize("family", family_params())
+@pytest.mark.parametrize("family", family_params(NEW + list(LONG_CONTEXT), long_context=True))
 def test_parity_passes_on_the_bare_model_and_the_classifier(family, tiny_family, capsys):
     for directory in (tiny_family.hf(family)[0], tiny_family.classifier(family, 3)[0]):
         assert cli(["parity", str(directory), "--tolerance", "1e-5"]) == 0
@@ -38,7 +38,7 @@ def _explore(family, tiny_family, **options):
     return model, tokenizer, ma.explore(model, tokenizer, "The bank raised rates.", pair="Rates rose.", **options)
 
 
-@pytest.mark.parametrize("family", family_params())
+@pytest.mark.parametrize("family", family_params(NEW + list(LONG_CONTEXT), long_context=True))
 def test_explore_shows_the_embedding_parts_the_family_has(family, tiny_family):
     row = FAMILIES[family]
     model, tokenizer, page = _explore(family, tiny_family)
@@ -59,7 +59,8 @@ def test_explore_shows_the_embedding_parts_the_family_has(family, tiny_family):
         cosines = torch.tensor(run["part_cosines"][part])
         assert cosines.shape == (L + 1, T) and cosines.abs().max() <= 1 + 1e-4
         torch.testing.assert_close(cosines[0], torch.nn.functional.cosine_similarity(
-            cap["embeddings.norm"][0], cap[f"embeddings.{part}"][0], dim=-1), atol=1e-4, rtol=0)
+            cap["embeddings.norm" if "embeddings.norm" in cap else "embeddings.sum"][0], cap[f"embeddings.{part}"][0],
+            dim=-1), atol=1e-4, rtol=0)  # the embeddings' output at their width (EuroBERT has no norm there)
     norms = torch.tensor(run["norms"])  # the residual stream: what each layer reads, as transformers' hidden states
     torch.testing.assert_close(norms, torch.stack([h[0].norm(dim=-1) for h in out.hidden_states]), atol=1e-4, rtol=0)
     if row.projected:  # at the embeddings' width, and the projection

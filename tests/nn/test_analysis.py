@@ -38,10 +38,11 @@ def test_rollout_is_the_product_of_the_residual_maps():
     torch.testing.assert_close(analysis.attention_rollout(layers[:1], residual=False), layers[0].mean(1))
 
 
-@pytest.mark.parametrize("family", ["bert", "modernbert"])
+@pytest.mark.parametrize("family", ["bert", "modernbert", "eurobert"])
 def test_the_parts_sum_to_the_last_hidden_state(family, tiny_family):
-    """Post-LN (BERT) and pre-LN (ModernBERT, its final norm): embeddings + every attention and feed-forward +
-    the norms' biases == last_hidden_state, exactly up to float rounding, on real and padded tokens."""
+    """Post-LN (BERT) and pre-LN (ModernBERT, its final norm; EuroBERT, a final RMSNorm: no bias, so no "norm
+    biases" part): embeddings + every attention and feed-forward + the norms' biases == last_hidden_state, exactly up
+    to float rounding, on real and padded tokens."""
     directory, _ = tiny_family.hf(family)
     model = ma.Encoder.from_pretrained(directory, attn_backend="sdpa")
     batch = ma.Tokenizer.from_pretrained(directory)(["The tower was built in Paris.", "Short."])
@@ -49,8 +50,9 @@ def test_the_parts_sum_to_the_last_hidden_state(family, tiny_family):
         out = model(**batch)
     parts = analysis.residual_decomposition(model, cap)
     layers = model.config.num_layers
-    assert set(parts) == {"embeddings", "norm biases", *(f"layers.{i}.{p}" for i in range(layers)
-                                                           for p in ("attention", "ffn"))}
+    biases = [] if family == "eurobert" else ["norm biases"]
+    assert set(parts) == {"embeddings", *biases, *(f"layers.{i}.{p}" for i in range(layers)
+                                                   for p in ("attention", "ffn"))}
     real = batch["attention_mask"].bool()
     torch.testing.assert_close(sum(parts.values())[real], out.last_hidden_state[real], atol=1e-4, rtol=0)
     assert all(p.shape == out.last_hidden_state.shape for p in parts.values())

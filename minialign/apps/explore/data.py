@@ -123,7 +123,9 @@ def _run(model: nn.Module, batch: dict[str, Tensor], mask: Tensor | None, label:
     with torch.inference_mode(), capture(model) as cap:
         out = model(**inputs)
     layers = model.config.num_layers
-    embedded = cap[f"{prefix}embeddings.norm"][0]  # (T, E): the LayerNorm's output at the embeddings' width
+    # (T, E): the embeddings' output at their width: their LayerNorm's, or their sum where a family has no norm there
+    # (EuroBERT: Llama's bare token embeddings, normed inside each layer)
+    embedded = cap[f"{prefix}embeddings.norm" if f"{prefix}embeddings.norm" in cap else f"{prefix}embeddings.sum"][0]
     projected = cap.tensors.get(f"{prefix}embeddings.project")  # (1, T, C) where a projection follows
     first = embedded if projected is None else projected[0]  # what the first layer reads
     states = [first] + [cap[f"{prefix}layers.{i}.output"][0] for i in range(layers)]
