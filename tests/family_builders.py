@@ -67,7 +67,7 @@ class FamilyRow:
     relative_bias: bool = False  # attention adds a relative-position bias (MPNet's)
     positions: bool = True  # absolute positions are added to the embeddings (not DeBERTa-v3's)
     own_score: bool = False  # the attention is its own score function (DeBERTa's disentangled one): no swap
-    question_answering: bool = True  # transformers has its *ForQuestionAnswering (GTE, EuroBERT have none)
+    question_answering: bool = True  # transformers has its *ForQuestionAnswering (GTE, NomicBERT, EuroBERT have none)
 
     def classes(self):
         return tuple(getattr(transformers, name) for name in (self.config, self.base, self.classifier))
@@ -130,7 +130,7 @@ FAMILIES = {row.model_type: row for row in [
               {"tokenizer_class": "BertTokenizer", "do_lower_case": True},
               dict(hidden_size=32, num_attention_heads=2, hidden_act="silu", type_vocab_size=2, pad_token_id=0,
                    rope_theta=1000.0),
-              positions=False),
+              positions=False, question_answering=False),
     # EuroBERT (minialign/models/eurobert.py): rotary positions, pre-RMSNorm SwiGLU layers, grouped-query attention
     # (3 query heads sharing 1 key / value head), biases on so a swapped name cannot pass
     FamilyRow("eurobert", "EuroBertConfig", "EuroBertModel", "EuroBertForSequenceClassification", "eurobert",

@@ -34,6 +34,7 @@ from torch import Tensor
 
 from minialign.convert.families import nomic_bert as nomic_bert_format
 from minialign.models.family import Family
+from minialign.models.heads import QuestionAnswering
 from minialign.nn.attention import PreparedMask
 from minialign.nn.capture import record
 from minialign.nn.config import ACTIVATION, POSITIVE_INT, POSITIVE_NUMBER, PROBABILITY, Config, checked
@@ -137,6 +138,11 @@ class NomicBert(Family):
     @classmethod
     def layers(cls, config: Config) -> list[nn.Module]:
         return [NomicBertLayer(config) for _ in range(config.num_layers)]
+
+    @classmethod
+    def question_answering(cls, config: Config) -> QuestionAnswering:
+        raise ValueError("NomicBERT has no question-answering head in transformers (no NomicBertForQuestionAnswering): "
+                         "minialign's follows transformers' classes")
 
     @classmethod
     def layer_inputs(cls, encoder: nn.Module, inputs: ForwardInputs) -> dict[str, object]:

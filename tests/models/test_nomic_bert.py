@@ -337,3 +337,10 @@ def test_compiles_without_graph_breaks(tmp_path):
     torch._dynamo.reset()
     explanation = torch._dynamo.explain(model)(ids, attention_mask=mask)
     assert explanation.graph_break_count == 0, explanation.break_reasons
+
+
+def test_no_question_answering_head_as_transformers():
+    """transformers has no NomicBertForQuestionAnswering: minialign builds none either (as for GTE and EuroBERT)."""
+    config = ma.Config(arch="nomic_bert", vocab_size=50, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=20)
+    with pytest.raises(ValueError, match="NomicBertForQuestionAnswering"):
+        ma.QuestionAnsweringModel(config)

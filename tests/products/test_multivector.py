@@ -79,6 +79,13 @@ def test_modernbert_equals_sentence_transformers(tmp_path, tiny_family, expansio
     compare(mve_dir(tmp_path, base, fixed8 if expansion == "fixed8" else EXPANSIONS[expansion]))
 
 
+@pytest.mark.parametrize("family", ["gte", "nomic_bert", "jina_embeddings_v3", "eurobert"])
+def test_the_long_context_families_equal_sentence_transformers(tmp_path, tiny_family, family):
+    """issue 45: ColBERT over each rotary family, queries expanded to a fixed width (attending), documents packed."""
+    base, _ = tiny_family.hf(family)
+    compare(mve_dir(tmp_path, base, EXPANSIONS["fixed-attend"]))
+
+
 @pytest.mark.parametrize("expansion", ["fixed", "min", "min-attend"])
 def test_a_text_alone_or_in_a_batch_gets_the_same_vectors(tmp_path, tiny_family, expansion):
     """Bit-identical: packed documents, expanded queries in the padded layout (attend=False: each width apart)."""
