@@ -91,6 +91,7 @@ def test_families_benchmark_times_every_family_and_checks_its_output(tmp_path, m
     unprojected = {"embedding_size": None}  # the families with their own embeddings' width (ELECTRA, DeBERTa)
     tiny = {arch: dataclasses.replace(config, vocab_size=300, hidden_size=32, num_layers=2, num_heads=2,
                                       intermediate_size=64, **(unprojected if hasattr(config, "embedding_size") else {}),
+                                      **({"num_key_value_heads": 1} if hasattr(config, "num_key_value_heads") else {}),
                                       pad_token_id=config.pad_token_id if config.pad_token_id < 300 else 0)
             for arch, config in families.configs().items()}
     assert list(tiny)[:2] == ["bert", "roberta"] and {"xlm-roberta", "electra", "distilbert"} <= set(tiny)

@@ -81,15 +81,15 @@ def _first(items: list[str], shown: int = 5) -> str:
 def load(cls: type[nn.Module], src: str | Path, *, backbone: str | None = None, device: str | torch.device | None = None,
          dtype: torch.dtype | str | DtypeChoice | None = None, attn_backend: str = "sdpa",
          revision: str | None = None, cache_dir: str | Path | None = None, compile: bool = False,
-         task: str | None = None) -> nn.Module:
+         adapter: str | None = None) -> nn.Module:
     """Build a model class (Encoder, AlignModel, ...) from any supported source, in eval mode.
 
     dtype: a torch.dtype, a name ("fp32", "bf16", "fp16", "float32", "bfloat16", "float16"), "auto" or "int8"
     (devices.parse_dtype); default float32. Checkpoint weights outside the class's `checkpoint_prefix` are not used.
-    compile=True wraps the forward with torch.compile (nn.Module.compile). task: the task adapter merged into the
-    weights, for a checkpoint carrying them (jina-embeddings-v3's; read_checkpoint).
+    compile=True wraps the forward with torch.compile (nn.Module.compile). adapter: the task whose adapter is merged
+    into the weights, for a checkpoint carrying them (jina-embeddings-v3's `task`; read_checkpoint).
     """
-    ckpt = read_checkpoint(src, backbone=backbone, revision=revision, cache_dir=cache_dir, task=task)
+    ckpt = read_checkpoint(src, backbone=backbone, revision=revision, cache_dir=cache_dir, task=adapter)
     model = build(cls, ckpt, device=device, dtype=dtype, attn_backend=attn_backend)
     if compile:
         model.compile()

@@ -115,7 +115,7 @@ class AlignScorer(PairScorer):
         if str(src) in PUBLISHED and not Path(src).exists():
             src = published_checkpoint(str(src), cache_dir=load.cache_dir)
         ckpt = read_checkpoint(src, backbone=backbone, revision=load.revision, cache_dir=load.cache_dir,
-                               task=load.task)
+                               task=load.adapter)
         model = build(AlignModel, ckpt, require=TRAINED, advice=NO_HEADS,
                       **load.only("device", "dtype", "attn_backend"))
         tokenizer = load.tokenizer

@@ -86,7 +86,7 @@ class Classifier(Runner):
         """A transformers *ForSequenceClassification directory or hub id (a CrossEncoder dir too),
         or a minialign directory of one. The keywords every runner takes are products/runner.py's (Loading)."""
         source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)  # every file below is read from it
-        ckpt = read_checkpoint(source, task=load.task)
+        ckpt = read_checkpoint(source, task=load.adapter)
         model = build(ClassifierModel, ckpt, require=TRAINED, advice=NO_HEAD, **load.only("device", "dtype",
                                                                                             "attn_backend"))
         tokenizer = load.open_tokenizer(source, ckpt.tokenizer)

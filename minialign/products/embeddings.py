@@ -88,7 +88,7 @@ class SentenceEncoder(Runner):
     def from_pretrained(cls, src: str | Path, *, truncate_dim: int | None = None, load: Loading) -> SentenceEncoder:
         """A sentence-transformers directory (modules.json) or a plain transformers one (mean pooling).
         truncate_dim: the model's output size (default: the directory's config_sentence_transformers.json
-        `truncate_dim`, else every dimension), as SentenceTransformer(truncate_dim=) takes it. task (a checkpoint
+        `truncate_dim`, else every dimension), as SentenceTransformer(truncate_dim=) takes it. adapter (a checkpoint
         carrying task adapters, jina-embeddings-v3's): its adapter merged into the weights, and the prompt of that
         name (config_sentence_transformers.json) the default one unless the directory names a default.
         The keywords every runner takes are products/runner.py's (Loading)."""
@@ -121,10 +121,10 @@ class SentenceEncoder(Runner):
             model = inner if inner.file("config.json", optional=True) else source
             settings = convert.read_sentence_config(inner)
         prompts, default_prompt_name = convert.read_prompts(source)
-        if load.task is not None and default_prompt_name is None and prompts.get(load.task) is not None:
+        if load.adapter is not None and default_prompt_name is None and prompts.get(load.adapter) is not None:
             # the task's prompt by default, as jina's XLMRobertaLoRA.encode(task=) puts task_instructions[task] first
-            default_prompt_name = load.task
-        ckpt = read_checkpoint(model, task=load.task)
+            default_prompt_name = load.adapter
+        ckpt = read_checkpoint(model, task=load.adapter)
         encoder = build(Encoder, ckpt, **load.only("device", "dtype", "attn_backend"))
         tokenizer = load.open_tokenizer(model, ckpt.tokenizer, do_lower_case=settings.get("do_lower_case", False))
         device = resolve_device(load.device)

@@ -75,7 +75,7 @@ class FillMask(Runner):
         tied to the word embeddings as the checkpoint has it), or a minialign directory of one. max_length: a window
         shorter than the model's. The keywords every runner takes are products/runner.py's (Loading)."""
         source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)
-        ckpt = read_checkpoint(source, task=load.task)
+        ckpt = read_checkpoint(source, task=load.adapter)
         model = build(MaskedLMModel, ckpt, require=("mlm_head.",), advice=NO_HEAD,
                       **load.only("device", "dtype", "attn_backend"))
         tokenizer = load.open_tokenizer(source, ckpt.tokenizer)

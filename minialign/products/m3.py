@@ -108,7 +108,7 @@ class M3Encoder(Runner):
         colbert_linear.pt beside it (either may be absent: the module docstring). max_length: the window
         (default: the model's). The keywords every runner takes are products/runner.py's (Loading)."""
         source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)
-        ckpt = read_checkpoint(source, task=load.task)
+        ckpt = read_checkpoint(source, task=load.adapter)
         encoder = build(Encoder, ckpt, **load.only("device", "dtype", "attn_backend"))
         heads = convert.read_m3_heads(source, encoder.config.hidden_size)
         device, dtype = resolve_device(load.device), next(encoder.parameters()).dtype

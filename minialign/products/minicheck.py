@@ -73,7 +73,7 @@ class MiniCheckScorer(PairScorer):
         (MAX_LENGTHS). The keywords every runner takes are products/runner.py's (Loading)."""
         refuse_int8(load.dtype, "MiniCheckScorer")
         loaded = Classifier.from_pretrained(src, max_length=MAX_LENGTH, **load.only(
-            "tokenizer", "device", "dtype", "cache_dir", "attn_backend", "revision", "task"))
+            "tokenizer", "device", "dtype", "cache_dir", "attn_backend", "revision", "adapter"))
         # the runner over the loaded model and tokenizer, with the window of the family the checkpoint is
         max_length = MAX_LENGTHS.get(loaded.model.config.arch, MAX_LENGTH)
         classifier = Classifier(loaded.model, loaded.tokenizer, max_length=max_length, **load.engine())

@@ -159,7 +159,7 @@ class MultiVectorEncoder(Runner):
         else:
             parts = _sentence_transformers(source, config, modules)
         model = parts.pop("model")
-        ckpt = read_checkpoint(model, beside=("linear.weight",) if modules is None else (), task=load.task)
+        ckpt = read_checkpoint(model, beside=("linear.weight",) if modules is None else (), task=load.adapter)
         if modules is None:  # the projection Stanford-NLP saves beside the encoder's weights
             if "linear.weight" not in ckpt.beside:
                 raise CheckpointError(f"{ckpt.origin}: an HF_ColBERT checkpoint without its projection, linear.weight")

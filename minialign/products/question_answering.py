@@ -94,7 +94,7 @@ class QuestionAnswerer(Runner):
         """A transformers *ForQuestionAnswering directory or hub id, or a minialign directory of one. The keywords
         every runner takes are products/runner.py's (Loading)."""
         source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)
-        ckpt = read_checkpoint(source, task=load.task)
+        ckpt = read_checkpoint(source, task=load.adapter)
         model = build(QuestionAnsweringModel, ckpt, require=TRAINED, advice=NO_HEAD,
                       **load.only("device", "dtype", "attn_backend"))
         tokenizer = load.open_tokenizer(source, ckpt.tokenizer)

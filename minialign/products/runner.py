@@ -61,7 +61,8 @@ class Loading:
     # runtime/threads.usable_threads(), the CPUs this process may use: its affinity and its cgroup's quota)
     revision: str | None = None  # a hub revision
     cache_dir: str | Path | None = None  # the hub cache
-    task: str | None = None  # the task adapter merged into the weights, for a checkpoint carrying them
+    adapter: str | None = None  # the task adapter merged into the weights, for a checkpoint carrying them (jina's
+    # `task`: not named so, since `task` is the per-call query / document choice of the retrieval products)
     # (jina-embeddings-v3's: loading.read_checkpoint); None: none
 
     def engine(self) -> dict[str, Any]:

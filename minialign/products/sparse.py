@@ -186,7 +186,7 @@ class SparseEncoder(Runner):
             splade_config = convert.read_splade_pooling(source, modules[1][1])
         sparse = convert.read_sparse_config(source)
         prompts, default_prompt_name = convert.read_prompts(source)
-        ckpt = read_checkpoint(model, task=load.task)
+        ckpt = read_checkpoint(model, task=load.adapter)
         mlm = build(MaskedLMModel, ckpt, **load.only("device", "dtype", "attn_backend"), require=("mlm_head.",),
                     advice="SPLADE pools the masked-LM logits: give the directory of a *ForMaskedLM model")
         tokenizer = load.open_tokenizer(model, ckpt.tokenizer, do_lower_case=settings.get("do_lower_case", False))

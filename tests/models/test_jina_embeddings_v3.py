@@ -5,7 +5,7 @@ its Unigram tokenizer; the products (SentenceEncoder vs SentenceTransformer, Cla
 
 The task adapters: a checkpoint in jina's own layout (jinaai/xlm-roberta-flash-implementation's XLMRobertaLoRA:
 model_type "xlm-roberta", position_embedding_type "rotary", torch parametrizations holding the weight and every
-task's lora_A / lora_B) is written here by hand with safetensors. Loaded with task=, it equals transformers' native
+task's lora_A / lora_B) is written here by hand with safetensors. Loaded with adapter=, it equals transformers' native
 model on the weights merged by jina's formula (modeling_lora.py LoRAParametrization.lora_forward, re-implemented
 below with its `swap`); without a task, the base weights."""
 
@@ -299,7 +299,7 @@ def test_jina_layout_merges_each_tasks_adapter(tmp_path):
                                convert.read_safetensors(directory / "model.safetensors")[
                                    "roberta.encoder.layers.0.mixer.Wqkv.parametrizations.weight.original"])
         _, native = native_with(tmp_path, hf, merged[task], task)
-        ours = ma.Encoder.from_pretrained(directory, task=task, attn_backend="eager")
+        ours = ma.Encoder.from_pretrained(directory, adapter=task, attn_backend="eager")
         encoder_parity(native, ours, mask.bool(), TOL, pooler=True, input_ids=ids, attention_mask=mask)
     plain = ma.Encoder.from_pretrained(directory, attn_backend="eager")
     with torch.no_grad():
@@ -313,16 +313,16 @@ def test_task_errors_name_the_problem(tmp_path):
     hf = hf_model(vocab_size=120)
     directory, _ = jina_checkpoint(tmp_path, hf, prompts=False)
     with pytest.raises(CheckpointError, match="'search' is not one of this checkpoint's adapters.*'retrieval.query'"):
-        ma.Encoder.from_pretrained(directory, task="search")
+        ma.Encoder.from_pretrained(directory, adapter="search")
     hf.save_pretrained(tmp_path / "plain")
     with pytest.raises(CheckpointError, match="carries no task adapters"):
-        ma.Encoder.from_pretrained(tmp_path / "plain", task="retrieval.query")
+        ma.Encoder.from_pretrained(tmp_path / "plain", adapter="retrieval.query")
     state = convert.read_safetensors(directory / "model.safetensors")
     name = "roberta.encoder.layers.0.mlp.fc1.parametrizations.weight.0.lora_A"
     state[name] = state[name][:, :2].contiguous()  # rank 2, not the config's 4
     save_file(state, str(directory / "model.safetensors"))
     with pytest.raises(CheckpointError, match="mlp.fc1.*rank 4"):
-        ma.Encoder.from_pretrained(directory, task="separation")
+        ma.Encoder.from_pretrained(directory, adapter="separation")
     config = json.loads((directory / "config.json").read_text())
     del config["rotary_emb_base"]
     (directory / "config.json").write_text(json.dumps(config))
@@ -331,7 +331,7 @@ def test_task_errors_name_the_problem(tmp_path):
 
 
 def test_sentence_encoder_task_adapter_and_its_prompt(tmp_path):
-    """A jina sentence-transformers directory loaded with task=: the task's adapter merged and its prompt the default,
+    """A jina sentence-transformers directory loaded with adapter=: the task's adapter merged and its prompt the default,
     as SentenceTransformer on the merged weights encodes with prompt_name=task; a call's own prompt_name still wins."""
     from sentence_transformers import SentenceTransformer, models
 
@@ -342,7 +342,7 @@ def test_sentence_encoder_task_adapter_and_its_prompt(tmp_path):
     transformer = models.Transformer(str(native_dir))
     theirs = SentenceTransformer(modules=[transformer, models.Pooling(32, pooling_mode="mean"), models.Normalize()],
                                  device="cpu", prompts=PROMPTS)
-    ours = ma.SentenceEncoder.from_pretrained(directory, task=task, batch_size=2)
+    ours = ma.SentenceEncoder.from_pretrained(directory, adapter=task, batch_size=2)
     assert ours.default_prompt_name == task
     torch.testing.assert_close(ours.encode(TEXTS), theirs.encode(TEXTS, prompt_name=task, convert_to_tensor=True),
                                **TOL)
