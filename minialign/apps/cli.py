@@ -70,9 +70,13 @@ THREADS_HELP = ("intra-op threads of the forwards (default: the CPUs this proces
                 "container's CPU quota, not the host's count; fewer can be faster on a busy machine: the speed guide)")
 
 
+ADAPTER_HELP = ("for a checkpoint carrying task adapters (jina-embeddings-v3's own layout): the task whose LoRA adapter "
+                "is merged into the weights at load, e.g. retrieval.query (embed: its prompt becomes the default)")
+
+
 def _loading(args: argparse.Namespace) -> dict:
     return {"device": args.device, "dtype": _dtype(args), "batch_size": args.batch_size,
-            "max_tokens": args.max_tokens, "workers": args.workers, "threads": args.threads}
+            "max_tokens": args.max_tokens, "workers": args.workers, "threads": args.threads, "adapter": args.adapter}
 
 
 def _named(args: argparse.Namespace, *flags: str) -> str:
@@ -224,7 +228,7 @@ def _serve_load(models, product, spec: str, args: argparse.Namespace) -> None:
     """Load one model the service was told to (--NAME SPEC) where its protocols find it (serve/core.Models)."""
     from minialign.apps.serve import ALIGNSCORE_ROUTES
 
-    loading = {"device": args.device, "dtype": _dtype(args), "threads": args.threads}
+    loading = {"device": args.device, "dtype": _dtype(args), "threads": args.threads, "adapter": args.adapter}
     if product.serve_as == "alignscore":  # NeMo Guardrails' route names: --alignscore [NAME=]SRC
         name, _, src = spec.rpartition("=")
         name = name or ("large" if src == "AlignScore-large" else "base")
@@ -286,6 +290,7 @@ def _serve_parser(sub) -> None:
     p.add_argument("--dtype", choices=(*DTYPES, "auto", "int8"),
                    help="as the file commands' --dtype; int8 for --embed and --classify only")
     p.add_argument("--threads", type=int, default=None, help=THREADS_HELP + "; each loaded model's forwards use them")
+    p.add_argument("--adapter", default=None, metavar="TASK", help=ADAPTER_HELP + "; every loaded model")
     p.set_defaults(run=_serve)
 
 
@@ -308,6 +313,7 @@ def _common(p: argparse.ArgumentParser, *, batch: str, int8: bool = True) -> Non
     p.add_argument("--workers", type=int, default=1,
                    help="model processes on the CPU, each with threads/N threads (default 1; see BENCHMARKS.md)")
     p.add_argument("--threads", type=int, default=None, help=THREADS_HELP + "; with --workers, shared out among them")
+    p.add_argument("--adapter", default=None, metavar="TASK", help=ADAPTER_HELP)
     ray = p.add_argument_group("Ray Data (the ray extra; README: Ray Data)")
     ray.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
                      help="run on Ray Data: a cluster's address (auto, ray://host:10001), or none for a local Ray; "

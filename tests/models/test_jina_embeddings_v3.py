@@ -349,3 +349,21 @@ def test_sentence_encoder_task_adapter_and_its_prompt(tmp_path):
     torch.testing.assert_close(ours.encode(TEXTS, prompt_name="text-matching"),
                                theirs.encode(TEXTS, prompt_name="text-matching", convert_to_tensor=True), **TOL)
     assert ma.SentenceEncoder.from_pretrained(directory).default_prompt_name is None
+
+
+def test_the_command_line_takes_the_adapter(tmp_path, capsys):
+    """`minialign embed --adapter TASK` loads as SentenceEncoder.from_pretrained(adapter=TASK) does; a checkpoint without
+    adapters is refused naming why."""
+    import json as json_module
+
+    from minialign.apps.cli import main as cli
+
+    hf = hf_model(vocab_size=120)
+    directory, _ = jina_checkpoint(tmp_path, hf)
+    task = "retrieval.query"
+    expected = ma.SentenceEncoder.from_pretrained(directory, adapter=task).encode(TEXTS[0])
+    assert cli(["embed", "--model", str(directory), "--adapter", task, "--text", TEXTS[0]]) == 0
+    got = torch.tensor(json_module.loads(capsys.readouterr().out))
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
+    plain = ma.SentenceEncoder.from_pretrained(directory).encode(TEXTS[0])
+    assert (plain - expected).abs().max() > 1e-4  # the adapter changed the embedding
