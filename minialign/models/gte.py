@@ -25,7 +25,6 @@ Shapes: B batch, L sequence length (a packed batch is one row of T tokens, (1, T
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -35,12 +34,11 @@ from torch import Tensor
 from minialign.convert.families import gte as gte_format
 from minialign.models.family import Family
 from minialign.models.heads import MaskedLM, QuestionAnswering, SequenceClassification
-from minialign.nn.attention import PreparedMask
 from minialign.nn.capture import record
 from minialign.nn.config import (POSITIVE_INT, POSITIVE_NUMBER, PROBABILITY, Config, checked, int_at_least, one_of,
                                  optional)
 from minialign.nn.inputs import ForwardInputs
-from minialign.nn.layers import PRECISION_LAYERS, GatedFeedForward, SelfAttention
+from minialign.nn.layers import EncoderLayer, GatedFeedForward
 from minialign.nn.rotary import linear_inv_freq, rotary_tables
 
 
@@ -95,40 +93,16 @@ class GteEmbeddings(nn.Module):
         return self.dropout(x)
 
 
-class GteLayer(nn.Module):
-    """Post-LN: x = LN(x + drop(attn(x))); x = LN(x + drop(glu(x))) (GteLayer), rotary queries and keys."""
-
-    precision_layers = PRECISION_LAYERS  # EncoderLayer's: the same names, the same reasons
+class GteLayer(EncoderLayer):
+    """Post-LN: x = LN(x + drop(attn(x))); x = LN(x + drop(glu(x))) (GteLayer): BERT's layer (EncoderLayer's forward,
+    modules, names and captures) with rotary queries and keys (the family's tables, `rotary=`) and a GLU."""
 
     def __init__(self, config: Config):
-        super().__init__()
-        self.attention = SelfAttention(config)
-        self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        super().__init__(config)
         # GteMLP: act(gate_proj(x)) * up_proj(x), dropped out, down_proj; the original's up_gate_proj = [up; gate]
         self.ffn = GatedFeedForward(config, bias=True, up_bias=False, activated="second", split_names=True,
                                     dropout=config.hidden_dropout)
-        self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout)  # post_attention_dropout and post_mlp_dropout
-
-    def forward(self, x: Tensor, mask: PreparedMask, queries: Callable[[Tensor], Tensor] | None = None, *,
-                rotary: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor | None]:
-        """x (B, L, C) -> the new states of the `queries` tokens (default: all) (B, Lq, C), and the attention
-        probabilities (B, H, Lq, L) when the backend gives them. rotary: the (cos, sin) tables."""
-        x = record("input", x)
-        a, probs = self.attention(x, mask, queries, rotary=rotary)
-        if queries is not None:
-            x = queries(x)
-        x = x + self.dropout(a)
-        x = record("attention_residual", x)
-        x = self.attention_norm(x)
-        x = record("attention_norm", x)
-        f = self.ffn(x)
-        f = record("ffn_output", f)
-        x = x + self.dropout(f)
-        x = record("ffn_residual", x)
-        x = self.ffn_norm(x)
-        x = record("output", x)
-        return x, probs
+        # post_attention_dropout and post_mlp_dropout: EncoderLayer's dropout on both
 
 
 class Gte(Family):

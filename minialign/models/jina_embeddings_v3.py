@@ -22,7 +22,6 @@ Shapes: B batch, L sequence length (a packed batch is one row of T tokens, (1, T
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -31,7 +30,6 @@ from torch import Tensor
 
 from minialign.convert.families import jina_embeddings_v3 as jina_format
 from minialign.models.xlm_roberta import XLMRoberta
-from minialign.nn.attention import PreparedMask
 from minialign.nn.capture import record
 from minialign.nn.config import POSITIVE_NUMBER, Config, checked
 from minialign.nn.inputs import ForwardInputs
@@ -84,26 +82,6 @@ class JinaLayer(EncoderLayer):
     def __init__(self, config: Config):
         super().__init__(config)
         self.attention = SelfAttention(config, fused_names=True)
-
-    def forward(self, x: Tensor, mask: PreparedMask, queries: Callable[[Tensor], Tensor] | None = None, *,
-                rotary: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor | None]:
-        """x (B, L, C) -> the new states of the `queries` tokens (default: all) (B, Lq, C), and the attention
-        probabilities (B, H, Lq, L) when the backend gives them. rotary: (cos, sin), each (B, L, D)."""
-        x = record("input", x)
-        a, probs = self.attention(x, mask, queries, rotary=rotary)
-        if queries is not None:
-            x = queries(x)
-        x = x + self.attention_dropout(a)
-        x = record("attention_residual", x)
-        x = self.attention_norm(x)
-        x = record("attention_norm", x)
-        f = self.ffn(x)
-        f = record("ffn_output", f)
-        x = x + self.dropout(f)
-        x = record("ffn_residual", x)
-        x = self.ffn_norm(x)
-        x = record("output", x)
-        return x, probs
 
 
 class JinaEmbeddingsV3(XLMRoberta):

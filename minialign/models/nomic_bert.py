@@ -25,7 +25,6 @@ Shapes: B batch, L sequence length (a packed batch is one row of T tokens, (1, T
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -35,11 +34,10 @@ from torch import Tensor
 from minialign.convert.families import nomic_bert as nomic_bert_format
 from minialign.models.family import Family
 from minialign.models.heads import QuestionAnswering
-from minialign.nn.attention import PreparedMask
 from minialign.nn.capture import record
 from minialign.nn.config import ACTIVATION, POSITIVE_INT, POSITIVE_NUMBER, PROBABILITY, Config, checked
 from minialign.nn.inputs import ForwardInputs
-from minialign.nn.layers import PRECISION_LAYERS, GatedFeedForward, SelfAttention
+from minialign.nn.layers import EncoderLayer, GatedFeedForward, SelfAttention
 from minialign.nn.rotary import rotary_tables
 
 
@@ -91,41 +89,17 @@ class NomicBertEmbeddings(nn.Module):
         return self.dropout(x)
 
 
-class NomicBertLayer(nn.Module):
-    """Post-LN: x = attention_norm(x + drop(attn(x))); x = ffn_norm(x + drop(ffn(x))) (NomicBertLayer), the
-    attention rotating queries and keys, the feed-forward SwiGLU; no biases but the norms'. Capture names as
-    EncoderLayer's."""
-
-    precision_layers = PRECISION_LAYERS  # EncoderLayer's: the same names, the same reasons
+class NomicBertLayer(EncoderLayer):
+    """Post-LN: x = attention_norm(x + drop(attn(x))); x = ffn_norm(x + drop(ffn(x))) (NomicBertLayer): BERT's layer
+    (EncoderLayer's forward, modules, names and captures) with the attention rotating queries and keys (the family's
+    tables, `rotary=`), the feed-forward SwiGLU; no biases but the norms'."""
 
     def __init__(self, config: Config):
-        super().__init__()
+        super().__init__(config)
         self.attention = SelfAttention(config, bias=False, fused_names=True)  # Wqkv, out_proj
-        self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         # NomicBertMLP: down(act(gate_proj(x)) * up_proj(x)), nomic's fc12 (gate) and fc11 (value)
         self.ffn = GatedFeedForward(config, bias=False, activated="first", split_names=True)
-        self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout)  # post_attention_dropout and post_mlp_dropout alike
-
-    def forward(self, x: Tensor, mask: PreparedMask, queries: Callable[[Tensor], Tensor] | None = None, *,
-                rotary: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor | None]:
-        """x (B, L, C) -> the new states of the `queries` tokens (default: all) (B, Lq, C), and the attention
-        probabilities (B, H, Lq, L) when the backend gives them. rotary: (cos, sin), each (B, L, D)."""
-        x = record("input", x)
-        a, probs = self.attention(x, mask, queries, rotary=rotary)
-        if queries is not None:
-            x = queries(x)
-        x = x + self.dropout(a)
-        x = record("attention_residual", x)
-        x = self.attention_norm(x)
-        x = record("attention_norm", x)
-        f = self.ffn(x)
-        f = record("ffn_output", f)
-        x = x + self.dropout(f)
-        x = record("ffn_residual", x)
-        x = self.ffn_norm(x)
-        x = record("output", x)
-        return x, probs
+        # post_attention_dropout and post_mlp_dropout alike: EncoderLayer's dropout on both
 
 
 class NomicBert(Family):

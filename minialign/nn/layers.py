@@ -289,11 +289,13 @@ class EncoderLayer(nn.Module):
         self.attention_dropout = self.dropout  # on the attention output (a family may have none there)
 
     def forward(self, x: Tensor, mask: PreparedMask, queries: Callable[[Tensor], Tensor] | None = None, *,
-                score: nn.Module | None = None) -> tuple[Tensor, Tensor | None]:
+                score: nn.Module | None = None,
+                rotary: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor | None]:
         """x (B, L, C) -> the new states of the `queries` tokens (default: all) (B, Lq, C), and the
-        attention probabilities (B, H, Lq, L) when the backend gives them. `score`: SelfAttention's."""
+        attention probabilities (B, H, Lq, L) when the backend gives them. `score`, `rotary`: SelfAttention's (a
+        family's per-forward score function; the (cos, sin) tables of a rotary family: GTE, NomicBERT, jina-v3)."""
         x = record("input", x)
-        a, probs = self.attention(x, mask, queries, score=score)
+        a, probs = self.attention(x, mask, queries, rotary=rotary, score=score)
         if queries is not None:
             x = queries(x)
         x = x + self.attention_dropout(a)
