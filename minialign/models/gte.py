@@ -3,7 +3,7 @@ models/gte/modeling_gte.py, whose modular_gte.py borrows JinaEmbeddingsV3's laye
 rotary embedding; the original: Alibaba-NLP/new-impl modeling.py NewModel), every difference from BERT
 declared here.
 
-  embeddings   LayerNorm(word + token_type), then dropout (GteEmbeddings): no position table; no token types
+  embeddings   LayerNorm(word + token_type), then dropout (GteEmbeddings; models/token_embeddings.py): no position table; no token types
                with type_vocab_size 0 (gte-base-en-v1.5)
   positions    rotary (nn/rotary.py) on queries and keys, theta rope_theta, the default or the linear rope type
                (GteRotaryEmbedding; the published models' fixed NTK scaling is the linear type, rotary.py
@@ -27,14 +27,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 import torch.nn as nn
-from torch import Tensor
 
 from minialign.convert.families import gte as gte_format
 from minialign.models.family import Family
+from minialign.models.token_embeddings import TokenEmbeddings
 from minialign.models.heads import MaskedLM, QuestionAnswering, SequenceClassification
-from minialign.nn.capture import record
 from minialign.nn.config import (POSITIVE_INT, POSITIVE_NUMBER, PROBABILITY, Config, checked, int_at_least, one_of,
                                  optional)
 from minialign.nn.inputs import ForwardInputs
@@ -64,35 +62,6 @@ class GteConfig(Config):
                              f"and only then (rope_type {self.rope_type!r}, rope_factor {self.rope_factor!r})")
 
 
-class GteEmbeddings(nn.Module):
-    """dropout(LayerNorm(word + token_type)) (GteEmbeddings): no position table; with type_vocab_size 0 no token
-    types (token_type_ids ignored)."""
-
-    def __init__(self, config: Config):
-        super().__init__()
-        self.word = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
-        self.token_type = nn.Embedding(config.type_vocab_size, config.hidden_size) if config.type_vocab_size else None
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout)
-
-    def position_ids(self, input_ids: Tensor) -> Tensor:
-        """(B, L): 0, 1, ..., L - 1 in every row (GteModel.forward), read by the rotary tables."""
-        return torch.arange(input_ids.size(1), device=input_ids.device).expand_as(input_ids)
-
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor) -> Tensor:
-        """Positions are not added here (rotary: applied in attention)."""
-        x = self.word(input_ids)
-        x = record("word", x)
-        if self.token_type is not None:
-            token_type = self.token_type(token_type_ids)
-            token_type = record("token_type", token_type)
-            x = x + token_type
-        x = record("sum", x)
-        x = self.norm(x)
-        x = record("norm", x)
-        return self.dropout(x)
-
-
 class GteLayer(EncoderLayer):
     """Post-LN: x = LN(x + drop(attn(x))); x = LN(x + drop(glu(x))) (GteLayer): BERT's layer (EncoderLayer's forward,
     modules, names and captures) with rotary queries and keys (the family's tables, `rotary=`) and a GLU."""
@@ -107,7 +76,7 @@ class GteLayer(EncoderLayer):
 
 class Gte(Family):
     config_class = GteConfig
-    Embeddings = GteEmbeddings
+    Embeddings = TokenEmbeddings
     pooler = False  # GteModel(add_pooling_layer=False); the classifier keeps one (sequence_classification)
 
     @classmethod

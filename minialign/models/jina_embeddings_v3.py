@@ -24,13 +24,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 import torch.nn as nn
-from torch import Tensor
 
 from minialign.convert.families import jina_embeddings_v3 as jina_format
 from minialign.models.xlm_roberta import XLMRoberta
-from minialign.nn.capture import record
+from minialign.models.token_embeddings import TokenEmbeddings
 from minialign.nn.config import POSITIVE_NUMBER, Config, checked
 from minialign.nn.inputs import ForwardInputs
 from minialign.nn.layers import EncoderLayer, SelfAttention
@@ -47,33 +45,6 @@ class JinaEmbeddingsV3Config(Config):
     rope_theta: float = checked(POSITIVE_NUMBER, 20000.0)
 
 
-class JinaEmbeddings(nn.Module):
-    """dropout(LayerNorm(word + token_type)) (JinaEmbeddingsV3Embeddings.forward): no position table."""
-
-    def __init__(self, config: Config):
-        super().__init__()
-        self.word = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
-        self.token_type = nn.Embedding(config.type_vocab_size, config.hidden_size)
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout)
-
-    def position_ids(self, input_ids: Tensor) -> Tensor:
-        """(B, L): 0, 1, ..., L - 1 in every row (JinaEmbeddingsV3Model.forward), read by the rotary tables."""
-        return torch.arange(input_ids.size(1), device=input_ids.device).expand_as(input_ids)
-
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor) -> Tensor:
-        """Positions are not added here (rotary: applied in attention)."""
-        word = self.word(input_ids)
-        word = record("word", word)
-        token_type = self.token_type(token_type_ids)
-        token_type = record("token_type", token_type)
-        x = word + token_type  # (B, L, C), in JinaEmbeddingsV3Embeddings' order
-        x = record("sum", x)
-        x = self.norm(x)
-        x = record("norm", x)
-        return self.dropout(x)
-
-
 class JinaLayer(EncoderLayer):
     """BERT's post-LN layer (EncoderLayer: the same modules, names and captures) whose attention rotates queries and
     keys (JinaEmbeddingsV3Layer with JinaEmbeddingsV3Attention), its Q, K and V one fused projection under one name,
@@ -86,7 +57,7 @@ class JinaLayer(EncoderLayer):
 
 class JinaEmbeddingsV3(XLMRoberta):
     config_class = JinaEmbeddingsV3Config
-    Embeddings = JinaEmbeddings
+    Embeddings = TokenEmbeddings
 
     @classmethod
     def layers(cls, config: Config) -> list[nn.Module]:

@@ -3,7 +3,7 @@ modular_nomic_bert.py from BERT's config and heads, JinaEmbeddingsV3's embedding
 MLP and Llama's rotary embedding; a second reading: candle candle-transformers models/nomic_bert.rs): BERT's
 post-LN encoder with rotary positions and a gated feed-forward, every difference declared here.
 
-  embeddings   LayerNorm(word + token_type), then dropout (NomicBertEmbeddings): no position table
+  embeddings   LayerNorm(word + token_type), then dropout (NomicBertEmbeddings; models/token_embeddings.py): no position table
   positions    rotary (nn/rotary.py) on queries and keys, one theta for every layer (rope_theta, default 1000:
                NomicBertRotaryEmbedding, the default rope type)
   layers       post-LN as BERT's: x = norm1(x + drop(attn(x))); x = norm2(x + drop(mlp(x))) (NomicBertLayer);
@@ -27,14 +27,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 import torch.nn as nn
-from torch import Tensor
 
 from minialign.convert.families import nomic_bert as nomic_bert_format
 from minialign.models.family import Family
+from minialign.models.token_embeddings import TokenEmbeddings
 from minialign.models.heads import QuestionAnswering
-from minialign.nn.capture import record
 from minialign.nn.config import ACTIVATION, POSITIVE_INT, POSITIVE_NUMBER, PROBABILITY, Config, checked
 from minialign.nn.inputs import ForwardInputs
 from minialign.nn.layers import EncoderLayer, GatedFeedForward, SelfAttention
@@ -62,33 +60,6 @@ class NomicBertConfig(Config):
                              f"{self.hidden_size} / {self.num_heads}")
 
 
-class NomicBertEmbeddings(nn.Module):
-    """dropout(LayerNorm(word + token_type)) (NomicBertEmbeddings): no positions (they are rotary)."""
-
-    def __init__(self, config: Config):
-        super().__init__()
-        self.word = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
-        self.token_type = nn.Embedding(config.type_vocab_size, config.hidden_size)
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout)
-
-    def position_ids(self, input_ids: Tensor) -> Tensor:
-        """(B, L): 0, 1, ..., L - 1 in every row (NomicBertModel.forward), read by the rotary tables."""
-        return torch.arange(input_ids.size(1), device=input_ids.device).expand_as(input_ids)
-
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor) -> Tensor:
-        """(B, L) each, or a packed (1, T); positions are not added here (rotary, in attention)."""
-        word = self.word(input_ids)
-        word = record("word", word)
-        token_type = self.token_type(token_type_ids)
-        token_type = record("token_type", token_type)
-        x = word + token_type  # (B, L, C)
-        x = record("sum", x)
-        x = self.norm(x)
-        x = record("norm", x)
-        return self.dropout(x)
-
-
 class NomicBertLayer(EncoderLayer):
     """Post-LN: x = attention_norm(x + drop(attn(x))); x = ffn_norm(x + drop(ffn(x))) (NomicBertLayer): BERT's layer
     (EncoderLayer's forward, modules, names and captures) with the attention rotating queries and keys (the family's
@@ -106,7 +77,7 @@ class NomicBert(Family):
     """The sequence-classification, masked-LM and token heads are BERT's (the defaults)."""
 
     config_class = NomicBertConfig
-    Embeddings = NomicBertEmbeddings
+    Embeddings = TokenEmbeddings
     pooler = False  # NomicBertModel(add_pooling_layer=False); its classifier keeps one (heads.py uses_pooler)
 
     @classmethod
