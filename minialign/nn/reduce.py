@@ -9,8 +9,9 @@ import torch
 from torch import Tensor
 
 
-def token_sum(x: Tensor) -> Tensor:
-    """(B, L, C) -> (B, C): each row's sum over its tokens, in token order, so that a row's sum does not depend on
+def token_sum(x: Tensor, dim: int = 1) -> Tensor:
+    """(B, L, C) -> (B, C): each row's sum over its tokens (the axis `dim`; MaxSim's per-query-token maxima: the last),
+    in token order, so that a row's sum does not depend on
     how much padding its batch gives it (padding rows of x are zeros). `x.sum(dim=1)` does depend on it: torch's
     CPU reduction splits the L axis into a tree whose shape follows L, and a row summed alone and the same row
     padded to a longer batch got other bits (1 ulp, 14 of 50 random rows; the rotary families' batch tests caught
@@ -19,5 +20,5 @@ def token_sum(x: Tensor) -> Tensor:
     float32 and rounded once, as torch's sum accumulates them (a bf16 scan rounds at every token: EuroBERT's "late"
     pooling in bf16 on an H200 was 7x transformers' own error that way)."""
     if x.dtype in (torch.bfloat16, torch.float16):
-        return x.float().cumsum(dim=1)[:, -1].to(x.dtype)
-    return x.cumsum(dim=1)[:, -1]
+        return x.float().cumsum(dim=dim).select(dim, -1).to(x.dtype)
+    return x.cumsum(dim=dim).select(dim, -1)

@@ -60,6 +60,7 @@ from minialign import convert
 from minialign.convert import CheckpointError
 from minialign.loading import build, read_checkpoint, resolve_device
 from minialign.models.encoder import Encoder
+from minialign.nn.reduce import token_sum
 from minialign.products.embeddings import Dense
 from minialign.products.runner import Loading, Runner, load_keywords
 from minialign.runtime.engine import Truncation
@@ -546,7 +547,8 @@ def _maxsim_chunk(a: Tensor, a_mask: Tensor, b: Tensor, b_mask: Tensor) -> Tenso
         return torch.full((a.size(0), b.size(0)), EMPTY_DOCUMENT_SCORE)
     scores = torch.einsum("ash,bth->abst", a, b)  # (A, B, S, T)
     scores.masked_fill_(~b_mask[None, :, None, :], torch.finfo(scores.dtype).min)
-    scores = (scores.max(dim=-1).values.float() * a_mask[:, None, :]).sum(dim=-1)  # (A, B)
+    # in query-token order: a query's score the same bits whatever the other queries' lengths (nn/reduce.py)
+    scores = token_sum(scores.max(dim=-1).values.float() * a_mask[:, None, :], dim=-1)  # (A, B)
     return scores.masked_fill(~b_mask.any(dim=-1)[None, :], EMPTY_DOCUMENT_SCORE)
 
 
@@ -564,7 +566,7 @@ def maxsim_pairwise(queries: Sequence[Tensor] | Tensor, documents: Sequence[Tens
         return torch.full((len(a),), EMPTY_DOCUMENT_SCORE)
     scores = torch.einsum("bsh,bth->bst", a, b.to(a.device))
     scores.masked_fill_(~b_mask.to(a.device)[:, None, :], torch.finfo(scores.dtype).min)
-    scores = (scores.max(dim=-1).values.float() * a_mask).sum(dim=-1)
+    scores = token_sum(scores.max(dim=-1).values.float() * a_mask, dim=-1)
     scores = scores.masked_fill(~b_mask.to(a.device).any(dim=-1), EMPTY_DOCUMENT_SCORE)
     if length_normalize:
         scores = scores / a_mask.sum(1).clamp(min=1).to(scores)

@@ -274,3 +274,21 @@ def test_bad_configs_are_named(tmp_path, tiny_family):
     (directory / "2_MultiVectorMask" / "config.json").write_text(json.dumps({"skiplist_words": "."}))
     with pytest.raises(ma.CheckpointError, match="skiplist_words must be a list of strings"):
         ma.MultiVectorEncoder.from_pretrained(directory)
+
+
+def test_a_querys_maxsim_is_the_same_bits_whatever_the_other_queries():
+    """MaxSim sums a query's per-token maxima over the padded query length: in token order (nn/reduce.py token_sum), so
+    a query scored alone and beside longer ones gets the same bits (with `.sum(-1)`: 44 of 120 rows differed)."""
+    from minialign.products.multivector import maxsim, maxsim_pairwise
+
+    torch.manual_seed(0)
+    unit = lambda n: torch.nn.functional.normalize(torch.randn(n, 64), dim=-1)  # noqa: E731
+    for _ in range(10):
+        queries = [unit(int(torch.randint(3, 40, (1,)))) for _ in range(4)]
+        documents = [unit(int(torch.randint(5, 120, (1,)))) for _ in range(5)]
+        together = maxsim(queries, documents)
+        for i, query in enumerate(queries):
+            assert torch.equal(maxsim([query], documents)[0], together[i])
+        pairs = maxsim_pairwise(queries, documents[:4])
+        for i, query in enumerate(queries):
+            assert torch.equal(maxsim_pairwise([query], [documents[i]])[0], pairs[i])
