@@ -9,6 +9,7 @@ import shutil
 import string
 import sys
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 # Tests never reach the hub: huggingface_hub reads this when it is first imported (below, through
@@ -450,3 +451,22 @@ def save_filler(directory: Path, wordpiece_dir: Path) -> Path:
                 p.mul_(8)
     model.save_pretrained(directory)
     return directory
+
+
+def reference_model(cls, config, *, sharpen: Callable[[str, torch.Tensor], bool], factor: float):
+    """transformers' `cls` built from `config` in eval mode on eager attention, seeded, made a reference a swapped
+    weight name cannot pass: every norm parameter and bias moved off its initial value (x 0.1 noise), and the weights
+    `sharpen(name, p)` picks scaled by `factor` (sharper attention than the tiny initialisation's, so rotary
+    positions move the outputs). The rotary families' test files build their references with it."""
+    import transformers
+
+    config._attn_implementation = "eager"
+    transformers.set_seed(0)
+    model = cls(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name.lower() or name.endswith("bias"):
+                p.add_(torch.randn_like(p) * 0.1)
+            elif sharpen(name, p):
+                p.mul_(factor)
+    return model

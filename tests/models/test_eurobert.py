@@ -12,7 +12,7 @@ import json
 import pytest
 import torch
 import transformers
-from conftest import encoder_parity, pad_batch
+from conftest import encoder_parity, pad_batch, reference_model
 
 import minialign as ma
 from minialign import convert
@@ -34,17 +34,8 @@ def hf_config(**overrides):
 
 
 def hf_model(cls=transformers.EuroBertModel, **overrides):
-    config = hf_config(**overrides)
-    config._attn_implementation = "eager"
-    transformers.set_seed(0)
-    model = cls(config).eval()
-    with torch.no_grad():  # non-zero biases and norm weights away from 1, so a swapped name cannot pass
-        for name, p in model.named_parameters():
-            if "norm" in name or name.endswith("bias"):
-                p.add_(torch.randn_like(p) * 0.1)
-            elif p.dim() == 2 and "embed" not in name:
-                p.mul_(3)  # sharper attention than the initialisation's, so positions move the outputs
-    return model
+    return reference_model(cls, hf_config(**overrides), factor=3,
+                           sharpen=lambda name, p: p.dim() == 2 and "embed" not in name)
 
 
 def _saved(tmp_path, cls=transformers.EuroBertModel, **overrides):

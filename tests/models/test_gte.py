@@ -12,7 +12,7 @@ import json
 import pytest
 import torch
 import transformers
-from conftest import encoder_parity, pad_batch
+from conftest import encoder_parity, pad_batch, reference_model
 
 import minialign as ma
 from minialign.convert.errors import CheckpointError
@@ -29,17 +29,8 @@ DEFAULT = {"rope_type": "default", "rope_theta": 500.0}
 def hf_model(cls=transformers.GteModel, **overrides):
     base = dict(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37,
                 max_position_embeddings=256, pad_token_id=0, type_vocab_size=2, rope_parameters=dict(LINEAR))
-    config = transformers.GteConfig(**{**base, **overrides})
-    config._attn_implementation = "eager"
-    torch.manual_seed(0)
-    model = cls(config).eval()
-    with torch.no_grad():  # non-zero biases and norm params, so a swapped name cannot pass
-        for name, p in model.named_parameters():
-            if "norm" in name or name.endswith("bias"):
-                p.add_(torch.randn_like(p) * 0.1)
-            elif "q_proj" in name or "k_proj" in name:
-                p.mul_(4)  # sharper attention than the tiny initialisation's, so positions move the outputs
-    return model
+    return reference_model(cls, transformers.GteConfig(**{**base, **overrides}), factor=4,
+                           sharpen=lambda name, p: "q_proj" in name or "k_proj" in name)
 
 
 def _saved(tmp_path, cls=transformers.GteModel, **overrides):

@@ -16,7 +16,7 @@ import shutil
 import pytest
 import torch
 import transformers
-from conftest import encoder_parity, pad_batch
+from conftest import encoder_parity, pad_batch, reference_model
 from family_builders import FAMILIES, write_tokenizer
 from safetensors.torch import save_file
 
@@ -46,17 +46,8 @@ def hf_config(**overrides):
 
 
 def hf_model(cls=transformers.JinaEmbeddingsV3Model, **overrides):
-    config = hf_config(**overrides)
-    config._attn_implementation = "eager"
-    torch.manual_seed(0)
-    model = cls(config).eval()
-    with torch.no_grad():  # non-zero biases and norm params, so a swapped name cannot pass
-        for name, p in model.named_parameters():
-            if "norm" in name.lower() or name.endswith("bias"):
-                p.add_(torch.randn_like(p) * 0.1)
-            elif "q_proj" in name or "k_proj" in name:
-                p.mul_(4)  # sharper attention, so positions move the outputs
-    return model
+    return reference_model(cls, hf_config(**overrides), factor=4,
+                           sharpen=lambda name, p: "q_proj" in name or "k_proj" in name)
 
 
 def _saved(tmp_path, cls=transformers.JinaEmbeddingsV3Model, **overrides):

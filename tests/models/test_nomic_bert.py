@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 import transformers
-from conftest import encoder_parity, pad_batch
+from conftest import encoder_parity, pad_batch, reference_model
 
 import minialign as ma
 from minialign import convert
@@ -53,17 +53,8 @@ def hf_config(**overrides):
 
 
 def hf_model(cls=transformers.NomicBertModel, **overrides):
-    config = hf_config(**overrides)
-    config._attn_implementation = "eager"
-    torch.manual_seed(0)
-    model = cls(config).eval()
-    with torch.no_grad():  # non-zero biases and norm params, so a swapped name cannot pass
-        for name, p in model.named_parameters():
-            if "norm" in name.lower() or name.endswith("bias"):
-                p.add_(torch.randn_like(p) * 0.1)
-            elif "Wqkv" in name or "q_proj" in name or "k_proj" in name:
-                p.mul_(8)  # sharp attention, so the rotary positions move the outputs
-    return model
+    return reference_model(cls, hf_config(**overrides), factor=8,  # sharp attention: the rotary positions move outputs
+                           sharpen=lambda name, p: "Wqkv" in name or "q_proj" in name or "k_proj" in name)
 
 
 def _saved(tmp_path, cls=transformers.NomicBertModel, **overrides):
