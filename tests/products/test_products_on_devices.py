@@ -46,7 +46,7 @@ def _judge(got, theirs, reference, dtype, where):
         assert torch.isfinite(got).all(), f"{where}: non-finite values"
         torch.testing.assert_close(got, reference, **TOL)
     else:
-        assert_within_half_error(got, theirs, reference, where=where)
+        assert_within_half_error(got, theirs, reference, where=where, half=DTYPES[dtype])
 
 
 @pytest.mark.parametrize("dtype", PRODUCT_DTYPES)
