@@ -26,7 +26,7 @@ from . import families
 from .by_model_type import (alignscore_to_minialign, config_from_hf, config_to_hf, foreign_format, hf_to_minialign,
                             minialign_to_alignscore, minialign_to_hf, split_hf_backbone)
 from .flagembedding import M3_HEADS, read_m3_heads
-from .formats import Foreign, Format
+from .formats import Adapters, Foreign, Format
 from .pickles import load_pickle
 from .sbert import (MULTIVECTOR_MODULES, PUNCTUATION, crossencoder_activation, pylate_settings, read_dense,
                     read_include_prompt, read_model_config, read_modules, read_multivector_mask, read_pooling,
@@ -34,6 +34,7 @@ from .sbert import (MULTIVECTOR_MODULES, PUNCTUATION, crossencoder_activation, p
                     read_static_embedding, read_truncate_dim)
 
 __all__ = [
+    "Adapters",
     "CheckpointError",
     "Directory",
     "Files",

@@ -12,6 +12,18 @@ from .names import Names
 
 
 @dataclass(frozen=True)
+class Adapters:
+    """A checkpoint's task adapters kept apart from its weights (LoRA: W + scaling * B @ A per task), under
+    transformers' names of the weights they update: for each, (A, B, embedding), every task's stacked on the first
+    axis in the order of `tasks`; A (task, rank, in) and B (task, out, rank) for a Linear, A (task, num, rank) and
+    B (task, rank, dim) for an Embedding (jina's modeling_lora.py, its `swap`)."""
+
+    tasks: tuple[str, ...]
+    scaling: float
+    layers: dict[str, tuple[Any, Any, bool]]
+
+
+@dataclass(frozen=True)
 class Foreign:
     """Another code base's layout of a family's checkpoints, which the family reads (jina-embeddings-v3's own, custom
     code under model_type "xlm-roberta"): `recognise` its config.json, turn it into the family's (`config`), and its
@@ -23,6 +35,8 @@ class Foreign:
     config: Callable[[dict[str, Any]], dict[str, Any]]
     tasks: Callable[[dict[str, Any]], tuple[str, ...]]
     state_dict: Callable[[dict[str, Any], dict[str, Any], str | None], dict[str, Any]]
+    # every task's adapter kept apart (`Adapters`, or None where it has none), for a choice per call
+    adapters: Callable[[dict[str, Any], dict[str, Any]], Adapters | None] | None = None
 
 
 @dataclass(frozen=True)

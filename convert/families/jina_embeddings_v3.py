@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from ..errors import CheckpointError
-from ..formats import Foreign, Format
+from ..formats import Adapters, Foreign, Format
 from ..hf_config import ConfigRow, sizes
 from ..names import ALIGN_HEADS, DENSE_CLASSIFICATION_HEAD, QA_OUTPUTS, TOKEN_CLASSIFIER, Names, layer_names
 from . import bert
@@ -137,6 +137,38 @@ def lora_delta(lora_a: torch.Tensor, lora_b: torch.Tensor, scaling: float, *, em
     return (a @ b if embedding else b @ a) * scaling
 
 
+def _adapters_of(layer: str, state_dict: dict[str, torch.Tensor], tasks: tuple[str, ...], rank: Any,
+                 weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """(lora_A, lora_B, whether the layer is an Embedding) of one parametrized weight, every task's stacked on the
+    first axis, checked against the config (lora_adaptations, lora_rank) and the weight's shape."""
+    lora_a, lora_b = (state_dict.get(f"{layer}{_PARAMETRIZED}0.lora_{x}") for x in "AB")
+    if lora_a is None or lora_b is None:
+        raise CheckpointError(f"{layer}: a parametrized weight without its lora_A / lora_B")
+    embedding = layer.endswith(_EMBEDDINGS)
+    if lora_a.dim() != 3 or lora_b.dim() != 3:
+        raise CheckpointError(f"{layer}: lora_A {tuple(lora_a.shape)}, lora_B {tuple(lora_b.shape)} are not stacks of "
+                              f"matrices (task, ...)")
+    r = lora_a.shape[-1] if embedding else lora_a.shape[-2]
+    if len(lora_a) != len(tasks) or len(lora_b) != len(tasks) or r != rank:
+        raise CheckpointError(f"{layer}: lora_A {tuple(lora_a.shape)}, lora_B {tuple(lora_b.shape)} do "
+                              f"not hold {len(tasks)} adapters of rank {rank} (config.json lora_rank, "
+                              f"lora_adaptations)")
+    rows, cols = (lora_a.shape[1], lora_b.shape[2]) if embedding else (lora_b.shape[1], lora_a.shape[2])
+    if (rows, cols) != tuple(weight.shape):
+        raise CheckpointError(f"{layer}: its adapters' update ({rows}, {cols}) does not fit its "
+                              f"weight {tuple(weight.shape)}")
+    return lora_a, lora_b, embedding
+
+
+def _scaling(hf: dict[str, Any]) -> float:
+    """lora_alpha / lora_rank (modeling_lora.py LoRAParametrization: scaling = alpha / rank)."""
+    rank, alpha = hf.get("lora_rank"), hf.get("lora_alpha")
+    if not isinstance(rank, int) or rank <= 0 or not isinstance(alpha, (int, float)):
+        raise ValueError(f"config.json: lora_rank {rank!r} / lora_alpha {alpha!r}: a positive integer rank and a "
+                         f"number are needed for the adapters")
+    return alpha / rank
+
+
 def jina_state_dict(state_dict: dict[str, torch.Tensor], hf: dict[str, Any],
                     task: str | None) -> dict[str, torch.Tensor]:
     """jina's tensors under transformers' names (TABLE's: jina's own, the parametrizations gone), `task`'s
@@ -150,7 +182,6 @@ def jina_state_dict(state_dict: dict[str, torch.Tensor], hf: dict[str, Any],
             raise ValueError(f"task {task!r} is not one of this checkpoint's adapters "
                              f"({', '.join(map(repr, tasks)) or 'it has none'})")
         index = tasks.index(task)
-    rank, alpha = hf.get("lora_rank"), hf.get("lora_alpha")
     out: dict[str, torch.Tensor] = {}
     merged = 0
     for name, tensor in state_dict.items():
@@ -160,19 +191,8 @@ def jina_state_dict(state_dict: dict[str, torch.Tensor], hf: dict[str, Any],
         elif part == "original":
             out[f"{layer}.weight"] = tensor
             if index is not None:
-                lora_a, lora_b = (state_dict.get(f"{layer}{_PARAMETRIZED}0.lora_{x}") for x in "AB")
-                if lora_a is None or lora_b is None:
-                    raise CheckpointError(f"{layer}: a parametrized weight without its lora_A / lora_B")
-                embedding = layer.endswith(_EMBEDDINGS)
-                r = lora_a.shape[-1] if embedding else lora_a.shape[-2]
-                if len(lora_a) != len(tasks) or len(lora_b) != len(tasks) or r != rank:
-                    raise CheckpointError(f"{layer}: lora_A {tuple(lora_a.shape)}, lora_B {tuple(lora_b.shape)} do "
-                                          f"not hold {len(tasks)} adapters of rank {rank} (config.json lora_rank, "
-                                          f"lora_adaptations)")
-                delta = lora_delta(lora_a[index], lora_b[index], alpha / rank, embedding=embedding)
-                if delta.shape != tensor.shape:
-                    raise CheckpointError(f"{layer}: its adapter's update {tuple(delta.shape)} does not fit its "
-                                          f"weight {tuple(tensor.shape)}")
+                lora_a, lora_b, embedding = _adapters_of(layer, state_dict, tasks, hf.get("lora_rank"), tensor)
+                delta = lora_delta(lora_a[index], lora_b[index], _scaling(hf), embedding=embedding)
                 out[f"{layer}.weight"] = tensor.float() + delta
                 merged += 1
         elif part not in ("0.lora_A", "0.lora_B"):
@@ -183,6 +203,21 @@ def jina_state_dict(state_dict: dict[str, torch.Tensor], hf: dict[str, Any],
     return out
 
 
+def jina_adapters(state_dict: dict[str, torch.Tensor], hf: dict[str, Any]) -> Adapters | None:
+    """Every task's adapter kept apart from the weights, to be chosen per call (minialign/nn/lora.py): for each
+    parametrized weight, under transformers' name of the weight (`<layer>.weight`), its (lora_A, lora_B,
+    embedding) as jina stacks them; None where the checkpoint has no adapters."""
+    tasks = jina_tasks(hf)
+    layers = {}
+    for name, tensor in state_dict.items():
+        layer, found, part = name.partition(_PARAMETRIZED)
+        if found and part == "original":
+            layers[f"{layer}.weight"] = _adapters_of(layer, state_dict, tasks, hf.get("lora_rank"), tensor)
+    if not layers or not tasks:
+        return None
+    return Adapters(tasks, _scaling(hf), layers)
+
+
 JINA = Foreign("jina's XLMRobertaLoRA (jinaai/xlm-roberta-flash-implementation)", recognise=is_jina,
-               config=jina_config, tasks=jina_tasks, state_dict=jina_state_dict)
+               config=jina_config, tasks=jina_tasks, state_dict=jina_state_dict, adapters=jina_adapters)
 FORMAT = Format(CONFIG, NAMES, foreign=JINA)

@@ -45,6 +45,9 @@ class Checkpoint:
     # the transformers classes its config.json names ("BertForTokenClassification"): which head the tensors are for,
     # where names alone cannot tell (`classifier.weight` is a sequence or a token head's: models/auto.py)
     architectures: tuple[str, ...] = ()
+    # task adapters kept apart from the weights (read_checkpoint without a task, of a checkpoint carrying them:
+    # jina's), under the names of the weights they update (AlignModel's); None: none
+    adapters: convert.Adapters | None = None
 
     def own_name(self, name: str) -> str:
         """A weight's name (AlignModel's) as the file names it, for messages in the user's words: transformers'
@@ -120,13 +123,18 @@ def _read_model(source: Source, beside: tuple[str, ...] = (), task: str | None =
     config = config_from_hf(foreign.foreign.config(data) if foreign else data, source=str(config_path))
     weights = convert.find_weights(source)
     state_dict = convert.read_state_dict(weights)
+    adapters = None
     if foreign is not None:
         try:
+            if task is None and foreign.foreign.adapters is not None:
+                adapters = foreign.foreign.adapters(state_dict, data)
             state_dict = foreign.foreign.state_dict(state_dict, data, task)
         except ValueError as error:
             raise CheckpointError(f"{weights}: {error}") from None
     others = {name: state_dict.pop(name) for name in beside if name in state_dict}
     tensors, dropped = convert.hf_to_minialign(state_dict, config.format, source=str(weights))
+    if adapters is not None:
+        adapters = _renamed(adapters, config, str(weights))
     heads = source.file(HEADS_FILE, optional=True)
     if heads is not None:
         more, more_dropped = convert.alignscore_to_minialign(convert.read_safetensors(heads), config.format,
@@ -134,7 +142,19 @@ def _read_model(source: Source, beside: tuple[str, ...] = (), task: str | None =
         tensors.update(more)
         dropped += more_dropped
     return Checkpoint(config, tensors, str(weights), source, dropped, layout="hf", beside=others,
-                      architectures=architectures_of(data))
+                      architectures=architectures_of(data), adapters=adapters)
+
+
+def _renamed(adapters: convert.Adapters, config: Config, origin: str) -> convert.Adapters:
+    """The adapters under minialign's names of the weights they update (transformers' before)."""
+    layers = {}
+    for name, parts in adapters.layers.items():
+        mapped, _ = convert.hf_to_minialign({name: parts[0]}, config.format, source=origin)
+        if len(mapped) != 1:
+            raise CheckpointError(f"{origin}: {name}: an adapter on a weight minialign splits ({sorted(mapped)})")
+        (own,) = mapped
+        layers[own] = parts
+    return dataclasses.replace(adapters, layers=layers)
 
 
 def architectures_of(data: dict) -> tuple[str, ...]:

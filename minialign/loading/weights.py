@@ -17,6 +17,7 @@ from minialign.convert import CheckpointError
 from minialign.loading.checkpoints import Checkpoint, read_checkpoint
 from minialign.loading.devices import DtypeChoice, parse_dtype, resolve_device, warn_if_emulated
 from minialign.nn.config import Config
+from minialign.nn import lora
 from minialign.nn.init import init_parameter
 
 log = logging.getLogger(__name__)
@@ -122,6 +123,10 @@ def build(cls: type[nn.Module], ckpt: Checkpoint, *, device: str | torch.device 
                               f"one initialised at random would give scores that mean nothing. {advice}".rstrip())
     materialise(model, tensors, device, dtype)
     model.precision = precision  # the Linear variants each layer declares (nn/layers.py PRECISION_LAYERS)
+    if ckpt.adapters is not None:  # kept apart, chosen per call (nn/lora.py)
+        paths = {own.removesuffix(".weight"): ckpt.adapters.layers[name]
+                 for name, own in owned_names(cls, ckpt, ckpt.adapters.layers).items() if own is not None}
+        lora.attach(model, ckpt.adapters.tasks, ckpt.adapters.scaling, paths)
     if missing:
         initialise(model, missing, ckpt.config, device, dtype)
         warnings.warn(f"{ckpt.origin}: the checkpoint lacks {missing}: initialised (BERT's init, seeded by each "
@@ -156,18 +161,29 @@ def own_tensors(cls: type[nn.Module], ckpt: Checkpoint) -> dict[str, Tensor]:
     prefix, owns = getattr(cls, "checkpoint_prefix", None), getattr(cls, "owns", None)
     if prefix is None or owns is None:
         raise TypeError(f"cannot load into {cls.__name__}: it declares no checkpoint_prefix / owns (Pretrained)")
-    renames = cls.checkpoint_names(ckpt.config) if hasattr(cls, "checkpoint_names") else {}
-    owned = tuple(f"{part}." for part in owns(ckpt.config))
     read: dict[str, Tensor] = {}
     unused = []
-    for name, tensor in ckpt.tensors.items():
-        if name.startswith(prefix) and (own := own_name(name[len(prefix):], renames)).startswith(owned):
-            read[own] = tensor
-        else:
+    for name, own in owned_names(cls, ckpt, ckpt.tensors).items():
+        if own is None:
             unused.append(name)
+        else:
+            read[own] = ckpt.tensors[name]
     if unused:
         log.info("%s: weights not used by %s: %s", ckpt.origin, cls.__name__, sorted(unused))
     return read
+
+
+def owned_names(cls: type[nn.Module], ckpt: Checkpoint, names) -> dict[str, str | None]:
+    """Each of the checkpoint's `names` as the class `cls` names it (own_tensors' rule), None where it is not the
+    class's."""
+    prefix, owns = cls.checkpoint_prefix, cls.owns
+    renames = cls.checkpoint_names(ckpt.config) if hasattr(cls, "checkpoint_names") else {}
+    owned = tuple(f"{part}." for part in owns(ckpt.config))
+    out = {}
+    for name in names:
+        own = own_name(name[len(prefix):], renames) if name.startswith(prefix) else None
+        out[name] = own if own is not None and own.startswith(owned) else None
+    return out
 
 
 def materialise(model: nn.Module, tensors: dict[str, Tensor], device: torch.device, dtype: torch.dtype) -> None:

@@ -152,6 +152,16 @@ def on_cpu(x: Tensor, weight: Tensor) -> bool:
     return x.device.type == "cpu" and weight.device.type == "cpu"
 
 
+def activate(y: Tensor, activation: str | None) -> Tensor:
+    """activation(y) (a name of ACTIVATIONS; None: y), in place where autograd does not need y: the product is this
+    call's own buffer, and a second one of its size is a fresh allocation (page faults) on every call."""
+    if activation is None:
+        return y
+    if y.requires_grad or activation not in IN_PLACE:
+        return ACTIVATIONS[activation][0](y)
+    return IN_PLACE[activation](y)
+
+
 class Linear(nn.Linear):
     """activation(x W^T + b) in the weights' dtype: oneDNN on a prepacked fp32 weight where this CPU runs it faster
     (module docstring), F.linear elsewhere. The base of every variant (`swap`)."""
@@ -206,13 +216,7 @@ class Linear(nn.Linear):
         return y if fused else self._activate(y)
 
     def _activate(self, y: Tensor) -> Tensor:
-        """activation(y), in place where autograd does not need y: the product is this call's own buffer,
-        and a second one of its size is a fresh allocation (page faults) on every call."""
-        if self.activation is None:
-            return y
-        if y.requires_grad or self.activation not in IN_PLACE:
-            return ACTIVATIONS[self.activation][0](y)
-        return IN_PLACE[self.activation](y)
+        return activate(y, self.activation)
 
     def inference_weight(self) -> Tensor:
         """The weight as this layer multiplies by it outside autograd: rounded to compute_dtype and, where

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from minialign import convert
+from minialign.nn import lora
 from minialign.nn.activations import ACTIVATIONS, TORCH_MODULES
 from minialign.products import pooling as pooling_modes
 from minialign.products.quantization import check_precision, check_truncate_dim, quantize_embeddings
@@ -193,7 +194,8 @@ class SentenceEncoder(Runner):
                batch_size: int | None = None, normalize_embeddings: bool = False, truncate_dim: int | None = None,
                precision: str = "float32", ranges: Tensor | None = None,
                calibration_embeddings: Tensor | None = None, show_progress_bar: bool = False,
-               warn_truncation: bool | None = None, tally: Truncation | None = None) -> Tensor:
+               warn_truncation: bool | None = None, tally: Truncation | None = None,
+               adapter: str | None = None) -> Tensor:
         """(N, dimension) float32 embeddings on the CPU, row i for texts[i]; one string gives one vector
         (dimension,), as SentenceTransformer.encode does. prompt_name (one of `prompts`) or prompt (its
         text): put before every text, as sentence-transformers does (resolve_prompt; neither: the default
@@ -202,8 +204,14 @@ class SentenceEncoder(Runner):
         (products/quantization.py; int8 / uint8 buckets from `ranges` (2, D) or `calibration_embeddings`, else from
         these embeddings, which makes a text's codes depend on the others, as in sentence-transformers). Text cut by
         the window is reported as by every runner (warn_truncation, tally: products/runner.py); the prompt counts
-        towards the window."""
+        towards the window. adapter: the task adapter this call adds (a checkpoint carrying them, jina-embeddings-v3's,
+        loaded without adapter=: nn/lora.py), and the prompt of that name the default one unless the call or the
+        directory names one, as loading with adapter= does."""
         check_precision(precision)
+        if adapter is not None:
+            lora.check(self.model, adapter)  # before any text runs
+            if prompt_name is None and prompt is None and self.default_prompt_name is None and adapter in self.prompts:
+                prompt_name = adapter
         truncate_dim = check_truncate_dim(truncate_dim if truncate_dim is not None else self.truncate_dim)
         if isinstance(texts, str):
             if precision in ("int8", "uint8") and ranges is None and calibration_embeddings is None:
@@ -212,11 +220,14 @@ class SentenceEncoder(Runner):
             return self.encode([texts], prompt_name=prompt_name, prompt=prompt, batch_size=batch_size,
                                normalize_embeddings=normalize_embeddings, truncate_dim=truncate_dim,
                                precision=precision, ranges=ranges, calibration_embeddings=calibration_embeddings,
-                               show_progress_bar=show_progress_bar, warn_truncation=warn_truncation, tally=tally)[0]
+                               show_progress_bar=show_progress_bar, warn_truncation=warn_truncation, tally=tally,
+                               adapter=adapter)[0]
         prompt = self.resolve_prompt(prompt_name=prompt_name, prompt=prompt)
         texts = check_texts("texts", texts)
         if texts:
             texts, constants = self._prompted(texts, prompt)
+            if adapter is not None:  # every batch carries it, to the worker processes too (forward)
+                constants = {**(constants or {}), "adapter": adapter}
             results = self.run(texts, progress=show_progress_bar, batch_size=batch_size, constants=constants)
             self._count(results.truncated, warn_truncation, tally)
             values = results.values
@@ -252,7 +263,8 @@ class SentenceEncoder(Runner):
         batch = dict(batch)
         skip = int(batch.pop("prompt_length", 0))
         final = pooling_modes.final_tokens(self.pooling, prompt_length=skip)
-        hidden = self.model(**batch, unpad=self.unpad, final_tokens=final).last_hidden_state
+        with lora.chosen(self.model, batch.pop("adapter", None)):
+            hidden = self.model(**batch, unpad=self.unpad, final_tokens=final).last_hidden_state
         mask = batch["attention_mask"][:, :hidden.size(1)]
         x = pooling_modes.pool(hidden, mask, self.pooling, prompt_length=skip)
         for layer in self.dense:

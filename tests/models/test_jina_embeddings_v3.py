@@ -358,3 +358,83 @@ def test_the_command_line_takes_the_adapter(tmp_path, capsys):
     torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
     plain = ma.SentenceEncoder.from_pretrained(directory).encode(TEXTS[0])
     assert (plain - expected).abs().max() > 1e-4  # the adapter changed the embedding
+
+
+# -- the task adapters chosen per call (nn/lora.py) ------------------------------------------------------------------
+
+@pytest.mark.parametrize("unpad", [False, True])
+def test_an_adapter_chosen_per_call_equals_it_merged_on_loading(tmp_path, unpad):
+    """Loaded without adapter=, jina's checkpoint keeps every task's adapter apart: a forward under lora.chosen(task)
+    equals the model loaded with that task merged (float32 rounding: the two small products instead of one on
+    W + scaling * B A), padded and packed, the feed-forward's fused activation applied after the adapter's term;
+    no task chosen: the base weights, bit for bit; the state dict is the plain encoder's."""
+    from minialign.nn import lora
+
+    hf = hf_model(vocab_size=120)
+    directory, _ = jina_checkpoint(tmp_path, hf, prompts=False)
+    ids, mask = _batch(hf.config, lengths=(140, 33, 7))
+    real = mask.bool()
+    kept = ma.Encoder.from_pretrained(directory)
+    assert lora.adapters_of(kept).tasks == tuple(TASKS)
+    assert kept.layers[0].ffn.up.activation is None  # applied by the hook, after the adapter's term
+    with torch.no_grad():
+        base = kept(ids, attention_mask=mask, unpad=unpad).last_hidden_state
+        for task in ("retrieval.passage", "text-matching"):
+            merged = ma.Encoder.from_pretrained(directory, adapter=task)
+            assert lora.adapters_of(merged) is None and set(merged.state_dict()) == set(kept.state_dict())
+            expected = merged(ids, attention_mask=mask, unpad=unpad).last_hidden_state
+            with lora.chosen(kept, task):
+                got = kept(ids, attention_mask=mask, unpad=unpad).last_hidden_state
+            torch.testing.assert_close(got[real], expected[real], **TOL)
+            assert (got[real] - base[real]).abs().max() > 1e-2  # the adapter changed the states
+        plain = hf(ids, attention_mask=mask).last_hidden_state
+        assert torch.equal(kept(ids, attention_mask=mask, unpad=unpad).last_hidden_state, base)
+    torch.testing.assert_close(base[real], plain[real], **TOL)
+
+
+def test_sentence_encoder_chooses_the_adapter_per_call(tmp_path):
+    """SentenceEncoder.encode(adapter=) equals the encoder loaded with that adapter (its prompt the default, as there);
+    a call's own prompt_name wins; a text alone gets the same bits as in a batch; the choice is the call's and its
+    thread's (another thread's forward meanwhile runs the base weights); bad choices are named."""
+    import threading
+
+    from minialign.nn import lora
+
+    hf = hf_model(vocab_size=120)
+    directory, _ = jina_checkpoint(tmp_path, hf)
+    ours = ma.SentenceEncoder.from_pretrained(directory, batch_size=2)
+    plain = ours.encode(TEXTS)
+    for task in ("retrieval.query", "separation"):
+        fixed = ma.SentenceEncoder.from_pretrained(directory, adapter=task, batch_size=2)
+        got = ours.encode(TEXTS, adapter=task)
+        torch.testing.assert_close(got, fixed.encode(TEXTS), **TOL)
+        torch.testing.assert_close(ours.encode(TEXTS, adapter=task, prompt_name="text-matching"),
+                                   fixed.encode(TEXTS, prompt_name="text-matching"), **TOL)
+        assert torch.equal(torch.stack([ours.encode(text, adapter=task) for text in TEXTS]), got)
+    torch.testing.assert_close(ours.encode(TEXTS), plain, atol=0, rtol=0)  # no choice left behind
+
+    seen = {}
+    ids, mask = _batch(hf.config, lengths=(20, 9))
+    started, finish = threading.Event(), threading.Event()
+
+    def other_thread():
+        started.wait()
+        with torch.no_grad():
+            seen["other"] = ours.model(ids, attention_mask=mask).last_hidden_state
+        finish.set()
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    with torch.no_grad(), lora.chosen(ours.model, "classification"):
+        started.set()
+        finish.wait(timeout=60)
+        chosen = ours.model(ids, attention_mask=mask).last_hidden_state
+    thread.join(timeout=60)
+    with torch.no_grad():
+        assert torch.equal(seen["other"], ours.model(ids, attention_mask=mask).last_hidden_state)
+    assert not torch.equal(chosen, seen["other"])
+
+    with pytest.raises(ValueError, match="'search' is not one of this model's task adapters.*'retrieval.query'"):
+        ours.encode(TEXTS, adapter="search")
+    with pytest.raises(ValueError, match="keeps no task adapters apart.*merged"):
+        ma.SentenceEncoder.from_pretrained(directory, adapter="separation").encode(TEXTS, adapter="separation")
