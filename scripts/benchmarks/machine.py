@@ -22,7 +22,7 @@ def machine() -> dict[str, str]:
                 cpu = line.split(":", 1)[1].strip()
                 break
         flags = next((line for line in open("/proc/cpuinfo") if line.startswith("flags")), "")
-        isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f" {f}" in flags]
+        isa = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16") if f" {f}" in flags]
     except OSError:
         isa = []
     info = {"cpu": cpu, "cores": str(os.cpu_count()), "torch threads": str(torch.get_num_threads()),
