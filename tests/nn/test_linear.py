@@ -241,3 +241,24 @@ def test_padded_packed_products_equal_the_formula(monkeypatch, activation, bias)
     reference = ACTIVATIONS[activation][0](reference) if activation else reference
     torch.testing.assert_close(y.double(), reference, atol=2e-5, rtol=1e-5)
 
+
+
+def test_rows_past_the_input_are_read_in_place_where_its_memory_goes_on(monkeypatch):
+    """A packed product of 111 rows runs as 112 (packed_rows). Where the input is the leading rows of a taller
+    tensor (the down projection reads the up projection's output, whose buffer has the padded row count), the extra
+    row is read where it lies, whatever it holds (NaN here), instead of copying the input: the 111 outputs are the
+    bits of the copied input's; an input whose memory ends with it is copied into a taller buffer."""
+    monkeypatch.setattr(linear, "cpu_kind", lambda: "AVX512")
+    layer = Linear(48, 80, activation="gelu")
+    taller = torch.randn(112, 48)
+    taller[111] = float("nan")
+    view = taller[:111]
+    beyond = linear.rows_beyond(view, 112)
+    assert beyond.data_ptr() == taller.data_ptr() and beyond.shape == (112, 48)
+    alone = view.clone()
+    copied = linear.rows_beyond(alone, 112)
+    assert copied.data_ptr() != alone.data_ptr() and torch.equal(copied[:111], alone) and not copied[111].any()
+    with torch.inference_mode():
+        assert layer._kernel(view) == "packed"
+        from_view, from_copy = layer(view), layer(alone)
+    assert torch.isfinite(from_view).all() and torch.equal(from_view, from_copy)
