@@ -63,13 +63,15 @@ def eager(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, score: nn.Module
           dropout_p: float) -> tuple[Tensor, Tensor]:
     """softmax(score(q, k) + bias) v, every step on its own (transformers modeling_bert.py
     eager_attention_forward: matmul, scale, add mask, softmax, dropout). Any score form."""
+    q, single = two_query_rows(q)
     scores = raw_scores(q, k, score)  # (B, H, Lq, L)
     if bias is not None:
         scores = scores.add_(bias)  # in place: memory-bound
     probs = torch.softmax(scores, dim=-1)
     if dropout_p > 0.0:
         probs = F.dropout(probs, p=dropout_p)
-    return torch.matmul(probs, v), probs
+    out = torch.matmul(probs, v)
+    return (out[..., :1, :], probs[..., :1, :]) if single else (out, probs)
 
 
 def sdpa(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, score: nn.Module,
@@ -78,8 +80,20 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, score: nn.Module,
         terms = score.position_scores(q, k)  # (B, H, Lq, L); None for a config without relative attention
         if terms is not None:
             bias = terms if bias is None else bias + terms
+    q, single = two_query_rows(q)
     q, k, scale = score.project(q, k)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=scale), None
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=scale)
+    return (out[..., :1, :] if single else out), None
+
+
+def two_query_rows(q: Tensor) -> tuple[Tensor, bool]:
+    """(q, whether it was one query row) with a single query row (the first-token path: Lq = 1) given twice: torch's
+    CPU attention runs one query row on another kernel, whose sums follow the batch (a sequence's output moved with
+    the others in its batch, on an AMD EPYC); from two rows on, each sequence gets the same bits in any batch.
+    The caller keeps the first row of the output."""
+    if q.size(-2) != 1 or q.device.type != "cpu":
+        return q, False
+    return q.expand(*q.shape[:-2], 2, q.size(-1)), True
 
 
 def additive_bias(inputs: AttentionInputs) -> Tensor | None:

@@ -222,12 +222,8 @@ class Linear(nn.Linear):
         fused = ACTIVATIONS[self.activation][1] if self.activation else None
         attr, algorithm = fused or ("none", "")
         rows = x.numel() // x.shape[-1]
-        flat = x.reshape(rows, x.shape[-1])
-        wanted = packed_rows(rows)
-        if wanted > rows:
-            flat = rows_beyond(flat, wanted)
-        y = torch.ops.mkldnn._linear_pointwise(flat, self.inference_weight(), self.bias, attr, [], algorithm)
-        y = y[:rows].reshape(*x.shape[:-1], self.out_features)
+        y = packed_product(x.reshape(rows, x.shape[-1]), self.inference_weight(), self.bias, attr, algorithm)
+        y = y.reshape(*x.shape[:-1], self.out_features)
         return y if fused else self._activate(y)
 
     def _activate(self, y: Tensor) -> Tensor:
@@ -326,6 +322,32 @@ class MixedPrecisionLinear(Linear):
         return self._compute_dtype
 
     compute_dtype = compute_dtype.setter(Linear.compute_dtype.fset)
+
+
+def packed_product(flat: Tensor, packed: Tensor, bias: Tensor | None, attr: str = "none",
+                   algorithm: str = "") -> Tensor:
+    """oneDNN's product of the rows `flat` (rows, K) by a weight it packed (`_reorder_linear_weight`), the rows
+    rounded up to packed_rows (module docstring: `rows_beyond`) and the padding rows' outputs dropped."""
+    rows = flat.size(0)
+    wanted = packed_rows(rows)
+    if wanted > rows:
+        flat = rows_beyond(flat, wanted)
+    return torch.ops.mkldnn._linear_pointwise(flat, packed, bias, attr, [], algorithm)[:rows]
+
+
+def row_products(x: Tensor, y: Tensor) -> Tensor:
+    """x (M, K) @ y (N, K)^T, (M, N), each element the same bits whatever M and N where Linear packs (an fp32
+    CPU product outside autograd): y is the weight of a packed product (a row's output never depends on the other
+    rows; a one-row weight runs another kernel, so N = 1 gets a zero second row, dropped). torch's matmul (MKL's
+    sgemm) sums otherwise by shape: MaxSim scores moved with the other queries (products/multivector.py)."""
+    n = y.size(0)
+    w = y if n >= 2 else torch.cat([y, y.new_zeros(2 - n, y.size(1))])
+    packs = (x.device.type == w.device.type == "cpu" and x.dtype == w.dtype == torch.float32 and Linear.prepack
+             and packs_fp32() and not no_kernel_of_its_own(x, w))
+    if not packs:
+        return (x @ w.T)[:, :n]
+    packed = torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), None)
+    return packed_product(x.contiguous(), packed, None)[:, :n]
 
 
 def swap(layer: Linear, variant: type[Linear], **settings) -> Linear:

@@ -36,6 +36,7 @@ from torch import Tensor, nn
 from minialign import convert
 from minialign.nn import lora
 from minialign.nn.activations import ACTIVATIONS, TORCH_MODULES
+from minialign.nn.linear import Linear
 from minialign.products import pooling as pooling_modes
 from minialign.products.quantization import check_precision, check_truncate_dim, quantize_embeddings
 from minialign.products.runner import Loading, Runner, load_keywords
@@ -48,13 +49,15 @@ from minialign.text.validation import check_texts
 
 
 class Dense(nn.Module):
-    """sentence_transformers Dense: activation(W x + b)."""
+    """sentence_transformers Dense: activation(W x + b), the product minialign's Linear (nn/linear.py): a text's
+    embedding the same bits whatever its batch (torch's F.linear, MKL's sgemm, gives a row other bits by the
+    product's row count)."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None, activation: str):
         super().__init__()
         if activation not in TORCH_MODULES:  # the class path it saved
             raise ValueError(f"Dense activation {activation!r} is not supported; supported: {', '.join(TORCH_MODULES)}")
-        self.linear = nn.Linear(weight.size(1), weight.size(0), bias=bias is not None)
+        self.linear = Linear(weight.size(1), weight.size(0), bias=bias is not None)
         self.linear.load_state_dict({"weight": weight, **({"bias": bias} if bias is not None else {})}, assign=True)
         self.activation = ACTIVATIONS[TORCH_MODULES[activation]]
 

@@ -46,6 +46,7 @@ from torch import Tensor, nn
 from minialign import convert
 from minialign.loading import build, read_checkpoint, resolve_device
 from minialign.models.encoder import Encoder
+from minialign.nn.linear import Linear
 from minialign.products.runner import Loading, Runner, load_keywords
 from minialign.runtime.engine import Truncation
 from minialign.sources import resolve
@@ -71,9 +72,10 @@ def one_column(layer: nn.Linear, x: Tensor) -> Tensor:
 
 
 def linear(weights: dict[str, Tensor]) -> nn.Linear:
-    """A Linear holding a head's {"weight", "bias"} (convert.read_m3_heads)."""
+    """A Linear holding a head's {"weight", "bias"} (convert.read_m3_heads): minialign's (nn/linear.py), whose
+    product gives a row the same bits whatever the row count (torch's F.linear, MKL's sgemm, does not)."""
     weight = weights["weight"]
-    layer = nn.Linear(weight.size(1), weight.size(0))
+    layer = Linear(weight.size(1), weight.size(0))
     layer.load_state_dict(weights, assign=True)
     return layer
 

@@ -60,6 +60,7 @@ from minialign import convert
 from minialign.convert import CheckpointError
 from minialign.loading import build, read_checkpoint, resolve_device
 from minialign.models.encoder import Encoder
+from minialign.nn.linear import row_products
 from minialign.nn.reduce import token_sum
 from minialign.products.embeddings import Dense
 from minialign.products.runner import Loading, Runner, load_keywords
@@ -545,7 +546,9 @@ def _maxsim_chunk(a: Tensor, a_mask: Tensor, b: Tensor, b_mask: Tensor) -> Tenso
     """(A, B) scores of padded queries (A, S, dim) against padded documents (B, T, dim)."""
     if b.size(1) == 0:
         return torch.full((a.size(0), b.size(0)), EMPTY_DOCUMENT_SCORE)
-    scores = torch.einsum("ash,bth->abst", a, b)  # (A, B, S, T)
+    A, S, H = a.shape
+    B, T, _ = b.shape  # every element's bits independent of the other queries and documents (linear.row_products)
+    scores = row_products(a.reshape(A * S, H), b.reshape(B * T, H)).view(A, S, B, T).permute(0, 2, 1, 3)
     scores.masked_fill_(~b_mask[None, :, None, :], torch.finfo(scores.dtype).min)
     # in query-token order: a query's score the same bits whatever the other queries' lengths (nn/reduce.py)
     scores = token_sum(scores.max(dim=-1).values.float() * a_mask[:, None, :], dim=-1)  # (A, B)
@@ -564,7 +567,8 @@ def maxsim_pairwise(queries: Sequence[Tensor] | Tensor, documents: Sequence[Tens
     b, b_mask = _padded(documents)
     if b.size(1) == 0:
         return torch.full((len(a),), EMPTY_DOCUMENT_SCORE)
-    scores = torch.einsum("bsh,bth->bst", a, b.to(a.device))
+    b = b.to(a.device)  # each pair alone, so its bits do not depend on the other pairs' lengths (row_products)
+    scores = torch.stack([row_products(q, d) for q, d in zip(a, b)])  # (N, S, T)
     scores.masked_fill_(~b_mask.to(a.device)[:, None, :], torch.finfo(scores.dtype).min)
     scores = token_sum(scores.max(dim=-1).values.float() * a_mask, dim=-1)
     scores = scores.masked_fill(~b_mask.to(a.device).any(dim=-1), EMPTY_DOCUMENT_SCORE)

@@ -122,6 +122,28 @@ def test_unpad_attends_each_text_alike_in_every_batch(pair, backend):
     assert [b.sequences.tolist() for b in layout.buckets] == [[3], [0, 1, 5], [2], [4]]
 
 
+@pytest.mark.parametrize("backend", ["eager", "sdpa"])
+def test_one_query_row_gets_the_same_bits_in_any_batch(backend):
+    """final_tokens="first" attends one query row per sequence; torch's CPU attention runs a single query row on a
+    kernel whose sums follow the batch (on an AMD EPYC every sequence of a batch of 4 differed from itself alone, and
+    zero-shot scores moved by 1e-7 with the other texts), so the backends run it as two rows
+    (attention.two_query_rows): each sequence the same bits alone and in a batch, the output the one-row formula's."""
+    from minialign.nn.attention import BACKENDS
+    from minialign.nn.score_functions import make_score_function
+
+    torch.manual_seed(0)
+    score = make_score_function("scaled_dot", 2, 16, None)
+    q, k, v = torch.randn(4, 2, 1, 16), torch.randn(4, 2, 40, 16), torch.randn(4, 2, 40, 16)
+    run = BACKENDS[backend].run
+    with torch.no_grad():
+        together = run(q, k, v, None, score, 0.0)[0]
+        assert together.shape == (4, 2, 1, 16)
+        for i in range(4):
+            assert torch.equal(run(q[i:i + 1], k[i:i + 1], v[i:i + 1], None, score, 0.0)[0][0], together[i]), i
+        reference = torch.softmax(q @ k.transpose(-1, -2) / 4.0, dim=-1) @ v
+    torch.testing.assert_close(together, reference, **TOL)
+
+
 def test_bucket_length_pads_at_most_seven_keys_or_an_eighth():
     for n in range(1, 2049):
         length = ma.nn.layout.bucket_length(n)

@@ -262,3 +262,17 @@ def test_rows_past_the_input_are_read_in_place_where_its_memory_goes_on(monkeypa
         assert layer._kernel(view) == "packed"
         from_view, from_copy = layer(view), layer(alone)
     assert torch.isfinite(from_view).all() and torch.equal(from_view, from_copy)
+
+
+def test_row_products_give_each_element_the_same_bits_whatever_the_shapes():
+    """linear.row_products(x, y) = x @ y^T, each element independent of how many rows either side has (what MaxSim
+    needs: a query's scores whatever the other queries and documents); one row of y included."""
+    torch.manual_seed(0)
+    x, y = torch.randn(150, 64), torch.randn(300, 64)
+    with torch.inference_mode():
+        full = linear.row_products(x, y)
+        torch.testing.assert_close(full, x @ y.T, atol=1e-4, rtol=1e-5)
+        for n in (1, 2, 7, 64, 65, 299):
+            assert torch.equal(linear.row_products(x, y[:n]), full[:, :n]), n
+        for m in (1, 3, 64, 65, 149):
+            assert torch.equal(linear.row_products(x[:m], y), full[:m]), m

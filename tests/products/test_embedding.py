@@ -80,7 +80,10 @@ def test_tiny_models_every_pooling_mode(tmp_path, arch, modes, dense, normalize,
     reference = SentenceTransformer(str(directory), device="cpu")
     emb = ma.SentenceEncoder.from_pretrained(directory)
     assert emb.max_seq_length == 24 and emb.dimension == reference.get_sentence_embedding_dimension()
-    _close(emb.encode(TEXTS, batch_size=3), reference.encode(TEXTS, batch_size=3))
+    together = emb.encode(TEXTS, batch_size=3)
+    _close(together, reference.encode(TEXTS, batch_size=3))
+    # a text alone: the same bits (the Dense layer a Linear whose rows do not depend on their count)
+    assert all(torch.equal(emb.encode([text])[0], together[i]) for i, text in enumerate(TEXTS))
     normalized = emb.encode(TEXTS[:2], normalize_embeddings=True)
     torch.testing.assert_close(normalized.norm(dim=1), torch.ones(2))
 
