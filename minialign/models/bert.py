@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 import torch.nn as nn
 from torch import Tensor
 
@@ -20,6 +19,7 @@ from minialign.models.heads import check_labels, head_dropout  # noqa: F401  (0.
 from minialign.models.heads import SequenceClassificationHead
 from minialign.nn.capture import record
 from minialign.nn.config import Config
+from minialign.nn.inputs import sequence_positions
 
 
 
@@ -59,7 +59,7 @@ class Embeddings(nn.Module):
 
     def position_ids(self, input_ids: Tensor) -> Tensor:
         """(B, L) -> (B, L): 0, 1, ..., L - 1 in every row (BertEmbeddings' position_ids buffer)."""
-        return torch.arange(input_ids.size(1), device=input_ids.device).expand_as(input_ids)
+        return sequence_positions(input_ids)
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor) -> Tensor:
         """(B, L) each, or a packed (1, T); the Encoder fills token types and positions once."""

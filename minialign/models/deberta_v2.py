@@ -48,7 +48,7 @@ from minialign.nn.attention import PreparedMask
 from minialign.nn.capture import record
 from minialign.nn.config import (ACTIVATION, ANY_INT, BOOL, POSITIVE_INT, PROBABILITY, UNBOUNDED_POSITIONS, Config,
                                  Rule, checked, optional)
-from minialign.nn.inputs import ForwardInputs
+from minialign.nn.inputs import ForwardInputs, sequence_positions
 from minialign.nn.layers import EncoderLayer, SelfAttention
 from minialign.nn.layout import Layout
 from minialign.nn.linear import Linear
@@ -185,7 +185,7 @@ class DebertaV2Embeddings(nn.Module):
 
     def position_ids(self, input_ids: Tensor) -> Tensor:
         """(B, L) -> (B, L): 0, 1, ..., L - 1 (the position_ids buffer)."""
-        return torch.arange(input_ids.size(1), device=input_ids.device).expand_as(input_ids)
+        return sequence_positions(input_ids)
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor) -> Tensor:
         """(B, L) each, or a packed (1, T) -> (B, L, C)."""

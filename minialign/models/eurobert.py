@@ -33,7 +33,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import torch
 import torch.nn as nn
 from torch import Tensor
 
@@ -43,7 +42,7 @@ from minialign.models.heads import MaskedLM, QuestionAnswering, SequenceClassifi
 from minialign.nn.attention import PreparedMask
 from minialign.nn.capture import record
 from minialign.nn.config import BOOL, POSITIVE_INT, POSITIVE_NUMBER, PROBABILITY, Config, checked, one_of, optional
-from minialign.nn.inputs import ForwardInputs
+from minialign.nn.inputs import ForwardInputs, sequence_positions
 from minialign.nn.layers import PRECISION_LAYERS, GatedFeedForward, RMSNorm, SelfAttention
 from minialign.nn.rotary import rotary_tables
 
@@ -97,7 +96,7 @@ class EuroBertEmbeddings(nn.Module):
 
     def position_ids(self, input_ids: Tensor) -> Tensor:
         """(B, L): 0, 1, ..., L - 1 in every row (EuroBertModel.forward), read by the rotary tables."""
-        return torch.arange(input_ids.size(1), device=input_ids.device).expand_as(input_ids)
+        return sequence_positions(input_ids)
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor) -> Tensor:
         """Token types and positions are not added here (rotary positions are applied in attention)."""

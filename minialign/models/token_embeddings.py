@@ -9,12 +9,12 @@ Shapes: B batch, L tokens (a packed row: (1, T)), C hidden size.
 
 from __future__ import annotations
 
-import torch
 import torch.nn as nn
 from torch import Tensor
 
 from minialign.nn.capture import record
 from minialign.nn.config import Config
+from minialign.nn.inputs import sequence_positions
 
 
 class TokenEmbeddings(nn.Module):
@@ -30,7 +30,7 @@ class TokenEmbeddings(nn.Module):
 
     def position_ids(self, input_ids: Tensor) -> Tensor:
         """(B, L): 0, 1, ..., L - 1 in every row (each model's forward), read by the rotary tables."""
-        return torch.arange(input_ids.size(1), device=input_ids.device).expand_as(input_ids)
+        return sequence_positions(input_ids)
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor) -> Tensor:
         """(B, L) each, or a packed (1, T); positions are not added here (rotary: applied in attention)."""

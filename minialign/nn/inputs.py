@@ -65,3 +65,9 @@ class ForwardInputs:
     attention_mask: Tensor | None
     layout: Layout
     position_ids: Tensor
+
+
+def sequence_positions(input_ids: Tensor) -> Tensor:
+    """(B, L): 0, 1, ..., L - 1 in every row, the positions of a right-padded batch (every family's default
+    position_ids: BERT's position_ids buffer, the rotary families' forward)."""
+    return torch.arange(input_ids.size(1), device=input_ids.device).expand_as(input_ids)
