@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import warnings
 from collections.abc import Iterator
 from functools import cache
@@ -103,10 +104,26 @@ def available() -> bool:
         torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
 
 
+# FBGEMM_ENABLE_INSTRUCTIONS values that cap FBGEMM below its VNNI kernels (fbgemm/src/Utils.cc,
+# fbgemmEnvGetIsa / fbgemmInstructionSet: a cap the CPU supports is obeyed, read once per process)
+FBGEMM_BELOW_VNNI = frozenset({"AVX2", "AVX512", "AVX512_256"})
+
+
 @cache
+def fbgemm_runs_vnni() -> bool:
+    """Whether FBGEMM's int8 products here run AVX-512 VNNI (`vpdpbusd`): the CPU reports avx512_vnni and
+    neither FBGEMM's switch (FBGEMM_ENABLE_INSTRUCTIONS=AVX2, how an AVX-512 machine runs the AVX2 kind's
+    int8 kernels) nor ATen's (ATEN_CPU_CAPABILITY=avx2) asks for less."""
+    forced = os.environ.get("FBGEMM_ENABLE_INSTRUCTIONS", "").upper()
+    return ("avx512_vnni" in cpu_flags() and forced not in FBGEMM_BELOW_VNNI
+            and torch.backends.cpu.get_cpu_capability() == "AVX512")
+
+
 def pairs_saturate() -> bool:
-    """Whether FBGEMM's kernels here add adjacent products into a saturating int16 (no AVX-512 VNNI)."""
-    return not ("avx512_vnni" in cpu_flags() and torch.backends.cpu.get_cpu_capability() == "AVX512")
+    """Whether FBGEMM's kernels here add adjacent products into a saturating int16 (no VNNI: module
+    docstring, Saturation). Where ATen alone is capped, FBGEMM still runs VNNI: the pair-bounded
+    weights are then only a little coarser, never wrong."""
+    return not fbgemm_runs_vnni()
 
 
 def unavailable_reason() -> str:

@@ -85,8 +85,12 @@ def onnx_config() -> str:
 
 def machine_kind() -> str:
     """The kind of CPU the int8 figures hold for: FBGEMM's and ONNX Runtime's int8 kernels differ by it."""
-    return "AVX-512 VNNI" if "avx512_vnni" in int8_kernel.cpu_flags() else \
-        "AVX2 (no AVX-512 VNNI)" if "avx2" in int8_kernel.cpu_flags() else "unknown"
+    if int8_kernel.fbgemm_runs_vnni():
+        return "AVX-512 VNNI"
+    if "avx2" not in int8_kernel.cpu_flags():
+        return "unknown"
+    return ("AVX2 (FBGEMM_ENABLE_INSTRUCTIONS on an AVX-512 VNNI CPU)" if "avx512_vnni" in int8_kernel.cpu_flags()
+            else "AVX2 (no AVX-512 VNNI)")
 
 
 def onnx_label(config: str, precision: str = "qint8") -> str:

@@ -4,6 +4,10 @@ to fp32 elsewhere, fp32 wherever it does not apply."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -54,6 +58,28 @@ def test_no_int16_pair_sum_saturates_on_this_cpu():
     q, scale = int8.quantize_weight(w)
     y = int8.linear(x, int8.pack(w, None))
     torch.testing.assert_close(y, F.linear(x, q.float() * scale[:, None].float()), rtol=1e-5, atol=1e-2)
+
+
+SATURATION_CHECK = """
+import torch, torch.nn.functional as F
+from minialign.nn import int8
+w = torch.zeros(8, 64); w[0, :2], w[1, 2:4], w[2, :] = 1.0, -1.0, 1.0; w[3, 0::2] = 1.0
+x = torch.ones(4, 64); x[:, -1] = 0.0
+q, scale = int8.quantize_weight(w)
+y = int8.linear(x, int8.pack(w, None))
+torch.testing.assert_close(y, F.linear(x, q.float() * scale[:, None].float()), rtol=1e-5, atol=1e-2)
+print(int8.pairs_saturate())
+"""
+
+
+def test_no_pair_saturates_where_fbgemm_is_capped_at_avx2():
+    """FBGEMM_ENABLE_INSTRUCTIONS=AVX2 makes FBGEMM run its saturating AVX2 kernels on a VNNI CPU too: the
+    weights must be pair-bounded there (without it, 127 + 127 against 255 came back as 128.5)."""
+    env = {**os.environ, "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2"}
+    run = subprocess.run([sys.executable, "-c", SATURATION_CHECK], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split()[-1] == "True"
 
 
 @pytest.mark.parametrize("shape", [(5, 64), (3, 7, 64)])
