@@ -9,8 +9,6 @@ import sys
 import warnings
 from pathlib import Path
 
-import torch
-
 from minialign.nn.config import DTYPES
 from minialign.nn.score_functions import SCORE_FUNCTIONS
 
@@ -35,11 +33,12 @@ def _validate(ckpt) -> None:
     from minialign.loading import check_tensors, own_tensors
     from minialign.models.auto import model_class
     from minialign.models.encoder import AlignModel, Encoder
+    from minialign.nn.init import shapes_only
 
     cls = model_class(ckpt)
     if cls is Encoder and any(name.startswith("mlm_head.") for name in ckpt.tensors):
         cls = AlignModel
-    with torch.device("meta"):
+    with shapes_only():
         model = cls(ckpt.config)
     check_tensors(model, own_tensors(cls, ckpt), ckpt.origin)
 

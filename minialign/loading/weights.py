@@ -18,7 +18,7 @@ from minialign.loading.checkpoints import Checkpoint, read_checkpoint
 from minialign.loading.devices import DtypeChoice, parse_dtype, resolve_device, warn_if_emulated
 from minialign.nn.config import Config
 from minialign.nn import lora
-from minialign.nn.init import init_parameter
+from minialign.nn.init import init_parameter, shapes_only
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ def build(cls: type[nn.Module], ckpt: Checkpoint, *, device: str | torch.device 
     warn_if_emulated(device, dtype)
     refuse_other_head(cls, ckpt)
     tensors = own_tensors(cls, ckpt)
-    with torch.device("meta"):
+    with shapes_only():
         model = cls(ckpt.config, attn_backend=attn_backend)
     missing = check_tensors(model, tensors, ckpt.origin, shown_prefix=cls.checkpoint_prefix)
     # named as the file names them (transformers' names for an HF directory), not as minialign does

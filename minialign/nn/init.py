@@ -3,9 +3,13 @@ models built at random and for the weights a checkpoint lacks (loading.weights.i
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 import torch.nn as nn
 from torch import Tensor
+from torch.overrides import TorchFunctionMode
 
 from minialign.nn.config import Config
 from minialign.nn.score_functions import Bilinear, General
@@ -39,3 +43,33 @@ def init_weights(module: nn.Module, config: Config, seed: int | None = None) -> 
         for owner in module.modules():
             for name, param in owner.named_parameters(recurse=False):
                 init_parameter(owner, name, param, config)
+
+
+# What module constructors call to give parameters their first values (nn.init and the Tensor methods it and
+# init_parameter use): on the meta device they have no values to give
+DRAWS = frozenset({nn.init.normal_, nn.init.uniform_, nn.init.trunc_normal_, nn.init.kaiming_uniform_,
+                   nn.init.kaiming_normal_, nn.init.xavier_uniform_, nn.init.xavier_normal_, nn.init.constant_,
+                   nn.init.ones_, nn.init.zeros_, Tensor.normal_, Tensor.uniform_})
+
+
+class _NoDrawsOnMeta(TorchFunctionMode):
+    """Every DRAWS call on a meta tensor returns the tensor untouched; anything else runs as it is."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in DRAWS:
+            target = args[0] if args else kwargs.get("tensor")  # nn.init passes it by keyword (handle_torch_function)
+            if isinstance(target, Tensor) and target.is_meta:
+                return target
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def shapes_only() -> Iterator[None]:
+    """Within: modules are built on the meta device (shapes and names, no storage) and no initial value is drawn,
+    for a model whose values come from a checkpoint next (loading.weights.build). Skipping the draws is the point:
+    torch runs a meta tensor's normal_ (nn.Embedding's reset_parameters, init_parameter) through a Python
+    reference that imports torch._dynamo on first use (torch/_refs normal_ under _disable_dynamo), 0.8-1.1 s of a
+    fresh process's first load of any model. Per thread, as torch's modes are."""
+    with torch.device("meta"), _NoDrawsOnMeta():
+        yield
