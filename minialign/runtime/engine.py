@@ -18,6 +18,7 @@ reported by `Truncation` (one TruncationWarning per call, or per run of many cal
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -100,6 +101,13 @@ class BatchEngine:
     def __getstate__(self) -> dict:  # what a worker process receives with its runner: no pool of its own
         return {**self.__dict__, "_pool": None, "workers": 1, "threads": max(1, self.threads // self.workers),
                 "adaptive": False}  # a worker keeps its share: its siblings are the other runnable processes
+
+    def in_this_process(self) -> "BatchEngine":
+        """A copy that runs every batch in this process (one worker, no pool) on this engine's own thread policy
+        (adaptive stays adaptive: a worker's fixed share, __getstate__, is for a worker)."""
+        engine = copy.copy(self)
+        engine.threads, engine.adaptive = self.threads, self.adaptive
+        return engine
 
     def close(self) -> None:
         """Stop the worker processes, if any (a later run starts new ones)."""

@@ -1,6 +1,7 @@
 """runtime.threads: the threads a process may use, from its affinity and its cgroup's CPU quota (fake cgroup trees
 of both versions here), never the host's core count alone."""
 
+import contextlib
 import os
 
 import pytest
@@ -158,3 +159,38 @@ def test_the_default_policy_decides_before_each_batch(minilm_dir, monkeypatch):
     fixed = ma.SentenceEncoder.from_pretrained(minilm_dir, threads=1, batch_size=1)
     monkeypatch.setattr(engine_module, "threads_now", lambda most: pytest.fail("a fixed count asked the policy"))
     fixed.encode(["one", "two words"])
+
+
+def test_int8_calibration_on_loading_follows_the_default_policy(minilm_dir, monkeypatch):
+    """dtype="int8"'s calibration pass on loading runs on threads_now before each batch, as every call does (it ran
+    a worker's fixed share, every thread, beside a busy process: 2.1-2.5 s for MiniLM's first load there, 1.5-1.6 s
+    on the policy's one thread); a worker's copy of the engine keeps its fixed share."""
+    import pickle
+
+    import torch
+
+    import minialign as ma
+    from minialign.nn import int8
+    from minialign.runtime import engine as engine_module
+
+    if not int8.available():
+        pytest.skip(int8.unavailable_reason())
+    monkeypatch.setenv("MINIALIGN_CACHE_DIR", "none")
+    asked, seen = [], []
+    monkeypatch.setattr(engine_module, "threads_now", lambda most: asked.append(most) or 1)
+    observe = int8.calibrating
+
+    def recording(model):  # the threads each calibration forward ran on
+        hook = model.register_forward_pre_hook(lambda *_: seen.append(torch.get_num_threads()))
+        try:
+            with observe(model):
+                yield
+        finally:
+            hook.remove()
+
+    monkeypatch.setattr(int8, "calibrating", contextlib.contextmanager(recording))
+    encoder = ma.SentenceEncoder.from_pretrained(minilm_dir, dtype="int8", threads=None)
+    assert seen and set(seen) == {1} and len(asked) >= len(seen)
+    local = encoder.engine.in_this_process()
+    assert local.adaptive and local.threads == encoder.engine.threads and local.workers == 1
+    assert not pickle.loads(pickle.dumps(encoder.engine)).adaptive  # what a worker process gets
