@@ -473,6 +473,20 @@ def test_the_busy_machine_benchmark_runs_each_task_and_state_and_stops_its_load(
     assert not multiprocessing.active_children()
 
 
+def test_the_busy_machine_benchmark_times_loads_in_fresh_processes(minilm_dir, capsys):
+    """bench_busy.py --task load: a row per side, each the seconds of one load in a fresh process (positive, under
+    the subprocess's own limit; which is faster is the benchmark's to say, not a test's)."""
+    import bench_busy
+
+    bench_busy.main(["--busy", "0", "--rounds", "1", "--task", "load", "--model", str(minilm_dir)])
+    rows = {line.split(" | ")[2]: line.split(" | ") for line in capsys.readouterr().out.splitlines()
+            if line.startswith("| 0 | load |")}
+    assert set(rows) == {"sentence-transformers fp32 load", "minialign fp32 load",
+                         "minialign int8 first load (empty calibration cache)", "minialign int8 load, calibration cached"}
+    seconds = {name: float(row[3]) for name, row in rows.items()}
+    assert all(0 < value < 600 for value in seconds.values())
+
+
 def test_speed_rows_give_the_share_of_the_matmul_ceiling_measured_in_the_same_rounds(minilm_dir, tmp_path):
     """The embeddings section and the int8 speed table report GFLOP/s of useful work and its share of the fp32
     ceiling timed beside them: the same work for every implementation of a task, so GFLOP/s ratios are the speed
