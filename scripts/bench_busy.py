@@ -135,9 +135,9 @@ def loaders(model_dir: str, workdir: Path) -> dict:
     }
 
     def run(imports: str, load: str, cache_dir) -> float:
-        env = dict(os.environ)
-        if cache_dir() is not None:
-            env["MINIALIGN_CACHE_DIR"] = str(cache_dir())
+        env, directory = dict(os.environ), cache_dir()
+        if directory is not None:
+            env["MINIALIGN_CACHE_DIR"] = str(directory)
         done = subprocess.run([sys.executable, "-c", LOAD_SCRIPT.format(imports=imports, load=load)], env=env,
                               capture_output=True, text=True, timeout=600)
         if done.returncode:

@@ -37,10 +37,12 @@ class DistilBertConfig(Config):
 def sinusoidal_table(num_positions: int, dim: int) -> Tensor:
     """(num_positions, dim): sin at even columns, cos at odd, angle pos / 10000^(2 (j // 2) / dim),
     computed in float64 and rounded to float32 (modeling_distilbert.py _create_sinusoidal_embeddings)."""
+    table = torch.empty(num_positions, dim, dtype=torch.float32)
+    if table.is_meta:  # a model built for a checkpoint's values (nn.init.shapes_only): nothing to compute
+        return table
     pos = torch.arange(num_positions, dtype=torch.float64)[:, None]
     j = torch.arange(dim, dtype=torch.float64)
     angle = pos / torch.pow(10000.0, 2 * torch.div(j, 2, rounding_mode="floor") / dim)  # (P, dim)
-    table = torch.empty(num_positions, dim, dtype=torch.float32)
     table[:, 0::2] = torch.sin(angle[:, 0::2]).float()
     table[:, 1::2] = torch.cos(angle[:, 1::2]).float()
     return table

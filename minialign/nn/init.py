@@ -20,7 +20,9 @@ def init_parameter(owner: nn.Module, name: str, param: Tensor, config: Config) -
     """BERT's initialisation, in place (modeling_bert.py _init_weights): normal(0, initializer_range)
     for Linear and Embedding weights (an embedding's padding row zeroed) and score-function
     parameters, LayerNorm (and RMSNorm) weight 1, every bias 0. General and bilinear scores start equal to the
-    scaled dot product."""
+    scaled dot product. A meta parameter (a model built for a checkpoint's values: shapes_only) is left as it is."""
+    if param.is_meta:
+        return
     if isinstance(owner, (General, Bilinear)):  # start as the scaled dot product: W = I / D^(1/2) resp. I / D^(1/4)
         d = param.size(-1)
         param.copy_(torch.eye(d).expand_as(param) * d ** (-0.5 if isinstance(owner, General) else -0.25))
@@ -45,11 +47,11 @@ def init_weights(module: nn.Module, config: Config, seed: int | None = None) -> 
                 init_parameter(owner, name, param, config)
 
 
-# What module constructors call to give parameters their first values (nn.init and the Tensor methods it and
-# init_parameter use): on the meta device they have no values to give
-DRAWS = frozenset({nn.init.normal_, nn.init.uniform_, nn.init.trunc_normal_, nn.init.kaiming_uniform_,
-                   nn.init.kaiming_normal_, nn.init.xavier_uniform_, nn.init.xavier_normal_, nn.init.constant_,
-                   nn.init.ones_, nn.init.zeros_, Tensor.normal_, Tensor.uniform_})
+# The random draws module constructors make (torch's reset_parameters): on the meta device they have no values to
+# give. In torch 2.13 nn.init.normal_ / uniform_ / kaiming_uniform_ / constant_ reach a TorchFunctionMode as
+# themselves; the other nn.init functions (trunc_normal_, xavier_*, ...) call the Tensor methods named here
+DRAWS = frozenset({nn.init.normal_, nn.init.uniform_, nn.init.kaiming_uniform_, nn.init.constant_,
+                   Tensor.normal_, Tensor.uniform_})
 
 
 class _NoDrawsOnMeta(TorchFunctionMode):

@@ -111,19 +111,20 @@ FBGEMM_BELOW_VNNI = frozenset({"AVX2", "AVX512", "AVX512_256"})
 
 @cache
 def fbgemm_runs_vnni() -> bool:
-    """Whether FBGEMM's int8 products here run AVX-512 VNNI (`vpdpbusd`): the CPU reports avx512_vnni and
-    neither FBGEMM's switch (FBGEMM_ENABLE_INSTRUCTIONS=AVX2, how an AVX-512 machine runs the AVX2 kind's
-    int8 kernels) nor ATen's (ATEN_CPU_CAPABILITY=avx2) asks for less."""
+    """Whether FBGEMM's int8 products here run AVX-512 VNNI (`vpdpbusd`): the CPU reports avx512_vnni and FBGEMM's
+    own switch does not ask for less (FBGEMM_ENABLE_INSTRUCTIONS=AVX2: how an AVX-512 machine runs the AVX2
+    kind's int8 kernels)."""
     forced = os.environ.get("FBGEMM_ENABLE_INSTRUCTIONS", "").upper()
-    return ("avx512_vnni" in cpu_flags() and forced not in FBGEMM_BELOW_VNNI
-            and torch.backends.cpu.get_cpu_capability() == "AVX512")
+    return "avx512_vnni" in cpu_flags() and forced not in FBGEMM_BELOW_VNNI
 
 
+@cache
 def pairs_saturate() -> bool:
-    """Whether FBGEMM's kernels here add adjacent products into a saturating int16 (no VNNI: module
-    docstring, Saturation). Where ATen alone is capped, FBGEMM still runs VNNI: the pair-bounded
-    weights are then only a little coarser, never wrong."""
-    return not fbgemm_runs_vnni()
+    """Whether the weights must keep FBGEMM's int16 pair sums from saturating (module docstring, Saturation):
+    wherever FBGEMM runs without VNNI, and also where ATen alone is capped below AVX-512
+    (ATEN_CPU_CAPABILITY=avx2: the AVX2 kind as a whole), where FBGEMM still runs VNNI and the pair-bounded
+    weights are only a little coarser, never wrong."""
+    return not fbgemm_runs_vnni() or torch.backends.cpu.get_cpu_capability() != "AVX512"
 
 
 def unavailable_reason() -> str:

@@ -102,10 +102,11 @@ class BatchEngine:
         return {**self.__dict__, "_pool": None, "workers": 1, "threads": max(1, self.threads // self.workers),
                 "adaptive": False}  # a worker keeps its share: its siblings are the other runnable processes
 
-    def in_this_process(self) -> "BatchEngine":
+    def in_this_process(self) -> BatchEngine:
         """A copy that runs every batch in this process (one worker, no pool) on this engine's own thread policy
         (adaptive stays adaptive: a worker's fixed share, __getstate__, is for a worker)."""
         engine = copy.copy(self)
+        engine.workers, engine._pool = 1, None
         engine.threads, engine.adaptive = self.threads, self.adaptive
         return engine
 

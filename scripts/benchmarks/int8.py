@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 import random
 import shutil
 import statistics
@@ -85,12 +86,12 @@ def onnx_config() -> str:
 
 def machine_kind() -> str:
     """The kind of CPU the int8 figures hold for: FBGEMM's and ONNX Runtime's int8 kernels differ by it."""
+    flags = int8_kernel.cpu_flags()
     if int8_kernel.fbgemm_runs_vnni():
-        return "AVX-512 VNNI"
-    if "avx2" not in int8_kernel.cpu_flags():
-        return "unknown"
-    return ("AVX2 (FBGEMM_ENABLE_INSTRUCTIONS on an AVX-512 VNNI CPU)" if "avx512_vnni" in int8_kernel.cpu_flags()
-            else "AVX2 (no AVX-512 VNNI)")
+        return "AVX-512 VNNI" + (" (pair-bounded weights: ATen capped)" if int8_kernel.pairs_saturate() else "")
+    if "avx512_vnni" in flags:  # FBGEMM's own switch asks for less
+        return f"AVX2 (FBGEMM_ENABLE_INSTRUCTIONS={os.environ.get('FBGEMM_ENABLE_INSTRUCTIONS')} on an AVX-512 VNNI CPU)"
+    return "AVX2 (no AVX-512 VNNI)" if "avx2" in flags else "unknown"
 
 
 def onnx_label(config: str, precision: str = "qint8") -> str:

@@ -3,6 +3,7 @@ says why."""
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,28 +23,60 @@ def test_shape_mismatch_error_is_short_and_says_why(tmp_path):
     assert "--backbone" in message
 
 
+BUILD_EVERY_FAMILY = """
+import sys
+sys.path.insert(0, {tests!r})
+import minialign as ma
+from family_builders import OWN_FIELDS
+from minialign.models import FAMILIES
+from minialign.nn.init import shapes_only
+from minialign.nn.score_functions import SCORE_FUNCTIONS
+shapes = dict(vocab_size=300, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=48)
+configs = [ma.Config(arch=arch, **shapes, **OWN_FIELDS.get(arch, {{}})) for arch in FAMILIES]
+configs += [ma.Config(arch="bert", score_fn=name, **shapes) for name in SCORE_FUNCTIONS]
+configs += [ma.Config(arch="distilbert", sinusoidal_positions=True, **shapes)]
+with shapes_only():
+    for config in configs:
+        ma.AlignModel(config)
+print(len(configs), "torch._dynamo" in sys.modules)
+"""
+
+
 def test_a_load_builds_on_meta_without_drawing_initial_values(minilm_dir):
     """Every initial value a module constructor draws is skipped on the meta device (nn/init.py shapes_only): a
-    fresh process loads a model without torch running meta normal_ through its Python reference, which imports
-    torch._dynamo (~1 s of a first load)."""
+    fresh process loads a model, and builds every family's (every score function, DistilBERT's sinusoidal table
+    too) for a checkpoint's values, without torch computing anything on meta through its Python references, which
+    import torch._dynamo (~1 s of a first load)."""
     script = ("import sys, minialign as ma\n"
               f"ma.SentenceEncoder.from_pretrained({str(minilm_dir)!r})\n"
               "print('torch._dynamo' in sys.modules)\n")
-    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.split()[-1] == "False"
+    for code in (script, BUILD_EVERY_FAMILY.format(tests=str(Path(__file__).parents[1]))):
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert run.stdout.split()[-1] == "False", run.stdout
 
 
 def test_shapes_only_skips_draws_on_meta_alone():
-    """Inside shapes_only a module is built on meta with nothing drawn; a module asked for on the CPU there still gets
-    its initial values, and torch's own draws run as before outside it."""
+    """Inside shapes_only a module is built on meta and no draw reaches torch (a mode beneath it sees none); a
+    module asked for on the CPU there still gets its initial values, the same as outside."""
+    from torch.overrides import TorchFunctionMode
+
     from minialign.nn.init import shapes_only
 
-    with shapes_only():
+    seen = []
+
+    class Beneath(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(getattr(func, "__name__", ""))
+            return func(*args, **(kwargs or {}))
+
+    with Beneath(), shapes_only():
         meta = torch.nn.Embedding(5, 3, padding_idx=0)
+        torch.nn.Linear(3, 4)
+    assert meta.weight.is_meta and seen and not {"normal_", "uniform_", "kaiming_uniform_"} & set(seen)
+    with shapes_only():
         torch.manual_seed(0)
         cpu = torch.nn.Embedding(5, 3, padding_idx=0, device="cpu")
     torch.manual_seed(0)
     outside = torch.nn.Embedding(5, 3, padding_idx=0)
-    assert meta.weight.is_meta
     assert torch.equal(cpu.weight, outside.weight) and cpu.weight.abs().sum() > 0 and not cpu.weight[0].any()
