@@ -3,7 +3,6 @@ says why."""
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -25,9 +24,8 @@ def test_shape_mismatch_error_is_short_and_says_why(tmp_path):
 
 BUILD_EVERY_FAMILY = """
 import sys
-sys.path.insert(0, {tests!r})
 import minialign as ma
-from family_builders import OWN_FIELDS
+OWN_FIELDS = {own_fields!r}
 from minialign.models import FAMILIES
 from minialign.nn.init import shapes_only
 from minialign.nn.score_functions import SCORE_FUNCTIONS
@@ -35,10 +33,11 @@ shapes = dict(vocab_size=300, hidden_size=32, num_layers=2, num_heads=4, interme
 configs = [ma.Config(arch=arch, **shapes, **OWN_FIELDS.get(arch, {{}})) for arch in FAMILIES]
 configs += [ma.Config(arch="bert", score_fn=name, **shapes) for name in SCORE_FUNCTIONS]
 configs += [ma.Config(arch="distilbert", sinusoidal_positions=True, **shapes)]
+before = "torch._dynamo" in sys.modules
 with shapes_only():
     for config in configs:
         ma.AlignModel(config)
-print(len(configs), "torch._dynamo" in sys.modules)
+print(len(configs), before, "torch._dynamo" in sys.modules)
 """
 
 
@@ -48,12 +47,18 @@ def test_a_load_builds_on_meta_without_drawing_initial_values(minilm_dir):
     too) for a checkpoint's values, without torch computing anything on meta through its Python references, which
     import torch._dynamo (~1 s of a first load)."""
     script = ("import sys, minialign as ma\n"
+              "before = 'torch._dynamo' in sys.modules\n"
               f"ma.SentenceEncoder.from_pretrained({str(minilm_dir)!r})\n"
-              "print('torch._dynamo' in sys.modules)\n")
-    for code in (script, BUILD_EVERY_FAMILY.format(tests=str(Path(__file__).parents[1]))):
+              "print(before, 'torch._dynamo' in sys.modules)\n")
+    from family_builders import OWN_FIELDS  # passed as a literal: the child imports minialign alone
+
+    for code in (script, BUILD_EVERY_FAMILY.format(own_fields=OWN_FIELDS)):
         run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr[-2000:]
-        assert run.stdout.split()[-1] == "False", run.stdout
+        before, after = run.stdout.split()[-2:]
+        if before == "True":
+            pytest.skip(f"torch {torch.__version__} imports torch._dynamo with itself: nothing for loading to avoid")
+        assert after == "False", run.stdout
 
 
 def test_shapes_only_skips_draws_on_meta_alone():
