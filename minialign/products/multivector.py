@@ -73,6 +73,10 @@ TASKS = (None, "query", "document")  # a batch carries its task as an index (the
 SIMILARITIES = ("maxsim", "meanmaxsim")
 EMPTY_DOCUMENT_SCORE = -1e9  # util/similarity.py _EMPTY_DOCUMENT_SCORE: a document with no vector
 CHUNK_ELEMENTS = 100_000_000  # util/similarity.py _MAXSIM_CHUNK_ELEMENT_BUDGET: one chunk's documents + scores
+# maxsim_pairwise's pairs per product: G pairs' queries against their G documents in one packed product, of which the
+# G diagonal blocks are kept (G times the arithmetic, a G-th of the calls). 1000 pairs of 32 x 180 vectors, dim 128,
+# AMD EPYC: G = 1 131 ms, 2 82, 4 51, 8 51, 16 65 (each call's weight packing and dispatch outweigh the products)
+PAIRS_PER_PRODUCT = 4
 
 
 def check_expansion(expansion: dict | None, *, query_length: int | None) -> dict | None:
@@ -555,6 +559,21 @@ def _maxsim_chunk(a: Tensor, a_mask: Tensor, b: Tensor, b_mask: Tensor) -> Tenso
     return scores.masked_fill(~b_mask.any(dim=-1)[None, :], EMPTY_DOCUMENT_SCORE)
 
 
+def _pair_blocks(a: Tensor, b: Tensor, group: int = PAIRS_PER_PRODUCT) -> Tensor:
+    """(N, S, T): query i's vectors (a: (N, S, dim)) against document i's (b: (N, T, dim)), PAIRS_PER_PRODUCT pairs
+    per product, each pair's block taken from its diagonal: every element the bits of the pair alone, whatever rows
+    and columns share its product (linear.row_products), so a pair's score does not depend on the others."""
+    N, S, H = a.shape
+    T = b.size(1)
+    blocks = []
+    for start in range(0, N, group):
+        g = min(group, N - start)
+        full = row_products(a[start:start + g].reshape(g * S, H), b[start:start + g].reshape(g * T, H))
+        own = torch.arange(g, device=a.device)
+        blocks.append(full.view(g, S, g, T)[own, :, own, :])
+    return torch.cat(blocks)
+
+
 def maxsim_pairwise(queries: Sequence[Tensor] | Tensor, documents: Sequence[Tensor] | Tensor, *,
                     length_normalize: bool = False) -> Tensor:
     """(N,) float32: MaxSim of query i against document i (util/similarity.py maxsim_pairwise)."""
@@ -567,8 +586,8 @@ def maxsim_pairwise(queries: Sequence[Tensor] | Tensor, documents: Sequence[Tens
     b, b_mask = _padded(documents)
     if b.size(1) == 0:
         return torch.full((len(a),), EMPTY_DOCUMENT_SCORE)
-    b = b.to(a.device)  # each pair alone, so its bits do not depend on the other pairs' lengths (row_products)
-    scores = torch.stack([row_products(q, d) for q, d in zip(a, b)])  # (N, S, T)
+    b = b.to(a.device)
+    scores = _pair_blocks(a, b)  # (N, S, T)
     scores.masked_fill_(~b_mask.to(a.device)[:, None, :], torch.finfo(scores.dtype).min)
     scores = token_sum(scores.max(dim=-1).values.float() * a_mask, dim=-1)
     scores = scores.masked_fill(~b_mask.to(a.device).any(dim=-1), EMPTY_DOCUMENT_SCORE)

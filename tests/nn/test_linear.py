@@ -276,3 +276,7 @@ def test_row_products_give_each_element_the_same_bits_whatever_the_shapes():
             assert torch.equal(linear.row_products(x, y[:n]), full[:, :n]), n
         for m in (1, 3, 64, 65, 149):
             assert torch.equal(linear.row_products(x[:m], y), full[:m]), m
+        for rows, columns in ((slice(3, 50), slice(17, 99)), (slice(77, 150), slice(150, 299)),
+                              (slice(31, 32), slice(100, 101)), (slice(0, 150), slice(63, 129))):
+            # wherever a row or column sits in the product (maxsim_pairwise keeps diagonal blocks of shared ones)
+            assert torch.equal(linear.row_products(x[rows], y[columns]), full[rows, columns]), (rows, columns)

@@ -292,3 +292,18 @@ def test_a_querys_maxsim_is_the_same_bits_whatever_the_other_queries():
         pairs = maxsim_pairwise(queries, documents[:4])
         for i, query in enumerate(queries):
             assert torch.equal(maxsim_pairwise([query], [documents[i]])[0], pairs[i])
+
+
+def test_maxsim_pairwise_is_maxsims_diagonal_to_the_bit_across_its_groups():
+    """maxsim_pairwise runs PAIRS_PER_PRODUCT pairs per product and keeps the diagonal blocks: each pair's score is
+    the bits of maxsim's (query i, document i), in every group and alone, on a count that leaves a partial group."""
+    from minialign.products.multivector import PAIRS_PER_PRODUCT, maxsim, maxsim_pairwise
+
+    torch.manual_seed(1)
+    unit = lambda n: torch.nn.functional.normalize(torch.randn(n, 32), dim=-1)  # noqa: E731
+    count = 2 * PAIRS_PER_PRODUCT + 1
+    queries = [unit(int(torch.randint(2, 20, (1,)))) for _ in range(count)]
+    documents = [unit(int(torch.randint(1, 60, (1,)))) for _ in range(count)]
+    pairs = maxsim_pairwise(queries, documents)
+    assert torch.equal(pairs, maxsim(queries, documents).diagonal())
+    assert all(torch.equal(maxsim_pairwise([q], [d])[0], pairs[i]) for i, (q, d) in enumerate(zip(queries, documents)))
