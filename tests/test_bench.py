@@ -487,6 +487,19 @@ def test_the_busy_machine_benchmark_times_loads_in_fresh_processes(minilm_dir, c
     assert all(0 < value < 600 for value in seconds.values())
 
 
+def test_the_maxsim_benchmark_compares_both_calls_and_says_which_scores_hold_alone(capsys):
+    """scripts/bench_maxsim.py at toy sizes: a row per call and library, ratios against sentence-transformers, scores
+    equal to its within float32 rounding, and minialign's scores the bits each gets alone (its guarantee)."""
+    import bench_maxsim
+
+    bench_maxsim.main(["--pairs", "6", "--queries", "3", "--documents", "7", "--rounds", "1"])
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| maxsim")]
+    assert {(r[0].strip("| "), r[1]) for r in rows} == {(c, n) for c in ("maxsim", "maxsim_pairwise")
+                                                        for n in ("sentence-transformers", "minialign")}
+    assert all(r[3].endswith("x") and float(r[3][:-1]) > 0 and float(r[4]) < 1e-5 for r in rows)
+    assert all(r[5] == "yes" for r in rows if r[1] == "minialign")
+
+
 def test_speed_rows_give_the_share_of_the_matmul_ceiling_measured_in_the_same_rounds(minilm_dir, tmp_path):
     """The embeddings section and the int8 speed table report GFLOP/s of useful work and its share of the fp32
     ceiling timed beside them: the same work for every implementation of a task, so GFLOP/s ratios are the speed
