@@ -2,6 +2,7 @@
 
     python scripts/bench.py [--quick] [--out BENCHMARKS.md] [--device cuda --models roberta-base roberta-large]
                             [--mpnet DIR] [--only families|int8|retrieval|heads|encoder|scoring|embeddings [--dry-run]]
+                            [--only encoder --dtypes fp32 bf16]
 
 A tool beside the package, not part of it: run it from a checkout with the `test` extra installed
 (transformers). Random weights at real shapes (roberta-base); speed does not depend on the values.
@@ -125,19 +126,20 @@ def dry_config(config: Config) -> Config:
 
 
 def encoder_sections(*, quick: bool = False, device: str = "cpu", models: tuple[str, ...] = ("roberta-base",),
-                     dry_run: bool = False, echo=print) -> tuple[str, str]:
+                     dry_run: bool = False, dtypes: tuple[str, ...] | None = None, echo=print) -> tuple[str, str]:
     """(the machine section with the matmul ceilings, the encoder section): each of `models` against
-    transformers, per dtype of `dtypes_for`, the ceiling timed in the same rounds."""
+    transformers, per dtype of `dtypes` (None: `dtypes_for`'s), the ceiling timed in the same rounds."""
     size = SIZES[quick]
     info = machine()
     echo("machine: " + ", ".join(f"{k} {v}" for k, v in info.items()))
-    dtypes, _ = dtypes_for(device, quick=quick or dry_run)
+    if dtypes is None:
+        dtypes, _ = dtypes_for(device, quick=quick or dry_run)
     encoder_rows, ceilings = [], {}
     for name in models:
         options = dict(config=DRY_RUN["config"], batches=DRY_RUN["batches"], backends=DRY_RUN["backends"],
                        ceiling_shape=DRY_RUN["ceiling_shape"]) if dry_run else dict(config=Config.from_name(name))
         rows, model_ceilings = encoder.measure(reps=DRY_RUN["encoder_reps"] if dry_run else size["encoder_reps"],
-                                               dtypes=dtypes, model_name=f"{name} (dry run: toy size)" if dry_run
+                                               dtypes=list(dtypes), model_name=f"{name} (dry run: toy size)" if dry_run
                                                else name, device=device, echo=echo, **options)
         encoder_rows += rows
         for dtype_name, rates in model_ceilings.items():
@@ -261,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (bf16, 64x512 and mixed batches)")
     parser.add_argument("--models", nargs="+", default=["roberta-base"],
                         help="presets to time the encoder at, e.g. roberta-base roberta-large")
+    parser.add_argument("--dtypes", nargs="+", choices=["fp32", "bf16"],
+                        help="with --only encoder: time these dtypes alone (default: fp32 and bf16 where bf16 is "
+                             "native, bf16 alone with --quick on a GPU)")
     parser.add_argument("--mpnet", default=None, metavar="DIR",
                         help=f"the real all-mpnet-base-v2 (sentence-transformers directory) for the Encoder families "
                              f"section's embeddings row (default ${families.MPNET_ENV}; skipped without)")
@@ -275,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
         import transformers  # noqa: F401
     except ImportError:
         parser.error("needs transformers: pip install -e '.[test]'")
+    if args.dtypes and args.only != "encoder":
+        parser.error("--dtypes goes with --only encoder")
     if args.dry_run and args.only not in DRY_RUN_SECTIONS:
         parser.error(f"--dry-run needs --only {' | '.join(DRY_RUN_SECTIONS)}")
     if args.only:
@@ -291,7 +298,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.only == "families":
             print(families_section(mpnet=args.mpnet, **options))
         elif args.only == "encoder":
-            print("\n\n".join(encoder_sections(models=tuple(args.models), dry_run=args.dry_run, **options)))
+            print("\n\n".join(encoder_sections(models=tuple(args.models), dry_run=args.dry_run,
+                                                dtypes=tuple(args.dtypes) if args.dtypes else None, **options)))
         elif args.only == "scoring":
             print(scoring_section(dry_run=args.dry_run, **options))
         else:
