@@ -34,6 +34,7 @@ Used through the session fixture `tiny_family` (conftest.py), which builds each 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -218,16 +219,55 @@ def trained_wordpiece(directory: Path, corpus: list[str] = UNIGRAM_CORPUS) -> Pa
     return directory
 
 
-def _unigram(directory: Path) -> None:
-    """A SentencePiece Unigram tokenizer.json as XLM-R's (Metaspace, `<s> A </s></s> B </s>`), trained here."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+UNIGRAM_SIZE = 180  # pieces of the Unigram tokenizers built here, specials included
+LONGEST_PIECE = 8  # characters (the "▁" word mark included)
 
-    tok = Tokenizer(models.Unigram())
+
+def unigram_model(specials: list[str], unk_token: str, corpus: list[str] = UNIGRAM_CORPUS,
+                  size: int = UNIGRAM_SIZE):
+    """A SentencePiece Unigram model (tokenizers' models.Unigram) over `corpus`'s words, the same on every run:
+    tokenizers' UnigramTrainer is not (its pieces and scores differed in each of 6 runs, one thread or many: the
+    xlm-roberta, camembert and deberta-v2 test models then tokenized differently from run to run, and a test that
+    needs a random model's tags to include two labels held in some runs only). `specials` first (ids 0...), then
+    every character of the words ("▁" + word, as Metaspace marks them), then the substrings (up to LONGEST_PIECE
+    characters) found in the most distinct words, shorter first, ties in code-point order: generic subwords, as
+    training finds, so unseen words take about as many pieces as the trained models gave them (never more, on
+    the test texts). Each piece is scored by log(its share of all pieces' occurrences), as a trained model's
+    scores are log-probabilities."""
+    from tokenizers import models
+
+    words = sorted({"▁" + word for line in corpus for word in line.split()})
+    substrings = {word: {word[i:j] for i in range(len(word)) for j in range(i + 1, min(len(word), i + LONGEST_PIECE) + 1)}
+                  for word in words}
+    in_words: dict[str, int] = {}  # piece -> how many distinct words hold it
+    for pieces in substrings.values():
+        for piece in pieces:
+            in_words[piece] = in_words.get(piece, 0) + 1
+    occurrences = dict.fromkeys(in_words, 0)  # piece -> its occurrences in the corpus, every repetition counted
+    for line in corpus:
+        for word in line.split():
+            marked = "▁" + word
+            for i in range(len(marked)):
+                for j in range(i + 1, min(len(marked), i + LONGEST_PIECE) + 1):
+                    occurrences[marked[i:j]] += 1
+    characters = sorted(piece for piece in in_words if len(piece) == 1)
+    longer = sorted((piece for piece in in_words if len(piece) > 1), key=lambda p: (-in_words[p], len(p), p))
+    pieces = characters + longer[:size - len(specials) - len(characters)]
+    total = sum(occurrences[piece] for piece in pieces)
+    vocab = [(token, 0.0) for token in specials] + [(p, math.log(occurrences[p] / total)) for p in pieces]
+    return models.Unigram(vocab, specials.index(unk_token), False)
+
+
+def _unigram(directory: Path) -> None:
+    """A SentencePiece Unigram tokenizer.json as XLM-R's (Metaspace, `<s> A </s></s> B </s>`), built here
+    (unigram_model)."""
+    from tokenizers import Tokenizer, decoders, pre_tokenizers, processors
+
+    tok = Tokenizer(unigram_model(SPECIALS, "<unk>"))
+    tok.add_special_tokens(SPECIALS)
     tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
                                                  pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")])
     tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
-    tok.train_from_iterator(UNIGRAM_CORPUS, trainers.UnigramTrainer(vocab_size=180, special_tokens=SPECIALS,
-                                                                    unk_token="<unk>"))
     assert [tok.token_to_id(t) for t in SPECIALS] == [0, 1, 2, 3, 4]
     tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>",
                                                        special_tokens=[("<s>", 0), ("</s>", 2)])
@@ -240,16 +280,15 @@ DEBERTA_SPECIALS = ["[PAD]", "[CLS]", "[SEP]", "[UNK]"]  # microsoft/deberta-v3-
 def deberta_unigram(directory: Path, corpus: list[str] = UNIGRAM_CORPUS) -> None:
     """A SentencePiece Unigram tokenizer.json as transformers 5 saves DeBERTa-v3's (tokenization_deberta_v2.py
     DebertaV2Tokenizer.__init__: whitespace runs and tabs / newlines to one space, NFC, the right end stripped;
-    Metaspace; `[CLS] A [SEP] B [SEP]` with types 0 / 1), trained here."""
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    Metaspace; `[CLS] A [SEP] B [SEP]` with types 0 / 1), built here (unigram_model)."""
+    from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
 
-    tok = Tokenizer(models.Unigram())
+    tok = Tokenizer(unigram_model(DEBERTA_SPECIALS, "[UNK]", corpus))
+    tok.add_special_tokens(DEBERTA_SPECIALS)
     tok.normalizer = normalizers.Sequence([normalizers.Replace(Regex(r"\s{2,}|[\n\r\t]"), " "), normalizers.NFC(),
                                            normalizers.Strip(left=False, right=True)])
     tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")])
     tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
-    tok.train_from_iterator(corpus, trainers.UnigramTrainer(vocab_size=180, special_tokens=DEBERTA_SPECIALS,
-                                                            unk_token="[UNK]"))
     assert [tok.token_to_id(t) for t in DEBERTA_SPECIALS] == [0, 1, 2, 3]
     tok.add_special_tokens(["[MASK]"])
     tok.post_processor = processors.TemplateProcessing(single="[CLS]:0 $A:0 [SEP]:0",

@@ -51,6 +51,7 @@ from minialign.nn.config import (ACTIVATION, ANY_INT, BOOL, POSITIVE_INT, PROBAB
 from minialign.nn.inputs import ForwardInputs, sequence_positions
 from minialign.nn.layers import EncoderLayer, SelfAttention
 from minialign.nn.layout import Layout
+from minialign.nn.reduce import row_product
 from minialign.nn.linear import Linear
 from minialign.nn.score_functions import DISENTANGLED
 
@@ -232,7 +233,7 @@ class Disentangled:
     def position_tables(self, q: Tensor, k: Tensor) -> tuple[Tensor | None, Tensor | None]:
         """(c2p by query (B, H, Lq, 2S), p2c by key (B, H, L, 2S)), divided by the scale before the product
         (half precision then cannot overflow); None for a term the config leaves out."""
-        c2p = torch.matmul(q / self.scale, self.pos_key.transpose(-1, -2)) if self.pos_key is not None else None
+        c2p = row_product(q / self.scale, self.pos_key.transpose(-1, -2)) if self.pos_key is not None else None
         p2c = torch.matmul(k / self.scale, self.pos_query.transpose(-1, -2)) if self.pos_query is not None else None
         return c2p, p2c
 
@@ -260,7 +261,7 @@ class Disentangled:
 
     def __call__(self, q: Tensor, k: Tensor) -> Tensor:
         """The whole score (B, H, Lq, L): q . (k / scale) + c2p + p2c, in transformers' order."""
-        scores = torch.matmul(q, (k / self.scale).transpose(-1, -2))
+        scores = row_product(q, (k / self.scale).transpose(-1, -2))  # one query row: bits that do not follow the batch
         terms = self.position_scores(q, k)
         return scores if terms is None else scores + terms
 

@@ -45,6 +45,7 @@ from minialign.nn.inputs import AttentionInputs
 from minialign.nn.layout import Bucket, padded
 # attention_bias and keep_mask are also read from here (ma.attention_bias), as before they moved to masks.py
 from minialign.nn.masks import attention_bias, first_query_only, keep_mask, offset_bias  # noqa: F401
+from minialign.nn.reduce import row_product
 from minialign.nn.score_functions import DENSE, DISENTANGLED, DOT, OFFSET, ScaledDot
 
 _SCALED_DOT = ScaledDot()
@@ -54,24 +55,23 @@ _SCALED_DOT = ScaledDot()
 
 def raw_scores(q: Tensor, k: Tensor, score: nn.Module) -> Tensor:
     """score(q, k): (B, H, Lq, D), (B, H, L, D) -> (B, H, Lq, L)."""
-    if isinstance(score, ScaledDot):
-        return torch.matmul(q, k.transpose(-2, -1)).mul_(1.0 / math.sqrt(q.size(-1)))  # in place: memory-bound
+    if isinstance(score, ScaledDot):  # one query row (the first-token path): row_product, the batch's bits aside
+        return row_product(q, k.transpose(-2, -1)).mul_(1.0 / math.sqrt(q.size(-1)))  # in place: memory-bound
     return score(q, k)
 
 
 def eager(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, score: nn.Module,
           dropout_p: float) -> tuple[Tensor, Tensor]:
     """softmax(score(q, k) + bias) v, every step on its own (transformers modeling_bert.py
-    eager_attention_forward: matmul, scale, add mask, softmax, dropout). Any score form."""
-    q, single = two_query_rows(q)
+    eager_attention_forward: matmul, scale, add mask, softmax, dropout). Any score form. One query row (the
+    first-token path) is multiplied by nn/reduce.py row_product, whose bits do not follow the batch."""
     scores = raw_scores(q, k, score)  # (B, H, Lq, L)
     if bias is not None:
         scores = scores.add_(bias)  # in place: memory-bound
     probs = torch.softmax(scores, dim=-1)
     if dropout_p > 0.0:
         probs = F.dropout(probs, p=dropout_p)
-    out = torch.matmul(probs, v)
-    return (out[..., :1, :], probs[..., :1, :]) if single else (out, probs)
+    return row_product(probs, v), probs
 
 
 def sdpa(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, score: nn.Module,

@@ -17,7 +17,7 @@ import pytest
 import torch
 import transformers
 from conftest import encoder_parity, pad_batch, reference_model
-from family_builders import FAMILIES, write_tokenizer
+from family_builders import FAMILIES, UNIGRAM_SIZE, write_tokenizer
 from safetensors.torch import save_file
 
 import minialign as ma
@@ -155,7 +155,7 @@ def test_tokenizer_ids_equal_transformers(tmp_path):
     from text.test_family_tokenizers import _assert_matches_transformers
 
     write_tokenizer(FAMILIES["jina_embeddings_v3"], tmp_path, wordpiece_dir=tmp_path, bpe_dir=tmp_path)
-    hf_config(vocab_size=120).save_pretrained(tmp_path)
+    hf_config(vocab_size=UNIGRAM_SIZE).save_pretrained(tmp_path)
     assert type(transformers.AutoTokenizer.from_pretrained(tmp_path)).__name__.startswith("XLMRobertaTokenizer")
     _assert_matches_transformers(tmp_path)
 
@@ -276,7 +276,7 @@ def native_with(tmp_path, hf, weights, task):
 def test_jina_layout_merges_each_tasks_adapter(tmp_path):
     """Each task's merged weights are jina's formula's, within float32 rounding; the model on them equals
     transformers' on the same merged weights (padded and packed); no task: the base weights, bit for bit."""
-    hf = hf_model(vocab_size=120)
+    hf = hf_model(vocab_size=UNIGRAM_SIZE)
     directory, merged = jina_checkpoint(tmp_path, hf, prompts=False)
     ids, mask = _batch(hf.config, lengths=(140, 33))
     for task in ("retrieval.query", "classification"):
@@ -301,7 +301,7 @@ def test_jina_layout_merges_each_tasks_adapter(tmp_path):
 
 
 def test_task_errors_name_the_problem(tmp_path):
-    hf = hf_model(vocab_size=120)
+    hf = hf_model(vocab_size=UNIGRAM_SIZE)
     directory, _ = jina_checkpoint(tmp_path, hf, prompts=False)
     with pytest.raises(CheckpointError, match="'search' is not one of this checkpoint's adapters.*'retrieval.query'"):
         ma.Encoder.from_pretrained(directory, adapter="search")
@@ -326,7 +326,7 @@ def test_sentence_encoder_task_adapter_and_its_prompt(tmp_path):
     as SentenceTransformer on the merged weights encodes with prompt_name=task; a call's own prompt_name still wins."""
     from sentence_transformers import SentenceTransformer, models
 
-    hf = hf_model(vocab_size=120)
+    hf = hf_model(vocab_size=UNIGRAM_SIZE)
     directory, merged = jina_checkpoint(tmp_path, hf)
     task = "retrieval.query"
     native_dir, _ = native_with(tmp_path, hf, merged[task], task)
@@ -349,7 +349,7 @@ def test_the_command_line_takes_the_adapter(tmp_path, capsys):
 
     from minialign.apps.cli import main as cli
 
-    hf = hf_model(vocab_size=120)
+    hf = hf_model(vocab_size=UNIGRAM_SIZE)
     directory, _ = jina_checkpoint(tmp_path, hf)
     task = "retrieval.query"
     expected = ma.SentenceEncoder.from_pretrained(directory, adapter=task).encode(TEXTS[0])
@@ -370,7 +370,7 @@ def test_an_adapter_chosen_per_call_equals_it_merged_on_loading(tmp_path, unpad)
     no task chosen: the base weights, bit for bit; the state dict is the plain encoder's."""
     from minialign.nn import lora
 
-    hf = hf_model(vocab_size=120)
+    hf = hf_model(vocab_size=UNIGRAM_SIZE)
     directory, _ = jina_checkpoint(tmp_path, hf, prompts=False)
     ids, mask = _batch(hf.config, lengths=(140, 33, 7))
     real = mask.bool()
@@ -400,7 +400,7 @@ def test_sentence_encoder_chooses_the_adapter_per_call(tmp_path):
 
     from minialign.nn import lora
 
-    hf = hf_model(vocab_size=120)
+    hf = hf_model(vocab_size=UNIGRAM_SIZE)
     directory, _ = jina_checkpoint(tmp_path, hf)
     ours = ma.SentenceEncoder.from_pretrained(directory, batch_size=2)
     plain = ours.encode(TEXTS)

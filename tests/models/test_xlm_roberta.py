@@ -95,15 +95,16 @@ def test_classifier_logits_padded_and_packed(arch, backend, tmp_path):
 
 
 def _unigram_dir(directory):
-    """A SentencePiece Unigram tokenizer.json as XLM-R's (Metaspace, `<s> A </s></s> B </s>`), trained here."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    """A SentencePiece Unigram tokenizer.json as XLM-R's (Metaspace, `<s> A </s></s> B </s>`), built here the same on
+    every run (family_builders.unigram_model)."""
+    from family_builders import unigram_model
+    from tokenizers import Tokenizer, decoders, pre_tokenizers, processors
 
-    tok = Tokenizer(models.Unigram())
+    tok = Tokenizer(unigram_model(SPECIALS, "<unk>", CORPUS))
+    tok.add_special_tokens(SPECIALS)
     tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
                                                  pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")])
     tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
-    tok.train_from_iterator(CORPUS, trainers.UnigramTrainer(vocab_size=180, special_tokens=SPECIALS,
-                                                            unk_token="<unk>"))
     assert [tok.token_to_id(t) for t in SPECIALS] == [0, 1, 2, 3, 4]
     tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>",
                                                        special_tokens=[("<s>", 0), ("</s>", 2)])
