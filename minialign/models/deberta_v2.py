@@ -51,8 +51,8 @@ from minialign.nn.config import (ACTIVATION, ANY_INT, BOOL, POSITIVE_INT, PROBAB
 from minialign.nn.inputs import ForwardInputs, sequence_positions
 from minialign.nn.layers import EncoderLayer, SelfAttention
 from minialign.nn.layout import Layout
-from minialign.nn.reduce import row_product
 from minialign.nn.linear import Linear
+from minialign.nn.reduce import row_product
 from minialign.nn.score_functions import DISENTANGLED
 
 
