@@ -30,6 +30,8 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from minialign.nn.reduce import row_product, token_sum
+
 DOT, OFFSET, DENSE, DISENTANGLED = "dot", "offset", "dense", "disentangled"
 
 
@@ -43,7 +45,7 @@ class _DotOfProjections(nn.Module):
 
     def forward(self, q: Tensor, k: Tensor) -> Tensor:
         q, k, scale = self.project(q, k)
-        return torch.matmul(q, k.transpose(-2, -1)) * scale
+        return row_product(q, k.transpose(-2, -1)) * scale
 
 
 class ScaledDot(_DotOfProjections):
@@ -61,7 +63,7 @@ class General(_DotOfProjections):
         self.weight = nn.Parameter(torch.empty(heads, head_dim, head_dim))
 
     def project(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:
-        return torch.matmul(q, self.weight), k, 1.0  # (q^T W) . k
+        return row_product(q, self.weight), k, 1.0  # (q^T W) . k
 
 
 class Bilinear(_DotOfProjections):
@@ -73,7 +75,7 @@ class Bilinear(_DotOfProjections):
 
     def project(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:
         w = self.weight.transpose(-2, -1)  # row vectors: (W x)^T = x^T W^T
-        return torch.matmul(q, w), torch.matmul(k, w), 1.0
+        return row_product(q, w), torch.matmul(k, w), 1.0
 
 
 class Additive(nn.Module):
@@ -88,10 +90,12 @@ class Additive(nn.Module):
         self.v = nn.Parameter(torch.empty(heads, head_dim))
 
     def forward(self, q: Tensor, k: Tensor) -> Tensor:
-        wq = torch.matmul(q, self.w_query.transpose(-2, -1))  # (B, H, Lq, A)
+        wq = row_product(q, self.w_query.transpose(-2, -1))  # (B, H, Lq, A)
         wk = torch.matmul(k, self.w_key.transpose(-2, -1))  # (B, H, L, A)
         hidden = torch.tanh(wq[:, :, :, None, :] + wk[:, :, None, :, :])  # (B, H, Lq, L, A)
-        return torch.einsum("bhija,ha->bhij", hidden, self.v)
+        # v . hidden summed over A in order (token_sum), not by einsum's batched product: the first-token path's
+        # one query row got other bits as its batch grew that way
+        return token_sum(hidden * self.v[:, None, None, :], dim=-1)
 
 
 class Location(nn.Module):
@@ -107,7 +111,9 @@ class Location(nn.Module):
 
     def by_offset(self, q: Tensor) -> Tensor:
         """(B, H, Lq, 2R + 1): the score of query i for each clipped offset."""
-        return torch.matmul(q, self.weight.transpose(-2, -1))
+        table = self.weight.transpose(-2, -1)  # (H, D, 2R + 1), small: one copy per sequence, not broadcast (torch's
+        # matmul against a table broadcast over the batch gave a sequence other bits as its batch changed)
+        return row_product(q, table.expand(*q.shape[:-2], *table.shape[-2:]).contiguous())
 
     def offsets(self, q_len: int, k_len: int, device) -> Tensor:
         i = torch.arange(q_len, device=device)[:, None]

@@ -277,6 +277,30 @@ def test_packed_and_first_tokens_with_every_score_form(score_fn, backend):
                     torch.testing.assert_close(out.last_hidden_state[real], expected.last_hidden_state[real], **TOL)
 
 
+@pytest.mark.parametrize("score_fn", ["scaled_dot", "general", "bilinear", "additive", "location"])
+@pytest.mark.parametrize("backend", ["eager", "sdpa"])
+def test_first_tokens_do_not_follow_the_batch_with_every_score_function(score_fn, backend):
+    """The first-token path (a classifier's last layer, one query row per sequence) gives a sequence the same logits,
+    bit for bit, alone, beside one other and in a batch of nine packed in length buckets: with torch's batched
+    matmul for the one-row products, general, additive and location scores moved by 6e-8 to 2e-7 (nn/reduce.py
+    row_product)."""
+    config = ma.Config(vocab_size=200, hidden_size=36, num_layers=2, num_heads=3, intermediate_size=50,
+                       max_position_embeddings=128, score_fn=score_fn, max_relative_distance=4)
+    model = ma.ClassifierModel(config, attn_backend=backend, seed=0).eval()
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.normal_(0, 0.3, generator=generator)  # logits far apart: a last-bit change shows
+    lengths = [56, 50, 53, 55, 49, 30, 12, 56, 51]  # several sequences in the first one's bucket
+    ids = torch.randint(5, 200, (len(lengths), 56), generator=generator)
+    mask = (torch.arange(56)[None] < torch.tensor(lengths)[:, None]).long()
+    with torch.inference_mode():
+        batch = model(ids, mask, unpad=True).logits
+        alone = model(ids[:1], mask[:1], unpad=True).logits
+        beside_one = model(ids[[5, 0]], mask[[5, 0]], unpad=True).logits
+    assert torch.equal(batch[0], alone[0]) and torch.equal(batch[0], beside_one[1])
+
+
 @pytest.mark.parametrize("native", [True, False])
 def test_dtype_auto_is_bf16_matmuls_only_where_native(pair, monkeypatch, native):
     """dtype="auto": fp32 weights; on hardware with native bf16 the matmuls of EncoderLayer.MIXED_PRECISION
