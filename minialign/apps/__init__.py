@@ -1,2 +1,8 @@
 """The faces: command line, HTTP service, Ray Data, file jobs, explore, parity. May import anything below;
 nothing imports apps."""
+
+
+def extra_hint(extra: str) -> str:
+    """How to install one of the package's extras. minialign is not on the package index yet, so the command is
+    the one that works from a checkout of the repository (README.md, "Set up")."""
+    return f'from a checkout of minialign: pip install -e ".[{extra}]"'

@@ -9,6 +9,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from minialign.apps import extra_hint
 from minialign.nn.config import DTYPES
 from minialign.nn.score_functions import SCORE_FUNCTIONS
 
@@ -106,7 +107,7 @@ def _run_ray(product, options: dict, args: argparse.Namespace) -> int:
     try:
         import ray
     except ImportError:
-        raise ValueError("--ray needs the ray extra: pip install 'minialign[ray]'") from None
+        raise ValueError(f"--ray needs the ray extra, {extra_hint('ray')}") from None
     from minialign.apps import raydata
 
     options = {**options, **_loading(args), "id_field": args.id_field}
@@ -204,7 +205,7 @@ def _serve(args: argparse.Namespace) -> int:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError:
-        raise ValueError("minialign serve needs the serve extra: pip install 'minialign[serve]'") from None
+        raise ValueError(f"minialign serve needs the serve extra, {extra_hint('serve')}") from None
     from minialign.apps.products import PRODUCTS
     from minialign.apps.serve import Limits, Models, Service, serve
     from minialign.products.runner import refuse_int8

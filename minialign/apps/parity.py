@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from minialign import convert
+from minialign.apps import extra_hint
 
 from minialign.loading import HEADS_FILE, build, export_hf, read_checkpoint
 from minialign.models.auto import model_class
@@ -148,7 +149,7 @@ def run_parity(src: str, *, backbone: str | None = None, tolerance: float = 1e-4
         import transformers  # noqa: F401
     except ImportError:
         raise ValueError("minialign parity compares against transformers, which is not installed: "
-                         "pip install 'minialign[test]' (or pip install transformers)") from None
+                         f"{extra_hint('test')} (or pip install transformers)") from None
     unknown = [b for b in backends if b not in BACKENDS] + [x for x in layouts if x not in LAYOUTS]
     if unknown or not backends or not layouts:
         raise ValueError(f"parity runs backends among {BACKENDS} on layouts among {tuple(LAYOUTS)}, got "

@@ -12,7 +12,7 @@ def test_parity_without_transformers_names_the_extra(tmp_path, monkeypatch, caps
     _, directory = save_hf("bert")
     monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers -> ImportError
     assert cli(["parity", str(directory)]) == 2
-    assert "pip install 'minialign[test]'" in capsys.readouterr().err
+    assert 'pip install -e ".[test]"' in capsys.readouterr().err
 
 
 def test_parity_prints_its_header_before_any_figure(tmp_path, capsys, minilm_dir):
