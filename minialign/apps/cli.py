@@ -92,12 +92,28 @@ def _files(args: argparse.Namespace) -> bool:
 
 
 def _run_file(job, args: argparse.Namespace, verb: str) -> int:
-    from minialign.apps.files.rows import run_file
+    from minialign.apps.files.rows import Interrupted, run_file
 
-    n = run_file(job, Path(args.input), Path(args.output), id_field=args.id_field, resume=args.resume,
-                 skip_invalid=args.skip_invalid)
+    try:
+        n = run_file(job, Path(args.input), Path(args.output), id_field=args.id_field, resume=args.resume,
+                     skip_invalid=args.skip_invalid)
+    except Interrupted as e:  # one line, no traceback: what is done and how to go on (rows.run_file's promise)
+        print(f"minialign {args.command}: interrupted: {e.written} row(s) are in {e.output}; continue with: "
+              f"{_resume_command(args)}", file=sys.stderr)
+        return INTERRUPTED
     print(f"{verb} {n} row(s) into {args.output}", file=sys.stderr)
     return 0
+
+
+INTERRUPTED = 130  # a shell's status for a command ended by SIGINT (128 + 2)
+
+
+def _resume_command(args: argparse.Namespace) -> str:
+    """The command as it was given, with --resume: what continues an interrupted file run."""
+    import shlex
+
+    argv = [*args.argv, *([] if args.resume else ["--resume"])]
+    return shlex.join(["minialign", *argv])
 
 
 def _run_ray(product, options: dict, args: argparse.Namespace) -> int:
@@ -297,7 +313,7 @@ def _serve_parser(sub) -> None:
 def _common(p: argparse.ArgumentParser, *, batch: str, int8: bool = True) -> None:
     """Options every model command shares: files, resume, device, precision, batching. int8: whether the
     command's --dtype offers int8 (the scorers do not: products/runner.py refuse_int8)."""
-    p.add_argument("--input", help="a .jsonl or .csv file of rows")
+    p.add_argument("--input", help="a .jsonl, .csv or .tsv file of rows")
     p.add_argument("--output", help="where the results go (one row per input row, with its id)")
     p.add_argument("--id-field", default="id", help="row id field (default: id; else the line number)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run after its last row")
@@ -462,7 +478,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="a padded batch, or packed (unpad=True), or both (default)")
     p.set_defaults(run=_parity)
 
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    args.argv = argv  # as given: an interrupted file run prints it back with --resume
     from minialign.convert import CheckpointError
 
     shown = warnings.formatwarning
@@ -474,6 +492,9 @@ def main(argv: list[str] | None = None) -> int:
     except (CheckpointError, OSError, ValueError) as e:
         print(f"minialign {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # before any row was written (loading, reading): nothing to resume
+        print(f"\nminialign {args.command}: interrupted", file=sys.stderr)
+        return INTERRUPTED
     finally:
         warnings.formatwarning = shown
 

@@ -158,3 +158,41 @@ def test_score_truncation_warning_points_to_nothing_the_command_line_lacks(tiny_
         assert cli(["score", *_alignscore(tiny_alignscore), "--context", "word " * 700, "--claim", "A claim."]) == 0
     (message,) = [str(w.message) for w in caught if w.category is TruncationWarning]
     assert "were cut by the 512-token window" in message and "return_details" not in message
+
+
+def test_ctrl_c_in_a_file_command_says_what_is_written_and_how_to_resume(tmp_path, minilm_dir):
+    """SIGINT once the first rows are written: one line (the rows in the output, the command with --resume),
+    status 130, no traceback; the output is whole rows, and the printed command finishes it."""
+    import shlex
+    import signal
+    import time
+
+    texts = [f"sentence number {i} of a file long enough to be interrupted" for i in range(20000)]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(texts)))
+    out = tmp_path / "out.jsonl"
+    args = ["embed", "--model", str(minilm_dir), "--input", str(tmp_path / "in.jsonl"), "--output", str(out),
+            "--batch-size", "1", "--threads", "1"]
+    process = subprocess.Popen([sys.executable, "-m", "minialign", *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out.exists() and out.read_text().count("\n") >= 8) and process.poll() is None:
+            assert time.monotonic() < deadline, "no row written in 120 s"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, err
+    assert "Traceback" not in err
+    written = out.read_text().count("\n")
+    assert 8 <= written < len(texts)
+    (line,) = [line for line in err.splitlines() if "interrupted" in line]
+    assert line == (f"minialign embed: interrupted: {written} row(s) are in {out}; continue with: "
+                    f"{shlex.join(['minialign', *args, '--resume'])}")
+    ids = [json.loads(row)["id"] for row in out.read_text().splitlines()]
+    assert ids == list(range(written))
+    texts = texts[:written + 3]  # the rest, shortened: the printed command resumes where the output stops
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(texts)))
+    assert cli(shlex.split(line.split("continue with: ")[1])[1:]) == 0
+    assert [json.loads(row)["id"] for row in out.read_text().splitlines()] == list(range(len(texts)))

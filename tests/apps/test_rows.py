@@ -250,3 +250,70 @@ def test_a_long_quoted_field_stays_one_field(tmp_path):
     assert run_file(_lengths_job(), tmp_path / "in.csv", tmp_path / "out.jsonl", progress=False) == 2
     assert [json.loads(line) for line in (tmp_path / "out.jsonl").open()] == [{"id": "1", "n": len(long)},
                                                                              {"id": "2", "n": 5}]
+
+
+def test_tsv_input_and_a_csv_in_another_delimiter_is_named(tmp_path):
+    """.tsv is CSV's rules with a tab between fields (a quoted field may hold a tab or a newline); a .csv whose
+    header is one column holding a semicolon or a tab was written with that delimiter, and the error says so."""
+    (tmp_path / "in.tsv").write_bytes(b'id\ttext\n1\ta, b; c\n2\t"tab\there\nand a line"\n')
+    assert run_file(_lengths_job(), tmp_path / "in.tsv", tmp_path / "out.jsonl", progress=False) == 2
+    assert [json.loads(line) for line in (tmp_path / "out.jsonl").open()] == [{"id": "1", "n": 7},
+                                                                             {"id": "2", "n": 19}]
+    for data, looks, fix in ((b"id;text\n1;hello\n", "semicolon", "save it with commas (or tabs, as .tsv)"),
+                             (b"id\ttext\n1\thello\n", "tab", "name it .tsv")):
+        (tmp_path / "in.csv").write_bytes(data)
+        with pytest.raises(InputError) as error:
+            run_file(_lengths_job(), tmp_path / "in.csv", tmp_path / "other.jsonl", progress=False)
+        assert f"holding a {looks}: the file looks {looks}-separated, and minialign reads .csv as comma-separated; " \
+               f"{fix}" in str(error.value)
+    (tmp_path / "in.tsv").write_bytes(b"id,text\n1,hello\n")
+    with pytest.raises(InputError, match="looks comma-separated, and minialign reads .tsv as tab-separated; name it"):
+        run_file(_lengths_job(), tmp_path / "in.tsv", tmp_path / "other.jsonl", progress=False)
+    (tmp_path / "in.csv").write_bytes(b"id,body\n1,hello\n")  # another field name: no delimiter said
+    with pytest.raises(InputError) as error:
+        run_file(_lengths_job(), tmp_path / "in.csv", tmp_path / "other.jsonl", progress=False)
+    assert "separated" not in str(error.value)
+
+
+def test_resume_with_a_shorter_input_says_so_and_leaves_the_output(tmp_path):
+    """An output with more rows than the input it is resumed with: refused with both counts and both files, and
+    the output untouched (a partial last row included: it is cut only when the run goes on)."""
+    _jsonl(tmp_path / "in.jsonl", [{"id": i, "text": "x" * i} for i in range(5)])
+    out = tmp_path / "out.jsonl"
+    assert run_file(_lengths_job(), tmp_path / "in.jsonl", out, progress=False) == 5
+    with out.open("a") as f:
+        f.write('{"id": 5, "n"')  # a row cut by an interruption
+    before = out.read_bytes()
+    _jsonl(tmp_path / "short.jsonl", [{"id": i, "text": "x" * i} for i in range(3)])
+    with pytest.raises(InputError) as error:
+        run_file(_lengths_job(), tmp_path / "short.jsonl", out, resume=True, progress=False)
+    assert str(error.value).startswith(f"cannot resume: the output {out} has more rows (5) than the input "
+                                       f"{tmp_path / 'short.jsonl'} (3 row(s))")
+    assert out.read_bytes() == before
+    _jsonl(tmp_path / "other.jsonl", [{"id": i, "text": "x"} for i in (0, 1, 9, 3, 4, 5)])
+    with pytest.raises(InputError, match=r"does not hold the first 5 rows of .*other.jsonl \(its row 3 has id '2', "
+                                         r"the input's 9\)"):
+        run_file(_lengths_job(), tmp_path / "other.jsonl", out, resume=True, progress=False)
+    assert out.read_bytes() == before
+    _jsonl(tmp_path / "more.jsonl", [{"id": i, "text": "x" * i} for i in range(7)])
+    assert run_file(_lengths_job(), tmp_path / "more.jsonl", out, resume=True, progress=False) == 2
+    assert [json.loads(line)["id"] for line in out.open()] == list(range(7))
+
+
+def test_an_interrupted_run_says_how_many_rows_it_wrote(tmp_path):
+    """Ctrl-C in the middle of a file: rows.Interrupted (a KeyboardInterrupt) with the complete rows in the output,
+    which --resume continues."""
+    from minialign.apps.files.rows import Interrupted, Job
+
+    def run(rows):
+        if rows[0].id >= 4:
+            raise KeyboardInterrupt
+        return [{"n": len(r.values["text"])} for r in rows]
+
+    job = Job(fields={"text": "text"}, flags={"text": "--text-field"}, settings={"model": "len"}, run=run)
+    _jsonl(tmp_path / "in.jsonl", [{"id": i, "text": "x" * i} for i in range(10)])
+    with pytest.raises(Interrupted) as stopped:
+        run_file(job, tmp_path / "in.jsonl", tmp_path / "out.jsonl", block_rows=2, progress=False)
+    assert (stopped.value.written, stopped.value.output) == (4, tmp_path / "out.jsonl")
+    assert run_file(_lengths_job(), tmp_path / "in.jsonl", tmp_path / "out.jsonl", resume=True, progress=False) == 6
+    assert [json.loads(line) for line in (tmp_path / "out.jsonl").open()] == [{"id": i, "n": i} for i in range(10)]

@@ -162,8 +162,10 @@ def _offsets(counts: list[int]) -> torch.Tensor:
     return torch.tensor([0, *counts], dtype=torch.int64).cumsum(0)
 
 
-FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".safetensors": "safetensors",
-           ".html": "html"}
+FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "tsv",
+           ".safetensors": "safetensors", ".html": "html"}
+INPUT_FORMATS = ("jsonl", "csv", "tsv")  # what read_records reads; tsv: CSV's rules with a tab between fields
+DELIMITERS = {"csv": ",", "tsv": "\t"}
 # Suffixes of files, never of the directories a command writes (convert's DST, --ray's --output).
 FILE_SUFFIXES = (*FORMATS, ".parquet", ".bin", ".ckpt", ".pt", ".pth", ".htm", ".txt")
 
@@ -176,7 +178,7 @@ def _suffixes(allowed: tuple[str, ...]) -> str:
     return " or ".join(usual[fmt] for fmt in usual if fmt in allowed)
 
 
-def _format(path: Path, allowed: tuple[str, ...] = ("jsonl", "csv")) -> str:
+def _format(path: Path, allowed: tuple[str, ...] = INPUT_FORMATS) -> str:
     fmt = FORMATS.get(path.suffix.lower())
     if fmt not in allowed:
         raise InputError(f"{path}: unknown format {path.suffix.lower()!r}; use {_suffixes(allowed)}")
@@ -265,7 +267,8 @@ def read_records(path: Path) -> tuple[list[tuple[int, dict]], list[tuple[int, st
     if data.startswith(b"\xef\xbb\xbf"):  # a byte-order mark (Excel's "CSV UTF-8")
         data = data[3:]
     records, problems, fields = [], [], {}
-    if _format(path) == "jsonl":
+    fmt = _format(path)
+    if fmt == "jsonl":
         offset = 0
         for line_no, raw in enumerate(data.split(b"\n"), start=1):  # only \n ends a row (not U+2028)
             start, offset = offset, offset + len(raw) + 1
@@ -292,7 +295,7 @@ def read_records(path: Path) -> tuple[list[tuple[int, dict]], list[tuple[int, st
     # no field-size limit (the csv module's 128 KiB default would split a long quoted text into rows): the file
     # is read whole already, so a field is bounded by it
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=DELIMITERS[fmt], strict=True)
     rows = _csv_rows(reader, problems)
     header = next(rows, (1, None))[1] or []
     for line_no, values in rows:
@@ -348,9 +351,10 @@ def read_rows(path: Path, job: Fields, *, id_field: str) -> tuple[list[Row], lis
     for role, name in job.fields.items():
         if records and role not in job.optional and name not in fields:
             raise InputError(f"{path}: no row has the field {name!r}; fields found: "
-                             f"{', '.join(map(repr, fields[:20])) or 'none'}. Name yours with {job.flags[role]}")
+                             f"{', '.join(map(repr, fields[:20])) or 'none'}. Name yours with {job.flags[role]}"
+                             + _delimiter_hint(path, fields))
     rows, first_line = [], {}
-    csv_file = _format(path) == "csv"
+    csv_file = _format(path) in DELIMITERS
     for line_no, record in records:
         values, bad = record_values(record, job, empty_is_missing=csv_file)
         if bad:
@@ -367,6 +371,21 @@ def read_rows(path: Path, job: Fields, *, id_field: str) -> tuple[list[Row], lis
         first_line[str(row_id)] = (line_no, record.get(id_field) is None)
         rows.append(Row(row_id, line_no, values))
     return rows, [f"line {line_no}: {problem}" for line_no, problem in sorted(problems, key=lambda p: p[0])]
+
+
+def _delimiter_hint(path: Path, header: list[str]) -> str:
+    """A CSV (or TSV) whose header is one column holding another delimiter was written with that one: said so,
+    with what to do (a semicolon is Excel's list separator where the decimal mark is a comma)."""
+    fmt = _format(path)
+    if fmt not in DELIMITERS or len(header) != 1:
+        return ""
+    names = {";": "semicolon", "\t": "tab", ",": "comma"}
+    found = next((d for d in names if d != DELIMITERS[fmt] and d in header[0]), None)
+    if found is None:
+        return ""
+    fix = {"\t": "name it .tsv", ",": "name it .csv"}.get(found, "save it with commas (or tabs, as .tsv)")
+    return (f". Its header is one column holding a {names[found]}: the file looks {names[found]}-separated, and "
+            f"minialign reads {path.suffix.lower()} as {names[DELIMITERS[fmt]]}-separated; {fix}")
 
 
 def record_values(record: dict, job: Fields, *, empty_is_missing: bool = False) -> tuple[dict[str, str | None], list[str]]:
@@ -404,6 +423,7 @@ class ResultWriter:
         self.path, self.columns = path, columns
         self.fmt = _format(path, ("jsonl", "csv") if columns is not None else ("jsonl",))
         self.done: list[str] = []
+        self._complete: int | None = None  # bytes of the complete rows, when a partial one follows them (trim)
         if path.exists() and path.stat().st_size > 0:
             if not resume:
                 raise InputError(f"{path} exists; pass --resume to continue it, or remove it")
@@ -411,17 +431,18 @@ class ResultWriter:
             self.done = self._read_done()
         else:
             settings_record(settings_path(path), settings, output=path, begun=False)
+        self.written = len(self.done)  # complete rows in the output: those found, then each one written
         self.file = open(path, "a", encoding="utf-8", newline="")
         if self.fmt == "csv" and path.stat().st_size == 0:
             self._write_csv(["id", *columns])
 
     def _read_done(self) -> list[str]:
-        """Ids of the complete rows; a trailing partial record (an interrupted write) is cut off."""
+        """Ids of the complete rows; a trailing partial record (an interrupted write) is cut off by `trim`, once
+        the caller has checked that the output continues (nothing is changed before that)."""
         data = self.path.read_bytes()
         complete = data[:_complete_length(data, csv_quotes=self.fmt == "csv")]
         if len(complete) != len(data):
-            with open(self.path, "r+b") as f:
-                f.truncate(len(complete))
+            self._complete = len(complete)
         try:
             text = complete.decode("utf-8")
         except UnicodeDecodeError as e:
@@ -445,6 +466,14 @@ class ResultWriter:
                                  f"not resuming") from None
         return ids
 
+    def trim(self) -> None:
+        """Cut off a trailing partial record (an interrupted write) found on opening, before rows are appended."""
+        if self._complete is not None:
+            self.file.flush()
+            with open(self.path, "r+b") as f:
+                f.truncate(self._complete)
+            self._complete = None
+
     def _write_line(self, text: str) -> None:
         self.file.write(text)
         self.file.flush()
@@ -460,6 +489,7 @@ class ResultWriter:
                                        (record[c] for c in self.columns))])
         else:
             self._write_line(json.dumps({"id": row.id, **record}, ensure_ascii=False) + "\n")
+        self.written += 1
 
     def close(self) -> None:
         self.file.close()
@@ -544,17 +574,44 @@ def run_file(job: Job, input_path: Path, output_path: Path, *, id_field: str = "
     try:
         done = writer.done
         if done:
-            if len(done) > len(rows) or [str(r.id) for r in rows[: len(done)]] != done:
-                raise InputError(f"{output_path} does not hold the first {len(done)} rows of {input_path}; "
-                                 f"cannot resume")
+            _check_continues(done, rows, input_path, output_path, skipped=len(problems))
             rows = rows[len(done):]
+        writer.trim()
         for block, records in _blocks(job, rows, block_rows, progress):
             for row, record in zip(block, records):
                 writer.write(row, record)
+    except KeyboardInterrupt:  # Ctrl-C: the rows written so far are whole and flushed; --resume continues them
+        raise Interrupted(output_path, writer.written) from None
     finally:
         writer.close()
     job.finish()
     return len(rows)
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during run_file: `written` complete rows are in `output` (each written whole and flushed), and
+    --resume continues after them. Still a KeyboardInterrupt for callers that stop on one."""
+
+    def __init__(self, output: Path, written: int):
+        super().__init__(output, written)
+        self.output, self.written = output, written
+
+
+def _check_continues(done: list[str], rows: list[Row], input_path: Path, output_path: Path, *, skipped: int) -> None:
+    """--resume: the output must hold the first rows of this input (by id, in order); refused otherwise, before
+    the output is touched."""
+    valid = f" valid row(s) ({skipped} malformed ones skipped)" if skipped else " row(s)"
+    if len(done) > len(rows):
+        raise InputError(f"cannot resume: the output {output_path} has more rows ({len(done)}) than the input "
+                         f"{input_path} ({len(rows)}{valid}); was it made from another input? The output is left "
+                         f"as it is: give its input, or write to another --output")
+    mismatch = next(i for i, (r, d) in enumerate(zip(rows, done)) if str(r.id) != d) \
+        if [str(r.id) for r in rows[:len(done)]] != done else None
+    if mismatch is not None:
+        raise InputError(f"cannot resume: the output {output_path} does not hold the first {len(done)} rows of "
+                         f"{input_path} (its row {mismatch + 1} has id {done[mismatch]!r}, the input's "
+                         f"{rows[mismatch].id!r}); the output is left as it is: give its input, or write to another "
+                         f"--output")
 
 
 def validate_input(input_path: str | Path, fields: Fields, *, id_field: str = "id", skip_invalid: bool = False) -> None:
@@ -583,13 +640,15 @@ def _blocks(job: Job, rows: list[Row], block_rows: int | None, progress: bool):
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(rows), unit="row", file=sys.stderr)
-    for start in range(0, len(rows), block_rows):
-        block = rows[start:start + block_rows]
-        yield block, job.run(block)
+    try:
+        for start in range(0, len(rows), block_rows):
+            block = rows[start:start + block_rows]
+            yield block, job.run(block)
+            if bar is not None:
+                bar.update(len(block))
+    finally:  # also when interrupted: the bar's line ends before the command's own
         if bar is not None:
-            bar.update(len(block))
-    if bar is not None:
-        bar.close()
+            bar.close()
 
 
 def _run_to_tensors(job: Job, rows: list[Row], output_path: Path, settings: dict[str, Any],
