@@ -57,6 +57,10 @@ def positive_int(name: str, value) -> int:
     return value
 
 
+class OversubscribedWarning(UserWarning):
+    """More worker processes than the CPUs this process may use."""
+
+
 class BatchEngine:
     def __init__(self, tokenizer: Tokenizer, *, batch_size: int = 32, max_tokens: int = 65536, packed: bool = True,
                  bucket: int = 1, max_length: int | None = None, device: str | torch.device = "cpu",
@@ -80,6 +84,13 @@ class BatchEngine:
         self.threads = usable_threads() if threads is None else positive_int("threads", threads)
         if workers > 1 and self.device.type != "cpu":
             raise ValueError(f"workers > 1 runs CPU processes; the model is on {self.device}")
+        if workers > 1 and workers > (cpus := usable_threads()):
+            # a warning, not a refusal: the count is this process's share (affinity, quota) when it starts, and a
+            # user may know the machine better (a quota raised later, a measured I/O-bound load); workers beyond
+            # the CPUs wait on each other at every operator's barrier (threads.py, BENCHMARKS.md "Busy machines")
+            warnings.warn(f"workers={workers} on {cpus} usable CPU(s) (this process's affinity and CPU quota): the "
+                          f"workers would share them and wait on each other, many times slower; pick workers <= "
+                          f"{cpus} (1 with threads={cpus} is usually fastest)", OversubscribedWarning, stacklevel=2)
         self._pool: WorkerPool | None = None
 
     @classmethod

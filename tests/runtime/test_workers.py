@@ -167,3 +167,21 @@ def test_a_worker_whose_parent_was_killed_exits_quietly(tmp_path):
     _, err = parent.communicate(timeout=60)  # the worker holds the same stderr: this waits for it to exit too
     assert parent.returncode == -signal.SIGKILL
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def test_more_workers_than_cpus_are_warned_of(minilm_dir, tmp_path, monkeypatch, capsys):
+    """workers beyond the usable CPUs (threads.usable_threads: affinity and quota) run, with one warning line naming
+    the count and what to pick; the command line warns so too."""
+    from minialign.runtime import engine
+    from minialign.runtime.engine import OversubscribedWarning
+
+    tokenizer = ma.Tokenizer.from_pretrained(minilm_dir)
+    monkeypatch.setattr(engine, "usable_threads", lambda: 2)
+    with pytest.warns(OversubscribedWarning, match=r"workers=8 on 2 usable CPU\(s\) .* pick workers <= 2"):
+        ma.BatchEngine(tokenizer, workers=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ma.BatchEngine(tokenizer, workers=2)
+    monkeypatch.setattr(engine, "usable_threads", lambda: 1)
+    with pytest.warns(OversubscribedWarning, match=r"workers=2 on 1 usable CPU\(s\)"):  # (one line: cli._warning_line)
+        assert main(["embed", "--model", str(minilm_dir), "--text", "a text", "--workers", "2"]) == 0
