@@ -28,10 +28,11 @@ from .by_model_type import (alignscore_to_minialign, config_from_hf, config_to_h
 from .flagembedding import M3_HEADS, read_m3_heads
 from .formats import Adapters, Foreign, Format
 from .pickles import load_pickle
-from .sbert import (MULTIVECTOR_MODULES, PUNCTUATION, crossencoder_activation, pylate_settings, read_dense,
-                    read_include_prompt, read_model_config, read_modules, read_multivector_mask, read_pooling,
-                    read_prompts, read_router, read_sentence_config, read_sparse_config, read_splade_pooling,
-                    read_static_embedding, read_truncate_dim)
+from .sbert import (MULTIVECTOR_MODULES, PUNCTUATION, WRITTEN_MODULES, ModuleFiles, crossencoder_activation,
+                    pylate_settings, read_dense, read_include_prompt, read_model_config, read_module_files,
+                    read_modules, read_multivector_mask, read_pooling, read_prompts, read_router,
+                    read_sentence_config, read_sparse_config, read_splade_pooling, read_static_embedding,
+                    read_truncate_dim, write_module_files)
 
 __all__ = [
     "Adapters",
@@ -42,6 +43,7 @@ __all__ = [
     "Format",
     "M3_HEADS",
     "MissingFileError",
+    "ModuleFiles",
     "MULTIVECTOR_MODULES",
     "PUNCTUATION",
     "alignscore_to_minialign",
@@ -63,6 +65,7 @@ __all__ = [
     "read_json",
     "read_m3_heads",
     "read_model_config",
+    "read_module_files",
     "read_modules",
     "read_multivector_mask",
     "read_pooling",
@@ -78,5 +81,7 @@ __all__ = [
     "release",
     "split_hf_backbone",
     "write_json",
+    "write_module_files",
     "write_safetensors",
+    "WRITTEN_MODULES",
 ]

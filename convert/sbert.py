@@ -1,6 +1,7 @@
 """sentence-transformers models: the module list, pooling, Dense and Normalize modules, and the
 CrossEncoder activation, read as plain values (sentence-transformers itself is never imported), from
-a directory or any `Files` (a hub snapshot fetched file by file).
+a directory or any `Files` (a hub snapshot fetched file by file); and the module files a converted
+directory carries over (read_module_files, write_module_files).
 
 Files (sentence-transformers v2 to v6 write them; both the old and the new names are read):
   modules.json                        [{"idx", "name", "path", "type"}], applied in order
@@ -29,11 +30,14 @@ Files (sentence-transformers v2 to v6 write them; both the old and the new names
 from __future__ import annotations
 
 import string
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from torch import Tensor
+
 from .errors import CheckpointError
-from .files import WEIGHT_FILES, Files, as_files, read_json, read_state_dict
+from .files import WEIGHT_FILES, Files, as_files, read_json, read_state_dict, write_json, write_safetensors
 
 # sentence-transformers modules by their class name (the last part of the "type" path): a SentenceTransformer's and a
 # SparseEncoder's, and a MultiVectorEncoder's (PyLate's pylate.models.Dense.Dense is read as a Dense, as
@@ -71,12 +75,18 @@ def read_modules(where: str | Path | Files, *, supported: tuple[str, ...] = MODU
                                   f"which minialign does not run here; supported: {', '.join(supported)}"
                                   + (" (a multi-vector model: load it with MultiVectorEncoder)"
                                      if kind == "MultiVectorMask" else ""))
-        folder = str(entry.get("path", ""))
-        if folder.startswith(("/", "~")) or "\\" in folder or ".." in PurePosixPath(folder).parts:
-            raise CheckpointError(f"{path}: module {i} has path {folder!r}, which is not a folder of the model")
-        folder = str(PurePosixPath(folder))
-        modules.append((kind, "" if folder == "." else folder))
+        modules.append((kind, _folder(path, i, entry)))
     return modules
+
+
+def _folder(path: Path, i: int, entry: dict) -> str:
+    """modules.json's entry i's folder, relative to the model ("" for the model itself); a path outside the model is
+    a CheckpointError naming it."""
+    folder = str(entry.get("path", ""))
+    if folder.startswith(("/", "~")) or "\\" in folder or ".." in PurePosixPath(folder).parts:
+        raise CheckpointError(f"{path}: module {i} has path {folder!r}, which is not a folder of the model")
+    folder = str(PurePosixPath(folder))
+    return "" if folder == "." else folder
 
 
 def read_pooling(where: str | Path | Files, folder: str = "") -> list[str]:
@@ -303,6 +313,82 @@ def crossencoder_activation(where: str | Path | Files) -> str | None:
         if config.get("sbert_ce_default_activation_function"):
             return str(config["sbert_ce_default_activation_function"])
     return None
+
+
+# What a converted directory carries of a sentence-transformers model, as its own save writes each module
+# (base/modules/transformer.py, pooling.py, dense.py, normalize.py: `save`): the Transformer is the converted weights
+# themselves, with sentence_bert_config.json beside them; a Pooling or Normalize module its folder's config.json
+# (Normalize's since v6; none before); a Dense its config.json and model.safetensors (linear.weight, linear.bias).
+# Any other module is refused by name rather than left out.
+WRITTEN_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
+
+
+@dataclass
+class ModuleFiles:
+    """A sentence-transformers model's files besides its transformer's weights and tokenizer, read whole before
+    anything is written (read_module_files) and written beside converted weights (write_module_files)."""
+
+    entries: list[dict[str, Any]]  # modules.json's, the Transformer's path "" (the converted weights are the root)
+    configs: dict[str, dict[str, Any]]  # each JSON file by its name in the model ("1_Pooling/config.json")
+    dense: dict[str, dict[str, Tensor]]  # a Dense module's folder -> its linear.weight (+ linear.bias)
+
+
+def read_module_files(where: str | Path | Files) -> ModuleFiles | None:
+    """The module files of a sentence-transformers model (None without modules.json): modules.json,
+    sentence_bert_config.json (from the Transformer's folder), config_sentence_transformers.json (prompts,
+    default_prompt_name, truncate_dim, similarity_fn_name, as saved), each Pooling's and Normalize's config.json and
+    each Dense's config and weights. A module of a type WRITTEN_MODULES lacks, a second Transformer, or a module at the
+    model's root besides the Transformer is a CheckpointError naming its type and path."""
+    files = as_files(where)
+    path = files.file("modules.json", optional=True)
+    if path is None:
+        return None
+    entries, configs, dense = [], {}, {}
+    for i, entry in enumerate(read_json(path, expect=list)):
+        kind = str(entry.get("type", "")).rsplit(".", 1)[-1] if isinstance(entry, dict) else ""
+        folder = _folder(path, i, entry) if isinstance(entry, dict) else ""
+        named = f"module {i} ({entry.get('type') if isinstance(entry, dict) else entry!r} at {folder or '.'!r})"
+        if kind not in WRITTEN_MODULES:
+            raise CheckpointError(f"{path}: {named}: a module type minialign cannot write beside converted weights; "
+                                  f"it writes {', '.join(WRITTEN_MODULES)}")
+        if (kind == "Transformer") != (i == 0):
+            raise CheckpointError(f"{path}: {named}: the Transformer must be the first module and the only one "
+                                  f"(the converted weights)")
+        if kind != "Transformer" and not folder:
+            raise CheckpointError(f"{path}: {named}: a module at the model's root, where the converted config.json "
+                                  f"goes; sentence-transformers saves each in its own folder")
+        if kind == "Transformer":
+            entry = {**entry, "path": ""}
+            found = files.file(_inside(folder, "sentence_bert_config.json"), optional=True)
+            if found is not None:
+                configs["sentence_bert_config.json"] = read_json(found)
+        else:
+            found = files.file(_inside(folder, "config.json"), optional=kind == "Normalize")
+            if found is not None:
+                configs[_inside(folder, "config.json")] = read_json(found)
+        if kind == "Dense":
+            read = read_dense(files, folder)
+            dense[folder] = {"linear.weight": read["weight"],
+                             **({"linear.bias": read["bias"]} if read["bias"] is not None else {})}
+        entries.append(entry)
+    found = files.file("config_sentence_transformers.json", optional=True)
+    if found is not None:
+        configs["config_sentence_transformers.json"] = read_json(found)
+    return ModuleFiles(entries, configs, dense)
+
+
+def write_module_files(modules: ModuleFiles, directory: str | Path) -> None:
+    """Write a model's module files (read_module_files) into `directory`, beside its converted weights: each module's
+    folder as sentence-transformers saves it, a Dense's weights as model.safetensors."""
+    directory = Path(directory)
+    for entry in modules.entries:
+        if entry["path"]:
+            (directory / entry["path"]).mkdir(parents=True, exist_ok=True)
+    for name, config in modules.configs.items():
+        write_json(directory / name, config)
+    for folder, tensors in modules.dense.items():
+        write_safetensors(directory / folder / "model.safetensors", tensors, metadata={"format": "pt"})
+    write_json(directory / "modules.json", modules.entries)
 
 
 def _inside(folder: str, name: str) -> str:

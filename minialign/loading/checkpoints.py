@@ -48,6 +48,9 @@ class Checkpoint:
     # task adapters kept apart from the weights (read_checkpoint without a task, of a checkpoint carrying them:
     # jina's), under the names of the weights they update (AlignModel's); None: none
     adapters: convert.Adapters | None = None
+    # the directory whose sentence-transformers module files (modules.json's) the writers carry over beside the
+    # weights (loading/export.py); None: none (an AlignScore .ckpt, a model saved by itself)
+    modules: Source | None = None
 
     def own_name(self, name: str) -> str:
         """A weight's name (AlignModel's) as the file names it, for messages in the user's words: transformers'
@@ -119,7 +122,7 @@ def _read_model(source: Source, beside: tuple[str, ...] = (), task: str | None =
         if weights is None:
             raise CheckpointError(f"{source}: minialign directory without model.safetensors")
         return Checkpoint(Config.from_dict(data["config"]), convert.read_safetensors(weights), str(weights), source,
-                          architectures=architectures_of(data))
+                          architectures=architectures_of(data), modules=source)
     config = config_from_hf(foreign.foreign.config(data) if foreign else data, source=str(config_path))
     weights = convert.find_weights(source)
     state_dict = convert.read_state_dict(weights)
@@ -142,7 +145,7 @@ def _read_model(source: Source, beside: tuple[str, ...] = (), task: str | None =
         tensors.update(more)
         dropped += more_dropped
     return Checkpoint(config, tensors, str(weights), source, dropped, layout="hf", beside=others,
-                      architectures=architectures_of(data), adapters=adapters)
+                      architectures=architectures_of(data), adapters=adapters, modules=source)
 
 
 def _renamed(adapters: convert.Adapters, config: Config, origin: str) -> convert.Adapters:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -18,7 +19,9 @@ TOKEN_HEADS = ("ForTokenClassification", "ForQuestionAnswering")  # classes expo
 
 
 def save_native(ckpt: Checkpoint, directory: str | Path, *, dtype: torch.dtype | None = None) -> Path:
-    """Write config.json + model.safetensors (minialign names) and any tokenizer files."""
+    """Write config.json + model.safetensors (minialign names), any tokenizer files and a sentence-transformers
+    model's module files (carry_modules), which SentenceEncoder reads as it reads the original's."""
+    modules = sentence_modules(ckpt)
     directory = output_directory(directory)
     tensors = {k: cast(v, torch.device("cpu"), dtype) if dtype else v for k, v in ckpt.tensors.items()}
     convert.write_safetensors(directory / "model.safetensors", tensors, metadata={"format": "pt"})
@@ -27,6 +30,7 @@ def save_native(ckpt: Checkpoint, directory: str | Path, *, dtype: torch.dtype |
         native["architectures"] = list(ckpt.architectures)
     convert.write_json(directory / "config.json", native)
     copy_tokenizer_files(ckpt.tokenizer, directory)
+    carry_modules(modules, directory, dtype)
     return directory
 
 
@@ -34,9 +38,12 @@ def export_hf(ckpt: Checkpoint, directory: str | Path, *, dtype: torch.dtype | N
     """Write a transformers layout: config.json + model.safetensors (BertModel/RobertaModel names,
     loadable by AutoModel) and, when the checkpoint has them, the MLM head and AlignScore heads in
     alignscore_heads.safetensors under AlignScore's own names (mlm_head.*, bin_layer.*, ...). A checkpoint whose
-    config.json names a token-classification or QA class is written as that class (export_hf_head)."""
+    config.json names a token-classification or QA class is written as that class (export_hf_head). A
+    sentence-transformers model's module files go beside (carry_modules): sentence-transformers loads the directory
+    as it loads the original."""
     if any(name.endswith(TOKEN_HEADS) for name in ckpt.architectures):
         return export_hf_head(ckpt, directory, dtype=dtype)
+    modules = sentence_modules(ckpt)
     directory = output_directory(directory)
     tensors = {k: cast(v, torch.device("cpu"), dtype) if dtype else v for k, v in ckpt.tensors.items()}
     hf = convert.minialign_to_hf(tensors, ckpt.config.format)
@@ -46,6 +53,7 @@ def export_hf(ckpt: Checkpoint, directory: str | Path, *, dtype: torch.dtype | N
         convert.write_safetensors(directory / HEADS_FILE, heads, metadata={"format": "pt"})
     convert.write_json(directory / "config.json", ckpt.config.to_hf(classifier="classifier.out_proj.weight" in tensors))
     copy_tokenizer_files(ckpt.tokenizer, directory)
+    carry_modules(modules, directory, dtype)
     return directory
 
 
@@ -56,6 +64,7 @@ def export_hf_head(ckpt: Checkpoint, directory: str | Path, *, dtype: torch.dtyp
     family's prefix (`bert.`) and the head under transformers' own names (a tied decoder left out: transformers ties
     it again). The head's tensors are those outside `encoder.` (a MaskedLMModel's mlm_head. and, where the family keeps
     them there, ModernBERT's classifier.; a token classifier's classifier.; a QA model's qa_outputs.)."""
+    modules = sentence_modules(ckpt)
     directory = output_directory(directory)
     if len(ckpt.architectures) != 1:
         raise ValueError(f"{ckpt.origin}: transformers' layout of a head names one class, got {ckpt.architectures}")
@@ -72,7 +81,26 @@ def export_hf_head(ckpt: Checkpoint, directory: str | Path, *, dtype: torch.dtyp
     config["architectures"] = [architecture]
     convert.write_json(directory / "config.json", config)
     copy_tokenizer_files(ckpt.tokenizer, directory)
+    carry_modules(modules, directory, dtype)
     return directory
+
+
+def sentence_modules(ckpt: Checkpoint) -> convert.ModuleFiles | None:
+    """The sentence-transformers module files of the directory the checkpoint was read from (convert.read_module_files:
+    modules.json, sentence_bert_config.json, config_sentence_transformers.json, each module's folder), read whole
+    before anything is written, so a module type that cannot be written is refused, by name, first; None: none."""
+    return convert.read_module_files(ckpt.modules) if ckpt.modules is not None else None
+
+
+def carry_modules(modules: convert.ModuleFiles | None, directory: Path, dtype: torch.dtype | None) -> None:
+    """Write the module files beside the converted weights, a Dense's weights cast as the rest are."""
+    if modules is None:
+        return
+    if dtype is not None:
+        modules = dataclasses.replace(modules, dense={
+            folder: {k: cast(v, torch.device("cpu"), dtype) for k, v in tensors.items()}
+            for folder, tensors in modules.dense.items()})
+    convert.write_module_files(modules, directory)
 
 
 def output_directory(directory: str | Path) -> Path:
