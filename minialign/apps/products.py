@@ -27,6 +27,7 @@ from minialign.products.embeddings import SentenceEncoder
 from minialign.products.fill_mask import FillMask
 from minialign.products.m3 import M3Encoder
 from minialign.products.multivector import MultiVectorEncoder
+from minialign.products.quantization import PRECISIONS
 from minialign.products.sparse import SparseEncoder
 from minialign.products.runner import Runner
 from minialign.products.token_classification import AGGREGATIONS, TokenClassifier
@@ -197,6 +198,12 @@ register(Product(
           Option("chunk_size", minicheck.CHUNK_SIZE, help="minicheck only: tokens per document chunk", type=int)),
     inputs=PAIR_INPUTS, ray="MiniCheckBatches", serve_as="minicheck", int8=False))
 
+# embed, sparse, multivector: queries or documents (each product's encode_query / encode_document)
+TASK = Option("task", choices=jobs.TASKS,
+              help="embed as queries or as documents (encode_query / encode_document: their prompt, unless "
+                   "--prompt-name or --prompt names one; sparse, multivector: also a ColBERT model's query or "
+                   "document window and expansion, an inference-free SPLADE model's route); default: encode's")
+
 register(Product(
     name="embed", runner=SentenceEncoder, command="embed", job=jobs.embed_job, verb="embedded",
     outputs=jobs.OUTPUT_FORMATS["embed"],
@@ -204,6 +211,7 @@ register(Product(
     model_help="a sentence-transformers or HF directory, or a hub id",
     serve_help="an embedding model for TEI's /embed (and POST /)",
     options=(Option("normalize", False, help="unit-length embeddings"),
+             TASK,
              Option("prompt_name", exclusive="prompt",
                     help="one of the model's prompts (config_sentence_transformers.json), put before every text "
                          "(default: the model's default_prompt_name, if any)"),
@@ -212,9 +220,13 @@ register(Product(
              Option("truncate_dim", type=int,
                     help="keep the first N dimensions (a Matryoshka model's shorter embedding), before --normalize "
                          "(default: the model's truncate_dim, else all)"),
-             Option("precision", "float32", choices=jobs.FILE_PRECISIONS,
-                    help="binary / ubinary: one bit per dimension (x > 0), 8 to a byte, as sentence-transformers' "
-                         "quantize_embeddings")),
+             Option("precision", jobs.DEFAULT_PRECISION, choices=PRECISIONS,
+                    help="int8 / uint8: 256 buckets per dimension between the --calibration texts' minimum and "
+                         "maximum; binary / ubinary: one bit per dimension (x > 0), 8 to a byte; as "
+                         f"sentence-transformers' quantize_embeddings (default {jobs.DEFAULT_PRECISION})"),
+             Option("calibration",
+                    help="with --precision int8 / uint8: a .jsonl, .csv or .tsv file of texts (the same --text-field) "
+                         "whose embeddings fix each dimension's range, as calibration_embeddings= in Python")),
     inputs=(Input("text", "one text: prints its embedding as a JSON list"),),
     ray="EmbedBatches", serve_as="embedder"))
 
@@ -239,11 +251,6 @@ PROMPT_OPTIONS = (Option("prompt_name", exclusive="prompt",
                          help="a prompt text put before every text (\"\": none, not even the default)"))
 TEXT = Input("text", "one text: prints its embedding as JSON (embed: a list; sparse, multivector, m3: the record a "
                      "file row gets)")
-TASK = Option("task", choices=jobs.TASKS,
-              help="sparse, multivector only: embed as queries or as documents (encode_query / encode_document: "
-                   "their prompt; a ColBERT model's query or document window and expansion; an inference-free "
-                   "SPLADE model's route); default: encode's")
-
 register(Product(
     name="sparse", runner=SparseEncoder, command="embed", job=jobs.sparse_job, verb="embedded",
     outputs=jobs.OUTPUT_FORMATS["embed"],

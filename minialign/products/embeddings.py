@@ -249,7 +249,7 @@ class SentenceEncoder(Runner):
         """encode with the "query" prompt unless the call names one (SentenceTransformer.encode_query: "query" is
         always among the prompts, "" unless the model saved one, so the default prompt is never used here)."""
         if prompt_name is None and prompt is None:
-            prompt_name = "query"
+            prompt_name = self.task_prompt_name("query")
         return self.encode(texts, prompt_name=prompt_name, prompt=prompt, **options)
 
     def encode_document(self, texts: Sequence[str] | str, *, prompt_name: str | None = None,
@@ -257,8 +257,17 @@ class SentenceEncoder(Runner):
         """encode with the first of the "document", "passage", "corpus" prompts the model has unless the call names
         one (SentenceTransformer.encode_document)."""
         if prompt_name is None and prompt is None:
-            prompt_name = next(name for name in ("document", "passage", "corpus") if name in self.prompts)
+            prompt_name = self.task_prompt_name("document")
         return self.encode(texts, prompt_name=prompt_name, prompt=prompt, **options)
+
+    def task_prompt_name(self, task: str) -> str:
+        """The prompt encode_query ("query") or encode_document ("document") puts first when the call names none:
+        "query", or the first of "document", "passage", "corpus" the model has (SentenceTransformer's)."""
+        if task == "query":
+            return "query"
+        if task == "document":
+            return next(name for name in ("document", "passage", "corpus") if name in self.prompts)
+        raise ValueError(f"task must be 'query' or 'document', got {task!r}")
 
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         """The embeddings of one padded batch: pooled (less the prompt's tokens when the batch carries

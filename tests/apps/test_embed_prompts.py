@@ -160,3 +160,40 @@ def test_ray_embed_batches_take_the_prompt(prompted_dir, embedder):
     out = EmbedBatches(str(prompted_dir), prompt_name="query")({"id": np.arange(2), "text": np.array(TEXTS)})
     torch.testing.assert_close(torch.from_numpy(out["embedding"]), embedder.encode(TEXTS, prompt_name="query"),
                                atol=1e-6, rtol=0)
+
+
+def test_embed_file_task_and_int8_equal_the_python_api(prompted_dir, embedder, tmp_path, capsys):
+    """`embed --task query|document` writes what encode_query / encode_document give (their prompt); --precision
+    int8 / uint8 with --calibration what encode gives with calibration_embeddings= (the input as its own
+    calibration: what encode(texts, precision=...) gives); the ranges are a setting, so --resume keeps them."""
+    texts = [*TEXTS, "A third text, longer than the others.", "Short."]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(texts)))
+    (tmp_path / "calib.csv").write_text("text\n" + "\n".join(f"calibration sentence {i} about towers" for i in
+                                                            range(6)) + "\n")
+
+    def embed(name, *flags):
+        out = tmp_path / name
+        assert cli(["embed", "--model", str(prompted_dir), "--input", str(tmp_path / "in.jsonl"), "--output",
+                    str(out), *flags]) == 0
+        return torch.tensor([json.loads(line)["embedding"] for line in out.read_text().splitlines()])
+
+    for task, expected in (("query", embedder.encode_query(texts)), ("document", embedder.encode_document(texts))):
+        torch.testing.assert_close(embed(f"{task}.jsonl", "--task", task), expected, atol=1e-6, rtol=0)
+    assert not torch.equal(embedder.encode_query(texts), embedder.encode_document(texts))
+    calibration = embedder.encode([f"calibration sentence {i} about towers" for i in range(6)])
+    for precision in ("int8", "uint8"):
+        got = embed(f"{precision}.jsonl", "--precision", precision, "--calibration", str(tmp_path / "calib.csv"))
+        assert torch.equal(got, embedder.encode(texts, precision=precision, calibration_embeddings=calibration).float())
+    got = embed("self.jsonl", "--precision", "int8", "--calibration", str(tmp_path / "in.jsonl"), "--task", "query")
+    assert torch.equal(got, embedder.encode_query(texts, precision="int8").float())
+    capsys.readouterr()
+    args = ["embed", "--model", str(prompted_dir), "--input", str(tmp_path / "in.jsonl"), "--output"]
+    assert cli([*args, str(tmp_path / "none.jsonl"), "--precision", "int8"]) == 2
+    assert "--calibration is needed with precision int8" in capsys.readouterr().err
+    assert cli([*args, str(tmp_path / "none.jsonl"), "--calibration", str(tmp_path / "calib.csv")]) == 2
+    assert "--calibration is for precision int8 / uint8 only" in capsys.readouterr().err
+    whole = (tmp_path / "int8.jsonl").read_text()
+    (tmp_path / "int8.jsonl").write_text("".join(whole.splitlines(keepends=True)[:2]))
+    assert cli([*args, str(tmp_path / "int8.jsonl"), "--precision", "int8", "--calibration",
+                str(tmp_path / "calib.csv"), "--resume"]) == 0
+    assert (tmp_path / "int8.jsonl").read_text() == whole

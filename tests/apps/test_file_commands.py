@@ -62,7 +62,7 @@ def test_embed_resume_and_bad_rows(tmp_path, minilm_dir, capsys):
 def test_embed_truncate_dim_and_binary_precision_in_both_formats(tmp_path, minilm_dir, capsys):
     """--truncate-dim and --precision as encode takes them: codes as ints in .jsonl and as int8 / uint8 tensors in
     .safetensors, the same whatever the block size (a row's codes never depend on its block); both are settings
-    --resume compares; int8 / uint8 are refused for files, saying why."""
+    --resume compares; int8 / uint8 need --calibration (test_embed_prompts.py), saying why."""
     _jsonl(tmp_path / "in.jsonl", [{"id": f"t{i}", "text": t} for i, t in enumerate(TEXTS)])
     encoder = ma.SentenceEncoder.from_pretrained(minilm_dir)
     args = ["embed", "--model", str(minilm_dir), "--input", str(tmp_path / "in.jsonl")]
@@ -83,9 +83,8 @@ def test_embed_truncate_dim_and_binary_precision_in_both_formats(tmp_path, minil
     out.write_text("".join(out.read_text().splitlines(keepends=True)[:2]))
     assert cli([*args, "--output", str(out), "--resume", "--truncate-dim", "64", "--normalize"]) == 2
     assert "truncate_dim" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        cli([*args, "--output", str(tmp_path / "int8.jsonl"), "--precision", "int8"])
-    assert "invalid choice: 'int8'" in capsys.readouterr().err
+    assert cli([*args, "--output", str(tmp_path / "int8.jsonl"), "--precision", "int8"]) == 2
+    assert "--calibration is needed with precision int8" in capsys.readouterr().err
 
 
 def test_classify_file_labels_and_scores(tmp_path, minilm_dir):

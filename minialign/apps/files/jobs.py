@@ -11,16 +11,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import inspect
+from pathlib import Path
+
 import torch
 
-from minialign.apps.files.rows import Fields, Job, Row, ragged, sparse, stacked, tensor_layout
+from minialign.apps.files.rows import Fields, Job, Row, ragged, read_rows, sparse, stacked, tensor_layout
 from minialign.products.classifier import Classifier
 from minialign.products.embeddings import SentenceEncoder
 from minialign.products.fill_mask import FillMask
 from minialign.products.m3 import M3Encoder
 from minialign.products.multivector import MultiVectorEncoder
 from minialign.products.sparse import SparseEncoder
-from minialign.products.quantization import check_truncate_dim
+from minialign.products.quantization import check_precision, check_truncate_dim, quantization_ranges
 from minialign.products.token_classification import TokenClassifier
 from minialign.products.question_answering import MAX_ANSWER_LEN, MAX_QUESTION_LEN, QuestionAnswerer, check_values
 from minialign.products.zero_shot import DEFAULT_TEMPLATE, ZeroShotClassifier, parse_labels
@@ -39,7 +42,7 @@ OUTPUT_FORMATS["qa"] = ("jsonl", "csv")  # csv with --top-k 1 only (qa_job: a li
 # (classify's layout), which exists only where every row has the same labels, not with a row field of labels. The
 # best label and its score alone would drop the rest of the ranking, and with multi_label the other labels that hold.
 OUTPUT_FORMATS["zero-shot"] = ("jsonl",)
-TASKS = ("query", "document")  # the sparse and multi-vector jobs' task option (None: the model's default)
+TASKS = ("query", "document")  # the embed, sparse and multi-vector jobs' task option (None: the model's default)
 
 
 def score_fields(*, context_field: str = "context", claim_field: str = "claim", check=None) -> Fields:
@@ -91,32 +94,52 @@ def score_job(scorer: PairScorer, *, context_field: str = "context", claim_field
                     settings=scorer.settings(), run=run, columns=["score"])
 
 
-# The precisions a file of embeddings takes: a row's codes must not depend on the other rows of its block, so
-# int8 / uint8 (ranges from a calibration set: ma.quantize_embeddings in Python) are left out
-FILE_PRECISIONS = ("float32", "binary", "ubinary")
+# encode's own default (the runner's signature holds it once; the command line's --precision reads it here)
+DEFAULT_PRECISION = inspect.signature(SentenceEncoder.encode).parameters["precision"].default
+CALIBRATED = ("int8", "uint8")  # codes whose buckets come from a calibration set's ranges (quantization.py)
 
 
-def embed_job(encoder: SentenceEncoder, *, text_field: str = "text", normalize: bool = False,
+def embed_job(encoder: SentenceEncoder, *, text_field: str = "text", normalize: bool = False, task: str | None = None,
               prompt_name: str | None = None, prompt: str | None = None, truncate_dim: int | None = None,
-              precision: str = "float32", model: str | None = None) -> Job:
+              precision: str = DEFAULT_PRECISION, calibration: str | None = None, model: str | None = None) -> Job:
     """SentenceEncoder: {"embedding": [floats]} per text row (.jsonl), or one (N, D) tensor (.safetensors).
-    prompt_name / prompt: as SentenceEncoder.encode takes them; the prompt text is a setting (an unknown
-    prompt_name fails here, before any row is read). truncate_dim, precision (FILE_PRECISIONS): as encode takes
-    them; binary codes are ints in .jsonl, int8 / uint8 in .safetensors."""
-    if precision not in FILE_PRECISIONS:
-        raise ValueError(f"precision {precision!r}: a file of embeddings takes {list(FILE_PRECISIONS)} (int8 / uint8 "
-                         "codes need ranges from a calibration set: ma.quantize_embeddings(..., ranges=) in Python)")
+    prompt_name / prompt: as SentenceEncoder.encode takes them; task ("query" / "document"): the prompt
+    encode_query / encode_document put first when neither is given. The prompt text is a setting (an unknown
+    prompt_name fails here, before any row is read). truncate_dim, precision (quantization.PRECISIONS): as encode
+    takes them; binary codes are ints in .jsonl, int8 / uint8 in .safetensors. int8 / uint8 need `calibration`, a
+    file of texts (read as the input, the same text field) whose embeddings fix each dimension's range, as
+    encode's calibration_embeddings= does: a row's codes then never depend on the other rows of its block, and
+    the ranges are a setting (--resume continues with the same)."""
+    check_precision(precision)
+    task = _task(task)
+    if task is not None and prompt_name is None and prompt is None:
+        prompt_name = encoder.task_prompt_name(task)
     settings = encoder.settings(normalize=normalize, prompt_name=prompt_name, prompt=prompt)
     text = settings["prompt"] or ""  # the prompt resolved once: each block uses the same
     settings.update(truncate_dim=check_truncate_dim(truncate_dim) if truncate_dim is not None else encoder.truncate_dim,
-                    precision=precision)
+                    precision=precision, task=task)
+    ranges = None
+    if (precision in CALIBRATED) != (calibration is not None):
+        raise OptionError("calibration", (
+            f"is needed with precision {precision}: a file of texts whose embeddings fix each dimension's range "
+            "(calibration_embeddings= in Python)") if calibration is None else "is for precision int8 / uint8 only")
+    if calibration is not None:
+        rows, problems = read_rows(Path(calibration), embed_fields(text_field=text_field), id_field="id")
+        if problems or not rows:
+            raise OptionError("calibration", f"{calibration}: " + (problems[0] if problems else "no rows"))
+        embeddings = encoder.encode([r.values["text"] for r in rows], prompt=text, normalize_embeddings=normalize,
+                                    truncate_dim=settings["truncate_dim"])
+        ranges = quantization_ranges(embeddings, precision)
+        settings["ranges"] = ranges.tolist()
 
     def run(rows: list[Row], totals) -> list[dict[str, Any]]:
         vectors = encoder.encode([r.values["text"] for r in rows], prompt=text, normalize_embeddings=normalize,
-                                 truncate_dim=settings["truncate_dim"], precision=precision, tally=totals)
+                                 truncate_dim=settings["truncate_dim"], precision=precision, ranges=ranges,
+                                 tally=totals)
         return [{"embedding": v} for v in vectors.tolist()]
 
-    dtype = {"binary": torch.int8, "ubinary": torch.uint8}.get(precision, torch.float32)
+    dtype = {"binary": torch.int8, "int8": torch.int8, "ubinary": torch.uint8, "uint8": torch.uint8}.get(
+        precision, torch.float32)
     return make_job(encoder, embed_fields(text_field=text_field), outputs=OUTPUT_FORMATS["embed"], model=model,
                     settings=settings, run=run, tensors=stacked("embedding", dtype=dtype))
 
