@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # Imports of the optional features, each inside the function that needs it, and the extra that brings it.
-OPTIONAL = {"starlette": "serve", "uvicorn": "serve", "ray": "ray", "numpy": "ray", "pyarrow": "ray",
+OPTIONAL = {"starlette": "serve", "uvicorn": "serve", "ray": "ray", "pyarrow": "ray",
             "transformers": "test"}
 DISTRIBUTIONS = {"huggingface_hub": "huggingface-hub"}  # import name -> distribution name, where they differ
 
@@ -61,3 +61,17 @@ def test_ci_runs_the_readme_test_command():
         f".ci/run cites the README heading {cited.group(1)!r}, which README.md does not have")
     command = next(line for line in ci.splitlines() if line.startswith("pip install torch=="))
     assert f"\n{command}\n" in readme, "the command .ci/run runs is the one README.md shows"
+
+
+def test_readme_lists_the_registered_families_once():
+    """README.md's family table is the registry (nn/config.py families()), and its first paragraph counts them
+    instead of listing them a second time."""
+    from minialign.nn.config import families
+
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("## Encoder families", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(r"^\| `([\w-]+)` \|", table, flags=re.M)
+    assert sorted(listed) == sorted(families()), "README.md's family table differs from the registered families"
+    intro = readme.split("\n## ", 1)[0]
+    assert f"the {len(families())} families of the table" in intro
+    assert "\n".join(intro.splitlines()[2:5]) not in readme.split("\n## ", 1)[1], "the first paragraph is repeated"
