@@ -91,9 +91,11 @@ def test_the_code_blocks_run(page, tmp_path, monkeypatch, offline_hub):
 
 def test_the_site_builds_strict(tmp_path):
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
+    # not -q: mkdocs' quiet mode drops the warnings that --strict turns into a failure, and exits 0
+    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
                             cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
+    assert "WARNING" not in result.stdout + result.stderr, result.stdout + result.stderr
     assert (tmp_path / "site" / "internals" / "heads" / "index.html").exists()
     reference = (tmp_path / "site" / "reference" / "index.html").read_text()
     assert "activation_patching" in reference and "prune_heads" in reference  # the docstrings were read
@@ -113,3 +115,20 @@ def test_the_backend_table_is_the_code_s():
         assert (first == "yes") == backend.query_subset, name
         assert set(forms.split(", ")) == set(backend.score_forms), name
         assert (dropout == "yes") == backend.dropout, name
+
+
+def test_the_docs_home_installs_as_the_readme_does():
+    """docs/index.md's install commands are README.md's two set-up commands, word for word."""
+    def commands(page):
+        return [code for lang, code, _ in blocks(page) if lang == "bash" and code.startswith("pip install torch==")]
+
+    assert commands("README.md") and commands("docs/index.md") == commands("README.md")[:2]
+
+
+def test_pages_speak_of_the_project_not_its_tracker():
+    """Guides name what they describe, never the tracker's numbers (a reader has no tracker)."""
+    cited = [(page, m.group(0)) for page in PAGES
+             for m in re.finditer(r"\b(?:[Ii]ssue|[Ss]ession) #?\d+", (ROOT / page).read_text(encoding="utf-8"))
+             if not re.search(r"(transformers|sentence-transformers|PyTorch|torch) " + re.escape(m.group(0)),
+                              (ROOT / page).read_text(encoding="utf-8"))]
+    assert cited == []

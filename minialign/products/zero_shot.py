@@ -181,11 +181,11 @@ class ZeroShotClassifier(Runner):
     def predict_each(self, texts: Sequence[str], candidate_labels: Sequence[Sequence[str] | str], *,
                      hypothesis_template: str = DEFAULT_TEMPLATE, multi_label: bool = False, progress: bool = False,
                      warn_truncation: bool | None = None, tally: Truncation | None = None) -> list[dict]:
-        """predict with each text's own candidate labels: candidate_labels[i] (a list, or one string of
-        comma-separated labels) are texts[i]'s. Text i's result is predict(texts[i], candidate_labels[i], ...)'s,
+        """predict with each text's own candidate labels: `candidate_labels[i]` (a list, or one string of
+        comma-separated labels) are `texts[i]`'s. Text i's result is `predict(texts[i], candidate_labels[i], ...)`'s,
         bit for bit; every (text, hypothesis) pair of the call runs through the engine together (what a file whose
         rows carry their own labels, and the service's requests with different labels, need: apps/files/jobs.py).
-        A refused label is named candidate_labels[i] (its text's) or candidate_labels[i][j]."""
+        A refused label is named `candidate_labels[i]` (its text's) or `candidate_labels[i][j]`."""
         if isinstance(texts, str):
             raise ValueError("texts must be a list of texts (predict takes one text)")
         texts = self._texts(texts, False)
