@@ -36,7 +36,7 @@ from minialign.loading import build, read_checkpoint, save_native
 from minialign.models.encoder import AlignModel
 from minialign.text.sentences import split_sentences
 from minialign.text.tokenizer import TOKENIZER_FILES, Tokenizer
-from minialign.text.validation import value_problem
+from minialign.text.validation import one_pair, value_problem
 
 MODES = ("nli_sp", "bin_sp", "reg_sp", "nli", "bin", "reg")
 DEFAULT_MODE = "nli_sp"
@@ -125,17 +125,21 @@ class AlignScorer(PairScorer):
         scorer.source = str(src)
         return scorer
 
-    def score(self, contexts: Sequence[str], claims: Sequence[str], *, mode: str | Sequence[str] | None = None,
-              return_details: bool = False, progress: bool = False, warn_truncation: bool | None = None,
-              tally: Truncation | None = None) -> list[float] | list[dict]:
-        """One score per (context, claim). mode: one of MODES (default: the scorer's), or one per
-        example; the model runs the same, only the column read and the splitting differ. With
+    def score(self, contexts: Sequence[str] | str, claims: Sequence[str] | str, *,
+              mode: str | Sequence[str] | None = None, return_details: bool = False, progress: bool = False,
+              warn_truncation: bool | None = None, tally: Truncation | None = None) -> list[float] | list[dict]:
+        """One score per (context, claim); one context and one claim as strings give that example's score alone
+        (a float, or its dict), as the other runners take one input. mode: one of MODES (default: the scorer's),
+        or one per example; the model runs the same, only the column read and the splitting differ. With
         return_details, one dict per example: the score, the chunks and sentences, chunk x sentence
         matrices of every probability (COLUMNS), and `truncated`: the tokens of each pair cut by the
         window (the chunk's tail, as the original does; both texts when the sentence alone does not
         fit). Text cut anywhere in the call gives one TruncationWarning with the counts, unless
         warn_truncation=False or a tally (self.tally()) is given, which adds the counts to a running total
         that reports once (products/runner.py)."""
+        if one_pair(contexts, claims, ("contexts", "claims")):
+            return self.score([contexts], [claims], mode=mode, return_details=return_details, progress=progress,
+                              warn_truncation=warn_truncation, tally=tally)[0]
         examples, pairs = self._plan(contexts, claims, mode)
         results = self.score_pairs(pairs, progress=progress)
         self._count(results.truncated, warn_truncation, tally)

@@ -31,7 +31,7 @@ from minialign.products.classifier import Classifier
 from minialign.products.runner import Loading, PairScorer, load_keywords, refuse_int8
 from minialign.runtime.engine import Truncation
 from minialign.text.sentences import split_sentences
-from minialign.text.validation import check_texts
+from minialign.text.validation import check_texts, one_pair
 
 DEFAULT_MODEL = "lytang/MiniCheck-RoBERTa-Large"
 CHUNK_SIZE = 400  # MiniCheck.score's default for roberta-large and deberta-v3-large
@@ -110,13 +110,17 @@ class MiniCheckScorer(PairScorer):
         chunks = [c.replace(" \n ", NEWLINE).strip() for c in chunks]
         return [c for c in chunks if c] or [""]
 
-    def score(self, documents: Sequence[str], claims: Sequence[str], *, return_details: bool = False,
+    def score(self, documents: Sequence[str] | str, claims: Sequence[str] | str, *, return_details: bool = False,
               progress: bool = False, warn_truncation: bool | None = None,
               tally: Truncation | None = None) -> list[float] | list[dict]:
-        """P(supported) per (document, claim): the max over the document's chunks. With
+        """P(supported) per (document, claim): the max over the document's chunks; one document and one claim as
+        strings give that example's alone (a float, or its dict). With
         return_details, per example: the score, the chunks, `supported` (each chunk's probability)
         and `truncated` (tokens each chunk + claim text lost to the window), as chunk x 1 lists.
         Truncation is reported as by every runner (warn_truncation, tally: products/runner.py)."""
+        if one_pair(documents, claims, ("documents", "claims")):
+            return self.score([documents], [claims], return_details=return_details, progress=progress,
+                              warn_truncation=warn_truncation, tally=tally)[0]
         documents, claims = check_texts("documents", documents), check_texts("claims", claims)
         if len(documents) != len(claims):
             raise ValueError(f"documents and claims must have equal length, got {len(documents)} and {len(claims)}")

@@ -35,3 +35,14 @@ def check_texts(name: str, texts) -> list[str]:
     if problems:
         raise ValueError("invalid input: " + "; ".join(problems))
     return list(texts)
+
+
+def one_pair(first, second, names: tuple[str, str]) -> bool:
+    """Whether a runner given (first, second) was given one pair as two strings (its result: that pair's alone);
+    a string beside a list is a ValueError naming both, since neither reading is sure."""
+    if isinstance(first, str) and isinstance(second, str):
+        return True
+    if isinstance(first, str) or isinstance(second, str):
+        raise ValueError(f"{names[0]} and {names[1]}: give both as strings (one example) or both as lists, got "
+                         f"{type(first).__name__} and {type(second).__name__}")
+    return False

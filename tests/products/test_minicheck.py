@@ -67,6 +67,16 @@ def test_scores_equal_reference(minicheck_dir):
     assert scorer.score(DOCS[:2], CLAIMS[:2]) == [d["score"] for d in details[:2]]
 
 
+def test_one_document_and_claim_give_one_score(minicheck_dir):
+    scorer = ma.MiniCheckScorer.from_pretrained(minicheck_dir)
+    one = scorer.score(DOCS[0], CLAIMS[0])
+    assert isinstance(one, float) and one == scorer.score(DOCS[:1], CLAIMS[:1])[0]
+    assert scorer.score(DOCS[0], CLAIMS[0], return_details=True) == scorer.score(DOCS[:1], CLAIMS[:1],
+                                                                                 return_details=True)[0]
+    with pytest.raises(ValueError, match="documents and claims: give both as strings"):
+        scorer.score(DOCS[:1], CLAIMS[0])
+
+
 def test_chunk_size_and_empty_document(minicheck_dir):
     scorer = ma.MiniCheckScorer.from_pretrained(minicheck_dir, chunk_size=40)
     assert len(scorer.chunks(DOCS[2])) > len(ma.MiniCheckScorer.from_pretrained(minicheck_dir).chunks(DOCS[2]))

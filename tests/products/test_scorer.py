@@ -127,8 +127,18 @@ def test_bad_input_names_every_index_before_model_work(tiny_alignscore, monkeypa
         assert part in message
     with pytest.raises(ValueError, match="equal length"):
         scorer.score(["a"], ["b.", "c."])
-    with pytest.raises(ValueError, match="sequence of strings"):
-        scorer.score("a context", "a claim.")
+    with pytest.raises(ValueError, match="both as strings .* got str and list"):
+        scorer.score("a context", ["a claim."])
+
+
+def test_one_context_and_claim_give_one_score(tiny_alignscore):  # noqa: F811
+    """Two strings in, that example's score out (a float, or its dict): the list call's first result."""
+    path, backbone, _ = tiny_alignscore
+    scorer = ma.AlignScorer.from_pretrained(path, backbone=str(backbone))
+    one = scorer.score("The tower is in Paris.", "It is in Paris.")
+    assert isinstance(one, float) and one == scorer.score(["The tower is in Paris."], ["It is in Paris."])[0]
+    details = scorer.score("The tower is in Paris.", "It is in Paris.", mode="nli", return_details=True)
+    assert details == scorer.score(["The tower is in Paris."], ["It is in Paris."], mode="nli", return_details=True)[0]
 
 
 def test_long_context_scores_in_bounded_batches(tiny_alignscore, monkeypatch):
