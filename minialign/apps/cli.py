@@ -217,26 +217,45 @@ def _run_product(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    """Bind, load, then serve until SIGTERM or Ctrl-C. Ctrl-C (while loading too) ends with one line and status 130
+    (INTERRUPTED: a script sees it stopped); an address refused is one line naming it and the flag to change (status
+    2, main), said before any model loads."""
+    import errno
+
     try:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError:
         raise ValueError(f"minialign serve needs the serve extra, {extra_hint('serve')}") from None
     from minialign.apps.products import PRODUCTS
-    from minialign.apps.serve import Limits, Models, Service, serve
+    from minialign.apps.serve import Limits, Models, Service, bind, serve
     from minialign.products.runner import refuse_int8
 
     wanted = [(PRODUCTS[name], spec) for name, specs in args.products.items() for spec in specs]
     for product, _ in wanted:  # refused before anything is announced or loaded
         if not product.int8:
             refuse_int8(args.dtype, f"{product.runner.__name__} (--{product.name})")
-    models = Models()
-    for product, spec in wanted:
-        _serve_load(models, product, spec, args)
-    limits = Limits(max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
-                    max_body_bytes=args.max_body_bytes, max_client_batch_size=args.max_client_batch_size,
-                    api_key=args.api_key)
-    serve(Service(models, limits), host=args.host, port=args.port)
+    hints = {errno.EADDRINUSE: "pick another with --port (0: any free port)",
+             errno.EADDRNOTAVAIL: "--host must be an address of this machine (127.0.0.1; 0.0.0.0: all of them)",
+             errno.EACCES: "ports below 1024 need privileges: pick another with --port"}
+    try:
+        try:  # bound before the models load: an address in use is said at once (serve/app.py bind names it)
+            sock = bind(args.host, args.port)
+        except OSError as e:
+            if e.errno not in hints:
+                raise
+            raise ValueError(f"{e.strerror}; {hints[e.errno]}") from None
+        with sock:
+            models = Models()
+            for product, spec in wanted:
+                _serve_load(models, product, spec, args)
+            limits = Limits(max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms,
+                            max_queue=args.max_queue, max_body_bytes=args.max_body_bytes,
+                            max_client_batch_size=args.max_client_batch_size, api_key=args.api_key)
+            serve(Service(models, limits), host=args.host, sock=sock)
+    except KeyboardInterrupt:  # uvicorn stops gracefully on SIGINT (answers what it took), then raises it again
+        print("\nminialign serve: stopped (Ctrl-C)", file=sys.stderr)
+        return INTERRUPTED
     return 0
 
 
@@ -295,7 +314,13 @@ def _serve_parser(sub) -> None:
     p.set_defaults(products={})
     p.add_argument("--backbone", help="for an AlignScore .ckpt: backbone dir or hub id")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8000, help="port (0: any free port, printed at start)")
+
+    def port(value: str) -> int:
+        if not value.isdigit() or int(value) > 65535:
+            raise argparse.ArgumentTypeError(f"{value!r}: a port is a number from 0 to 65535 (0: any free port)")
+        return int(value)
+
+    p.add_argument("--port", type=port, default=8000, help="port (0: any free port, printed at start)")
     p.add_argument("--max-batch-tokens", type=int, default=None, help="token budget of one model call")
     p.add_argument("--max-wait-ms", type=float, default=5.0, help="how long a call waits to merge requests")
     p.add_argument("--max-queue", type=int, default=512, help="requests in flight per model before 429")

@@ -283,7 +283,7 @@ def test_rows_route_and_info(services, filler):
      "`parameters.targets` has no token of the vocabulary ([]): At least one target must be provided"),
     ("/", {"inputs": "a [MASK]", "parameters": {"stride": 2}}, 422, "`parameters` ['stride']: not parameters of fill-"),
     ("/pipeline/fill-mask", {"inputs": ["a [MASK]", "b [MASK]"]}, 422, "`inputs` must be a string, got list"),
-    ("/pipeline/fill-mask", {"text": "a [MASK]"}, 422, "`inputs` must be a string, got NoneType"),
+    ("/pipeline/fill-mask", {"text": "a [MASK]"}, 422, "`inputs` is missing (fields given: `text`)"),
     ("/rows/fill-mask", {"rows": [{"text": "a [MASK]"}, {"text": "no mask"}]}, 422,
      "`rows[1]`: field 'text' has no [MASK] token"),
     ("/rows/fill-mask", {"rows": [{"text": "a [MASK]"}], "options": {"top_k": -1}}, 422,

@@ -222,7 +222,7 @@ def test_rows_route_and_info(services, tagger):
     ("/", {"inputs": "x", "parameters": {"top_k": 2}}, 422, "`parameters` ['top_k']: not parameters of token-"),
     ("/", {"inputs": "x", "parameters": ["simple"]}, 422, "`parameters` must be an object"),
     ("/pipeline/token-classification", {"inputs": ["a", "b"]}, 422, "`inputs` must be a string, got list"),
-    ("/pipeline/token-classification", {"text": "a"}, 422, "`inputs` must be a string, got NoneType"),
+    ("/pipeline/token-classification", {"text": "a"}, 422, "`inputs` is missing (fields given: `text`)"),
     ("/pipeline/token-classification", {"inputs": "a\udc80"}, 422, "`inputs`"),
     ("/pipeline/token-classification", {"inputs": LONG}, 413, "`inputs` must have less than 64 tokens"),
     ("/rows/ner", {"rows": [{"text": "x"}], "options": {"stride": 3}}, 422, "`options.stride` reads a text"),

@@ -274,7 +274,7 @@ def test_post_root_tells_question_answering_apart(services, ours, monkeypatch):
     clf = ma.Classifier.from_pretrained(classifier)
     assert {e.label for e in client.text_classification("A tower.")} == set(clf.labels)
     status, answer = call(two, "/", {"inputs": {"question": "Where?"}})  # a QA body missing its context
-    assert status == 422 and "`inputs.context` must be a string, got NoneType" in answer["error"]
+    assert status == 422 and "`inputs.context` is missing (fields given: `question`)" in answer["error"]
 
 
 def test_rows_route_and_info(services, ours):

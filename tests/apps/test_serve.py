@@ -312,6 +312,149 @@ def test_truncate_true_and_malformed_and_oversized_bodies(server):
     assert call(server, "/health")[0] == 200  # still serving
 
 
+@pytest.mark.parametrize("path,body,name,given", [
+    ("/embed", {"input": "typo"}, "inputs", "`input`"),
+    ("/embed", {}, "inputs", "none"),
+    ("/predict", {"text": "x"}, "inputs", "`text`"),
+    ("/rerank", {"texts": ["a"]}, "query", "`texts`"),
+    ("/rerank", {"query": "q"}, "texts", "`query`"),
+    ("/similarity", {}, "inputs", "none"),
+    ("/similarity", {"inputs": {"sentences": ["a"]}}, "inputs.source_sentence", "`sentences`"),
+    ("/similarity", {"inputs": {"source_sentence": "a"}}, "inputs.sentences", "`source_sentence`"),
+    ("/score", {"pair": []}, "pairs", "`pair`"),
+    ("/score", {"pairs": [{"context": "c"}]}, "pairs[0].claim", "`context`"),
+    ("/alignscore_large", {"claim": "x."}, "evidence", "`claim`"),
+    ("/pipeline/text-classification", {"input": "x"}, "inputs", "`input`"),
+    ("/rows/embed", {"row": [{"text": "x"}]}, "rows", "`row`"),
+])
+def test_a_missing_field_is_named_on_every_route(server, path, body, name, given):
+    """Every route's required fields, said one way (core.missing): 422, the field's name and the fields the body has
+    (TEI's router says serde's "missing field `inputs`"), never "got NoneType"."""
+    status, answer = call(server, path, body)
+    assert (status, answer) == (422, {"error": f"`{name}` is missing (fields given: {given})",
+                                      "error_type": "Validation"})
+
+
+def test_a_missing_or_null_field_in_openai_s_shape(server, models):
+    for body, said in (({"model": str(models["embed"])}, f"`input` is missing (fields given: `model`)"),
+                       ({"input": "x"}, "`model` is missing (fields given: `input`)"),
+                       ({"input": None, "model": str(models["embed"])}, "`input` is null, not a string or a list")):
+        status, answer = call(server, "/v1/embeddings", body)
+        assert status == 422 and answer["error"]["type"] == "invalid_request_error", answer
+        assert answer["error"]["message"].startswith(said), answer
+    status, answer = call(server, "/embed", {"inputs": None})
+    assert (status, answer["error"]) == (422, "`inputs` is null, not a string or a list of strings")
+
+
+def test_a_body_over_the_limit_names_the_limit_and_its_flag(server):
+    """413 naming the limit and where it is set, whether the body says its length or is sent in chunks."""
+    import http.client
+
+    raw = json.dumps({"inputs": "x" * 300_000}).encode()
+    status, answer = call(server, "/embed", raw=raw)
+    assert status == 413 and answer["error_type"] == "Validation"
+    assert answer["error"].startswith(f"request body of {len(raw)} bytes is over the limit of 200000 bytes")
+    assert "--max-body-bytes" in answer["error"] and "Limits.max_body_bytes" in answer["error"]
+    host, port = server.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:  # no Content-Length: read until past the limit
+        connection.request("POST", "/embed", body=iter([b'{"inputs": "', b"x" * 150_000, b"x" * 150_000, b'"}']),
+                           headers={"Content-Type": "application/json"}, encode_chunked=True)
+        response = connection.getresponse()
+        answer = json.loads(response.read())
+    finally:
+        connection.close()
+    assert response.status == 413 and "over the limit of 200000 bytes" in answer["error"]
+    assert "--max-body-bytes" in answer["error"]
+    assert call(server, "/health")[0] == 200
+
+
+def test_rows_keep_their_ids_as_the_file_command_writes_them(server, models, tmp_path):
+    """POST /rows/KIND gives each row's id back in its record, as `minialign embed --input --output` writes it
+    (`id`, or the field `id_field` names, as --id-field); a row without one has none; a repeated id is refused."""
+    from minialign.apps.cli import main
+
+    rows = [{"id": "doc-1", "text": "The Eiffel Tower is in Paris."}, {"id": 7, "text": "Unicode: café 東京 😀"},
+            {"id": {"shard": 2, "n": 1}, "text": ""}]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    assert main(["embed", "--model", str(models["embed"]), "--input", str(tmp_path / "in.jsonl"),
+                 "--output", str(tmp_path / "out.jsonl")]) == 0
+    written = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    status, body = call(server, "/rows/embed", {"rows": rows})
+    assert status == 200 and [r["id"] for r in body["results"]] == [r["id"] for r in written] == [r["id"] for r in rows]
+    for got, expected in zip(body["results"], written):
+        assert list(got) == list(expected)  # the id first, then the record's keys, as the file's lines
+        torch.testing.assert_close(torch.tensor(got["embedding"]), torch.tensor(expected["embedding"]), atol=1e-5,
+                                   rtol=0)
+    status, body = call(server, "/rows/embed", {"rows": [{"doc": "a", "text": "x"}, {"text": "y"}, {"doc": None,
+                                                                                                    "text": "z"}],
+                                                "id_field": "doc"})
+    assert status == 200 and body["results"][0]["id"] == "a" and "id" not in body["results"][1]
+    assert "id" not in body["results"][2]
+    status, answer = call(server, "/rows/embed", {"rows": [{"id": 1, "text": "x"}, {"id": "1", "text": "y"}]})
+    assert status == 422 and answer["error"].startswith("`rows[1]`: id '1' is also the id of rows[0]"), answer
+    status, answer = call(server, "/rows/embed", {"rows": [{"text": "x"}], "id_field": 3})
+    assert status == 422 and "`id_field` must be a string" in answer["error"], answer
+
+
+def _serve_process(args):
+    """`minialign serve ARGS` on 127.0.0.1 as a subprocess: (process, base url, the stderr lines up to listening)."""
+    proc = subprocess.Popen([sys.executable, "-m", "minialign", "serve", "--host", "127.0.0.1", *args],
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    lines, deadline = [], time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        lines.append(line)
+        if match := re.search(r"listening on (http://127\.0\.0\.1:\d+)", line):
+            return proc, match.group(1), lines
+        if not line and proc.poll() is not None:
+            break
+    proc.kill()
+    raise RuntimeError("server did not start: " + "".join(lines))
+
+
+def test_ctrl_c_stops_with_one_line_and_status_130(models):
+    """SIGINT (Ctrl-C) on a serving process: a graceful stop, one line, status 130 (128 + SIGINT, a shell's status
+    for a command Ctrl-C ended), no traceback."""
+    proc, url, lines = _serve_process(["--port", "0", "--embed", str(models["embed"])])
+    try:
+        assert call(url, "/embed", {"inputs": "x"}, timeout=30)[0] == 200
+        proc.send_signal(signal.SIGINT)
+        _, rest = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    said = "".join(lines) + rest
+    assert "Traceback" not in said and "KeyboardInterrupt" not in said, said
+    assert proc.returncode == 130, said
+    assert [line for line in rest.splitlines() if line.strip()] == ["minialign serve: stopped (Ctrl-C)"], said
+
+
+def test_a_port_in_use_is_one_line_naming_it(models, capsys):
+    """--port N with N taken (and listening) on 127.0.0.1: one line naming host:port and the flag, status 2, said
+    before any model is loaded; a port out of range is argparse's error."""
+    import socket
+
+    from minialign.apps.cli import main
+
+    taken = socket.socket()
+    try:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        started = time.monotonic()
+        assert main(["serve", "--port", str(port), "--embed", str(models["embed"])]) == 2
+        assert time.monotonic() - started < 30
+    finally:
+        taken.close()
+    err = capsys.readouterr().err
+    assert err == f"minialign serve: error: 127.0.0.1:{port} is in use; pick another with --port (0: any free port)\n"
+    with pytest.raises(SystemExit) as e:
+        main(["serve", "--port", "70000", "--embed", str(models["embed"])])
+    assert e.value.code == 2 and "a port is a number from 0 to 65535" in capsys.readouterr().err
+
+
 def _peak_mb(pid: int) -> int:
     """A process's peak resident memory (VmHWM), MB."""
     status = Path(f"/proc/{pid}/status").read_text()

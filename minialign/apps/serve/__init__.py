@@ -25,7 +25,7 @@ labels and documents are ranked, what the pooling is called and every scoring op
 from __future__ import annotations
 
 from minialign.apps.serve import app, hf_inference, nemo, openai, rows, tei
-from minialign.apps.serve.app import serve
+from minialign.apps.serve.app import bind, serve
 from minialign.apps.serve.core import VERSION, Core, Limits, Models, ServiceError, bad_request, empty
 from minialign.apps.serve.hf_inference import HFInferenceShapes
 from minialign.apps.serve.nemo import ALIGNSCORE_ROUTES, AlignScoreShapes
@@ -45,5 +45,5 @@ class Service(AlignScoreShapes, TEIShapes, HFInferenceShapes, OpenAIShapes, RowS
         return app.build(self)
 
 
-__all__ = ["ALIGNSCORE_ROUTES", "VERSION", "Limits", "Models", "Service", "ServiceError", "bad_request", "empty",
-           "serve"]
+__all__ = ["ALIGNSCORE_ROUTES", "VERSION", "Limits", "Models", "Service", "ServiceError", "bad_request", "bind",
+           "empty", "serve"]

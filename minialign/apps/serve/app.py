@@ -36,17 +36,24 @@ def _error(status: int, error_type: str, message: str, headers: dict | None = No
     return JSONResponse(body, status_code=status, headers=headers)
 
 
+def _too_large(limits: Limits, size: str | None = None) -> ServiceError:
+    """413 for a body over the limit, naming the limit and where it is set (TEI's own is --payload-limit, answered
+    with axum's plain-text "length limit exceeded")."""
+    said = f"request body of {size} bytes" if size else "request body"
+    return ServiceError(413, "Validation", f"{said} is over the limit of {limits.max_body_bytes} bytes (set by "
+                                           "`minialign serve --max-body-bytes`; Limits.max_body_bytes in Python)")
+
+
 async def _body(request, limits: Limits) -> dict:
     """The request's JSON object, read up to max_body_bytes (413 past it; 422 for what is not a JSON object)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
-        raise ServiceError(413, "Validation", f"request body of {declared} bytes is over the limit of "
-                                              f"{limits.max_body_bytes}")
+        raise _too_large(limits, declared)
     raw = bytearray()
     async for chunk in request.stream():
         raw += chunk
         if len(raw) > limits.max_body_bytes:
-            raise ServiceError(413, "Validation", f"request body over the limit of {limits.max_body_bytes} bytes")
+            raise _too_large(limits)  # sent without a length, or more than it said
     try:
         body = json.loads(bytes(raw).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -144,20 +151,35 @@ def build(service):
     return Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: _not_found, 405: _not_allowed})
 
 
-def serve(service, *, host: str = "127.0.0.1", port: int = 8000) -> None:
-    """Run the service with uvicorn until SIGTERM / SIGINT; says where it listens on stderr (port 0:
-    an ephemeral port, the one chosen is printed)."""
+def bind(host: str = "127.0.0.1", port: int = 8000):
+    """A socket bound to host:port, not yet listening (a client is refused until serve listens on it): `minialign
+    serve` binds before it loads its models, so an address in use is said at once. An OSError names the address."""
+    import errno
     import socket
-    import sys
-
-    import uvicorn
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(2048)  # connections from now on wait in the backlog until uvicorn accepts them
-    bound = sock.getsockname()[1]
-    config = uvicorn.Config(service.app(), log_level="warning", timeout_graceful_shutdown=60)
-    print(f"minialign serve: listening on http://{host}:{bound}", file=sys.stderr, flush=True)
-    uvicorn.Server(config).run(sockets=[sock])
+    try:
+        sock.bind((host, port))
+    except OSError as e:  # the address named (the socket module's error names none)
+        sock.close()
+        said = "is in use" if e.errno == errno.EADDRINUSE else f"cannot be bound: {e.strerror}"
+        raise OSError(e.errno, f"{host}:{port} {said}") from None
+    return sock
+
+
+def serve(service, *, host: str = "127.0.0.1", port: int = 8000, sock=None) -> None:
+    """Run the service with uvicorn until SIGTERM / SIGINT; says where it listens on stderr (port 0:
+    an ephemeral port, the one chosen is printed). sock: one `bind` made (else host:port is bound here)."""
+    import sys
+
+    import uvicorn
+
+    sock = bind(host, port) if sock is None else sock
+    with sock:
+        sock.listen(2048)  # connections from now on wait in the backlog until uvicorn accepts them
+        bound = sock.getsockname()[1]
+        config = uvicorn.Config(service.app(), log_level="warning", timeout_graceful_shutdown=60)
+        print(f"minialign serve: listening on http://{host}:{bound}", file=sys.stderr, flush=True)
+        uvicorn.Server(config).run(sockets=[sock])

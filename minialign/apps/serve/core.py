@@ -38,9 +38,9 @@ from minialign.text.validation import text_problem
 # Tokenizer 422, Empty 400 (an empty batch, or a claim with no sentence). Departures, by design: an empty text
 # is embedded / classified as its special tokens alone, as sentence-transformers and every other face of
 # minialign do (TEI refuses an input whose texts are all empty: EncodingInput::is_empty); a malformed body (bad
-# JSON, a wrong type, a value the product refuses, such as a claim with no sentence) is a JSON 422 naming the
-# field (TEI: axum's plain-text 400/422), a model call that fails is a 500, and an unknown route or method is a
-# JSON 404 NotFound / 405 MethodNotAllowed (TEI: axum's empty body).
+# JSON, a missing field, a wrong type, a value the product refuses, such as a claim with no sentence) is a JSON
+# 422 naming the field (TEI: axum's plain-text 400/422), a model call that fails is a 500, and an unknown route or
+# method is a JSON 404 NotFound / 405 MethodNotAllowed (TEI: axum's empty body).
 VERSION = "minialign"
 
 
@@ -53,6 +53,21 @@ class ServiceError(Exception):
 def bad_request(message: str) -> ServiceError:
     """A malformed body: 422, naming the field."""
     return ServiceError(422, "Validation", message)
+
+
+def missing(name: str, given: dict) -> ServiceError:
+    """A required field the body (or one of its objects, `given`) does not have: 422 naming it, and the fields it
+    has (a typo such as "input" for "inputs" shows). The one message for every route's required fields; TEI's router
+    answers its serde error there, "missing field `inputs`" (axum's Json extractor, a plain-text 422)."""
+    has = ", ".join(f"`{k[:40]}`" for k in list(given)[:10]) if given else "none"
+    return bad_request(f"`{name}` is missing (fields given: {has})")
+
+
+def required(given: dict, key: str, name: str | None = None) -> Any:
+    """given[key], or `missing` naming it as `name` (default: the key; a nested one: "inputs.context")."""
+    if key not in given:
+        raise missing(name or key, given)
+    return given[key]
 
 
 def empty(name: str) -> ServiceError:
@@ -162,6 +177,8 @@ def _model_run(runner: Runner) -> Callable[[list], list]:
 # -- request bodies -----------------------------------------------------------------------------------------
 
 def text(value: Any, name: str) -> str:
+    if value is None:
+        raise bad_request(f"`{name}` is null, not a string")
     if not isinstance(value, str):
         raise bad_request(f"`{name}` must be a string, got {type(value).__name__}")
     if problem := text_problem(value):
@@ -172,6 +189,8 @@ def text(value: Any, name: str) -> str:
 def texts(value: Any, name: str) -> list[str]:
     if isinstance(value, str):
         return [text(value, name)]
+    if value is None:
+        raise bad_request(f"`{name}` is null, not a string or a list of strings")
     if not isinstance(value, list):
         raise bad_request(f"`{name}` must be a string or a list of strings, got {type(value).__name__}")
     return [text(v, f"{name}[{i}]") for i, v in enumerate(value)]

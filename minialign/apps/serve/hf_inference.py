@@ -49,7 +49,7 @@ import torch
 
 from minialign.apps.files.rows import Row
 from minialign.apps.products import PRODUCTS
-from minialign.apps.serve.core import Models, Route, bad_request, empty, flag, parameters, text
+from minialign.apps.serve.core import Models, Route, bad_request, empty, flag, parameters, required, text
 from minialign.products.classifier import Classifier
 from minialign.products.minicheck import LABELS as MINICHECK_LABELS, SUPPORTED
 from minialign.products.runner import OptionError
@@ -88,7 +88,7 @@ class HFInferenceShapes:
     async def text_classification(self, body: dict, *, model: str = "classify") -> list:
         """HF Inference's text-classification (the module docstring) on the classifier or ("minicheck") MiniCheck."""
         top_k, function = _options(body)
-        document, pair = _inputs(body.get("inputs"))
+        document, pair = _inputs(required(body, "inputs"))
         if model == "minicheck":
             ranked = await self._minicheck_labels(document, pair, function)
         else:
@@ -140,7 +140,7 @@ class HFInferenceShapes:
         """HF Inference's token-classification (the module docstring) on the token classifier `kind`. A text its
         window would cut is refused (413, as TEI refuses one) unless `parameters.stride` reads it in overlapping
         windows, or the body's `truncate` is true (then it is cut, as the pipeline cuts it)."""
-        given = text(body.get("inputs"), "inputs")
+        given = text(required(body, "inputs"), "inputs")
         job = self._task_job(kind, TASKS["token-classification"], body)
         if job.settings["stride"] is None:
             self._check_length(self.models.loaded()[kind][1], [given], flag(body, "truncate", False))
@@ -151,7 +151,7 @@ class HFInferenceShapes:
         mask token, or whose masks all lie past the window, is a 422 naming `inputs` (FillMask.check); a text its
         window would cut is refused (413, as TEI refuses one) unless the body's `truncate` is true (then it is cut,
         as the pipeline cuts it with truncation=True)."""
-        given = text(body.get("inputs"), "inputs")
+        given = text(required(body, "inputs"), "inputs")
         job = self._task_job(kind, TASKS["fill-mask"], body)
         filler = self.models.loaded()[kind][1]
         if problem := filler.check(given, null="null"):
@@ -187,13 +187,13 @@ class HFInferenceShapes:
         the one (question, context), as the client parses it. A context longer than a window is read in windows
         (parameters.doc_stride), never cut; a pair the answerer cannot read (an empty question or context, a context
         without tokens, a question filling the window) is a 422 naming inputs.question / inputs.context."""
-        inputs = body.get("inputs")
+        inputs = required(body, "inputs")
         if not isinstance(inputs, dict) or (unknown := sorted(set(inputs) - {"question", "context"})):
             raise bad_request('`inputs` must be an object {"question": str, "context": str}'
                               + (f"; unknown key(s) {unknown}" if isinstance(inputs, dict) else
                                  f", got {type(inputs).__name__}"))
-        values = {"question": text(inputs.get("question"), "inputs.question"),
-                  "context": text(inputs.get("context"), "inputs.context")}
+        values = {"question": text(required(inputs, "question", "inputs.question"), "inputs.question"),
+                  "context": text(required(inputs, "context", "inputs.context"), "inputs.context")}
         job = self._task_job(kind, TASKS["question-answering"], body)
         if problems := job.check(values):
             raise bad_request("; ".join(f"`inputs.{which}` {problem}" for which, problem in problems))
@@ -209,7 +209,7 @@ class HFInferenceShapes:
         call, and the service keeps one job per template and multi_label, not one per set of labels. A (text,
         hypothesis) pair the window would cut is refused (413, as TEI refuses a long input) unless the body's
         `truncate` is true (then the text loses its end, as the pipeline cuts it)."""
-        given = text(body.get("inputs"), "inputs")
+        given = text(required(body, "inputs"), "inputs")
         if given == "":  # the pipeline refuses an empty text too
             raise empty("inputs")
         task, options = TASKS["zero-shot-classification"], parameters(body)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from minialign.apps.serve.core import Models, Route, bad_request, empty, flag, text
+from minialign.apps.serve.core import Models, Route, bad_request, empty, flag, missing, required, text
 from minialign.products.alignscore import COLUMNS, DEFAULT_MODE, MODES
 from minialign.products.runner import PairScorer
 
@@ -40,7 +40,7 @@ class AlignScoreShapes:
         422 saying so, an empty claim is empty input (400 Empty), any other problem a 422 naming the field."""
         for which in ("context", "claim"):
             if names[which].rpartition(".")[2] not in body:
-                raise bad_request(f"`{names[which]}` is missing")
+                raise missing(names[which], body)
         context = body[names["context"].rpartition(".")[2]] if context is None else context
         claim = body[names["claim"].rpartition(".")[2]]
         if claim == "":
@@ -85,7 +85,7 @@ class AlignScoreShapes:
 
     async def score(self, body: dict) -> dict:
         kind, mode = self._score_model(body)
-        pairs = body.get("pairs")
+        pairs = required(body, "pairs")
         if not isinstance(pairs, list):
             raise bad_request("`pairs` must be a list of {\"context\", \"claim\"} objects")
         self._check_batch(len(pairs), "pairs")

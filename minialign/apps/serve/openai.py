@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from minialign.apps.serve.core import Models, Route, ServiceError, bad_request, flag, texts
+from minialign.apps.serve.core import Models, Route, ServiceError, bad_request, flag, required, texts
 from minialign.apps.serve.core import dimensions as core_dimensions
 
 ENCODINGS = ("float", "base64")
@@ -76,9 +76,9 @@ class OpenAIShapes:
         return names[0]
 
     async def openai_embeddings(self, body: dict) -> dict:
-        model = self._openai_model(body.get("model"))
+        model = self._openai_model(required(body, "model"))  # both required by OpenAI's API reference
         embedder = self.models.embedder
-        given = _inputs(body.get("input"))
+        given = _inputs(required(body, "input"))
         self._check_batch(len(given), "input")
         encoding = body.get("encoding_format") or "float"
         if encoding not in ENCODINGS:

@@ -1,14 +1,17 @@
 """minialign's own route for every product of the table (apps/products.py): the file face over HTTP.
 
-    POST /rows/KIND   {"rows": [{ROLE: str, ...}], "options": {OPTION: value}} -> {"results": [record, ...]}
+    POST /rows/KIND   {"rows": [{ROLE: str, "id"?: any, ...}], "options": {OPTION: value}, "id_field"?: str}
+                      -> {"results": [record, ...]}
 
 KIND is a loaded model's name in /info's "models" (embed, classify, minicheck, alignscore_base, a product's
 name); a row holds the product's inputs by role (score: context and claim; embed: text; classify: text and an
 optional pair), checked as a file's rows are (files/rows.record_values: the same messages); options are the
 product's per-call options (normalize, prompt_name, activation, ...); each record is what the file command
-writes for that row. Requests with the same options share model calls. HF Inference's tasks of the table's products
-(hf_inference.py) run the same jobs (RowShapes._job, their options named `parameters.<option>`), so their requests
-share model calls with these.
+writes for that row: a row's id (its `id`, or the field `id_field` names, as the file commands' --id-field) comes
+back first in its record, and a second row with the same id is refused, as files/rows.read_rows refuses it (a row
+without an id, or with a null one, has none in its record: the results are in the rows' order). Requests with the
+same options share model calls. HF Inference's tasks of the table's products (hf_inference.py) run the same jobs
+(RowShapes._job, their options named `parameters.<option>`), so their requests share model calls with these.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 
 from minialign.apps.files.rows import Row, record_values
 from minialign.apps.products import PRODUCTS, Option, Product
-from minialign.apps.serve.core import Models, Route, ServiceError, bad_request
+from minialign.apps.serve.core import Models, Route, ServiceError, bad_request, required
 from minialign.products.runner import OptionError
 
 
@@ -69,19 +72,31 @@ class RowShapes:
     async def rows(self, kind: str, body: dict) -> dict:
         product = PRODUCTS[self.models.loaded()[kind][0]]
         job = self._job(kind, product, body.get("options"))
-        given = body.get("rows")
+        given, id_field = required(body, "rows"), body.get("id_field", "id")
         if not isinstance(given, list):
             raise bad_request(f"`rows` must be a list of objects with {', '.join(job.fields)}")
+        if not isinstance(id_field, str):
+            raise bad_request(f"`id_field` must be a string (the rows' field holding their ids), got "
+                              f"{type(id_field).__name__}")
         self._check_batch(len(given), "rows")
-        rows = []
+        rows, first = [], {}
         for i, record in enumerate(given):
             if not isinstance(record, dict):
                 raise bad_request(f"`rows[{i}]` must be an object with {', '.join(job.fields)}")
             values, problems = record_values(record, job)
             if problems:
                 raise bad_request(f"`rows[{i}]`: " + "; ".join(problems))
-            rows.append(Row(None, i, values))
-        return {"results": await self._run(kind, "rows", [(job, row) for row in rows], key=id(job))}
+            row_id = record.get(id_field)
+            if row_id is not None and str(row_id) in first:  # ids compared as text, as the file commands do
+                raise bad_request(f"`rows[{i}]`: id {row_id!r} is also the id of rows[{first[str(row_id)]}] (an id "
+                                  "names one row of the results)")
+            if row_id is not None:
+                first[str(row_id)] = i
+            rows.append(Row(row_id, i, values))
+        records = await self._run(kind, "rows", [(job, row) for row in rows], key=id(job))
+        # the file command's line, {"id": row.id, **record} (files/rows.ResultWriter), where the row has an id
+        return {"results": [record if row.id is None else {"id": row.id, **record}
+                            for row, record in zip(rows, records)]}
 
 
 def routes(models: Models) -> list[Route]:

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from minialign.apps.serve.core import (Models, Route, ServiceError, bad_request, dimensions, empty, flag, parameters,
-                                       text, texts)
+                                       required, text, texts)
 from minialign.apps.serve.hf_inference import task_kinds
 from minialign.products.embeddings import SentenceEncoder
 from minialign.products.runner import inputs_of
@@ -83,7 +83,7 @@ class TEIShapes:
         """/embed_sparse's and /embed_all's common body: (runner, texts, (prompt text, task)), each input checked
         against the window the call uses unless `truncate`."""
         runner = self._require(kind)
-        given = texts(body.get("inputs"), "inputs")
+        given = texts(required(body, "inputs"), "inputs")
         self._check_batch(len(given))
         task = body.get("task")
         if task is not None and task not in TASKS:
@@ -113,7 +113,7 @@ class TEIShapes:
 
     async def embed(self, body: dict) -> list:
         embedder = self._require("embed")
-        given = texts(body.get("inputs"), "inputs")
+        given = texts(required(body, "inputs"), "inputs")
         self._check_batch(len(given))
         prompt = self._prompt(embedder, body.get("prompt_name"))
         self._check_length(embedder, given, flag(body, "truncate", False), prompt=prompt)
@@ -125,7 +125,7 @@ class TEIShapes:
 
     async def predict(self, body: dict) -> list:
         classifier = self._require("classify")
-        items, batched = _predict_inputs(body.get("inputs"))
+        items, batched = _predict_inputs(required(body, "inputs"))
         self._check_batch(len(items))
         self._check_length(classifier, inputs_of(*zip(*items)), flag(body, "truncate", False))
         logits = await self._run("classify", "logits", items)
@@ -136,7 +136,7 @@ class TEIShapes:
         return answers if batched else answers[0]
 
     async def rerank(self, body: dict) -> list:
-        query, documents = text(body.get("query"), "query"), body.get("texts")
+        query, documents = text(required(body, "query"), "query"), required(body, "texts")
         if not isinstance(documents, list):
             raise bad_request("`texts` must be a list of strings")
         documents = texts(documents, "texts")
@@ -159,11 +159,11 @@ class TEIShapes:
         "sentences"}, "parameters": {"truncate", "prompt_name"}} -> the cosine similarity of each sentence to the source
         (router/src/http/server.rs, similarity: 1 - cosine distance of the unnormalized embeddings)."""
         embedder = self._require("embed")
-        inputs, options = body.get("inputs"), parameters(body)
+        inputs, options = required(body, "inputs"), parameters(body)
         if not isinstance(inputs, dict):
             raise bad_request('`inputs` must be an object {"source_sentence": str, "sentences": [str, ...]}')
-        source = text(inputs.get("source_sentence"), "inputs.source_sentence")
-        if not isinstance(inputs.get("sentences"), list):
+        source = text(required(inputs, "source_sentence", "inputs.source_sentence"), "inputs.source_sentence")
+        if not isinstance(required(inputs, "sentences", "inputs.sentences"), list):
             raise bad_request("`inputs.sentences` must be a list of strings")
         sentences = texts(inputs["sentences"], "inputs.sentences")
         if not sentences:
