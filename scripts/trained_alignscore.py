@@ -43,6 +43,7 @@ from minialign.text.tokenizer import Tokenizer  # noqa: E402
 ALIGNED, NEUTRAL, CONTRADICTION = 0, 1, 2
 REG_TARGET = {ALIGNED: 1.0, NEUTRAL: 0.0, CONTRADICTION: 0.0}
 RECIPE = {"steps": 400, "batch": 16, "lr": 3e-5, "warmup": 20, "max_length": 128, "seed": 0, "context_words": (20, 60)}
+PROGRESS_EVERY = 10  # training steps between progress lines (a step is seconds on a CPU)
 CACHE = Path(os.environ.get("MINIALIGN_BENCH_CACHE", Path.home() / ".cache" / "minialign-bench"))
 
 
@@ -131,9 +132,10 @@ def trained_alignscore(*, echo=print) -> tuple[AlignModel, Tokenizer]:
         losses.total.backward()
         optimizer.step()
         schedule.step()
-        if step % 50 == 0 or step == steps - 1:
-            echo(f"step {step:4d}  loss {losses.total.item():.3f}  tri {losses.tri.item():.3f}  "
-                 f"{time.perf_counter() - start:.0f} s")
+        if step % PROGRESS_EVERY == 0 or step == steps - 1:
+            elapsed = time.perf_counter() - start
+            echo(f"step {step + 1:4d}/{steps}  loss {losses.total.item():.3f}  tri {losses.tri.item():.3f}  "
+                 f"{elapsed:.0f} s, about {elapsed / (step + 1) * (steps - step - 1):.0f} s left")
     model.eval()
     CACHE.mkdir(parents=True, exist_ok=True)
     partial = cached.with_suffix(".partial")

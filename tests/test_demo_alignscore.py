@@ -31,3 +31,29 @@ def test_the_demo_checkpoint_runs_the_main_job_and_says_what_it_is(tmp_path, min
     assert (tmp_path / "page.html").stat().st_size > 0
     with pytest.raises(SystemExit):
         demo_alignscore.main(["--steps", "0"])
+
+
+def test_the_demo_refuses_an_unwritable_destination_before_training(tmp_path, minilm_dir, monkeypatch):
+    """The save path is checked first: a destination that is a file stops the demo before any training step."""
+    import demo_alignscore
+    import trained_alignscore
+
+    monkeypatch.setattr(trained_alignscore, "trained_alignscore", lambda **k: pytest.fail("trained before the check"))
+    (tmp_path / "taken").write_text("a file")
+    with pytest.raises(ValueError, match="--out .*taken exists and is not a directory"):
+        demo_alignscore.make_demo(tmp_path / "taken", steps=3, echo=lambda *a: None)
+
+
+def test_the_demo_says_its_progress(tmp_path, minilm_dir, monkeypatch):
+    """A line before training with the expected time, and one every PROGRESS_EVERY steps with the time left."""
+    import demo_alignscore
+    import trained_alignscore
+
+    monkeypatch.setattr(trained_alignscore, "CACHE", tmp_path / "cache")
+    monkeypatch.setitem(trained_alignscore.RECIPE, "steps", 3)
+    monkeypatch.setattr(trained_alignscore, "PROGRESS_EVERY", 1)
+    lines = []
+    demo_alignscore.make_demo(tmp_path / "demo", steps=3, echo=lines.append)
+    assert lines[0].startswith("training a DEMO AlignScore checkpoint: 3 steps")
+    assert [line.split()[1] for line in lines if line.startswith("step")] == ["1/3", "2/3", "3/3"]
+    assert all("s left" in line for line in lines if line.startswith("step"))
