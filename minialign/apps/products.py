@@ -283,7 +283,7 @@ register(Product(
     inputs=(TEXT,),
     ray="M3Batches"))
 
-# The heads of issue 44 have commands of their own, not --method of `classify`: a row's input and its record differ
+# The token heads have commands of their own, not --method of `classify`: a row's input and its record differ
 # from a classifier's (ner: a text in, a list of entities out, .jsonl only; fill-mask: a text with a mask token;
 # zero-shot: a text and candidate labels; qa: a question and a context, an answer span out), and so do their
 # options; `classify --method ner` would offer every one of them on one command, each refused by the others.
