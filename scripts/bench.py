@@ -174,7 +174,7 @@ def embeddings_section(*, quick: bool = False, device: str = "cpu", dry_run: boo
 
 
 def retrieval_section(*, quick: bool = False, device: str = "cpu", echo=print, **options) -> str:
-    """Retrieval outputs (issue 43): SparseEncoder and MultiVectorEncoder against sentence-transformers, M3Encoder's
+    """Retrieval outputs: SparseEncoder and MultiVectorEncoder against sentence-transformers, M3Encoder's
     one forward against three calls, a sparse call's peak memory (benchmarks/retrieval.py). options: measure's
     (shapes, m3_vocab, corpus, texts...: a test's tiny sizes)."""
     if importlib.util.find_spec("sentence_transformers") is None:
@@ -195,7 +195,7 @@ def retrieval_section(*, quick: bool = False, device: str = "cpu", echo=print, *
 
 
 def heads_section(*, quick: bool = False, device: str = "cpu", echo=print, **options) -> str:
-    """Token heads (issue 44): each product against the transformers pipeline it mirrors, one text at a time and
+    """Token heads: each product against the transformers pipeline it mirrors, one text at a time and
     batched (benchmarks/heads.py). options: measure's (shapes, corpus, texts...: a test's tiny sizes)."""
     size = SIZES[quick]
     options = {"texts": size["heads_texts"], "rounds": size["heads_rounds"], **options}

@@ -14,7 +14,7 @@ average over the state's rounds. Speed goes in BENCHMARKS.md, never in a test.
 
 `load` times a model's load in a fresh Python process (torch and the library imported before the clock, the same
 for both sides): sentence-transformers' `SentenceTransformer(dir)`, minialign fp32, and dtype="int8" with an empty
-calibration cache (a new directory each time: the calibration pass runs) and with it cached (issue 42's "int8
+calibration cache (a new directory each time: the calibration pass runs) and with it cached (the loading goal: "int8
 loading within 2 s").
 """
 

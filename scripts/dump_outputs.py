@@ -1,4 +1,4 @@
-"""Dump every family's outputs to a .pt file, for bit-identity checks across a refactor (issue 39): run it at
+"""Dump every family's outputs to a .pt file, for bit-identity checks across a refactor: run it at
 the commit before and after, from the checkout's root, and compare with scripts/compare_dumps.py.
 
     python scripts/dump_outputs.py /tmp/before.pt [MPNET_DIR]   # at the old commit

@@ -125,10 +125,34 @@ def test_the_docs_home_installs_as_the_readme_does():
     assert commands("README.md") and commands("docs/index.md") == commands("README.md")[:2]
 
 
+# a tracker's issue or a working session cited by number, or an issue's goals by its name: what a reader cannot
+# look up
+TRACKER = re.compile(r"\b(?:[Ii]ssues?|[Ss]essions?)[ -]#?\d+|\bissues?' goals?|\b[Tt]he issue's")
+# another project's tracker may be cited (its name just before the number)
+OTHER_TRACKERS = re.compile(r"(?:transformers|sentence-transformers|PyTorch|torch|ONNX Runtime|onnxruntime) $")
+
+
+def tracker_citations(text: str) -> list[str]:
+    """Each citation of this project's tracker or sessions in `text` (another project's tracker excepted)."""
+    return [m.group(0) for m in TRACKER.finditer(text) if not OTHER_TRACKERS.search(text[:m.start()][-40:])]
+
+
 def test_pages_speak_of_the_project_not_its_tracker():
-    """Guides name what they describe, never the tracker's numbers (a reader has no tracker)."""
-    cited = [(page, m.group(0)) for page in PAGES
-             for m in re.finditer(r"\b(?:[Ii]ssue|[Ss]ession) #?\d+", (ROOT / page).read_text(encoding="utf-8"))
-             if not re.search(r"(transformers|sentence-transformers|PyTorch|torch) " + re.escape(m.group(0)),
-                              (ROOT / page).read_text(encoding="utf-8"))]
+    """Guides, the changelog and the benchmarks name what they describe (a goal, a run's date, commit and machine),
+    never the tracker's numbers or a session's (a reader has neither)."""
+    cited = [(page, hit) for page in [*PAGES, "CHANGELOG.md", "BENCHMARKS.md"]
+             for hit in tracker_citations((ROOT / page).read_text(encoding="utf-8"))]
+    assert cited == []
+
+
+def test_code_speaks_of_the_project_not_its_tracker():
+    """Comments, docstrings and generated report text of the package, convert, the scripts and the tests say what
+    they refer to, as the pages do (this file's TRACKER pattern itself excepted)."""
+    files = [path for folder in ("minialign", "convert", "scripts", "tests")
+             for path in sorted((ROOT / folder).rglob("*"))
+             if path.suffix in (".py", ".md", ".sh") and path.is_file() and "__pycache__" not in path.parts]
+    assert files
+    cited = [(path.relative_to(ROOT).as_posix(), hit) for path in files
+             for hit in tracker_citations("\n".join(line for line in path.read_text(encoding="utf-8").splitlines()
+                                                    if not line.startswith("TRACKER = re.compile(")))]
     assert cited == []

@@ -28,8 +28,8 @@ SHAPES = {"bert": "bert-base-uncased", "roberta": "roberta-base", "xlm-roberta":
           "nomic_bert": "nomic-embed-text-v1.5", "jina_embeddings_v3": "jina-embeddings-v3",
           "eurobert": "eurobert-210m"}
 KNOWN = ("bert", "roberta")  # the families measured before: the reference rows; the others carry the goal
-GOAL = 1.5  # the issues' goal for each new family (unless GOALS says otherwise) and for MPNet embeddings
-# Part 2's goals: DeBERTa at least 2x (transformers runs it eager and padded), ModernBERT 1.3x (its sdpa).
+GOAL = 1.5  # the goal for each new family (unless GOALS says otherwise) and for MPNet embeddings
+# Their own goals: DeBERTa at least 2x (transformers runs it eager and padded), ModernBERT 1.3x (its sdpa).
 GOALS = {"deberta-v2": 2.0, "modernbert": 1.3}
 SEQUENCES, LO, HI = 16, 8, 256
 LENGTHS = mixed_lengths(SEQUENCES, lo=LO, hi=HI)  # one mixed-length batch, right-padded (encoder.py's seeded mix)

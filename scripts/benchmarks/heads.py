@@ -1,4 +1,4 @@
-"""Token heads (issue 44): each product against the transformers pipeline it mirrors, on base-shaped models and
+"""Token heads: each product against the transformers pipeline it mirrors, on base-shaped models and
 real text, with the pipeline called as users call it: one text at a time (its default, batch_size=1) and batched
 (batch_size=32). The goal: at least 2x the pipeline, CPU fp32.
 

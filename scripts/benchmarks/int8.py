@@ -36,7 +36,7 @@ from benchmarks.fixtures import minilm_dir
 from benchmarks.machine import interleaved
 
 TOP_K, CANDIDATES, BATCH = 10, 20, 32
-# The issue's goals: (what is measured, the least value that meets it).
+# The int8 goals: (what is measured, the least value that meets it).
 GOALS = {"embedding worst cosine": 0.98, "top-10 overlap mean": 0.95, "rerank Spearman mean": 0.99,
          "rerank top-1 agreement": 0.97, "encode speed-up": 5.0, "rerank speed-up": 3.0}
 ALL = ("attention.qkv", "attention.output", "ffn.up", "ffn.down")
@@ -491,7 +491,7 @@ def measure_speed(*, encoders: dict, rerankers: dict, st_dir: Path, ce_dir: Path
 
 
 def goal_rows(quality: list[dict], rerank: list[dict], speed: list[dict], *, onnx: str | None) -> list[dict]:
-    """Each goal of the issue, the figure minialign int8 reaches, whether it is met; the ONNX qint8 peer's."""
+    """Each int8 goal, the figure minialign int8 reaches, whether it is met; the ONNX qint8 peer's."""
     def figure(rows, impl, key, task=None):
         row = next((r for r in rows if r["impl"] == impl and (task is None or r["task"] == task)
                     and r.get("cross-encoder", TUNED) == TUNED), None)

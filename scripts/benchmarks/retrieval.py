@@ -1,4 +1,4 @@
-"""Retrieval outputs (issue 43): SparseEncoder (SPLADE) and MultiVectorEncoder (ColBERT) against
+"""Retrieval outputs: SparseEncoder (SPLADE) and MultiVectorEncoder (ColBERT) against
 sentence-transformers' SparseEncoder and MultiVectorEncoder, M3Encoder's three outputs from one forward against
 three separate calls, and the peak memory of one sparse call on each side.
 
@@ -39,7 +39,7 @@ M3_WINDOW = 512
 SPLADE_WINDOW = 512
 COLBERT_DIM, COLBERT_DOCUMENT_LENGTH = 128, 180
 BATCH = 32
-GOALS = {"sparse": 2.0, "multi-vector": 2.0, "m3": 2.5}  # issue 43: speed-up at least this
+GOALS = {"sparse": 2.0, "multi-vector": 2.0, "m3": 2.5}  # the retrieval goals: speed-up at least this
 MIB = 1 << 20
 MEMORY_METHOD = {  # how peak_added measures, for the report
     "cpu": "the process's resident-set high-water mark (VmHWM, reset by writing 5 to /proc/self/clear_refs just "
@@ -401,6 +401,6 @@ def flag_embedding_formulas(directory: Path, texts: list[str], m3, device: str) 
 
 
 def goals(result: dict) -> list[str]:
-    """One line per minialign row with a goal: the figure and whether it meets issue 43's goal."""
+    """One line per minialign row with a goal: the figure and whether it meets the retrieval goal."""
     return [f"{row.get('task', 'M3')} {row['model']}: {row['speed-up']:.2f}x ({row['goal']})"
             for row in result["speed"] + result["m3"] if row["goal"] != "-"]

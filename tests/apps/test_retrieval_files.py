@@ -1,4 +1,4 @@
-"""`minialign embed --method sparse | multivector | m3` on files (issue 43): each row's record equals the product's
+"""`minialign embed --method sparse | multivector | m3` on files: each row's record equals the product's
 own Python call (torch.equal: the same forwards), in .jsonl and in .safetensors (the sparse, ragged and BGE-M3
 layouts read back), --resume, --workers 2, the options of another method refused."""
 

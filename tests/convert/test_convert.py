@@ -147,9 +147,10 @@ def test_one_names_row_per_family_with_the_backbone_and_mlm_prefixes():
 
 
 def test_custom_code_transformers_ships_natively_is_named_by_its_native_model_type():
-    """issue 45 part 5: an auto_map naming code transformers has ported (NATIVE_PORTS) is refused naming the native
-    model_type and, where one is published, the checkpoint under it; under that very model_type it is read as the
-    native family (transformers does so without trust_remote_code); other custom code is refused as before."""
+    """Custom code transformers ships natively: an auto_map naming code transformers has ported (NATIVE_PORTS) is
+    refused naming the native model_type and, where one is published, the checkpoint under it; under that very
+    model_type it is read as the native family (transformers does so without trust_remote_code); other custom code
+    is refused as before."""
     from minialign.convert.errors import CheckpointError
     from minialign.convert.hf_config import native_port, refuse_foreign
 

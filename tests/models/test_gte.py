@@ -158,8 +158,9 @@ def test_the_original_checkpoint_and_config_json(tmp_path):
     with torch.no_grad():
         expected = hf(ids, attention_mask=mask, token_type_ids=types).logits[real]
         torch.testing.assert_close(ours(ids, mask, types).logits[real], expected, **TOL)
-        # the Hub's files say model_type "new" with an auto_map to the original code: refused, naming gte (issue 45
-        # part 5); the same file under model_type "gte" keeps its auto_map and loads as transformers reads it
+        # the Hub's files say model_type "new" with an auto_map to the original code: refused, naming gte (code
+        # transformers has ported); the same file under model_type "gte" keeps its auto_map and loads as
+        # transformers reads it
         auto_map = {"AutoConfig": "Alibaba-NLP/new-impl--configuration.NewConfig",
                     "AutoModelForMaskedLM": "Alibaba-NLP/new-impl--modeling.NewForMaskedLM"}
         (directory / "config.json").write_text(json.dumps({**config, "model_type": "new", "auto_map": auto_map}))

@@ -1,4 +1,4 @@
-"""ModernBERT's descendants (issue 45 part 3): checkpoints with `model_type: modernbert` trained by other code than
+"""ModernBERT's descendants: checkpoints with `model_type: modernbert` trained by other code than
 answerdotai's release, whose config.json carries settings the base model does not. mmBERT (jhu-clsp/mmBERT-small /
 -base, multilingual, Gemma-3's tokenizer): its published config.json as read through a copy on the Hub
 (datalama/mmBERT-small/config.json): both thetas 160000 (the local layers' too), pad 0, cls = sep = eos 1, bos 2,

@@ -81,7 +81,7 @@ def test_modernbert_equals_sentence_transformers(tmp_path, tiny_family, expansio
 
 @pytest.mark.parametrize("family", ["gte", "nomic_bert", "jina_embeddings_v3", "eurobert"])
 def test_the_long_context_families_equal_sentence_transformers(tmp_path, tiny_family, family):
-    """issue 45: ColBERT over each rotary family, queries expanded to a fixed width (attending), documents packed."""
+    """ColBERT over each rotary family, queries expanded to a fixed width (attending), documents packed."""
     base, _ = tiny_family.hf(family)
     compare(mve_dir(tmp_path, base, EXPANSIONS["fixed-attend"]))
 

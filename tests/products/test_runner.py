@@ -67,7 +67,7 @@ def test_every_from_pretrained_takes_the_same_keywords_with_the_same_defaults():
 
 
 def test_the_pipeline_products_are_called_as_the_pipelines_are():
-    """The issue-44 products are callable as transformers' pipelines: calling one is its predict."""
+    """The token-head products are callable as transformers' pipelines: calling one is its predict."""
     for cls in (ma.TokenClassifier, ma.FillMask, ma.ZeroShotClassifier, ma.QuestionAnswerer):
         assert cls.__call__ is cls.predict, cls.__name__
 

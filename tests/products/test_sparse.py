@@ -20,7 +20,7 @@ CASES = [  # (family, SpladePooling's pooling and activation, max_active_dims, t
     ("distilbert", "max", "relu", 20, "Transformer"),
     ("modernbert", "sum", "relu", None, "Transformer"),
     ("deberta-v2", "max", "log1p_relu", None, "MLMTransformer"),
-    # the long-context families with a masked-LM head (issue 45)
+    # the long-context families with a masked-LM head
     ("gte", "max", "relu", None, "MLMTransformer"),
     ("nomic_bert", "sum", "log1p_relu", None, "MLMTransformer"),
     ("jina_embeddings_v3", "max", "relu", 12, "MLMTransformer"),
