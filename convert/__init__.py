@@ -28,8 +28,8 @@ from .by_model_type import (alignscore_to_minialign, config_from_hf, config_to_h
 from .flagembedding import M3_HEADS, read_m3_heads
 from .formats import Adapters, Foreign, Format
 from .pickles import load_pickle
-from .sbert import (MULTIVECTOR_MODULES, PUNCTUATION, WRITTEN_MODULES, ModuleFiles, crossencoder_activation,
-                    pylate_settings, read_dense, read_include_prompt, read_model_config, read_module_files,
+from .sbert import (MULTIVECTOR_MODULES, PUNCTUATION, ModuleFiles, crossencoder_activation, pylate_settings,
+                    read_dense, read_include_prompt, read_model_config, read_module_files,
                     read_modules, read_multivector_mask, read_pooling, read_prompts, read_router,
                     read_sentence_config, read_sparse_config, read_splade_pooling, read_static_embedding,
                     read_truncate_dim, write_module_files)
@@ -83,5 +83,4 @@ __all__ = [
     "write_json",
     "write_module_files",
     "write_safetensors",
-    "WRITTEN_MODULES",
 ]

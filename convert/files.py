@@ -33,6 +33,11 @@ class Files(Protocol):
 
     def file(self, name: str, *, optional: bool = False) -> Path | None: ...
 
+    def files_in(self, folder: str) -> list[str] | None:
+        """The names of the files under `folder` (its subfolders' too), as `file` takes them; [] for no such
+        folder; None where they cannot be listed (a hub snapshot, whose files are fetched one by one)."""
+        ...
+
 
 @dataclass(frozen=True)
 class Directory:
@@ -47,6 +52,9 @@ class Directory:
         if optional:
             return None
         raise MissingFileError(f"{self.path}: no {name}")
+
+    def files_in(self, folder: str) -> list[str]:
+        return sorted(p.relative_to(self.path).as_posix() for p in (self.path / folder).rglob("*") if p.is_file())
 
     def __str__(self) -> str:
         return str(self.path)

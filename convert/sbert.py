@@ -29,12 +29,13 @@ Files (sentence-transformers v2 to v6 write them; both the old and the new names
 
 from __future__ import annotations
 
+import shutil
 import string
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from torch import Tensor
+import torch
 
 from .errors import CheckpointError
 from .files import WEIGHT_FILES, Files, as_files, read_json, read_state_dict, write_json, write_safetensors
@@ -84,7 +85,8 @@ def _folder(path: Path, i: int, entry: dict) -> str:
     a CheckpointError naming it."""
     folder = str(entry.get("path", ""))
     if folder.startswith(("/", "~")) or "\\" in folder or ".." in PurePosixPath(folder).parts:
-        raise CheckpointError(f"{path}: module {i} has path {folder!r}, which is not a folder of the model")
+        raise CheckpointError(f"{path}: module {i} has path {folder!r}, which is not a folder of the model "
+                              f"(type {entry.get('type')!r})")
     folder = str(PurePosixPath(folder))
     return "" if folder == "." else folder
 
@@ -315,79 +317,85 @@ def crossencoder_activation(where: str | Path | Files) -> str | None:
     return None
 
 
-# What a converted directory carries of a sentence-transformers model, as its own save writes each module
-# (base/modules/transformer.py, pooling.py, dense.py, normalize.py: `save`): the Transformer is the converted weights
-# themselves, with sentence_bert_config.json beside them; a Pooling or Normalize module its folder's config.json
-# (Normalize's since v6; none before); a Dense its config.json and model.safetensors (linear.weight, linear.bias).
-# Any other module is refused by name rather than left out.
-WRITTEN_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
+# What a converted directory carries of a sentence-transformers model: its transformer module (any of these types)
+# is the converted weights at the root, with its sentence_bert_config.json beside them; every other module's folder is
+# copied as sentence-transformers saved it, whatever its type (a Dense's weights cast by convert --dtype); a folder the
+# model lacks stays absent (all-MiniLM-L6-v2's 2_Normalize: Normalize saved nothing before v6).
+TRANSFORMER_MODULES = ("Transformer", "MLMTransformer")
+# A hub snapshot's folders cannot be listed: what is carried of a module from the hub is what sentence-transformers'
+# own `save` writes for its type (base/modules/dense.py Dense.save: save_config and save_torch_weights,
+# model.safetensors or pytorch_model.bin; sentence_transformer/modules/pooling.py Pooling.save,
+# base/modules/normalize.py Normalize.save (none before v6), sparse_encoder/modules/splade_pooling.py
+# SpladePooling.save and multi_vector_encoder/modules/multi_vector_mask.py MultiVectorMask.save: save_config), each
+# where the repo has it; a module of another type from the hub is refused by name.
+SAVED_FILES = {"Dense": ("config.json", *WEIGHT_FILES), "Pooling": ("config.json",), "Normalize": ("config.json",),
+               "SpladePooling": ("config.json",), "MultiVectorMask": ("config.json",)}
 
 
 @dataclass
 class ModuleFiles:
-    """A sentence-transformers model's files besides its transformer's weights and tokenizer, read whole before
-    anything is written (read_module_files) and written beside converted weights (write_module_files)."""
+    """A sentence-transformers model's files besides its transformer's weights and tokenizer, found before anything
+    is written (read_module_files) and written beside converted weights (write_module_files)."""
 
-    entries: list[dict[str, Any]]  # modules.json's, the Transformer's path "" (the converted weights are the root)
-    configs: dict[str, dict[str, Any]]  # each JSON file by its name in the model ("1_Pooling/config.json")
-    dense: dict[str, dict[str, Tensor]]  # a Dense module's folder -> its linear.weight (+ linear.bias)
+    entries: list[dict[str, Any]]  # modules.json's, the transformer's path "" (the converted weights are the root)
+    files: dict[str, Path]  # each file carried, by its name in the model ("1_Pooling/config.json") -> where it is
+    dense: tuple[str, ...]  # of those, each Dense's weights (the file Dense.load reads), cast by convert --dtype
 
 
 def read_module_files(where: str | Path | Files) -> ModuleFiles | None:
     """The module files of a sentence-transformers model (None without modules.json): modules.json,
-    sentence_bert_config.json (from the Transformer's folder), config_sentence_transformers.json (prompts,
-    default_prompt_name, truncate_dim, similarity_fn_name, as saved), each Pooling's and Normalize's config.json and
-    each Dense's config and weights. A module of a type WRITTEN_MODULES lacks, a second Transformer, or a module at the
-    model's root besides the Transformer is a CheckpointError naming its type and path."""
+    sentence_bert_config.json (from the transformer module's folder), config_sentence_transformers.json, and every
+    file of each other module's folder (from the hub: SAVED_FILES). A transformer module (TRANSFORMER_MODULES) that is
+    not the first or not the only one, a first module that is not one, a module at the model's root besides it (its
+    files would be the converted ones) or outside the model, and a module of a type SAVED_FILES lacks from the hub are
+    each a CheckpointError naming its type and path."""
     files = as_files(where)
     path = files.file("modules.json", optional=True)
     if path is None:
         return None
-    entries, configs, dense = [], {}, {}
+    entries, carried, dense = [], {}, []
     for i, entry in enumerate(read_json(path, expect=list)):
-        kind = str(entry.get("type", "")).rsplit(".", 1)[-1] if isinstance(entry, dict) else ""
-        folder = _folder(path, i, entry) if isinstance(entry, dict) else ""
-        named = f"module {i} ({entry.get('type') if isinstance(entry, dict) else entry!r} at {folder or '.'!r})"
-        if kind not in WRITTEN_MODULES:
-            raise CheckpointError(f"{path}: {named}: a module type minialign cannot write beside converted weights; "
-                                  f"it writes {', '.join(WRITTEN_MODULES)}")
-        if (kind == "Transformer") != (i == 0):
-            raise CheckpointError(f"{path}: {named}: the Transformer must be the first module and the only one "
-                                  f"(the converted weights)")
-        if kind != "Transformer" and not folder:
-            raise CheckpointError(f"{path}: {named}: a module at the model's root, where the converted config.json "
-                                  f"goes; sentence-transformers saves each in its own folder")
-        if kind == "Transformer":
-            entry = {**entry, "path": ""}
-            found = files.file(_inside(folder, "sentence_bert_config.json"), optional=True)
-            if found is not None:
-                configs["sentence_bert_config.json"] = read_json(found)
-        else:
-            found = files.file(_inside(folder, "config.json"), optional=kind == "Normalize")
-            if found is not None:
-                configs[_inside(folder, "config.json")] = read_json(found)
+        if not isinstance(entry, dict):
+            raise CheckpointError(f"{path}: module {i} is {entry!r}, not an object with a type and a path")
+        kind, folder = str(entry.get("type", "")).rsplit(".", 1)[-1], _folder(path, i, entry)
+        named = f"{path}: module {i} ({entry.get('type')!r} at {folder or '.'!r})"
+        if (kind in TRANSFORMER_MODULES) != (i == 0):
+            raise CheckpointError(f"{named}: the first module must be the transformer "
+                                  f"({', '.join(TRANSFORMER_MODULES)}), and the only one: the converted weights")
+        if i == 0:
+            entries.append({**entry, "path": ""})
+            carried["sentence_bert_config.json"] = files.file(_inside(folder, "sentence_bert_config.json"),
+                                                              optional=True)
+            continue
+        if not folder:
+            raise CheckpointError(f"{named}: a module at the model's root, where the converted weights go; "
+                                  f"sentence-transformers saves each in its own folder")
+        names = files.files_in(folder)
+        if names is None and kind not in SAVED_FILES:
+            raise CheckpointError(f"{named}: from the hub, minialign carries only what sentence-transformers saves of "
+                                  f"{', '.join(SAVED_FILES)} (a repo's folders cannot be listed); download the repo "
+                                  f"and convert the directory")
+        if names is None:
+            names = [_inside(folder, name) for name in SAVED_FILES[kind]]
+        carried.update((name, files.file(name, optional=True)) for name in names)
         if kind == "Dense":
-            read = read_dense(files, folder)
-            dense[folder] = {"linear.weight": read["weight"],
-                             **({"linear.bias": read["bias"]} if read["bias"] is not None else {})}
+            dense += [name for name in (_inside(folder, name) for name in WEIGHT_FILES) if carried.get(name)][:1]
         entries.append(entry)
-    found = files.file("config_sentence_transformers.json", optional=True)
-    if found is not None:
-        configs["config_sentence_transformers.json"] = read_json(found)
-    return ModuleFiles(entries, configs, dense)
+    carried["config_sentence_transformers.json"] = files.file("config_sentence_transformers.json", optional=True)
+    return ModuleFiles(entries, {name: found for name, found in carried.items() if found is not None}, tuple(dense))
 
 
-def write_module_files(modules: ModuleFiles, directory: str | Path) -> None:
-    """Write a model's module files (read_module_files) into `directory`, beside its converted weights: each module's
-    folder as sentence-transformers saves it, a Dense's weights as model.safetensors."""
+def write_module_files(modules: ModuleFiles, directory: str | Path, *, dtype: torch.dtype | None = None) -> None:
+    """Write a model's module files (read_module_files) into `directory`, beside its converted weights, each as it
+    is; with a dtype, a Dense's weights cast to it (floating ones), as model.safetensors."""
     directory = Path(directory)
-    for entry in modules.entries:
-        if entry["path"]:
-            (directory / entry["path"]).mkdir(parents=True, exist_ok=True)
-    for name, config in modules.configs.items():
-        write_json(directory / name, config)
-    for folder, tensors in modules.dense.items():
-        write_safetensors(directory / folder / "model.safetensors", tensors, metadata={"format": "pt"})
+    for name, found in modules.files.items():
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        if dtype is not None and name in modules.dense:
+            tensors = {k: v.to(dtype) if v.is_floating_point() else v for k, v in read_state_dict(found).items()}
+            write_safetensors((directory / name).with_name("model.safetensors"), tensors, metadata={"format": "pt"})
+        elif found.resolve() != (directory / name).resolve():  # not converted in place
+            shutil.copyfile(found, directory / name)
     write_json(directory / "modules.json", modules.entries)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 from pathlib import Path
 
@@ -15,7 +14,8 @@ from minialign.sources import Source
 from minialign.text.tokenizer import TOKENIZER_FILES
 
 
-TOKEN_HEADS = ("ForTokenClassification", "ForQuestionAnswering")  # classes export_hf writes as export_hf_head does
+# classes export_hf writes as export_hf_head does (a masked LM too: a SparseEncoder's MLMTransformer loads its head)
+TOKEN_HEADS = ("ForMaskedLM", "ForTokenClassification", "ForQuestionAnswering")
 
 
 def save_native(ckpt: Checkpoint, directory: str | Path, *, dtype: torch.dtype | None = None) -> Path:
@@ -38,7 +38,7 @@ def export_hf(ckpt: Checkpoint, directory: str | Path, *, dtype: torch.dtype | N
     """Write a transformers layout: config.json + model.safetensors (BertModel/RobertaModel names,
     loadable by AutoModel) and, when the checkpoint has them, the MLM head and AlignScore heads in
     alignscore_heads.safetensors under AlignScore's own names (mlm_head.*, bin_layer.*, ...). A checkpoint whose
-    config.json names a token-classification or QA class is written as that class (export_hf_head). A
+    config.json names a masked-LM, token-classification or QA class is written as that class (export_hf_head). A
     sentence-transformers model's module files go beside (carry_modules): sentence-transformers loads the directory
     as it loads the original."""
     if any(name.endswith(TOKEN_HEADS) for name in ckpt.architectures):
@@ -87,20 +87,15 @@ def export_hf_head(ckpt: Checkpoint, directory: str | Path, *, dtype: torch.dtyp
 
 def sentence_modules(ckpt: Checkpoint) -> convert.ModuleFiles | None:
     """The sentence-transformers module files of the directory the checkpoint was read from (convert.read_module_files:
-    modules.json, sentence_bert_config.json, config_sentence_transformers.json, each module's folder), read whole
-    before anything is written, so a module type that cannot be written is refused, by name, first; None: none."""
+    modules.json, sentence_bert_config.json, config_sentence_transformers.json, each module's folder), found before
+    anything is written, so a module that cannot be written is refused, by type and path, first; None: none."""
     return convert.read_module_files(ckpt.modules) if ckpt.modules is not None else None
 
 
 def carry_modules(modules: convert.ModuleFiles | None, directory: Path, dtype: torch.dtype | None) -> None:
-    """Write the module files beside the converted weights, a Dense's weights cast as the rest are."""
-    if modules is None:
-        return
-    if dtype is not None:
-        modules = dataclasses.replace(modules, dense={
-            folder: {k: cast(v, torch.device("cpu"), dtype) for k, v in tensors.items()}
-            for folder, tensors in modules.dense.items()})
-    convert.write_module_files(modules, directory)
+    """Write the module files beside the converted weights, as they are, a Dense's weights cast as the rest are."""
+    if modules is not None:
+        convert.write_module_files(modules, directory, dtype=dtype)
 
 
 def output_directory(directory: str | Path) -> Path:

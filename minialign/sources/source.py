@@ -65,6 +65,11 @@ class Source:
             return []
         return sorted(p.name for p in self.path.iterdir() if p.is_file())
 
+    def files_in(self, folder: str) -> list[str] | None:
+        """The names of the files under `folder` (convert.files.Files): a local directory's; None from the hub,
+        whose snapshot holds only the files fetched so far."""
+        return None if self.from_hub else Directory(self.path).files_in(folder)
+
     def subfolder(self, folder: str) -> Source:
         """The source of a folder inside this one (a sentence-transformers module's), read the same way."""
         if not folder:

@@ -1,15 +1,19 @@
-"""`minialign convert` of a sentence-transformers directory carries its modules over (modules.json, Pooling, Dense,
-Normalize, sentence_bert_config.json, config_sentence_transformers.json's prompts and truncate_dim), in
-sentence-transformers' own file layout, so the converted directory gives the original's vectors through
-SentenceEncoder and (--to hf) through sentence-transformers; a module type it cannot write is refused by name."""
+"""`minialign convert` of a sentence-transformers directory carries its modules over (modules.json,
+sentence_bert_config.json, config_sentence_transformers.json's prompts and truncate_dim, and every other module's folder
+as it was saved, of any type), so the converted directory gives the original's vectors through SentenceEncoder,
+SparseEncoder and MultiVectorEncoder and (--to hf) through sentence-transformers; what cannot be written (a module at
+the root besides the transformer, a second transformer or one not first, a folder outside the model, a type whose files
+a hub repo cannot list) is refused by type and path before anything is written."""
 
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
+import minialign as ma
 from minialign import SentenceEncoder, convert
 from minialign.apps.cli import main as cli
 from minialign.loading import export_hf, read_checkpoint, save_native
@@ -84,34 +88,128 @@ def test_native_into_hf_keeps_the_modules(st_dir, tmp_path):
 
 
 @pytest.mark.parametrize("to", ["native", "hf"])
-def test_a_module_type_that_cannot_be_written_is_refused_by_name_before_writing(st_dir, tmp_path, capsys, to):
+def test_a_module_of_any_type_is_carried_as_saved(st_dir, tmp_path, to):
+    """A module type minialign does not run (a made-up one, its folder nested) is carried byte for byte; one
+    sentence-transformers runs (LayerNorm, saved by it) gives the original's vectors there too."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import LayerNorm
+
+    torch.manual_seed(2)
+    modules = list(SentenceTransformer(str(st_dir), device="cpu"))
+    norm = LayerNorm(modules[1].get_embedding_dimension())
+    torch.nn.init.normal_(norm.norm.weight)
+    source = tmp_path / "src"
+    SentenceTransformer(modules=[*modules[:2], norm, *modules[2:]], device="cpu").save(str(source))
+    entries = json.loads((source / "modules.json").read_text())
+    (source / "9_Foo" / "inner").mkdir(parents=True)
+    (source / "9_Foo" / "config.json").write_text('{"size": 3}')
+    (source / "9_Foo" / "inner" / "state.bin").write_bytes(bytes(range(256)))
+    (source / "modules.json").write_text(json.dumps([*entries, {"idx": 5, "name": "9", "path": "9_Foo",
+                                                                 "type": "my_pkg.Foo"}]))
+    out = tmp_path / to
+    assert cli(["convert", str(source), str(out), "--to", to]) == 0
+    assert json.loads((out / "modules.json").read_text())[-1]["type"] == "my_pkg.Foo"
+    for folder in ("2_LayerNorm", "9_Foo"):
+        files = sorted(p.relative_to(source) for p in (source / folder).rglob("*") if p.is_file())
+        assert files and files == sorted(p.relative_to(out) for p in (out / folder).rglob("*") if p.is_file())
+        for name in files:
+            assert (out / name).read_bytes() == (source / name).read_bytes(), name
+    if to == "hf":  # without the made-up module, sentence-transformers runs the LayerNorm as in the original
+        (source / "modules.json").write_text(json.dumps(entries))
+        (out / "modules.json").write_text(json.dumps(entries))
+        expected = SentenceTransformer(str(source), device="cpu").encode(TEXTS, convert_to_tensor=True)
+        got = SentenceTransformer(str(out), device="cpu").encode(TEXTS, convert_to_tensor=True)
+        torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("module", ["MLMTransformer", "Transformer"])
+@pytest.mark.parametrize("to", ["native", "hf"])
+def test_a_sparse_encoder_converted_gives_the_original_vectors(tiny_family, tmp_path, module, to):
+    """A SparseEncoder (SPLADE: MLMTransformer, or Transformer with transformer_task "fill-mask", at the root, then
+    SpladePooling), max_active_dims and prompts saved: the same sparse vectors through minialign's SparseEncoder and
+    (--to hf, written as BertForMaskedLM) sentence-transformers'."""
+    directory = tiny_family.sparse_encoder("bert", pooling_strategy="sum", max_active_dims=9, prompts=PROMPTS,
+                                           module=module)
+    out = tmp_path / to
+    assert cli(["convert", str(directory), str(out), "--to", to]) == 0
+    assert (out / "1_SpladePooling" / "config.json").read_bytes() == \
+        (directory / "1_SpladePooling" / "config.json").read_bytes()
+    original, converted = ma.SparseEncoder.from_pretrained(directory), ma.SparseEncoder.from_pretrained(out)
+    assert (converted.pooling_strategy, converted.max_active_dims, converted.prompts) == ("sum", 9, PROMPTS)
+    for options in ({}, {"prompt_name": "document"}):
+        assert torch.equal(converted.encode(TEXTS, **options).to_dense(), original.encode(TEXTS, **options).to_dense())
+    if to == "hf":
+        from sentence_transformers import SparseEncoder
+
+        expected = SparseEncoder(str(directory), device="cpu").encode(TEXTS).to_dense()
+        got = SparseEncoder(str(out), device="cpu").encode(TEXTS).to_dense()
+        torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
+        torch.testing.assert_close(converted.encode(TEXTS).to_dense(), expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("to", ["native", "hf"])
+def test_a_multivector_encoder_converted_gives_the_original_token_vectors(tiny_family, tmp_path, to):
+    """A MultiVectorEncoder (Transformer with a query expansion, a token-level Dense, MultiVectorMask, Normalize)."""
+    from conftest import save_multivector_encoder
+
+    base, _ = tiny_family.hf("bert")
+    directory = save_multivector_encoder(tmp_path, base, {"strategy": "fixed", "attend": False, "length": 12})
+    out = tmp_path / to
+    assert cli(["convert", str(directory), str(out), "--to", to]) == 0
+    original, converted = ma.MultiVectorEncoder.from_pretrained(directory), ma.MultiVectorEncoder.from_pretrained(out)
+    for encode in ("encode_query", "encode_document"):
+        expected, got = getattr(original, encode)(TEXTS), getattr(converted, encode)(TEXTS)
+        assert len(got) == len(expected) and all(torch.equal(a, b) for a, b in zip(got, expected)), encode
+    if to == "hf":
+        from sentence_transformers import MultiVectorEncoder
+
+        expected = MultiVectorEncoder(str(directory), device="cpu").encode_document(TEXTS)
+        for a, b in zip(MultiVectorEncoder(str(out), device="cpu").encode_document(TEXTS), expected):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+
+
+def _unwritable(modules: list[dict]) -> dict[str, list[dict]]:
+    """modules.json's that cannot be written, by what the refusal names (type and path)."""
+    transformer, pooling, *rest = modules
+    return {"Transformer.*'4_Transformer'": [*modules, {**transformer, "idx": 4, "path": "4_Transformer"}],
+            r"Pooling' at '\.'.*root": [transformer, {**pooling, "path": ""}, *rest],
+            "Pooling' at '1_Pooling'.*first": [pooling, transformer, *rest],
+            r"'\.\./elsewhere'.*Pooling": [transformer, {**pooling, "path": "../elsewhere"}, *rest]}
+
+
+@pytest.mark.parametrize("to", ["native", "hf"])
+def test_what_cannot_be_written_is_refused_by_type_and_path_before_writing(st_dir, tmp_path, capsys, to):
     source = tmp_path / "src"
     shutil.copytree(st_dir, source)
-    modules = json.loads((source / "modules.json").read_text())
-    modules.insert(2, {"idx": 2, "name": "layer_norm", "path": "2_LayerNorm",
-                       "type": "sentence_transformers.models.LayerNorm"})
-    (source / "modules.json").write_text(json.dumps(modules))
-    out = tmp_path / "out"
-    assert cli(["convert", str(source), str(out), "--to", to]) == 2
-    err = capsys.readouterr().err
-    assert "sentence_transformers.models.LayerNorm" in err and "2_LayerNorm" in err
-    assert not out.exists()
     write = export_hf if to == "hf" else save_native
-    with pytest.raises(convert.CheckpointError, match="LayerNorm"):
-        write(read_checkpoint(source), out)
-    assert not out.exists()
-
-
-def test_a_second_transformer_or_a_module_at_the_root_is_refused(st_dir, tmp_path):
-    source = tmp_path / "src"
-    shutil.copytree(st_dir, source)
-    modules = json.loads((source / "modules.json").read_text())
-    for changed, named in (([*modules, {**modules[0], "idx": 4, "path": "4_Transformer"}], "4_Transformer"),
-                           ([modules[0], {**modules[1], "path": ""}, *modules[2:]], "Pooling")):
+    for named, changed in _unwritable(json.loads((source / "modules.json").read_text())).items():
         (source / "modules.json").write_text(json.dumps(changed))
+        assert cli(["convert", str(source), str(tmp_path / "out"), "--to", to]) == 2
+        assert re.search(named, capsys.readouterr().err), named
         with pytest.raises(convert.CheckpointError, match=named):
-            save_native(read_checkpoint(source), tmp_path / "out")
+            write(read_checkpoint(source), tmp_path / "out")
         assert not (tmp_path / "out").exists()
+
+
+def test_from_the_hub_the_known_types_are_carried_and_another_is_refused(st_dir, tmp_path, monkeypatch):
+    """A hub snapshot's folders cannot be listed: what sentence-transformers saves of each type minialign reads
+    is carried (the same vectors); a module of another type is refused by type and path."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    snapshot = tmp_path / "cache" / "models--org--st" / "snapshots" / ("0" * 40)  # as huggingface_hub's cache holds it
+    shutil.copytree(st_dir, snapshot)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("0" * 40)
+    save_native(read_checkpoint("org/st", cache_dir=tmp_path / "cache"), tmp_path / "native")
+    assert sorted(p.name for p in (tmp_path / "native" / "2_Dense").iterdir()) == ["config.json", "model.safetensors"]
+    assert torch.equal(_vectors(tmp_path / "native"), _vectors(st_dir))
+    modules = json.loads((snapshot / "modules.json").read_text())
+    (snapshot / "modules.json").write_text(json.dumps([*modules, {"idx": 4, "name": "4", "path": "4_Foo",
+                                                                  "type": "my_pkg.Foo"}]))
+    with pytest.raises(convert.CheckpointError, match="'my_pkg.Foo' at '4_Foo'.*from the hub"):
+        save_native(read_checkpoint("org/st", cache_dir=tmp_path / "cache"), tmp_path / "refused")
+    assert not (tmp_path / "refused").exists()
 
 
 def test_real_minilm_converted_gives_unit_vectors_in_a_256_token_window(minilm_dir, tmp_path):
