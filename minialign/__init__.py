@@ -15,43 +15,56 @@ holds them to it):
     convert/   foreign names and formats (installed as minialign.convert)                      -> nothing of minialign
 """
 
+import functools
+import importlib
 import warnings
 
 # torch warns "Failed to initialize NumPy: No module named 'numpy'" as it is imported without numpy, which
-# minialign neither needs nor depends on. The warning is raised inside `import torch`, and this package's
-# first import (convert, below) imports torch: a filter set later, in cli.main, would come too late, since
-# both entry points (the `minialign` script and `python -m minialign`) import this package first. It matches
-# that message only, so a numpy that is installed but broken still warns. The one global this import sets.
+# minialign neither needs nor depends on. The warning is raised inside `import torch`, which the first read of a
+# name below (or any command that runs) does: a filter set later, in cli.main, could come too late, since both entry
+# points (the `minialign` script and `python -m minialign`) import this package first. It matches that message only,
+# so a numpy that is installed but broken still warns. The one global this import sets.
 warnings.filterwarnings("ignore", message=r"Failed to initialize NumPy: No module named 'numpy'",
                         category=UserWarning)
 
-from minialign import moved  # noqa: E402  (old module paths, before the names below import them)
-from minialign.convert import CheckpointError  # noqa: E402
-from minialign.nn import analysis, masks  # noqa: E402
-from minialign.nn.attention import attention, attention_bias  # noqa: E402
-from minialign.nn.capture import Capture, ablate_heads, ablate_mean, capture, patch, replace_with  # noqa: E402
-from minialign.nn.config import PRESETS, Config  # noqa: E402
-from minialign.nn.score_functions import SCORE_FUNCTIONS  # noqa: E402
-from minialign.models import (AlignModel, AlignOutput, ClassifierModel, ClassifierOutput, Encoder,  # noqa: E402
-                              EncoderOutput, MaskedLMModel, MaskedLMOutput, QuestionAnsweringModel,
-                              QuestionAnsweringOutput, TokenClassifierModel, TokenClassifierOutput)
-from minialign.text.sentences import split_sentences  # noqa: E402
-from minialign.text.tokenizer import Tokenizer  # noqa: E402
-from minialign.runtime.engine import BatchEngine  # noqa: E402
-from minialign.products.alignscore import AlignScorer  # noqa: E402
-from minialign.products.classifier import Classifier  # noqa: E402
-from minialign.products.embeddings import SentenceEncoder  # noqa: E402
-from minialign.products.fill_mask import FillMask  # noqa: E402
-from minialign.products.m3 import M3Encoder  # noqa: E402
-from minialign.products.losses import AlignLosses, alignscore_losses, classification_loss  # noqa: E402
-from minialign.products.minicheck import MiniCheckScorer  # noqa: E402
-from minialign.products.quantization import quantize_embeddings, truncate_embeddings  # noqa: E402
-from minialign.products.multivector import MultiVectorEncoder  # noqa: E402
-from minialign.products.sparse import SparseEncoder  # noqa: E402
-from minialign.products.question_answering import QuestionAnswerer  # noqa: E402
-from minialign.products.token_classification import TokenClassifier  # noqa: E402
-from minialign.products.zero_shot import ZeroShotClassifier  # noqa: E402
-from minialign.apps.explore import Exploration, explore, with_score_function  # noqa: E402
+from minialign import moved  # noqa: E402  (old module paths)
+
+# Each public name and the module it comes from, imported when a name is first read (PEP 562), so that importing
+# the package (the command line's parser, `minialign --help`) imports no torch. The names of _MODULES are their
+# homes themselves.
+_HOMES = {
+    "CheckpointError": "minialign.convert",
+    "analysis": "minialign.nn.analysis",
+    "masks": "minialign.nn.masks",
+    "attention": "minialign.nn.attention",
+    "attention_bias": "minialign.nn.attention",
+    **dict.fromkeys(["Capture", "ablate_heads", "ablate_mean", "capture", "patch", "replace_with"],
+                    "minialign.nn.capture"),
+    "PRESETS": "minialign.nn.config",
+    "Config": "minialign.nn.config",
+    "SCORE_FUNCTIONS": "minialign.nn.score_functions",
+    **dict.fromkeys(["AlignModel", "AlignOutput", "ClassifierModel", "ClassifierOutput", "Encoder", "EncoderOutput",
+                     "MaskedLMModel", "MaskedLMOutput", "QuestionAnsweringModel", "QuestionAnsweringOutput",
+                     "TokenClassifierModel", "TokenClassifierOutput"], "minialign.models"),
+    "split_sentences": "minialign.text.sentences",
+    "Tokenizer": "minialign.text.tokenizer",
+    "BatchEngine": "minialign.runtime.engine",
+    "AlignScorer": "minialign.products.alignscore",
+    "Classifier": "minialign.products.classifier",
+    "SentenceEncoder": "minialign.products.embeddings",
+    "FillMask": "minialign.products.fill_mask",
+    "M3Encoder": "minialign.products.m3",
+    **dict.fromkeys(["AlignLosses", "alignscore_losses", "classification_loss"], "minialign.products.losses"),
+    "MiniCheckScorer": "minialign.products.minicheck",
+    **dict.fromkeys(["quantize_embeddings", "truncate_embeddings"], "minialign.products.quantization"),
+    "MultiVectorEncoder": "minialign.products.multivector",
+    "SparseEncoder": "minialign.products.sparse",
+    "QuestionAnswerer": "minialign.products.question_answering",
+    "TokenClassifier": "minialign.products.token_classification",
+    "ZeroShotClassifier": "minialign.products.zero_shot",
+    **dict.fromkeys(["Exploration", "explore", "with_score_function"], "minialign.apps.explore"),
+}
+_MODULES = ("analysis", "masks")
 
 __version__ = "0.2.0"
 
@@ -107,9 +120,27 @@ __all__ = [
 ]
 
 
+
+@functools.cache
+def _load() -> None:
+    """Every home of a public name, in _HOMES' order: the first name read imports what the package once imported at
+    its own import, so the families are registered (minialign.models imports them: Config and PRESETS know every
+    one) and each home is an attribute of its folder (ma.nn.config, ma.products.minicheck)."""
+    for home in dict.fromkeys(_HOMES.values()):
+        importlib.import_module(home)
+
+
 def __getattr__(name: str):
-    """`minialign.scorer` and the other old module names, as attributes (moved.py)."""
-    return moved.attribute(name)
+    """A public name (_HOMES), imported on first use; `minialign.scorer` and the other old module names (moved.py)."""
+    if name not in _HOMES:
+        return moved.attribute(name)
+    _load()
+    module = importlib.import_module(_HOMES[name])
+    return module if name in _MODULES else getattr(module, name)
 
 
-moved.keep_public_names(globals())
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+moved.keep_public_names([name for name in _HOMES if name not in _MODULES])

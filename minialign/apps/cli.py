@@ -10,17 +10,21 @@ import warnings
 from pathlib import Path
 
 from minialign.apps import extra_hint
-from minialign.nn.config import DTYPES
-from minialign.nn.score_functions import SCORE_FUNCTIONS
+from minialign.nn.choices import SCORE_FUNCTIONS, TORCH_DTYPE_NAMES
+
+# The parser is built from torch-free modules only (nn/choices.py, products/choices.py, the product table), so
+# `minialign --help` and `minialign COMMAND --help` import no torch; each command imports what it runs.
+DTYPES = tuple(TORCH_DTYPE_NAMES)  # --dtype's names (nn/config.DTYPES maps each to its torch dtype)
 
 
 def _convert(args: argparse.Namespace) -> int:
     from minialign.loading import export_hf, read_checkpoint, save_native
+    from minialign.nn import config
 
     ckpt = read_checkpoint(args.src, backbone=args.backbone)
     _validate(ckpt)
     write = export_hf if args.to == "hf" else save_native
-    out = write(ckpt, args.dst, dtype=DTYPES[args.dtype] if args.dtype else None)
+    out = write(ckpt, args.dst, dtype=config.DTYPES[args.dtype] if args.dtype else None)
     print(f"wrote {args.to} checkpoint ({len(ckpt.tensors)} tensors, arch {ckpt.config.arch}) to {out}")
     if ckpt.dropped:
         print(f"dropped on purpose: {', '.join(ckpt.dropped)}")
@@ -360,7 +364,7 @@ def _common(p: argparse.ArgumentParser, *, batch: str, int8: bool = True) -> Non
                      help="run on Ray Data: a cluster's address (auto, ray://host:10001), or none for a local Ray; "
                           "--input is then a .jsonl/.csv/.parquet file or directory, --output a directory of "
                           "shards, and a rerun skips the shards already written")
-    from minialign.apps.raydata import MAX_SHARDS, SHARD_ROWS
+    from minialign.apps.shards import MAX_SHARDS, SHARD_ROWS
 
     ray.add_argument("--shards", type=int, default=None,
                      help=f"shards of the dataset, by a hash of the row id (default: one per {SHARD_ROWS:,} rows, "

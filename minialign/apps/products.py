@@ -15,25 +15,41 @@ finds it on all four. The anchor is sentence-transformers' modules.json (each mo
 
 from __future__ import annotations
 
+import pkgutil
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import MISSING, dataclass
+from typing import TYPE_CHECKING, Any
 
-from minialign.apps.files import jobs
-from minialign.apps.files.rows import Fields, Job
-from minialign.products import alignscore, minicheck
-from minialign.products.classifier import Classifier
-from minialign.products.embeddings import SentenceEncoder
-from minialign.products.fill_mask import FillMask
-from minialign.products.m3 import M3Encoder
-from minialign.products.multivector import MultiVectorEncoder
-from minialign.products.quantization import PRECISIONS
-from minialign.products.sparse import SparseEncoder
-from minialign.products.runner import Runner
-from minialign.products.token_classification import AGGREGATIONS, TokenClassifier
-from minialign.products.question_answering import (MAX_ANSWER_LEN, MAX_QUESTION_LEN, QuestionAnswerer,
-                                                   check_values)
-from minialign.products.zero_shot import DEFAULT_TEMPLATE, ZeroShotClassifier
+from minialign.apps.files.outputs import OUTPUT_FORMATS
+from minialign.products import choices
+
+if TYPE_CHECKING:
+    from minialign.apps.files.rows import Fields, Job
+    from minialign.products.runner import Runner
+
+
+class Imported:
+    """A Product field holding an object or its import path, "module:name" (pkgutil.resolve_name's form): the table
+    below names each runner and job by its path, so reading the table (the command line builds its parser from it)
+    imports no product module and so no torch; a face reading the field gets the object, imported then. The
+    dataclass's "descriptor-typed field" (the dataclasses docs)."""
+
+    def __init__(self, default: Any = MISSING):
+        self.default = default
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, product: Any, owner: type | None = None) -> Any:
+        if product is None:  # the dataclass asks for the field's default
+            if self.default is MISSING:
+                raise AttributeError(self.name)
+            return self.default
+        value = product.__dict__[self.name]
+        return pkgutil.resolve_name(value) if isinstance(value, str) else value
+
+    def __set__(self, product: Any, value: Any) -> None:
+        product.__dict__[self.name] = value
 
 
 @dataclass(frozen=True)
@@ -80,17 +96,18 @@ class Product:
 
     name      its name on the faces: --method NAME (several share a command), Ray's `product`, the service's
               --NAME flag and /rows/NAME
-    runner    the Runner class; from_pretrained(model, **load options, **Loading keywords) loads it
+    runner    the Runner class (or its path, "module:Name": Imported); from_pretrained(model, **load options,
+              **Loading keywords) loads it
     command   the command-line command it belongs to
     job       (runner, *, model, <role>_field=..., **options) -> rows.Job: the file and Ray shape of its outputs
-              (jobs.py); its keywords are the roles' fields and `options`
+              (jobs.py; a function or its path, as runner); its keywords are the roles' fields and `options`
     model     the default model (None: --model is required)
     load      the runner's own from_pretrained options the faces offer (beside the Loading keywords)
     options   the job's per-call options (the same loaded model serves each value)
     inputs    the roles of a row
     outputs   the file formats the command writes (rows.FORMATS' values)
     check     a row's problems known before the model loads (rows.Fields.check), e.g. AlignScore's claim
-              needs a sentence; the loaded runner's own check applies in the job too
+              needs a sentence; the loaded runner's own check applies in the job too (a function or its path)
     ray       the name of its Ray Data class (raydata.py)
     serve_as  where the service's protocols find it (serve/core.Models): "alignscore" (NeMo Guardrails'
               /alignscore_NAME and /score), "minicheck" (/minicheck, /score, HF text-classification), "embedder"
@@ -103,9 +120,9 @@ class Product:
     """
 
     name: str
-    runner: type[Runner]
+    runner: type[Runner] | str = Imported()
     command: str
-    job: Callable[..., Job]
+    job: Callable[..., Job] | str = Imported()
     model: str | None = None
     help: str = ""  # the command's help line (the first product of a command gives it)
     verb: str = "ran"  # what the command says it did: "scored 3 row(s) into out.jsonl"
@@ -115,7 +132,7 @@ class Product:
     options: tuple[Option, ...] = ()
     inputs: tuple[Input, ...] = ()
     outputs: tuple[str, ...] = ("jsonl", "csv")
-    check: Callable[[dict[str, str | None]], list[tuple[str, str]]] | None = None
+    check: Callable[[dict[str, str | None]], list[tuple[str, str]]] | str | None = Imported(None)
     ray: str = ""
     serve_as: str | None = None
     hf_task: str | None = None
@@ -124,6 +141,8 @@ class Product:
     def fields(self, **named: str | None) -> Fields:
         """What a row holds: each role's field (<role>_field=..., default the role's name), as the file commands,
         Ray and /rows read it, with the product's pre-load check."""
+        from minialign.apps.files.rows import Fields
+
         fields = {i.role: named.get(f"{i.role}_field") or i.role for i in self.inputs}
         return Fields(fields=fields, flags={i.role: i.field_flag for i in self.inputs},
                       optional=tuple(i.role for i in self.inputs if i.optional),
@@ -168,9 +187,17 @@ def commands() -> dict[str, list[Product]]:
 
 def _alignscore_check(values: dict[str, str | None]) -> list[tuple[str, str]]:
     """AlignScorer.check with its default splitter, before the model loads: a claim needs a sentence."""
+    from minialign.products import alignscore
     from minialign.text.sentences import split_sentences
 
     return alignscore.check_example(values["context"], values["claim"], split_sentences, null="null")[0]
+
+
+def _qa_check(values: dict[str, str | None]) -> list[tuple[str, str]]:
+    """QuestionAnswerer's check of a question and a context, before the model loads."""
+    from minialign.products.question_answering import check_values
+
+    return check_values(values["question"], values["context"], null="null")
 
 
 TOKENIZER = Option("tokenizer", help="tokenizer dir or hub id (default: beside the model)")
@@ -178,35 +205,39 @@ PAIR_INPUTS = (Input("context", "the context (premise, document) text"),
                Input("claim", "the claim (hypothesis) text"))
 
 register(Product(
-    name="alignscore", runner=alignscore.AlignScorer, command="score", job=jobs.score_job, verb="scored",
-    model=alignscore.DEFAULT_MODEL,
+    name="alignscore", command="score", verb="scored",
+    runner="minialign.products.alignscore:AlignScorer", job="minialign.apps.files.jobs:score_job",
+    model=choices.ALIGNSCORE_MODEL,
     help="AlignScore (or MiniCheck) a claim against a context, or a JSONL/CSV file",
     model_help="AlignScore-base (default) / AlignScore-large, a .ckpt, or a minialign / HF directory",
     serve_help="an AlignScore model for /alignscore_NAME (base or large; AlignScore-large -> large); repeat for both",
     load=(Option("backbone", help="for a .ckpt: backbone dir (config.json + tokenizer) or hub id"),
           Option("tokenizer", help="tokenizer dir or hub id (default: beside the model or backbone)"),
-          Option("mode", alignscore.DEFAULT_MODE, help="alignscore only", choices=alignscore.MODES)),
+          Option("mode", choices.ALIGNSCORE_MODE, help="alignscore only", choices=choices.ALIGNSCORE_MODES)),
     inputs=PAIR_INPUTS, check=_alignscore_check, ray="AlignScoreBatches", serve_as="alignscore", int8=False))
 
 register(Product(
-    name="minicheck", runner=minicheck.MiniCheckScorer, command="score", job=jobs.score_job, verb="scored",
-    model=minicheck.DEFAULT_MODEL,
-    model_help=f"a MiniCheck classifier directory or hub id (default {minicheck.DEFAULT_MODEL})",
+    name="minicheck", command="score", verb="scored",
+    runner="minialign.products.minicheck:MiniCheckScorer", job="minialign.apps.files.jobs:score_job",
+    model=choices.MINICHECK_MODEL,
+    model_help=f"a MiniCheck classifier directory or hub id (default {choices.MINICHECK_MODEL})",
     serve_help="a MiniCheck model for POST /minicheck (AlignScore's request shapes and HF Inference's "
                "text-classification) and /score with \"model\": \"minicheck\"",
     load=(Option("tokenizer", help="tokenizer dir or hub id (default: beside the model or backbone)"),
-          Option("chunk_size", minicheck.CHUNK_SIZE, help="minicheck only: tokens per document chunk", type=int)),
+          Option("chunk_size", choices.MINICHECK_CHUNK_SIZE, help="minicheck only: tokens per document chunk",
+                 type=int)),
     inputs=PAIR_INPUTS, ray="MiniCheckBatches", serve_as="minicheck", int8=False))
 
 # embed, sparse, multivector: queries or documents (each product's encode_query / encode_document)
-TASK = Option("task", choices=jobs.TASKS,
+TASK = Option("task", choices=choices.TASKS,
               help="embed as queries or as documents (encode_query / encode_document: their prompt, unless "
                    "--prompt-name or --prompt names one; sparse, multivector: also a ColBERT model's query or "
                    "document window and expansion, an inference-free SPLADE model's route); default: encode's")
 
 register(Product(
-    name="embed", runner=SentenceEncoder, command="embed", job=jobs.embed_job, verb="embedded",
-    outputs=jobs.OUTPUT_FORMATS["embed"],
+    name="embed", command="embed", verb="embedded",
+    runner="minialign.products.embeddings:SentenceEncoder", job="minialign.apps.files.jobs:embed_job",
+    outputs=OUTPUT_FORMATS["embed"],
     help="sentence embeddings of a text, or of a JSONL/CSV file (.jsonl or .safetensors out)",
     model_help="a sentence-transformers or HF directory, or a hub id",
     serve_help="an embedding model for TEI's /embed (and POST /)",
@@ -220,10 +251,10 @@ register(Product(
              Option("truncate_dim", type=int,
                     help="keep the first N dimensions (a Matryoshka model's shorter embedding), before --normalize "
                          "(default: the model's truncate_dim, else all)"),
-             Option("precision", jobs.DEFAULT_PRECISION, choices=PRECISIONS,
+             Option("precision", choices=choices.PRECISIONS,
                     help="int8 / uint8: 256 buckets per dimension between the --calibration texts' minimum and "
                          "maximum; binary / ubinary: one bit per dimension (x > 0), 8 to a byte; as "
-                         f"sentence-transformers' quantize_embeddings (default {jobs.DEFAULT_PRECISION})"),
+                         "sentence-transformers' quantize_embeddings (default: SentenceEncoder.encode's)"),
              Option("calibration",
                     help="with --precision int8 / uint8: a .jsonl, .csv or .tsv file of texts (the same --text-field) "
                          "whose embeddings fix each dimension's range, as calibration_embeddings= in Python")),
@@ -231,12 +262,13 @@ register(Product(
     ray="EmbedBatches", serve_as="embedder"))
 
 register(Product(
-    name="classify", runner=Classifier, command="classify", job=jobs.classify_job, verb="classified",
+    name="classify", command="classify", verb="classified",
+    runner="minialign.products.classifier:Classifier", job="minialign.apps.files.jobs:classify_job",
     help="classify a text or pair, or a JSONL/CSV file (labels and scores)",
     model_help="a *ForSequenceClassification directory or hub id",
     serve_help="a classifier or reranker for TEI's /predict and /rerank",
     load=(TOKENIZER,),
-    options=(Option("activation", "auto", choices=("auto", "none", "softmax", "sigmoid", "tanh")),),
+    options=(Option("activation", "auto", choices=choices.CLASSIFIER_ACTIVATIONS),),
     inputs=(Input("text", "one text: prints its label and scores as JSON"),
             Input("pair", "with --text: the second text of a pair", optional=True)),
     ray="ClassifyBatches", serve_as="classifier", hf_task="text-classification"))
@@ -252,8 +284,9 @@ PROMPT_OPTIONS = (Option("prompt_name", exclusive="prompt",
 TEXT = Input("text", "one text: prints its embedding as JSON (embed: a list; sparse, multivector, m3: the record a "
                      "file row gets)")
 register(Product(
-    name="sparse", runner=SparseEncoder, command="embed", job=jobs.sparse_job, verb="embedded",
-    outputs=jobs.OUTPUT_FORMATS["embed"],
+    name="sparse", command="embed", verb="embedded",
+    runner="minialign.products.sparse:SparseEncoder", job="minialign.apps.files.jobs:sparse_job",
+    outputs=OUTPUT_FORMATS["embed"],
     model_help="a sentence-transformers SparseEncoder (SPLADE) directory or a *ForMaskedLM one, or a hub id",
     serve_help="a SPLADE model (SparseEncoder) for TEI's /embed_sparse",
     options=(TASK, *PROMPT_OPTIONS,
@@ -263,8 +296,9 @@ register(Product(
     ray="SparseBatches", serve_as="sparse"))
 
 register(Product(
-    name="multivector", runner=MultiVectorEncoder, command="embed", job=jobs.multivector_job, verb="embedded",
-    outputs=jobs.OUTPUT_FORMATS["embed"],
+    name="multivector", command="embed", verb="embedded",
+    runner="minialign.products.multivector:MultiVectorEncoder", job="minialign.apps.files.jobs:multivector_job",
+    outputs=OUTPUT_FORMATS["embed"],
     model_help="a sentence-transformers MultiVectorEncoder, PyLate or Stanford-NLP ColBERT directory, or a hub id",
     serve_help="a multi-vector (ColBERT) model for TEI's /embed_all (its token vectors)",
     options=(TASK, *PROMPT_OPTIONS),
@@ -272,8 +306,9 @@ register(Product(
     ray="MultiVectorBatches", serve_as="multivector"))
 
 register(Product(
-    name="m3", runner=M3Encoder, command="embed", job=jobs.m3_job, verb="embedded",
-    outputs=jobs.OUTPUT_FORMATS["embed"],
+    name="m3", command="embed", verb="embedded",
+    runner="minialign.products.m3:M3Encoder", job="minialign.apps.files.jobs:m3_job",
+    outputs=OUTPUT_FORMATS["embed"],
     model_help="a BGE-M3 directory (XLM-RoBERTa with sparse_linear.pt, colbert_linear.pt) or hub id",
     serve_help="a BGE-M3 model for POST /rows/m3 (dense, lexical and colbert outputs)",
     options=(Option("return_dense", True, help="m3 only: the dense vector (\"dense_vecs\")"),
@@ -288,13 +323,14 @@ register(Product(
 # zero-shot: a text and candidate labels; qa: a question and a context, an answer span out), and so do their
 # options; `classify --method ner` would offer every one of them on one command, each refused by the others.
 register(Product(
-    name="ner", runner=TokenClassifier, command="ner", job=jobs.ner_job, verb="tagged",
-    outputs=jobs.OUTPUT_FORMATS["ner"],
+    name="ner", command="ner", verb="tagged",
+    runner="minialign.products.token_classification:TokenClassifier", job="minialign.apps.files.jobs:ner_job",
+    outputs=OUTPUT_FORMATS["ner"],
     help="named entities (or other per-token labels) of a text, or of a JSONL/CSV file (.jsonl out)",
     model_help="a *ForTokenClassification directory or hub id (dslim/bert-base-NER, ...)",
     serve_help="a token classifier (NER) for POST /rows/ner and HF Inference's token-classification",
     load=(TOKENIZER,),
-    options=(Option("aggregation_strategy", "none", choices=AGGREGATIONS,
+    options=(Option("aggregation_strategy", "none", choices=choices.AGGREGATIONS,
                     help="none: one entity per token; simple: adjacent tokens of one entity grouped; first / "
                          "average / max: each word's tokens under one label first, then grouped (transformers' "
                          "pipeline's)"),
@@ -307,8 +343,9 @@ register(Product(
     ray="NERBatches", hf_task="token-classification"))
 
 register(Product(
-    name="fill-mask", runner=FillMask, command="fill-mask", job=jobs.fill_mask_job, verb="filled",
-    outputs=jobs.OUTPUT_FORMATS["fill-mask"],
+    name="fill-mask", command="fill-mask", verb="filled",
+    runner="minialign.products.fill_mask:FillMask", job="minialign.apps.files.jobs:fill_mask_job",
+    outputs=OUTPUT_FORMATS["fill-mask"],
     help="the likeliest tokens for the mask token(s) of a text, or of a JSONL/CSV file (.jsonl out)",
     model_help="a *ForMaskedLM directory or hub id (google-bert/bert-base-uncased, FacebookAI/roberta-base, ...)",
     serve_help="a masked-LM model (fill-mask) for POST /rows/fill-mask and HF Inference's fill-mask",
@@ -322,8 +359,9 @@ register(Product(
     ray="FillMaskBatches", hf_task="fill-mask"))
 
 register(Product(
-    name="qa", runner=QuestionAnswerer, command="qa", job=jobs.qa_job, verb="answered",
-    outputs=jobs.OUTPUT_FORMATS["qa"],
+    name="qa", command="qa", verb="answered",
+    runner="minialign.products.question_answering:QuestionAnswerer", job="minialign.apps.files.jobs:qa_job",
+    outputs=OUTPUT_FORMATS["qa"],
     help="extractive question answering: the answer to a question from a context, or for a JSONL/CSV file of them",
     model_help="a *ForQuestionAnswering directory or hub id (deepset/roberta-base-squad2, ...)",
     serve_help="an extractive QA model for POST /rows/qa and HF Inference's question-answering",
@@ -334,11 +372,11 @@ register(Product(
              Option("doc_stride", type=int,
                     help="a context longer than a window is read in windows sharing N tokens with the one before "
                          "(default: min(max_seq_len // 2, 128))"),
-             Option("max_answer_len", MAX_ANSWER_LEN, type=int, help="the most tokens of an answer"),
+             Option("max_answer_len", choices.QA_MAX_ANSWER_LEN, type=int, help="the most tokens of an answer"),
              Option("max_seq_len", type=int,
                     help="a window's tokens, the question and special tokens included (default: min(the tokenizer's "
                          "model_max_length, 384), within the model's positions)"),
-             Option("max_question_len", MAX_QUESTION_LEN, type=int,
+             Option("max_question_len", choices.QA_MAX_QUESTION_LEN, type=int,
                     help="taken and unused, as in transformers 4's pipeline with a fast tokenizer"),
              Option("handle_impossible_answer", False,
                     help="also offer \"no answer\" ({\"score\", \"start\": 0, \"end\": 0, \"answer\": \"\"}), scored "
@@ -347,7 +385,7 @@ register(Product(
                     help="widen a span to whole words (--no-align-to-words: the tokens' own characters)")),
     inputs=(Input("question", "the question: with --context, prints the answer as JSON (a list with --top-k > 1)"),
             Input("context", "the text the answer is read from")),
-    check=lambda values: check_values(values["question"], values["context"], null="null"),
+    check=_qa_check,
     ray="QABatches", hf_task="question-answering"))
 
 # zero-shot: the candidate labels are an option of the call (the pipeline's candidate_labels: --candidate-labels,
@@ -356,8 +394,9 @@ register(Product(
 # flag's. The service's HF task puts each request's labels in its row (serve/hf_inference.py), so requests with
 # different labels share one job and one model call.
 register(Product(
-    name="zero-shot", runner=ZeroShotClassifier, command="zero-shot", job=jobs.zero_shot_job, verb="classified",
-    outputs=jobs.OUTPUT_FORMATS["zero-shot"],
+    name="zero-shot", command="zero-shot", verb="classified",
+    runner="minialign.products.zero_shot:ZeroShotClassifier", job="minialign.apps.files.jobs:zero_shot_job",
+    outputs=OUTPUT_FORMATS["zero-shot"],
     help="zero-shot classification of a text, or of a JSONL/CSV file, into labels chosen per call (.jsonl out)",
     model_help="an NLI *ForSequenceClassification directory or hub id (MoritzLaurer/DeBERTa-v3-base-mnli-fever-anli, "
                "FacebookAI/roberta-large-mnli, ...)",
@@ -369,10 +408,10 @@ register(Product(
              Option("candidate_labels_field",
                     help="with --input: the field holding a row's own candidate labels (a comma-separated string); "
                          "a row without it takes --candidate-labels"),
-             Option("hypothesis_template", DEFAULT_TEMPLATE,
+             Option("hypothesis_template", choices.ZERO_SHOT_TEMPLATE,
                     help="the hypothesis each label is put into, at {} (default: \"This example is {}.\")"),
              Option("multi_label", False,
                     help="score each label on its own (entailment against contradiction of its pair), not a softmax "
                          "over the labels")),
     inputs=(Input("text", "one text: prints the pipeline's {\"sequence\", \"labels\", \"scores\"} as JSON"),),
-    check=jobs.empty_text_problems, ray="ZeroShotBatches", hf_task="zero-shot-classification"))
+    check="minialign.apps.files.jobs:empty_text_problems", ray="ZeroShotBatches", hf_task="zero-shot-classification"))

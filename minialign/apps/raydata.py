@@ -33,19 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from minialign.apps.files.rows import InputError, Job, Row, read_settings, record_values, settings_record
+from minialign.apps.shards import MAX_SHARDS, SHARD_ROWS  # (the policy: shards.py)
 from minialign.products.runner import LOAD_KEYWORDS
 
 SETTINGS_FILE = "_minialign.json"  # in the output directory: what produced the shards
 READERS = {".jsonl": "json", ".json": "json", ".ndjson": "json", ".csv": "csv", ".parquet": "parquet"}
 WRITERS = {"parquet": "write_parquet", "jsonl": "write_json"}
-# Shards, unless told: one per SHARD_ROWS rows, at least 1, at most MAX_SHARDS. A shard is what a rerun
-# resumes by, and each costs a pass over the whole input (a filter picks its rows) and its own actors' start
-# (a Ray worker, the model's load: 10-15 s on one machine; at c17d48c, 2026-11-23, when shards came to follow
-# the row count: 100 rows took 131 s in 16 shards, 24 s in one). 10,000 rows are hours of AlignScore per core
-# and minutes of MiniLM embeddings, so that fixed cost stays small while an interrupted run loses at most a
-# shard; the cap bounds the passes over the input.
-SHARD_ROWS = 10_000
-MAX_SHARDS = 16
 # Reading, sharding and writing reserve no CPU: they are light, and tasks that wait for a CPU the model
 # actors hold would never run (Ray Data reserves the actors' CPUs first; seen here: a run with actors on
 # every CPU waited forever for its read task).

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Protocol
 import torch
 
 from minialign.nn.activations import ELEMENTWISE
+from minialign.nn.choices import TORCH_DTYPE_NAMES
 from minialign.nn.score_functions import SCORE_FUNCTIONS
 
 ACTIVATIONS = ELEMENTWISE  # the hidden activations a layer may carry (activations.py)
@@ -30,7 +31,7 @@ ACTIVATIONS = ELEMENTWISE  # the hidden activations a layer may carry (activatio
 PROBLEM_TYPES = (None, "regression", "single_label_classification", "multi_label_classification")
 # Config.max_seq_len of a family without absolute positions: any length a tokenizer window (< 1e6) allows.
 UNBOUNDED_POSITIONS = 1 << 20
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # names on the command line
+DTYPES = {name: getattr(torch, torch_name) for name, torch_name in TORCH_DTYPE_NAMES.items()}  # --dtype's
 
 
 # -- a field's rule, declared with the field -----------------------------------------------------------

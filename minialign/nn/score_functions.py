@@ -30,6 +30,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from minialign.nn.choices import SCORE_FUNCTIONS  # noqa: F401  (Config.score_fn's names: re-exported)
 from minialign.nn.reduce import row_product, token_sum
 
 DOT, OFFSET, DENSE, DISENTANGLED = "dot", "offset", "dense", "disentangled"
@@ -126,9 +127,9 @@ class Location(nn.Module):
         return torch.gather(table, -1, index)
 
 
+# one module per name of choices.SCORE_FUNCTIONS, in its order (tests/nn/test_internals.py holds them equal)
 SCORE_CLASSES: dict[str, type[nn.Module]] = {"scaled_dot": ScaledDot, "general": General, "bilinear": Bilinear,
                                               "additive": Additive, "location": Location}
-SCORE_FUNCTIONS = tuple(SCORE_CLASSES)  # Config.score_fn's names
 
 
 def score_class(name: str) -> type[nn.Module]:

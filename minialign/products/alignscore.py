@@ -29,6 +29,8 @@ from pathlib import Path
 
 import torch
 
+from minialign.products.choices import ALIGNSCORE_MODE as DEFAULT_MODE, ALIGNSCORE_MODEL as DEFAULT_MODEL
+from minialign.products.choices import ALIGNSCORE_MODES as MODES
 from minialign.products.runner import Loading, PairScorer, load_keywords, refuse_int8
 from minialign.runtime.engine import Results, Truncation, TruncationWarning  # noqa: F401  (TruncationWarning: re-exported)
 from minialign.sources import HubUnavailableError, resolve
@@ -38,15 +40,12 @@ from minialign.text.sentences import split_sentences
 from minialign.text.tokenizer import TOKENIZER_FILES, Tokenizer
 from minialign.text.validation import one_pair, value_problem
 
-MODES = ("nli_sp", "bin_sp", "reg_sp", "nli", "bin", "reg")
-DEFAULT_MODE = "nli_sp"
 HUB_REPO = "yzha/AlignScore"
 # name -> (file in HUB_REPO, backbone); AlignScore README "Checkpoints".
 PUBLISHED = {
     "AlignScore-base": ("AlignScore-base.ckpt", "roberta-base"),
     "AlignScore-large": ("AlignScore-large.ckpt", "roberta-large"),
 }
-DEFAULT_MODEL = "AlignScore-base"
 WORDS_PER_CHUNK = 350
 # The weights scoring reads, which a checkpoint must hold (loading.weights.build refuses it otherwise).
 TRAINED = ("encoder.pooler.", "tri_layer.", "bin_layer.", "reg_layer.")

@@ -22,6 +22,7 @@ from torch import Tensor
 
 from minialign import convert
 from minialign.nn.activations import ACTIVATIONS as FUNCTIONS, TORCH_MODULES
+from minialign.products.choices import CLASSIFIER_ACTIVATIONS as ACTIVATIONS  # what predict applies
 from minialign.products.runner import Loading, Runner, inputs_of, load_keywords
 from minialign.runtime.engine import Results, Truncation
 from minialign.sources import resolve
@@ -30,7 +31,6 @@ from minialign.models.encoder import ClassifierModel
 from minialign.text.tokenizer import Tokenizer
 from minialign.text.validation import check_texts, value_problem
 
-ACTIVATIONS = ("auto", "none", "softmax", "sigmoid", "tanh")  # what predict applies (nn/activations.py's functions)
 # The weights predictions read, which a checkpoint must hold (loading.weights.build refuses it otherwise).
 TRAINED = ("encoder.pooler.", "classifier.")
 NO_HEAD = ("A Classifier needs a fine-tuned *ForSequenceClassification or CrossEncoder checkpoint; this looks like a "

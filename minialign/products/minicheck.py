@@ -27,14 +27,13 @@ from pathlib import Path
 
 import torch
 
+from minialign.products.choices import MINICHECK_CHUNK_SIZE as CHUNK_SIZE, MINICHECK_MODEL as DEFAULT_MODEL
 from minialign.products.classifier import Classifier
 from minialign.products.runner import Loading, PairScorer, load_keywords, refuse_int8
 from minialign.runtime.engine import Truncation
 from minialign.text.sentences import split_sentences
 from minialign.text.validation import check_texts, one_pair
 
-DEFAULT_MODEL = "lytang/MiniCheck-RoBERTa-Large"
-CHUNK_SIZE = 400  # MiniCheck.score's default for roberta-large and deberta-v3-large
 # Inferencer's max_model_len (inference.py L47-53) by the checkpoint's family (Config.arch, config.json's
 # model_type): deberta-v3-large 2048; roberta-large (and any other family) 512.
 MAX_LENGTHS = {"deberta-v2": 2048}

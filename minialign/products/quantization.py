@@ -28,7 +28,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")
+from minialign.products.choices import PRECISIONS
+
 BUCKETS = 255  # the steps between a dimension's minimum and maximum: 256 codes
 
 

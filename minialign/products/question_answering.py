@@ -57,14 +57,13 @@ from torch import Tensor
 
 from minialign.loading import build, read_checkpoint
 from minialign.models.encoder import QuestionAnsweringModel
+from minialign.products.choices import QA_MAX_ANSWER_LEN as MAX_ANSWER_LEN, QA_MAX_QUESTION_LEN as MAX_QUESTION_LEN
 from minialign.products.runner import Loading, OptionError, Runner, load_keywords
 from minialign.sources import resolve
 from minialign.text.tokenizer import Encoded, Tokenizer
 from minialign.text.validation import value_problem
 
 MAX_SEQ_LEN = 384  # the pipeline's default window, within the tokenizer's model_max_length (preprocess)
-MAX_ANSWER_LEN = 15  # postprocess's default
-MAX_QUESTION_LEN = 64  # preprocess's default (used by v4's slow tokenizers only)
 NULL_SCORE = 1000000.0  # postprocess's min_null_score before any window: "large and positive"
 MASKED = -10000.0  # select_starts_ends: the logit of a token that cannot be in an answer
 TRAINED = ("qa_outputs.",)

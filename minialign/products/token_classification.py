@@ -40,13 +40,13 @@ from torch import Tensor
 
 from minialign.loading import build, read_checkpoint
 from minialign.models.encoder import TokenClassifierModel
+from minialign.products.choices import AGGREGATIONS
 from minialign.products.runner import Loading, OptionError, Runner, load_keywords
 from minialign.runtime.engine import Truncation
 from minialign.sources import resolve
 from minialign.text.tokenizer import Encoded, Tokenizer
 from minialign.text.validation import check_texts
 
-AGGREGATIONS = ("none", "simple", "first", "average", "max")  # transformers' AggregationStrategy values
 WORD_AGGREGATIONS = ("first", "average", "max")  # those that make every token of a word agree first
 TRAINED = ("classifier.",)
 NO_HEAD = ("A TokenClassifier needs a fine-tuned *ForTokenClassification checkpoint (config.json's architectures "

@@ -30,13 +30,13 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from minialign.products.choices import ZERO_SHOT_TEMPLATE as DEFAULT_TEMPLATE
 from minialign.products.classifier import Classifier
 from minialign.products.runner import LOAD_KEYWORDS, Loading, OptionError, Runner, load_keywords
 from minialign.runtime.engine import Truncation
 from minialign.text.tokenizer import Encoded
 from minialign.text.validation import check_texts, value_problem
 
-DEFAULT_TEMPLATE = "This example is {}."  # ZeroShotClassificationPipeline.preprocess's hypothesis_template
 
 
 def parse_labels(candidate_labels) -> list[str]:

@@ -196,3 +196,40 @@ def test_ctrl_c_in_a_file_command_says_what_is_written_and_how_to_resume(tmp_pat
     (tmp_path / "in.jsonl").write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(texts)))
     assert cli(shlex.split(line.split("continue with: ")[1])[1:]) == 0
     assert [json.loads(row)["id"] for row in out.read_text().splitlines()] == list(range(len(texts)))
+
+
+HEAVY = ("torch", "transformers", "numpy", "safetensors", "tokenizers")
+
+
+def test_help_imports_no_torch():
+    """`minialign --help` and every command's --help build the parser from torch-free modules (nn/choices.py,
+    products/choices.py, the product table naming runners and jobs by path): none of the heavy imports runs."""
+    commands = ["score", "embed", "classify", "ner", "fill-mask", "zero-shot", "qa", "explore", "serve", "convert",
+                "parity"]
+    code = ("import contextlib, io, sys\n"
+            "from minialign.apps.cli import main\n"
+            f"for argv in [['--help'], *[[c, '--help'] for c in {commands!r}]]:\n"
+            "    with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+            "        try:\n"
+            "            main(argv)\n"
+            "        except SystemExit as e:\n"
+            "            assert e.code == 0, (argv, e.code)\n"
+            "    assert 'usage: minialign' in out.getvalue(), argv\n"
+            f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout  # the heavy modules imported (none)
+    import minialign.apps.products as products  # the table names each runner by path; a face reading it gets the class
+
+    assert products.PRODUCTS["embed"].runner.__name__ == "SentenceEncoder"
+
+
+def test_the_package_loads_its_names_on_first_use():
+    """`import minialign` imports no torch; a public name is imported when read, and dir() / __all__ list them all."""
+    code = ("import sys, minialign as ma\n"
+            f"assert not [m for m in {HEAVY!r} if m in sys.modules], 'heavy at import'\n"
+            "assert set(ma.__all__) == set(ma._HOMES) and set(ma.__all__) <= set(dir(ma))\n"
+            "from minialign.products.embeddings import SentenceEncoder\n"
+            "assert ma.SentenceEncoder is SentenceEncoder and all(getattr(ma, n) is not None for n in ma.__all__)\n"
+            "assert ma.Config(arch='roberta', vocab_size=10, hidden_size=8, num_layers=1, num_heads=2, "
+            "intermediate_size=8).arch == 'roberta'\n")
+    subprocess.run([sys.executable, "-c", code], check=True)

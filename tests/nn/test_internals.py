@@ -318,3 +318,11 @@ def test_a_family_is_one_class(monkeypatch):
     tensors = {f"encoder.{k}": v for k, v in model.state_dict().items()}
     loaded = build(ma.Encoder, Checkpoint(config, tensors, "toy"))
     assert all(torch.equal(v, loaded.state_dict()[k]) for k, v in model.state_dict().items())
+
+
+def test_the_torch_free_names_are_the_tables():
+    """nn/choices.py declares the names the command line offers without torch; the tables are built over them."""
+    from minialign.nn import choices, config, score_functions
+
+    assert tuple(score_functions.SCORE_CLASSES) == choices.SCORE_FUNCTIONS == ma.SCORE_FUNCTIONS
+    assert config.DTYPES == {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import torch
 
+from minialign.apps.files.outputs import OUTPUT_FORMATS
 from minialign.apps.files.rows import Fields, Job, Row, ragged, read_rows, sparse, stacked, tensor_layout
+from minialign.products.choices import TASKS  # the embed, sparse and multi-vector jobs' task option
 from minialign.products.classifier import Classifier
 from minialign.products.embeddings import SentenceEncoder
 from minialign.products.fill_mask import FillMask
@@ -29,20 +31,6 @@ from minialign.products.question_answering import MAX_ANSWER_LEN, MAX_QUESTION_L
 from minialign.products.zero_shot import DEFAULT_TEMPLATE, ZeroShotClassifier, parse_labels
 from minialign.products.runner import OptionError, PairScorer, Runner
 from minialign.runtime.engine import Truncation
-
-# What each command writes (rows.FORMATS' values), known before a model is loaded: the command line
-# checks its --output against it first (rows.check_output), and each job declares it. A record holding a list of
-# objects per row (ner's entities) is .jsonl only: a CSV cell would hold JSON text, and no tensor layout fits it.
-OUTPUT_FORMATS = {"score": ("jsonl", "csv"), "embed": ("jsonl", "safetensors"), "classify": ("jsonl", "csv"),
-                  "ner": ("jsonl",)}
-OUTPUT_FORMATS["qa"] = ("jsonl", "csv")  # csv with --top-k 1 only (qa_job: a list of answers per row is .jsonl only)
-# zero-shot's record is the pipeline's dict, a ranking: the candidate labels best first and their scores, two lists
-# per row, so .jsonl only, as ner. A CSV row could hold them only as JSON text in a cell, or as columns whose meaning
-# changes from row to row (label_1, score_1, ...: each row's own order), or as one score column per candidate label
-# (classify's layout), which exists only where every row has the same labels, not with a row field of labels. The
-# best label and its score alone would drop the rest of the ranking, and with multi_label the other labels that hold.
-OUTPUT_FORMATS["zero-shot"] = ("jsonl",)
-TASKS = ("query", "document")  # the embed, sparse and multi-vector jobs' task option (None: the model's default)
 
 
 def score_fields(*, context_field: str = "context", claim_field: str = "claim", check=None) -> Fields:
@@ -260,10 +248,6 @@ def ner_job(tagger: TokenClassifier, *, text_field: str = "text", aggregation_st
 
     return make_job(tagger, embed_fields(text_field=text_field), outputs=OUTPUT_FORMATS["ner"], model=model,
                     settings=settings, run=run, nested=("entities",))
-
-
-# fill-mask: a list of candidates per mask, whatever the row's number of masks (a regular record, below)
-OUTPUT_FORMATS["fill-mask"] = ("jsonl",)
 
 
 def fill_mask_job(filler: FillMask, *, text_field: str = "text", top_k: int = 5, targets: list[str] | None = None,

@@ -1,0 +1,31 @@
+"""The products' names and defaults that a face offers before any model loads, declared without torch: the command
+line builds its parser from them (apps/products.py), and each product module imports its own from here (the one
+declaration; a runner's signature names them)."""
+
+# AlignScore (alignscore.py: MODES, DEFAULT_MODE, DEFAULT_MODEL)
+ALIGNSCORE_MODES = ("nli_sp", "bin_sp", "reg_sp", "nli", "bin", "reg")
+ALIGNSCORE_MODE = "nli_sp"
+ALIGNSCORE_MODEL = "AlignScore-base"  # a name of alignscore.PUBLISHED
+
+# MiniCheck (minicheck.py: DEFAULT_MODEL, CHUNK_SIZE)
+MINICHECK_MODEL = "lytang/MiniCheck-RoBERTa-Large"
+MINICHECK_CHUNK_SIZE = 400  # MiniCheck.score's default for roberta-large and deberta-v3-large
+
+# Classifier.predict's activations (classifier.py: ACTIVATIONS; nn/activations.py's functions)
+CLASSIFIER_ACTIVATIONS = ("auto", "none", "softmax", "sigmoid", "tanh")
+
+# TokenClassifier (token_classification.py: AGGREGATIONS): transformers' AggregationStrategy values
+AGGREGATIONS = ("none", "simple", "first", "average", "max")
+
+# QuestionAnswerer (question_answering.py: MAX_ANSWER_LEN, MAX_QUESTION_LEN)
+QA_MAX_ANSWER_LEN = 15  # postprocess's default
+QA_MAX_QUESTION_LEN = 64  # preprocess's default (used by v4's slow tokenizers only)
+
+# ZeroShotClassifier (zero_shot.py: DEFAULT_TEMPLATE): ZeroShotClassificationPipeline.preprocess's hypothesis_template
+ZERO_SHOT_TEMPLATE = "This example is {}."
+
+# quantization.py: PRECISIONS, what SentenceEncoder.encode's precision takes
+PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")
+
+# encode_query / encode_document: the embed, sparse and multi-vector jobs' task option (None: the model's default)
+TASKS = ("query", "document")
