@@ -1,5 +1,5 @@
-"""minialign: hand-written PyTorch encoders (BERT, RoBERTa, XLM-R, ELECTRA, DistilBERT, MPNet, DeBERTa-v2, ModernBERT)
-and AlignScore's alignment model.
+"""minialign: hand-written PyTorch encoders (the families of minialign/models/, registered as they are imported:
+nn/config.py families()) and AlignScore's alignment model.
 
 The package is in folders by layer; each may import only the folders below it (tests/test_package.py
 holds them to it):
@@ -15,19 +15,11 @@ holds them to it):
     convert/   foreign names and formats (installed as minialign.convert)                      -> nothing of minialign
 """
 
-import functools
 import importlib
-import warnings
+import sys
+import types
 
-# torch warns "Failed to initialize NumPy: No module named 'numpy'" as it is imported without numpy, which
-# minialign neither needs nor depends on. The warning is raised inside `import torch`, which the first read of a
-# name below (or any command that runs) does: a filter set later, in cli.main, could come too late, since both entry
-# points (the `minialign` script and `python -m minialign`) import this package first. It matches that message only,
-# so a numpy that is installed but broken still warns. The one global this import sets.
-warnings.filterwarnings("ignore", message=r"Failed to initialize NumPy: No module named 'numpy'",
-                        category=UserWarning)
-
-from minialign import moved  # noqa: E402  (old module paths)
+from minialign import moved  # old module paths
 
 # Each public name and the module it comes from, imported when a name is first read (PEP 562), so that importing
 # the package (the command line's parser, `minialign --help`) imports no torch. The names of _MODULES are their
@@ -65,76 +57,34 @@ _HOMES = {
     **dict.fromkeys(["Exploration", "explore", "with_score_function"], "minialign.apps.explore"),
 }
 _MODULES = ("analysis", "masks")
+_FOLDERS = ("nn", "sources", "loading", "models", "text", "runtime", "products", "apps", "convert")
 
 __version__ = "0.2.0"
 
-__all__ = [
-    "PRESETS",
-    "SCORE_FUNCTIONS",
-    "AlignLosses",
-    "AlignModel",
-    "AlignOutput",
-    "AlignScorer",
-    "BatchEngine",
-    "Capture",
-    "CheckpointError",
-    "Classifier",
-    "ClassifierModel",
-    "ClassifierOutput",
-    "Config",
-    "Encoder",
-    "EncoderOutput",
-    "Exploration",
-    "FillMask",
-    "M3Encoder",
-    "MaskedLMModel",
-    "MaskedLMOutput",
-    "MiniCheckScorer",
-    "MultiVectorEncoder",
-    "QuestionAnswerer",
-    "QuestionAnsweringModel",
-    "QuestionAnsweringOutput",
-    "SentenceEncoder",
-    "SparseEncoder",
-    "TokenClassifier",
-    "TokenClassifierModel",
-    "TokenClassifierOutput",
-    "Tokenizer",
-    "ZeroShotClassifier",
-    "ablate_heads",
-    "ablate_mean",
-    "alignscore_losses",
-    "analysis",
-    "attention",
-    "attention_bias",
-    "capture",
-    "classification_loss",
-    "explore",
-    "masks",
-    "patch",
-    "quantize_embeddings",
-    "replace_with",
-    "split_sentences",
-    "truncate_embeddings",
-    "with_score_function",
-]
+__all__ = sorted(_HOMES)
 
 
 
-@functools.cache
-def _load() -> None:
-    """Every home of a public name, in _HOMES' order: the first name read imports what the package once imported at
-    its own import, so the families are registered (minialign.models imports them: Config and PRESETS know every
-    one) and each home is an attribute of its folder (ma.nn.config, ma.products.minicheck)."""
-    for home in dict.fromkeys(_HOMES.values()):
-        importlib.import_module(home)
+def submodule(package: str, name: str):
+    """`package.name` read as an attribute before anything imported it (ma.nn.capture, ma.products.minicheck): that
+    module, imported; each folder's __getattr__ (PEP 562) calls this. Nothing else is loaded here: `from
+    minialign.nn import choices` asks the folder for the name before importing it, and the command line's parser
+    must stay without torch."""
+    try:
+        return importlib.import_module(f"{package}.{name}")
+    except ModuleNotFoundError as e:
+        if e.name != f"{package}.{name}":
+            raise
+        raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
 
 
 def __getattr__(name: str):
-    """A public name (_HOMES), imported on first use; `minialign.scorer` and the other old module names (moved.py)."""
+    """A public name (_HOMES), imported on first use; a folder (ma.nn, ma.products); `minialign.scorer` and the other
+    old module names (moved.py)."""
+    if name in _FOLDERS:
+        return submodule(__name__, name)
     if name not in _HOMES:
         return moved.attribute(name)
-    _load()
     module = importlib.import_module(_HOMES[name])
     return module if name in _MODULES else getattr(module, name)
 
@@ -143,4 +93,15 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
 
 
-moved.keep_public_names([name for name in _HOMES if name not in _MODULES])
+class _Package(types.ModuleType):
+    """This package's module (the class a module may be given: the Python reference, "Customizing module attribute
+    access"). The import system sets a submodule it loads as an attribute of its parent; `minialign.attention` and
+    `minialign.explore` were modules (moved.py still imports them) and are now public functions, which stay."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in _HOMES and name not in _MODULES and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -73,32 +73,6 @@ class _OldPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.__spec__ = self._specs.pop(module.__spec__.name)  # already executed under its new name
 
 
-def keep_public_names(names: list[str]) -> None:
-    """`minialign.attention` and `minialign.explore` were modules and are now functions of the package
-    (ma.attention, ma.explore; `names`: the package's public names that are not modules): their old module
-    paths are registered up front, so importing one cannot replace the function on the package (the import
-    system sets a loaded submodule as an attribute of its parent; it finds these already there). The modules
-    they name are registered lazily (_lazy): importing the package imports no torch."""
-    for old, new in MOVED.items():
-        if old in names:
-            sys.modules.setdefault(f"minialign.{old}", _lazy(new))
-
-
-def _lazy(name: str):
-    """The module `name`, executed when first read: importlib.util.LazyLoader, as the importlib docs'
-    "Implementing lazy imports" recipe does (the module itself if it is imported already)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.find_spec(name)
-    spec.loader = importlib.util.LazyLoader(spec.loader)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    parent, _, child = name.rpartition(".")
-    setattr(sys.modules[parent], child, module)  # as the import system does
-    return module
-
-
 def attribute(name: str):
     """`minialign.<old>` read as an attribute of the package."""
     if name in MOVED:

@@ -221,3 +221,41 @@ def test_tests_mirror_the_folders():
     assert folders <= library, folders - library
     names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
     assert len(names) == len(set(names)), "test modules are imported by name: no two may share one"
+
+
+# What users import first, each alone in a fresh process: the package imports nothing at its own import, so each of
+# these must bring what it needs in an order that works by itself (a module of the package left in sys.modules
+# half-imported, or a stand-in importing on any read, broke some before).
+FIRST_IMPORTS = ["minialign.nn.capture", "minialign.nn.attention", "minialign.nn.config", "minialign.nn.analysis",
+                 "minialign.loading", "minialign.models", "minialign.products.embeddings",
+                 "minialign.products.alignscore", "minialign.products.sparse", "minialign.text.tokenizer",
+                 "minialign.runtime.engine", "minialign.apps.cli", "minialign.apps.serve", "minialign.convert"]
+
+
+def test_each_module_users_import_first_imports_alone():
+    code = ("import subprocess, sys\n"
+            "failed = []\n"
+            "for name in sys.argv[1:]:\n"
+            "    done = subprocess.run([sys.executable, '-W', 'error::DeprecationWarning', '-c', f'import {name}'],\n"
+            "                          capture_output=True, text=True)\n"
+            "    failed += [f'{name}: {done.stderr.strip().splitlines()[-1]}'] if done.returncode else []\n"
+            "assert not failed, failed\n")
+    done = subprocess.run([sys.executable, "-c", code, *FIRST_IMPORTS], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_folders_and_families_without_a_public_name_read_first():
+    """`ma.nn.capture` read as a folder's attribute imports it; nn.config alone knows every family."""
+    code = ("import minialign as ma\n"
+            "assert callable(ma.nn.capture.capture) and ma.products.minicheck.MiniCheckScorer\n"
+            "import minialign.nn.config as c\n"
+            "assert type(c.Config(arch='bert', vocab_size=10, hidden_size=8, num_layers=1, num_heads=2,"
+            " intermediate_size=8)).__name__ == 'BertConfig' and 'roberta-base' in c.PRESETS\n"
+            "try:\n"
+            "    ma.nn.nothing_here\n"
+            "except AttributeError:\n"
+            "    pass\n"
+            "else:\n"
+            "    raise AssertionError('a missing name read as an attribute')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]

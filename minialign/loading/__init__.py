@@ -13,3 +13,9 @@ __all__ = ["HEADS_FILE", "NATIVE_FORMAT", "Checkpoint", "DtypeChoice", "Pretrain
            "check_tensors", "copy_tokenizer_files", "cpu_has_native", "export_hf", "initialise", "load", "materialise",
            "output_directory", "own_tensors", "parse_dtype", "read_checkpoint", "resolve_backbone", "resolve_device",
            "resolve_dtype", "save_native"]
+
+
+def __getattr__(name: str):  # a module of this folder read as an attribute (PEP 562)
+    from minialign import submodule
+
+    return submodule(__name__, name)

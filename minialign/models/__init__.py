@@ -24,3 +24,9 @@ __all__ = ["FAMILIES", "AlignModel", "AlignOutput", "Bert", "BertConfig", "Class
            "ClassifierOutput", "Embeddings", "Encoder", "EncoderLayer", "EncoderOutput", "Family", "FeedForward",
            "MLMHead", "MaskedLMModel", "MaskedLMOutput", "Pooler", "QuestionAnsweringModel", "QuestionAnsweringOutput", "Roberta", "RobertaClassificationHead", "RobertaConfig", "RobertaEmbeddings",
            "SelfAttention", "TokenClassifierModel", "TokenClassifierOutput", "family_of", "init_parameter", "init_weights", "roberta_position_ids"]
+
+
+def __getattr__(name: str):  # a module of this folder read as an attribute (PEP 562)
+    from minialign import submodule
+
+    return submodule(__name__, name)

@@ -16,6 +16,7 @@ an `enum Config` tagged by `model_type`, lib.rs); transformers' PretrainedConfig
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import MISSING, dataclass
 from typing import Any, ClassVar, Protocol
@@ -129,14 +130,22 @@ class Format(Protocol):
 _FAMILIES: dict[str, type[Config]] = {}  # model_type -> the family's config class (Config.__init_subclass__)
 
 
+def _registered() -> dict[str, type[Config]]:
+    """The registry, its families declared: each registers as minialign.models imports its file, and the package
+    imports nothing at its own import (minialign/__init__.py), so a lookup imports them first; where this runs
+    while they are being imported, the ones declared so far (the import system gives the partial package)."""
+    importlib.import_module("minialign.models")
+    return _FAMILIES
+
+
 def families() -> dict[str, type[Config]]:
     """Every family's config class, by model_type (its `format`'s), in the order they were declared."""
-    return dict(_FAMILIES)
+    return dict(_registered())
 
 
 def family_config(arch: Any, *, field: str = "Config.arch") -> type[Config]:
     """The config class of the family `arch` names; a ValueError naming the registered ones otherwise."""
-    if isinstance(arch, str) and arch in _FAMILIES:
+    if isinstance(arch, str) and arch in _registered():
         return _FAMILIES[arch]
     raise ValueError(f"{field} must be one of {tuple(_FAMILIES)}, got {arch!r}")
 
@@ -252,7 +261,7 @@ class Config:
     def from_hf(cls, hf: dict[str, Any], *, source: str = "config.json") -> Config:
         """Build from a transformers config.json dict, dispatching on its model_type."""
         arch = hf.get("model_type") if isinstance(hf, dict) else None
-        if not isinstance(arch, str) or arch not in _FAMILIES:
+        if not isinstance(arch, str) or arch not in _registered():
             named = hf.get("architectures") if isinstance(hf, dict) else None
             raise ValueError(f"{source}: model_type {arch!r} ({named or 'no architectures field'}) is not "
                              f"supported; minialign runs {', '.join(map(repr, _FAMILIES))}")
@@ -299,10 +308,10 @@ class _Presets(Mapping):
     format file; read from the registry when first asked (families register as minialign.models loads)."""
 
     def _all(self) -> dict[str, Config]:
-        key = tuple(_FAMILIES.items())
+        key = tuple(_registered().items())
         if getattr(self, "_key", None) != key:
             self._built = {name: Config.from_hf({"model_type": arch, **hf}, source=f"preset {name}")
-                           for arch, cls in _FAMILIES.items() for name, hf in cls.format.presets.items()}
+                           for arch, cls in key for name, hf in cls.format.presets.items()}
             self._key = key
         return self._built
 

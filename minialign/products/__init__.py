@@ -6,3 +6,9 @@ token classifiers (token_classification.py: transformers' token-classification p
 4's question-answering pipeline); zero-shot classification over an NLI model (zero_shot.py: transformers'
 zero-shot-classification pipeline); losses.
 May import: nn, sources, loading, models, text, runtime, convert."""
+
+
+def __getattr__(name: str):  # a module of this folder read as an attribute (PEP 562)
+    from minialign import submodule
+
+    return submodule(__name__, name)

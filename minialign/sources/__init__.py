@@ -5,3 +5,9 @@ from minialign.sources.hub import HubUnavailableError, looks_like_path
 from minialign.sources.source import Source, resolve
 
 __all__ = ["HubUnavailableError", "Source", "looks_like_path", "resolve"]
+
+
+def __getattr__(name: str):  # a module of this folder read as an attribute (PEP 562)
+    from minialign import submodule
+
+    return submodule(__name__, name)

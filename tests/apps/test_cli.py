@@ -76,33 +76,6 @@ def test_every_destination_is_checked_before_any_model_loads(tmp_path, capsys):
     assert (tmp_path / "a-file").read_text() == "keep me" and (tmp_path / "done.jsonl").read_text().count("\n") == 1
 
 
-# The entry point as a user runs it (`python -m minialign`), numpy hidden as if it were not installed:
-# a finder ahead of every other refuses it, as an absent module is refused.
-WITHOUT_NUMPY = """
-import runpy, sys
-
-class NoNumpy:
-    def find_spec(self, name, path=None, target=None):
-        if name == "numpy" or name.startswith("numpy."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-
-sys.meta_path.insert(0, NoNumpy())
-sys.argv = ["minialign", *sys.argv[1:]]
-runpy.run_module("minialign", run_name="__main__", alter_sys=True)
-"""
-
-
-def test_no_numpy_warning_when_numpy_is_absent(tmp_path):
-    result = subprocess.run([sys.executable, "-c", WITHOUT_NUMPY, "convert", str(tmp_path / "missing"),
-                             str(tmp_path / "out")], capture_output=True, text=True)
-    assert result.returncode == 2
-    assert result.stderr == f"minialign convert: error: {tmp_path / 'missing'}: no such file or directory\n"
-    check = subprocess.run([sys.executable, "-c", WITHOUT_NUMPY.replace('runpy.run_module("minialign", run_name='
-                                                                        '"__main__", alter_sys=True)', "import numpy")],
-                           capture_output=True, text=True)
-    assert "No module named 'numpy'" in check.stderr  # the finder does hide it
-
-
 def test_cli_warnings_are_one_line_without_their_source(tmp_path, tiny_alignscore):
     (tmp_path / "empty.jsonl").write_text("")
     result = subprocess.run([sys.executable, "-m", "minialign", "score", "--input", str(tmp_path / "empty.jsonl"),
@@ -227,7 +200,7 @@ def test_the_package_loads_its_names_on_first_use():
     """`import minialign` imports no torch; a public name is imported when read, and dir() / __all__ list them all."""
     code = ("import sys, minialign as ma\n"
             f"assert not [m for m in {HEAVY!r} if m in sys.modules], 'heavy at import'\n"
-            "assert set(ma.__all__) == set(ma._HOMES) and set(ma.__all__) <= set(dir(ma))\n"
+            "assert set(ma.__all__) <= set(dir(ma))\n"
             "from minialign.products.embeddings import SentenceEncoder\n"
             "assert ma.SentenceEncoder is SentenceEncoder and all(getattr(ma, n) is not None for n in ma.__all__)\n"
             "assert ma.Config(arch='roberta', vocab_size=10, hidden_size=8, num_layers=1, num_heads=2, "
