@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import trained_alignscore as task  # noqa: E402
 
-from minialign.apps.files.rows import check_output  # noqa: E402
+from minialign.apps.files.formats import check_output  # noqa: E402
 from minialign.loading import Checkpoint, save_native  # noqa: E402
 from minialign.sources import resolve  # noqa: E402
 
@@ -49,7 +49,7 @@ AlignScore-base and AlignScore-large (hub repo yzha/AlignScore).
 
 
 def check_writable(out: str | Path) -> None:
-    """Everything the save needs, checked before minutes of training: the destination (files.rows.check_output,
+    """Everything the save needs, checked before minutes of training: the destination (files.formats.check_output,
     the commands' one check of a directory to write) and the writer itself, by saving a tensor where the
     checkpoint will go (safetensors' writer needs numpy, a runtime dependency: a broken install shows here)."""
     import torch

@@ -96,12 +96,12 @@ def _files(args: argparse.Namespace) -> bool:
 
 
 def _run_file(job, args: argparse.Namespace, verb: str) -> int:
-    from minialign.apps.files.rows import Interrupted, run_file
+    from minialign.apps.files.run import Interrupted, run_file
 
     try:
         n = run_file(job, Path(args.input), Path(args.output), id_field=args.id_field, resume=args.resume,
                      skip_invalid=args.skip_invalid)
-    except Interrupted as e:  # one line, no traceback: what is done and how to go on (rows.run_file's promise)
+    except Interrupted as e:  # one line, no traceback: what is done and how to go on (run.run_file's promise)
         print(f"minialign {args.command}: interrupted: {e.written} row(s) are in {e.output}; continue with: "
               f"{_resume_command(args)}", file=sys.stderr)
         return INTERRUPTED
@@ -535,8 +535,8 @@ def _warning_line(message, category, filename, lineno, line=None) -> str:
 
 def _check_paths(args: argparse.Namespace) -> None:
     """Where the command reads and writes, checked before any model is loaded or row read
-    (files.rows.check_output, the one check of a destination)."""
-    from minialign.apps.files.rows import InputError, check_output
+    (files.formats.check_output, the one check of a destination)."""
+    from minialign.apps.files.formats import InputError, check_output
 
     if args.command == "convert":
         check_output(args.dst, formats=None, flag="DST")

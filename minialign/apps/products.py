@@ -20,11 +20,12 @@ from collections.abc import Callable
 from dataclasses import MISSING, dataclass
 from typing import TYPE_CHECKING, Any
 
-from minialign.apps.files.outputs import OUTPUT_FORMATS
+from minialign.apps.files.formats import OUTPUT_FORMATS
 from minialign.products import choices
 
 if TYPE_CHECKING:
-    from minialign.apps.files.rows import Fields, Job
+    from minialign.apps.files.rows import Fields
+    from minialign.apps.files.run import Job
     from minialign.products.runner import Runner
 
 
@@ -99,13 +100,13 @@ class Product:
     runner    the Runner class (or its path, "module:Name": Imported); from_pretrained(model, **load options,
               **Loading keywords) loads it
     command   the command-line command it belongs to
-    job       (runner, *, model, <role>_field=..., **options) -> rows.Job: the file and Ray shape of its outputs
+    job       (runner, *, model, <role>_field=..., **options) -> run.Job: the file and Ray shape of its outputs
               (jobs.py; a function or its path, as runner); its keywords are the roles' fields and `options`
     model     the default model (None: --model is required)
     load      the runner's own from_pretrained options the faces offer (beside the Loading keywords)
     options   the job's per-call options (the same loaded model serves each value)
     inputs    the roles of a row
-    outputs   the file formats the command writes (rows.FORMATS' values)
+    outputs   the file formats the command writes (formats.FORMATS' values)
     check     a row's problems known before the model loads (rows.Fields.check), e.g. AlignScore's claim
               needs a sentence; the loaded runner's own check applies in the job too (a function or its path)
     ray       the name of its Ray Data class (raydata.py)

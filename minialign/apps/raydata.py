@@ -32,7 +32,10 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from minialign.apps.files.rows import InputError, Job, Row, read_settings, record_values, settings_record
+from minialign.apps.files.formats import InputError
+from minialign.apps.files.rows import Row, record_values
+from minialign.apps.files.run import Job
+from minialign.apps.files.settings import read_settings, settings_record
 from minialign.apps.shards import MAX_SHARDS, SHARD_ROWS  # (the policy: shards.py)
 from minialign.products.runner import LOAD_KEYWORDS
 

@@ -143,7 +143,7 @@ def test_qa_refusals_name_the_flag_or_the_row(tmp_path, capsys):
 def test_a_context_without_an_answer_is_a_record_of_nulls(ours, tmp_path, monkeypatch):
     """predict's empty result (no span of score > 0: an answer the model gives no probability) is the record with
     the same keys, null (an empty CSV cell), so a file's rows stay regular; the service answers [] as the pipeline."""
-    from minialign.apps.files.rows import run_file
+    from minialign.apps.files.run import run_file
     from minialign.apps.products import PRODUCTS
 
     answers = _predict(ours, PAIRS[:2])

@@ -19,7 +19,7 @@ ray = pytest.importorskip("ray")
 pa_parquet = pytest.importorskip("pyarrow.parquet")
 
 import minialign as ma  # noqa: E402
-from minialign.apps.files.rows import InputError  # noqa: E402
+from minialign.apps.files.formats import InputError  # noqa: E402
 from minialign.apps.cli import main  # noqa: E402
 from minialign.apps.raydata import (AlignScoreBatches, ClassifyBatches, EmbedBatches, M3Batches,  # noqa: E402
                                     MiniCheckBatches, MultiVectorBatches, SparseBatches, run_sharded,

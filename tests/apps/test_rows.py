@@ -1,7 +1,7 @@
-"""apps/files/rows.py, files in and out: every input row validated first, each problem named by its file,
-line and field; outputs written row by row and resumed after the last complete one; the settings
-record that a run continuing an output must match. Hostile files get a clear error or a documented
-result, and nothing is lost."""
+"""apps/files/ (rows.py, run.py, writer.py, settings.py), files in and out: every input row validated first, each
+problem named by its file, line and field; outputs written row by row and resumed after the last complete one; the
+settings record that a run continuing an output must match. Hostile files get a clear error or a documented result,
+and nothing is lost."""
 
 import csv
 import json
@@ -11,7 +11,9 @@ import pytest
 from conftest import CORPUS
 
 from minialign.apps.cli import main as cli
-from minialign.apps.files.rows import InputError, read_settings, run_file, settings_record
+from minialign.apps.files.formats import InputError
+from minialign.apps.files.run import run_file
+from minialign.apps.files.settings import read_settings, settings_record
 
 
 @pytest.fixture
@@ -149,7 +151,7 @@ def test_non_utf8_null_and_empty_inputs(tmp_path, model_args, capsys):
 
 def _lengths_job():
     """A job with no model: the length of each row's text."""
-    from minialign.apps.files.rows import Job
+    from minialign.apps.files.run import Job
 
     return Job(fields={"text": "text"}, flags={"text": "--text-field"}, settings={"model": "len"},
                run=lambda rows: [{"n": len(r.values["text"])} for r in rows])
@@ -301,9 +303,9 @@ def test_resume_with_a_shorter_input_says_so_and_leaves_the_output(tmp_path):
 
 
 def test_an_interrupted_run_says_how_many_rows_it_wrote(tmp_path):
-    """Ctrl-C in the middle of a file: rows.Interrupted (a KeyboardInterrupt) with the complete rows in the output,
+    """Ctrl-C in the middle of a file: run.Interrupted (a KeyboardInterrupt) with the complete rows in the output,
     which --resume continues."""
-    from minialign.apps.files.rows import Interrupted, Job
+    from minialign.apps.files.run import Interrupted, Job
 
     def run(rows):
         if rows[0].id >= 4:

@@ -1,4 +1,4 @@
-"""The file jobs of the command line (rows.Job): score, embed (dense, sparse, multi-vector, BGE-M3), classify, ner,
+"""The file jobs of the command line (run.Job): score, embed (dense, sparse, multi-vector, BGE-M3), classify, ner,
 fill-mask, zero-shot, qa.
 
 Each says which fields a row has and how a block of rows becomes output records; the runner says the
@@ -16,8 +16,10 @@ from pathlib import Path
 
 import torch
 
-from minialign.apps.files.outputs import OUTPUT_FORMATS
-from minialign.apps.files.rows import Fields, Job, Row, ragged, read_rows, sparse, stacked, tensor_layout
+from minialign.apps.files.formats import OUTPUT_FORMATS
+from minialign.apps.files.rows import Fields, Row, read_rows
+from minialign.apps.files.run import Job
+from minialign.apps.files.tensors import ragged, sparse, stacked, tensor_layout
 from minialign.products.choices import TASKS  # the embed, sparse and multi-vector jobs' task option
 from minialign.products.classifier import Classifier
 from minialign.products.embeddings import SentenceEncoder
@@ -142,7 +144,7 @@ def sparse_job(encoder: SparseEncoder, *, text_field: str = "text", task: str | 
                prompt_name: str | None = None, prompt: str | None = None, max_active_dims: int | None = None,
                model: str | None = None) -> Job:
     """SparseEncoder: {"indices": [ints, ascending], "values": [floats]} per text row, the row's non-zero values
-    (.jsonl), or the sparse layout (rows.sparse: indices, values, offsets; the vocabulary size in the metadata as
+    (.jsonl), or the sparse layout (tensors.sparse: indices, values, offsets; the vocabulary size in the metadata as
     "vocab_size") in .safetensors. task: "query" or "document" as encode_query / encode_document run (their prompt,
     an inference-free model's route); None: encode's. prompt_name / prompt, max_active_dims: as encode takes them."""
     task = _task(task)
@@ -166,7 +168,7 @@ def sparse_job(encoder: SparseEncoder, *, text_field: str = "text", task: str | 
 def multivector_job(encoder: MultiVectorEncoder, *, text_field: str = "text", task: str | None = None,
                     prompt_name: str | None = None, prompt: str | None = None, model: str | None = None) -> Job:
     """MultiVectorEncoder: {"vectors": [[floats], ...]} per text row, one vector per kept token (.jsonl), or the
-    ragged layout (rows.ragged: `vectors` (total tokens, D) float32 and `offsets` (N + 1,)) in .safetensors.
+    ragged layout (tensors.ragged: `vectors` (total tokens, D) float32 and `offsets` (N + 1,)) in .safetensors.
     task: "query" / "document" as encode_query / encode_document run (their window, expansion, skiplist and
     prompt); None: encode's. prompt_name / prompt: as encode takes them (the prompt resolved once, a setting)."""
     task = _task(task)
@@ -186,8 +188,8 @@ def m3_job(encoder: M3Encoder, *, text_field: str = "text", return_dense: bool =
            return_colbert_vecs: bool = False, max_length: int | None = None, model: str | None = None) -> Job:
     """M3Encoder: per text row the outputs asked for, under BGEM3FlagModel.encode's keys: "dense_vecs" [floats],
     "lexical_weights" {token id (a string): weight}, "colbert_vecs" [[floats], ...] (.jsonl); in .safetensors
-    `dense_vecs` (N, D), `lexical_indices` / `lexical_values` / `lexical_offsets` (rows.sparse, ids ascending; the
-    vocabulary size in the metadata) and `colbert_vecs` (total vectors, dim) with `colbert_offsets` (rows.ragged).
+    `dense_vecs` (N, D), `lexical_indices` / `lexical_values` / `lexical_offsets` (tensors.sparse, ids ascending; the
+    vocabulary size in the metadata) and `colbert_vecs` (total vectors, dim) with `colbert_offsets` (tensors.ragged).
     max_length: the calls' window (default: the model's)."""
     asked = {"return_dense": return_dense, "return_sparse": return_sparse, "return_colbert_vecs": return_colbert_vecs}
     if not any(asked.values()):

@@ -1,46 +1,26 @@
-"""Files in, files out: `minialign score | embed | classify --input ... --output ...`.
-
-One engine for every command (a Job says which fields it reads, how a block of rows becomes output
-records, and what makes two runs comparable). Every input row is validated before any model work
-(fields present, strings, encodable text, and the job's own rule, e.g. a claim with a sentence),
-each problem named by its line. Results are written block by block (a block is 8 x batch_size
-rows), each row whole and flushed, so an interrupted run leaves only complete rows. `resume`
-continues after the last complete row, after checking that the output holds the first rows of
-this input, made with the same settings (recorded beside the output when it is created).
-Outputs: .jsonl (any job), .csv (jobs with flat columns), .safetensors (jobs that say how their records
-become named tensors, `Job.tensors`: written whole at the end, under a temporary name, so never half; the
-layouts are `stacked`, `ragged` and `sparse` below). `check_output` is the one check of where a command
-writes, made before any model is loaded or row read.
-An id names one row: a second row with the same id is a malformed row (--resume resumes by position
-and checks the ids it finds there; an output keyed by a repeated id could not be joined back).
-"""
+"""Rows in: a .jsonl, .csv or .tsv file read into rows, every row validated before any model work (fields present,
+strings, encodable text, and the job's own rule, e.g. a claim with a sentence), each problem named by its line.
+An id names one row: a second row with the same id is a malformed row (--resume resumes by position and checks the
+ids it finds there; an output keyed by a repeated id could not be joined back)."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
-import os
 import sys
-import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from minialign.apps.files.formats import DELIMITERS, InputError, file_format
 from minialign.text.validation import value_problem
 
-SETTINGS_SUFFIX = ".settings.json"  # beside the output: what produced it
 SHOWN_PROBLEMS = 20  # malformed rows listed in an error; the rest are counted
 
 
 _MISSING = object()  # a field the row does not have (null is a value: None)
-
-
-class InputError(ValueError):
-    """Malformed input or output files, named with the line."""
 
 
 @dataclass
@@ -67,181 +47,7 @@ class Fields:
     check: Callable[[dict[str, str | None]], list[tuple[str, str]]] = lambda values: []
 
 
-@dataclass(kw_only=True)
-class Job(Fields):
-    """What one command reads and writes: its Fields, and
-
-    run:      a block of rows -> one output record (a dict, without the id) per row
-    columns:  the record's keys in CSV order; None: no CSV output
-    tensors:  for .safetensors output: the run's records, in order -> named tensors (`stacked`, `ragged`,
-              `sparse`, or several of them: `tensor_layout`), beside `tensor_metadata` (strings)
-    outputs:  the file formats it writes (FORMATS' values; csv needs columns, safetensors tensors);
-              jobs.OUTPUT_FORMATS says the command line's, which it checks before loading a model
-    settings: what must match for --resume (model, mode, dtype, ...)
-    finish:   called once after the last block (e.g. a warning with totals)
-    nested:   the record's keys holding a list of JSON objects per row (ner's entities): Ray keeps each row's
-              list as it is (Arrow's list of structs), where it would make other lists tensors
-    """
-
-    run: Callable[[list[Row]], list[dict[str, Any]]]
-    settings: dict[str, Any]
-    columns: list[str] | None = None
-    tensors: Callable[[list[dict[str, Any]]], dict[str, torch.Tensor]] | None = None
-    tensor_metadata: dict[str, str] = field(default_factory=dict)
-    finish: Callable[[], None] = lambda: None
-    batch_size: int = 32
-    outputs: tuple[str, ...] | None = None  # None: jsonl, and csv with columns, safetensors with tensors
-    nested: tuple[str, ...] = ()
-
-    def __post_init__(self):
-        if self.outputs is None:
-            self.outputs = ("jsonl", *(("csv",) if self.columns is not None else ()),
-                            *(("safetensors",) if self.tensors is not None else ()))
-        if "csv" in self.outputs and self.columns is None or "safetensors" in self.outputs and self.tensors is None:
-            raise ValueError(f"a job writing {self.outputs} needs columns (csv) and tensors (safetensors)")
-
-
-# -- .safetensors layouts: records -> named tensors (Job.tensors) -------------------------------------------
-
-Layout = Callable[[list[dict[str, Any]]], dict[str, torch.Tensor]]
-
-
-def stacked(key: str, *, name: str | None = None, dtype: torch.dtype = torch.float32, width: int = 0) -> Layout:
-    """One vector per record (record[key]) as one (N, D) tensor `name` (default: the key); no records: (0, width)."""
-    def layout(records: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        rows = [torch.as_tensor(r[key], dtype=dtype) for r in records]
-        return {name or key: torch.stack(rows) if rows else torch.empty(0, width, dtype=dtype)}
-
-    return layout
-
-
-def ragged(key: str, *, name: str | None = None, offsets: str = "offsets", width: int = 0) -> Layout:
-    """A list of vectors per record (record[key], each text's own count) as one (total vectors, D) float32 tensor
-    `name` (default: the key), the records' vectors one after the other, and `offsets` (N + 1,) int64: record i's
-    vectors are rows offsets[i]:offsets[i + 1]."""
-    def layout(records: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        parts = [torch.as_tensor(r[key], dtype=torch.float32).reshape(-1, width) for r in records]
-        return {name or key: torch.cat(parts) if parts else torch.empty(0, width),
-                offsets: _offsets([len(p) for p in parts])}
-
-    return layout
-
-
-def sparse(indices: str, values: str | None = None, *, prefix: str = "") -> Layout:
-    """Sparse rows (record[indices]: ints, ascending; record[values]: their floats) as CSR's three tensors:
-    `<prefix>indices` (nnz,) int64 and `<prefix>values` (nnz,) float32, the records' entries one after the other,
-    and `<prefix>offsets` (N + 1,) int64: record i's entries are offsets[i]:offsets[i + 1]. values=None:
-    record[indices] is a dict {index: value} (keys possibly strings, as BGE-M3's lexical weights), written by
-    ascending index."""
-    def layout(records: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        rows = [sorted((int(k), float(v)) for k, v in r[indices].items()) if values is None
-                else list(zip(r[indices], r[values])) for r in records]
-        flat = [entry for row in rows for entry in row]
-        return {f"{prefix}indices": torch.tensor([i for i, _ in flat], dtype=torch.int64),
-                f"{prefix}values": torch.tensor([v for _, v in flat], dtype=torch.float32),
-                f"{prefix}offsets": _offsets([len(row) for row in rows])}
-
-    return layout
-
-
-def tensor_layout(*layouts: Layout) -> Layout:
-    """Several layouts' tensors in one file (their names must differ)."""
-    def layout(records: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        out: dict[str, torch.Tensor] = {}
-        for part in layouts:
-            made = part(records)
-            if clash := set(made) & set(out):
-                raise ValueError(f"two layouts write the tensor(s) {sorted(clash)}")
-            out.update(made)
-        return out
-
-    return layout
-
-
-def _offsets(counts: list[int]) -> torch.Tensor:
-    return torch.tensor([0, *counts], dtype=torch.int64).cumsum(0)
-
-
-FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "tsv",
-           ".safetensors": "safetensors", ".html": "html"}
-INPUT_FORMATS = ("jsonl", "csv", "tsv")  # what read_records reads; tsv: CSV's rules with a tab between fields
-DELIMITERS = {"csv": ",", "tsv": "\t"}
-# Suffixes of files, never of the directories a command writes (convert's DST, --ray's --output).
-FILE_SUFFIXES = (*FORMATS, ".parquet", ".bin", ".ckpt", ".pt", ".pth", ".htm", ".txt")
-
-
-def _suffixes(allowed: tuple[str, ...]) -> str:
-    """The allowed formats as their first (usual) suffixes, e.g. ".jsonl or .csv"."""
-    usual = {}
-    for suffix, fmt in FORMATS.items():
-        usual.setdefault(fmt, suffix)
-    return " or ".join(usual[fmt] for fmt in usual if fmt in allowed)
-
-
-def _format(path: Path, allowed: tuple[str, ...] = INPUT_FORMATS) -> str:
-    fmt = FORMATS.get(path.suffix.lower())
-    if fmt not in allowed:
-        raise InputError(f"{path}: unknown format {path.suffix.lower()!r}; use {_suffixes(allowed)}")
-    return fmt
-
-
-def check_output(path: str | Path, *, formats: tuple[str, ...] | None, input: str | Path | None = None,
-                 resume: bool = False, flag: str = "--output") -> str | None:
-    """Refuse a destination the run could not write, before any model is loaded or row read: the one
-    check of every command's output (cli.main makes it first; run_file again for library callers).
-
-    formats: the file formats the command writes (FORMATS' values). The destination is then a file with
-             one of their extensions, in an existing, writable directory; not a directory, not the input,
-             and without resume not an existing non-empty .jsonl/.csv (a .safetensors or .html output is
-             written whole and replaces the old one).
-             None: the destination is a directory (made with its parents), not an existing file, not the
-             input, and not named like a file (x.jsonl) unless it exists.
-    Returns the file's format (None for a directory). Each error names the path and `flag`."""
-    path = Path(path)
-    where = f"{flag} {path}"
-    if formats is None:
-        if path.exists() and not path.is_dir():
-            raise InputError(f"{where} exists and is not a directory; this command writes a directory there")
-        if not path.exists() and path.suffix.lower() in FILE_SUFFIXES:
-            raise InputError(f"{where} looks like a file name ({path.suffix}), but this command writes a directory "
-                             f"there; name a directory")
-        _check_parent(path, where, made=True)
-        if input is not None and path.exists() and Path(input).exists() and os.path.samefile(path, input):
-            raise InputError(f"{where} is the input; write to another directory")
-        return None
-    accepted = _suffixes(formats)
-    if path.is_dir():
-        raise InputError(f"{where} is a directory; {flag} names a {accepted} file")
-    fmt = FORMATS.get(path.suffix.lower())
-    if fmt not in formats:
-        said = "has no extension" if not path.suffix else f"has an unknown format {path.suffix.lower()!r}"
-        raise InputError(f"{where} {said}; name a {accepted} file (the extension picks the format)")
-    _check_parent(path, where, made=False)
-    if input is not None and path.exists() and Path(input).exists() and os.path.samefile(path, input):
-        raise InputError(f"{where} is the input file; write to another file")
-    if fmt == "safetensors" and resume:
-        raise InputError(f"{where}: a .safetensors output is written whole at the end and cannot be resumed; "
-                         f"use .jsonl to resume")
-    if fmt in ("jsonl", "csv") and not resume and path.exists() and path.stat().st_size > 0:  # resumable ones
-        raise InputError(f"{where} exists; pass --resume to continue it, or remove it")
-    return fmt
-
-
-def _check_parent(path: Path, where: str, *, made: bool) -> None:
-    """The directory a destination goes in must exist, be a directory and be writable; for a destination
-    made with its parents (`made`, a directory), its nearest existing ancestor."""
-    parent = path.parent
-    if not made and not parent.exists():
-        raise InputError(f"{where}: the directory {parent} does not exist; create it first")
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise InputError(f"{where}: {parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"{where}: the directory {parent} is not writable")
-
-
-def _not_utf8(data: bytes, error: UnicodeDecodeError, offset: int = 0) -> str:
+def not_utf8(data: bytes, error: UnicodeDecodeError, offset: int = 0) -> str:
     return f"not UTF-8 text (byte 0x{data[error.start]:02x} at byte {offset + error.start})"
 
 
@@ -267,7 +73,7 @@ def read_records(path: Path) -> tuple[list[tuple[int, dict]], list[tuple[int, st
     if data.startswith(b"\xef\xbb\xbf"):  # a byte-order mark (Excel's "CSV UTF-8")
         data = data[3:]
     records, problems, fields = [], [], {}
-    fmt = _format(path)
+    fmt = file_format(path)
     if fmt == "jsonl":
         offset = 0
         for line_no, raw in enumerate(data.split(b"\n"), start=1):  # only \n ends a row (not U+2028)
@@ -277,7 +83,7 @@ def read_records(path: Path) -> tuple[list[tuple[int, dict]], list[tuple[int, st
             try:
                 record = json.loads(raw.decode("utf-8"))
             except UnicodeDecodeError as e:
-                problems.append((line_no, _not_utf8(raw, e, start)))
+                problems.append((line_no, not_utf8(raw, e, start)))
                 continue
             except json.JSONDecodeError as e:
                 problems.append((line_no, _json_problem(e)))
@@ -354,7 +160,7 @@ def read_rows(path: Path, job: Fields, *, id_field: str) -> tuple[list[Row], lis
                              f"{', '.join(map(repr, fields[:20])) or 'none'}. Name yours with {job.flags[role]}"
                              + _delimiter_hint(path, fields))
     rows, first_line = [], {}
-    csv_file = _format(path) in DELIMITERS
+    csv_file = file_format(path) in DELIMITERS
     for line_no, record in records:
         values, bad = record_values(record, job, empty_is_missing=csv_file)
         if bad:
@@ -376,7 +182,7 @@ def read_rows(path: Path, job: Fields, *, id_field: str) -> tuple[list[Row], lis
 def _delimiter_hint(path: Path, header: list[str]) -> str:
     """A CSV (or TSV) whose header is one column holding another delimiter was written with that one: said so,
     with what to do (a semicolon is Excel's list separator where the decimal mark is a comma)."""
-    fmt = _format(path)
+    fmt = file_format(path)
     if fmt not in DELIMITERS or len(header) != 1:
         return ""
     names = {";": "semicolon", "\t": "tab", ",": "comma"}
@@ -410,208 +216,10 @@ def record_values(record: dict, job: Fields, *, empty_is_missing: bool = False) 
     return values, bad
 
 
-def _listing(path: Path, problems: list[str]) -> str:
+def problem_listing(path: Path, problems: list[str]) -> str:
     shown = "\n".join(f"{path}: {p}" for p in problems[:SHOWN_PROBLEMS])
     more = len(problems) - SHOWN_PROBLEMS
     return shown + (f"\n... and {more} more" if more > 0 else "")
-
-
-class ResultWriter:
-    """Appends (id, record) rows; each row is written whole and flushed."""
-
-    def __init__(self, path: Path, *, resume: bool, settings: dict[str, Any], columns: list[str] | None):
-        self.path, self.columns = path, columns
-        self.fmt = _format(path, ("jsonl", "csv") if columns is not None else ("jsonl",))
-        self.done: list[str] = []
-        self._complete: int | None = None  # bytes of the complete rows, when a partial one follows them (trim)
-        if path.exists() and path.stat().st_size > 0:
-            if not resume:
-                raise InputError(f"{path} exists; pass --resume to continue it, or remove it")
-            settings_record(settings_path(path), settings, output=path, begun=True)
-            self.done = self._read_done()
-        else:
-            settings_record(settings_path(path), settings, output=path, begun=False)
-        self.written = len(self.done)  # complete rows in the output: those found, then each one written
-        self.file = open(path, "a", encoding="utf-8", newline="")
-        if self.fmt == "csv" and path.stat().st_size == 0:
-            self._write_csv(["id", *columns])
-
-    def _read_done(self) -> list[str]:
-        """Ids of the complete rows; a trailing partial record (an interrupted write) is cut off by `trim`, once
-        the caller has checked that the output continues (nothing is changed before that)."""
-        data = self.path.read_bytes()
-        complete = data[:_complete_length(data, csv_quotes=self.fmt == "csv")]
-        if len(complete) != len(data):
-            self._complete = len(complete)
-        try:
-            text = complete.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise InputError(f"{self.path}: {_not_utf8(complete, e)}; not a file minialign wrote, not resuming") from None
-        if self.fmt == "csv":
-            rows = list(csv.reader(io.StringIO(text, newline="")))
-            header = ["id", *self.columns]
-            if not rows or rows[0] != header or any(len(r) != len(header) for r in rows[1:]):
-                raise InputError(f"{self.path}: not a file minialign wrote for this command (expected the "
-                                 f"columns {','.join(header)}); not resuming")
-            return [r[0] for r in rows[1:]]
-        ids = []
-        for line_no, line in enumerate(text.split("\n"), start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                ids.append(str(row["id"]))
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                raise InputError(f"{self.path}: line {line_no} is not a row minialign wrote ({line[:80]!r}); "
-                                 f"not resuming") from None
-        return ids
-
-    def trim(self) -> None:
-        """Cut off a trailing partial record (an interrupted write) found on opening, before rows are appended."""
-        if self._complete is not None:
-            self.file.flush()
-            with open(self.path, "r+b") as f:
-                f.truncate(self._complete)
-            self._complete = None
-
-    def _write_line(self, text: str) -> None:
-        self.file.write(text)
-        self.file.flush()
-
-    def _write_csv(self, values: list) -> None:
-        buffer = io.StringIO()
-        csv.writer(buffer, lineterminator="\n").writerow(values)
-        self._write_line(buffer.getvalue())
-
-    def write(self, row: Row, record: dict[str, Any]) -> None:
-        if self.fmt == "csv":
-            self._write_csv([row.id, *(repr(v) if isinstance(v, float) else v for v in
-                                       (record[c] for c in self.columns))])
-        else:
-            self._write_line(json.dumps({"id": row.id, **record}, ensure_ascii=False) + "\n")
-        self.written += 1
-
-    def close(self) -> None:
-        self.file.close()
-
-
-def _complete_length(data: bytes, *, csv_quotes: bool) -> int:
-    """Bytes of `data` up to the end of its last complete record: a newline that (in CSV) is not
-    inside a quoted field."""
-    if not csv_quotes:
-        return data.rfind(b"\n") + 1
-    end, position, quotes = 0, 0, 0
-    for segment in data.split(b"\n")[:-1]:
-        position += len(segment) + 1
-        quotes += segment.count(b'"')
-        if quotes % 2 == 0:  # outside quotes: this newline ends a record
-            end = position
-    return end
-
-
-def settings_path(output: Path) -> Path:
-    """Where a file output's settings record goes: beside it (a --ray output directory holds its own)."""
-    return output.with_name(output.name + SETTINGS_SUFFIX)
-
-
-def read_settings(record: Path) -> dict[str, Any]:
-    """The settings a record holds. FileNotFoundError when there is none; InputError when it is not a
-    record minialign wrote."""
-    try:
-        data = json.loads(record.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        data = None
-    if isinstance(data, dict) and isinstance(data.get("settings"), dict):
-        return data["settings"]
-    if isinstance(data, dict) and "mapper" in data:  # a --ray output's record as written before: flat
-        return data
-    raise InputError(f"{record}: unreadable settings record")
-
-
-def settings_record(record: Path, settings: dict[str, Any], *, output: Path, begun: bool) -> None:
-    """The one record of the settings that made an output (the model, mode, dtype, fields, ...: what
-    must match for a later run to continue it). When the output is new (not `begun`) the record is
-    written, whole or not at all; when a run continues an output, the record is read and compared with
-    `settings`: a missing or unreadable record, or any setting that differs, refuses the run with an
-    InputError naming each difference with both values."""
-    settings = json.loads(json.dumps(settings, default=str))  # as the record holds them (lists, strings)
-    if not begun:
-        staging = record.with_name(f".{record.name}.tmp")
-        staging.write_text(json.dumps({"minialign_scores": 1, "settings": settings}, indent=1, sort_keys=True) + "\n",
-                           encoding="utf-8")
-        os.replace(staging, record)
-        return
-    try:
-        recorded = read_settings(record)
-    except FileNotFoundError:
-        raise InputError(f"{output} has no record of the settings that made it ({record.name} is missing), so "
-                         f"resuming could mix two metrics in one output; remove {output} to start over") from None
-    except InputError as e:
-        beside = "" if record.parent == output else f" and {record.name}"
-        raise InputError(f"{e}; remove {output}{beside} to start over") from None
-    differ = sorted(k for k in set(recorded) | set(settings) if recorded.get(k) != settings.get(k))
-    if differ:
-        raise InputError(f"refusing to resume {output}: it was made with other settings ("
-                         + "; ".join(f"{k}: {recorded.get(k)!r} then, {settings.get(k)!r} now" for k in differ)
-                         + "). Rerun with the same settings, or write to another --output")
-
-
-def run_file(job: Job, input_path: Path, output_path: Path, *, id_field: str = "id", resume: bool = False,
-             skip_invalid: bool = False, block_rows: int | None = None, progress: bool = True) -> int:
-    """Run the job on every valid row of input_path into output_path; returns the rows done now."""
-    input_path, output_path = Path(input_path), Path(output_path)
-    fmt = check_output(output_path, formats=job.outputs, input=input_path, resume=resume)
-    rows, problems = read_rows(input_path, job, id_field=id_field)
-    _refuse(input_path, rows, problems, skip_invalid=skip_invalid)
-    if problems:
-        print(f"skipping {len(problems)} malformed row(s):\n{_listing(input_path, problems)}", file=sys.stderr)
-    if not rows and not problems:
-        warnings.warn(f"{input_path}: no rows; the output holds none", stacklevel=2)
-    settings = {**job.settings, "fields": job.fields, "id_field": id_field}
-    if fmt == "safetensors":
-        return _run_to_tensors(job, rows, output_path, settings, block_rows, progress)
-    writer = ResultWriter(output_path, resume=resume, settings=settings, columns=job.columns)
-    try:
-        done = writer.done
-        if done:
-            _check_continues(done, rows, input_path, output_path, skipped=len(problems))
-            rows = rows[len(done):]
-        writer.trim()
-        for block, records in _blocks(job, rows, block_rows, progress):
-            for row, record in zip(block, records):
-                writer.write(row, record)
-    except KeyboardInterrupt:  # Ctrl-C: the rows written so far are whole and flushed; --resume continues them
-        raise Interrupted(output_path, writer.written) from None
-    finally:
-        writer.close()
-    job.finish()
-    return len(rows)
-
-
-class Interrupted(KeyboardInterrupt):
-    """Ctrl-C during run_file: `written` complete rows are in `output` (each written whole and flushed), and
-    --resume continues after them. Still a KeyboardInterrupt for callers that stop on one."""
-
-    def __init__(self, output: Path, written: int):
-        super().__init__(output, written)
-        self.output, self.written = output, written
-
-
-def _check_continues(done: list[str], rows: list[Row], input_path: Path, output_path: Path, *, skipped: int) -> None:
-    """--resume: the output must hold the first rows of this input (by id, in order); refused otherwise, before
-    the output is touched."""
-    valid = f" valid row(s) ({skipped} malformed ones skipped)" if skipped else " row(s)"
-    if len(done) > len(rows):
-        raise InputError(f"cannot resume: the output {output_path} has more rows ({len(done)}) than the input "
-                         f"{input_path} ({len(rows)}{valid}); was it made from another input? The output is left "
-                         f"as it is: give its input, or write to another --output")
-    mismatch = next(i for i, (r, d) in enumerate(zip(rows, done)) if str(r.id) != d) \
-        if [str(r.id) for r in rows[:len(done)]] != done else None
-    if mismatch is not None:
-        raise InputError(f"cannot resume: the output {output_path} does not hold the first {len(done)} rows of "
-                         f"{input_path} (its row {mismatch + 1} has id {done[mismatch]!r}, the input's "
-                         f"{rows[mismatch].id!r}); the output is left as it is: give its input, or write to another "
-                         f"--output")
 
 
 def validate_input(input_path: str | Path, fields: Fields, *, id_field: str = "id", skip_invalid: bool = False) -> None:
@@ -620,46 +228,13 @@ def validate_input(input_path: str | Path, fields: Fields, *, id_field: str = "i
     runner's own checks."""
     input_path = Path(input_path)
     rows, problems = read_rows(input_path, fields, id_field=id_field)
-    _refuse(input_path, rows, problems, skip_invalid=skip_invalid)
+    refuse_malformed(input_path, rows, problems, skip_invalid=skip_invalid)
 
 
-def _refuse(input_path: Path, rows: list[Row], problems: list[str], *, skip_invalid: bool) -> None:
+def refuse_malformed(input_path: Path, rows: list[Row], problems: list[str], *, skip_invalid: bool) -> None:
     if problems and not skip_invalid:
         raise InputError(f"{len(problems)} malformed row(s), nothing done (--skip-invalid skips them):\n"
-                         + _listing(input_path, problems))
+                         + problem_listing(input_path, problems))
     if problems and not rows:
         raise InputError(f"every row of {input_path} is malformed ({len(problems)}), nothing to do:\n"
-                         + _listing(input_path, problems))
-
-
-def _blocks(job: Job, rows: list[Row], block_rows: int | None, progress: bool):
-    """(block, its records) for consecutive blocks of rows, with a progress bar over rows."""
-    block_rows = block_rows or job.batch_size * 8
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(rows), unit="row", file=sys.stderr)
-    try:
-        for start in range(0, len(rows), block_rows):
-            block = rows[start:start + block_rows]
-            yield block, job.run(block)
-            if bar is not None:
-                bar.update(len(block))
-    finally:  # also when interrupted: the bar's line ends before the command's own
-        if bar is not None:
-            bar.close()
-
-
-def _run_to_tensors(job: Job, rows: list[Row], output_path: Path, settings: dict[str, Any],
-                    block_rows: int | None, progress: bool) -> int:
-    """Every record, made into the job's named tensors (Job.tensors), in a .safetensors file; the ids, the settings
-    and the job's tensor_metadata in its metadata."""
-    from minialign import convert
-
-    records = [record for _, block in _blocks(job, rows, block_rows, progress) for record in block]
-    metadata = {**job.tensor_metadata, "ids": json.dumps([r.id for r in rows], ensure_ascii=False),
-                "settings": json.dumps(settings, ensure_ascii=False)}
-    convert.write_safetensors(output_path, job.tensors(records), metadata=metadata)
-    job.finish()
-    return len(rows)
+                         + problem_listing(input_path, problems))

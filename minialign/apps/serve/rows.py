@@ -94,7 +94,7 @@ class RowShapes:
                 first[str(row_id)] = i
             rows.append(Row(row_id, i, values))
         records = await self._run(kind, "rows", [(job, row) for row in rows], key=id(job))
-        # the file command's line, {"id": row.id, **record} (files/rows.ResultWriter), where the row has an id
+        # the file command's line, {"id": row.id, **record} (files/writer.ResultWriter), where the row has an id
         return {"results": [record if row.id is None else {"id": row.id, **record}
                             for row, record in zip(rows, records)]}
 
