@@ -95,7 +95,7 @@ def int8_section(*, quick: bool = False, device: str = "cpu", echo=print) -> str
     return render(
         "int8", kind=int8.machine_kind(), threads=result["threads"], python=result["python"],
         corpus_passages=result["passages"], corpus_queries=result["queries"], passages=size["passages"],
-        queries=size["queries"], texts=size["passages"] + size["queries"], layers=", ".join(int8.EncoderLayer.INT8),
+        queries=size["queries"], texts=size["passages"] + size["queries"], layers=", ".join(int8.EncoderLayer.precision_layers[int8.Int8Linear]),
         onnx=onnx, met=sum(row["met"] == "met" for row in goals), goals=len(goals),
         goal_table=table(goals, int8.GOAL_TABLE), quality_table=table(result["quality"], int8.QUALITY_TABLE),
         tune_steps=size["tune_steps"], tune_batch=size["tune_batch"], tune_pairs=tuned["train pairs"],

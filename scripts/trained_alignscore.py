@@ -37,7 +37,7 @@ from benchmarks.corpus import WORDS, context_mix, text  # noqa: E402  (the scori
 from benchmarks.fixtures import minilm_dir as find_minilm  # noqa: E402
 
 from minialign.products.losses import alignscore_losses  # noqa: E402
-from minialign.models.encoder import AlignModel  # noqa: E402
+from minialign.models.head_models import AlignModel  # noqa: E402
 from minialign.text.tokenizer import Tokenizer  # noqa: E402
 
 ALIGNED, NEUTRAL, CONTRADICTION = 0, 1, 2

@@ -37,7 +37,8 @@ def _validate(ckpt) -> None:
     checkpoint's; convert writes it too) against AlignModel, which reads that head besides every weight."""
     from minialign.loading import check_tensors, own_tensors
     from minialign.models.auto import model_class
-    from minialign.models.encoder import AlignModel, Encoder
+    from minialign.models.encoder import Encoder
+    from minialign.models.head_models import AlignModel
     from minialign.nn.init import shapes_only
 
     cls = model_class(ckpt)

@@ -20,7 +20,7 @@ from minialign.apps import extra_hint
 
 from minialign.loading import HEADS_FILE, build, export_hf, read_checkpoint
 from minialign.models.auto import model_class
-from minialign.models.encoder import AlignModel, ClassifierModel
+from minialign.models.head_models import AlignModel, ClassifierModel
 from minialign.text.tokenizer import Tokenizer
 
 SAMPLE_PAIRS = [

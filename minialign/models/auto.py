@@ -7,8 +7,9 @@ or an older minialign directory names no architecture."""
 from __future__ import annotations
 
 from minialign.loading import Checkpoint, Pretrained
-from minialign.models.encoder import (AlignModel, ClassifierModel, Encoder, QuestionAnsweringModel,
-                                      TokenClassifierModel)
+from minialign.models.encoder import Encoder
+from minialign.models.head_models import (AlignModel, ClassifierModel, QuestionAnsweringModel,
+                                          TokenClassifierModel)
 
 # transformers' class suffixes whose heads share weight names with another's: the class a name ending so is for
 ARCHITECTURES = {cls.architecture: cls for cls in (ClassifierModel, TokenClassifierModel, QuestionAnsweringModel)}

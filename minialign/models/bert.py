@@ -15,8 +15,6 @@ from torch import Tensor
 
 from minialign.convert.families import bert as bert_format
 from minialign.models.family import Family
-from minialign.models.heads import check_labels, head_dropout  # noqa: F401  (0.2's names, from here)
-from minialign.models.heads import SequenceClassificationHead
 from minialign.nn.capture import record
 from minialign.nn.config import Config
 from minialign.nn.inputs import sequence_positions
@@ -76,13 +74,6 @@ class Embeddings(nn.Module):
         x = self.norm(x)
         x = record("norm", x)
         return self.dropout(x)
-
-
-class ClassificationHead(SequenceClassificationHead):
-    """BertForSequenceClassification's head, as 0.2 named it (the family declares it: Bert.sequence_classification)."""
-
-    def __init__(self, config: Config):
-        super().__init__(config, Bert.sequence_classification(config))
 
 
 class Bert(Family):

@@ -24,7 +24,7 @@ steps a family switches on or parameterises:
 (convert/families/<family>.py): `classifier.dense`, `classifier.norm`, `classifier.out_proj`.
 
 Masked-LM (transformers *ForMaskedLM) is, in every family, one formula too (MaskedLM; its module is
-models/encoder.py MLMHead):
+MLMHead):
 
     logits = decoder(norm(act(dense(h))))  (+ bias)     decoder: the word embeddings unless untied
 
@@ -66,8 +66,8 @@ from minialign.nn.config import Config
 from minialign.nn.linear import Linear
 
 
-class EncoderOutput(Protocol):
-    """What a head reads of the encoder's output (models/encoder.py EncoderOutput)."""
+class EncodedStates(Protocol):
+    """What a head reads of the encoder's output (models/encoder.py EncoderOutput is one)."""
 
     last_hidden_state: Tensor  # (B, L, C), or (B, 1, C) when only the first tokens were computed
     pooler_output: Tensor | None  # (B, C)
@@ -219,7 +219,7 @@ class SequenceClassificationHead(nn.Module):
         self.dropout = head_dropout(config)
         self.out_proj = Linear(width, len(config.labels))
 
-    def forward(self, encoded: EncoderOutput, attention_mask: Tensor | None = None) -> Tensor:
+    def forward(self, encoded: EncodedStates, attention_mask: Tensor | None = None) -> Tensor:
         """The encoder's output -> (B, num_labels); attention_mask (B, L): the real tokens of "mean" and "late"
         pooling."""
         late = self.kind.pool == "late"
@@ -239,7 +239,7 @@ class SequenceClassificationHead(nn.Module):
         logits = self.out_proj(self.dropout(x))
         return masked_mean(logits, attention_mask) if late else logits  # late: (B, L, K) -> (B, K)
 
-    def pool(self, encoded: EncoderOutput, attention_mask: Tensor | None) -> Tensor:
+    def pool(self, encoded: EncodedStates, attention_mask: Tensor | None) -> Tensor:
         if self.kind.pool == "pooler":
             return encoded.pooler_output
         h = encoded.last_hidden_state  # (B, L | 1, C)
@@ -286,3 +286,46 @@ class TokenHead(nn.Module):
         if self.dropout is not None:
             x = self.dropout(x)
         return self.out_proj(x)
+
+
+class MLMHead(nn.Module):
+    """The masked-LM head of any family, built from its declaration (MaskedLM, the one its family declares):
+    dense -> activation -> LayerNorm -> decoder (+ bias). The decoder is the word-embedding
+    matrix unless the config unties it (AlignScore checkpoints carry their own). The activation is the
+    family's: BERT's BertLMPredictionHead uses hidden_act, RobertaLMHead exact GELU."""
+
+    def __init__(self, config: Config, kind: MaskedLM):
+        super().__init__()
+        self.kind = kind
+        width = kind.features(config)
+        self.dense = self.norm = None  # no transform (heads.py MaskedLM.transform): the decoder reads the states
+        if kind.transform:
+            self.dense = Linear(config.hidden_size, width, bias=kind.dense_bias,
+                                activation=kind.activation or config.activation)
+            self.norm = nn.LayerNorm(width, eps=config.layer_norm_eps, bias=kind.norm_bias)
+        self.decoder = None if config.tie_word_embeddings else Linear(width, config.vocab_size, bias=False)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size)) if kind.decoder_bias else None
+
+    def features(self, x: Tensor) -> Tensor:
+        """(..., C) final states -> (..., W): what the decoder maps to the vocabulary."""
+        return x if self.dense is None else self.norm(self.dense(x))
+
+    def decode(self, features: Tensor, word_embeddings: Tensor) -> Tensor:
+        """(..., W) -> (..., V) logits, on nn/linear.py's kernel for this CPU (as every Linear of the encoder: a
+        row's logits then do not depend on how many rows are multiplied with it, which F.linear's do for 1-3 rows)."""
+        weight = word_embeddings if self.decoder is None else self.decoder.weight
+        return self._kernel(weight)(features)
+
+    def _kernel(self, weight: Tensor) -> Linear:
+        """A Linear over the decoder's weight (the word embeddings', shared, when tied) and the head's bias, kept out
+        of the state dict and made again when either parameter is replaced (loading assigns new ones)."""
+        kernel = self.__dict__.get("_decoder_kernel")
+        if kernel is None or kernel.weight is not weight or kernel.bias is not self.bias:
+            kernel = Linear(weight.size(1), weight.size(0), bias=False, device="meta")
+            kernel.weight = weight if isinstance(weight, nn.Parameter) else nn.Parameter(weight, requires_grad=False)
+            kernel.bias = self.bias
+            self.__dict__["_decoder_kernel"] = kernel
+        return kernel
+
+    def forward(self, x: Tensor, word_embeddings: Tensor) -> Tensor:
+        return self.decode(self.features(x), word_embeddings)  # (B, L, V)

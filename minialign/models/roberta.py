@@ -14,7 +14,7 @@ from torch import Tensor
 
 from minialign.convert.families import roberta as roberta_format
 from minialign.models.bert import Bert, BertConfig, Embeddings
-from minialign.models.heads import SequenceClassification, SequenceClassificationHead, head_dropout
+from minialign.models.heads import SequenceClassification, head_dropout
 from minialign.nn.config import Config
 
 
@@ -43,13 +43,6 @@ class RobertaEmbeddings(Embeddings):
 
     def position_ids(self, input_ids: Tensor) -> Tensor:
         return roberta_position_ids(input_ids, self.config.pad_token_id)
-
-
-class RobertaClassificationHead(SequenceClassificationHead):
-    """RobertaClassificationHead, as 0.2 named it (the family declares it: Roberta.sequence_classification)."""
-
-    def __init__(self, config: Config):
-        super().__init__(config, Roberta.sequence_classification(config))
 
 
 class Roberta(Bert):

@@ -276,8 +276,6 @@ class EncoderLayer(nn.Module):
     """Post-LN: x = LN(x + drop(attn(x))); x = LN(x + drop(ffn(x))) (BertLayer)."""
 
     precision_layers = PRECISION_LAYERS
-    MIXED_PRECISION = PRECISION_LAYERS[MixedPrecisionLinear]  # the names of old (CHANGELOG): read them, do not set
-    INT8 = PRECISION_LAYERS[Int8Linear]
 
     def __init__(self, config: Config):
         super().__init__()

@@ -35,7 +35,7 @@ from minialign.products.runner import Loading, PairScorer, load_keywords, refuse
 from minialign.runtime.engine import Results, Truncation, TruncationWarning  # noqa: F401  (TruncationWarning: re-exported)
 from minialign.sources import HubUnavailableError, resolve
 from minialign.loading import build, read_checkpoint, save_native
-from minialign.models.encoder import AlignModel
+from minialign.models.head_models import AlignModel
 from minialign.text.sentences import split_sentences
 from minialign.text.tokenizer import TOKENIZER_FILES, Tokenizer
 from minialign.text.validation import one_pair, value_problem

@@ -27,7 +27,7 @@ from minialign.products.runner import Loading, Runner, inputs_of, load_keywords
 from minialign.runtime.engine import Results, Truncation
 from minialign.sources import resolve
 from minialign.loading import build, read_checkpoint
-from minialign.models.encoder import ClassifierModel
+from minialign.models.head_models import ClassifierModel
 from minialign.text.tokenizer import Tokenizer
 from minialign.text.validation import check_texts, value_problem
 

@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from minialign.loading import build, read_checkpoint
-from minialign.models.encoder import MaskedLMModel
+from minialign.models.head_models import MaskedLMModel
 from minialign.products.runner import Loading, OptionError, Runner, load_keywords
 from minialign.runtime.engine import Truncation
 from minialign.sources import resolve
@@ -71,7 +71,7 @@ class FillMask(Runner):
     @classmethod
     @load_keywords
     def from_pretrained(cls, src: str | Path, *, max_length: int | None = None, load: Loading) -> FillMask:
-        """A transformers *ForMaskedLM directory or hub id (every family: models/encoder.py MaskedLMModel, its decoder
+        """A transformers *ForMaskedLM directory or hub id (every family: models/head_models.py MaskedLMModel, its decoder
         tied to the word embeddings as the checkpoint has it), or a minialign directory of one. max_length: a window
         shorter than the model's. The keywords every runner takes are products/runner.py's (Loading)."""
         source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)

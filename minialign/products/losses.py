@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch.nn.functional as F
 from torch import Tensor
 
-from minialign.models.encoder import AlignOutput
+from minialign.models.head_models import AlignOutput
 
 IGNORE = -100
 MLM_WEIGHT = 0.5  # AlignScore: self.mlm_loss_factor

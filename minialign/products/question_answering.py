@@ -56,7 +56,7 @@ import torch
 from torch import Tensor
 
 from minialign.loading import build, read_checkpoint
-from minialign.models.encoder import QuestionAnsweringModel
+from minialign.models.head_models import QuestionAnsweringModel
 from minialign.products.choices import QA_MAX_ANSWER_LEN as MAX_ANSWER_LEN, QA_MAX_QUESTION_LEN as MAX_QUESTION_LEN
 from minialign.products.runner import Loading, OptionError, Runner, load_keywords
 from minialign.sources import resolve

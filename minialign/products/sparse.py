@@ -11,7 +11,7 @@ What it mirrors (sentence-transformers 6.2, sentence_transformers/sparse_encoder
                     pooling_strategy "max" | "sum", activation_function "relu" | "log1p_relu"); a plain
                     transformers *ForMaskedLM directory is read as both with SpladePooling's defaults (max, relu),
                     as SparseEncoder builds them for one
-  the weights       the model's *ForMaskedLM checkpoint: models/encoder.py MaskedLMModel, every family
+  the weights       the model's *ForMaskedLM checkpoint: models/head_models.py MaskedLMModel, every family
   SPLADE            w_v = pool over the text's tokens t of log1p(relu(logits[t, v])) (log1p_relu: log1p once more),
                     pool max or sum (SpladePooling.forward; padding never pooled, as its mask does)
   max_active_dims   the largest max_active_dims values of each row kept, the others 0
@@ -52,7 +52,7 @@ from torch import Tensor
 
 from minialign import convert
 from minialign.loading import build, read_checkpoint
-from minialign.models.encoder import MaskedLMModel
+from minialign.models.head_models import MaskedLMModel
 from minialign.products.embeddings import model_prompts, resolve_prompt
 from minialign.products.runner import Loading, Runner, load_keywords
 from minialign.runtime.engine import Truncation

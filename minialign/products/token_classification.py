@@ -39,7 +39,7 @@ import torch
 from torch import Tensor
 
 from minialign.loading import build, read_checkpoint
-from minialign.models.encoder import TokenClassifierModel
+from minialign.models.head_models import TokenClassifierModel
 from minialign.products.choices import AGGREGATIONS
 from minialign.products.runner import Loading, OptionError, Runner, load_keywords
 from minialign.runtime.engine import Truncation

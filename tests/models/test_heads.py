@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import minialign as ma
+from minialign.models.family import family_of
 from minialign.models.heads import SequenceClassification, SequenceClassificationHead
 
 SIZES = dict(vocab_size=40, hidden_size=16, num_layers=2, num_heads=2, intermediate_size=24, labels=("a", "b", "c"))
@@ -43,10 +44,9 @@ def test_mean_pooling_reads_every_token_and_the_mask():
         model.classifier(model.encoder(ids), torch.ones(2, 6, 6))
 
 
-def test_a_declaration_is_checked_and_the_old_head_names_still_build():
+def test_a_declaration_is_checked_and_a_family_head_is_built_from_it():
     with pytest.raises(ValueError, match="pool must be one of"):
         SequenceClassification(pool="last")
     config = ma.Config(**SIZES, arch="roberta", pad_token_id=1)
-    head = ma.models.RobertaClassificationHead(config)
-    assert isinstance(head, SequenceClassificationHead) and head.kind.dense_activation == "tanh"
-    assert isinstance(ma.models.ClassificationHead(ma.Config(**SIZES)), SequenceClassificationHead)
+    head = SequenceClassificationHead(config, family_of(config).sequence_classification(config))
+    assert head.kind.dense_activation == "tanh" and head.kind.pool == "first"

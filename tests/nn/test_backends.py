@@ -303,11 +303,13 @@ def test_first_tokens_do_not_follow_the_batch_with_every_score_function(score_fn
 
 @pytest.mark.parametrize("native", [True, False])
 def test_dtype_auto_is_bf16_matmuls_only_where_native(pair, monkeypatch, native):
-    """dtype="auto": fp32 weights; on hardware with native bf16 the matmuls of EncoderLayer.MIXED_PRECISION
+    """dtype="auto": fp32 weights; on hardware with native bf16 the matmuls PRECISION_LAYERS names for
+    MixedPrecisionLinear
     (the attention output and FFN down projections) run in bf16 and nothing else does (outputs fp32,
     close to fp32 within transformers' own bf16 error); elsewhere fp32 throughout."""
     from minialign.nn.linear import Linear
-    from minialign.nn.layers import EncoderLayer
+    from minialign.nn.layers import PRECISION_LAYERS
+    from minialign.nn.linear import MixedPrecisionLinear
 
     hf, directory = pair
     monkeypatch.setattr(devices, "cpu_has_native", lambda dtype, unknown=True: native)
@@ -315,8 +317,8 @@ def test_dtype_auto_is_bf16_matmuls_only_where_native(pair, monkeypatch, native)
     assert {p.dtype for p in auto.parameters()} == {torch.float32}
     assert auto.compute_dtype == (torch.bfloat16 if native else None)
     mixed = {name for name, m in auto.named_modules() if isinstance(m, Linear) and m.compute_dtype is not None}
-    assert EncoderLayer.MIXED_PRECISION == ("attention.output", "ffn.down")
-    assert mixed == ({f"layers.{i}.{n}" for i in range(len(auto.layers)) for n in EncoderLayer.MIXED_PRECISION}
+    assert PRECISION_LAYERS[MixedPrecisionLinear] == ("attention.output", "ffn.down")
+    assert mixed == ({f"layers.{i}.{n}" for i in range(len(auto.layers)) for n in PRECISION_LAYERS[MixedPrecisionLinear]}
                      if native else set())
     fp32 = ma.Encoder.from_pretrained(directory)
     ids, mask = _batch(hf.config)

@@ -16,7 +16,8 @@ import minialign as ma
 from minialign.apps.cli import main as cli
 from minialign.loading.devices import check_int8
 from minialign.nn import int8
-from minialign.nn.layers import EncoderLayer
+from minialign.nn.int8 import Int8Linear
+from minialign.nn.layers import PRECISION_LAYERS
 from minialign.nn.linear import Linear
 
 pytestmark = pytest.mark.skipif(not int8.available(), reason="no FBGEMM int8 kernels on this torch / CPU")
@@ -37,7 +38,7 @@ def test_int8_is_opt_in_and_quantizes_the_encoder_layers_only(encoders):
     assert quantized.dtype_name == "int8" and quantized.settings()["dtype"] == "int8"
     flagged = {name for name, m in quantized.model.named_modules() if isinstance(m, Linear) and m.int8}
     linears = {name for name, m in quantized.model.named_modules() if isinstance(m, Linear)}
-    layer_parts = {f"layers.{i}.{part}" for i in range(6) for part in EncoderLayer.INT8}
+    layer_parts = {f"layers.{i}.{part}" for i in range(6) for part in PRECISION_LAYERS[Int8Linear]}
     assert {n.removeprefix("encoder.") for n in flagged} == layer_parts
     assert all(p.dtype == torch.float32 for p in quantized.model.parameters())  # the weights stay fp32
     assert linears > flagged or linears == flagged

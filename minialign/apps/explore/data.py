@@ -113,7 +113,7 @@ def _encoder_prefix(model: nn.Module) -> str:
 
 def _run(model: nn.Module, batch: dict[str, Tensor], mask: Tensor | None, label: str) -> tuple[dict, dict]:
     """One forward under capture: (the page's data of this run, its raw tensors for diffs)."""
-    from minialign.models.encoder import AlignModel
+    from minialign.models.head_models import AlignModel
 
     prefix = _encoder_prefix(model)
     inputs = dict(batch)
