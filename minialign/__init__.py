@@ -16,10 +16,6 @@ holds them to it):
 """
 
 import importlib
-import sys
-import types
-
-from minialign import moved  # old module paths
 
 # Each public name and the module it comes from, imported when a name is first read (PEP 562), so that importing
 # the package (the command line's parser, `minialign --help`) imports no torch. The names of _MODULES are their
@@ -59,10 +55,9 @@ _HOMES = {
 _MODULES = ("analysis", "masks")
 _FOLDERS = ("nn", "sources", "loading", "models", "text", "runtime", "products", "apps", "convert")
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = sorted(_HOMES)
-
 
 
 def submodule(package: str, name: str):
@@ -79,12 +74,11 @@ def submodule(package: str, name: str):
 
 
 def __getattr__(name: str):
-    """A public name (_HOMES), imported on first use; a folder (ma.nn, ma.products); `minialign.scorer` and the other
-    old module names (moved.py)."""
+    """A public name (_HOMES), imported on first use; a folder (ma.nn, ma.products)."""
     if name in _FOLDERS:
         return submodule(__name__, name)
     if name not in _HOMES:
-        return moved.attribute(name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     module = importlib.import_module(_HOMES[name])
     return module if name in _MODULES else getattr(module, name)
 
@@ -92,16 +86,3 @@ def __getattr__(name: str):
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
 
-
-class _Package(types.ModuleType):
-    """This package's module (the class a module may be given: the Python reference, "Customizing module attribute
-    access"). The import system sets a submodule it loads as an attribute of its parent; `minialign.attention` and
-    `minialign.explore` were modules (moved.py still imports them) and are now public functions, which stay."""
-
-    def __setattr__(self, name: str, value) -> None:
-        if name in _HOMES and name not in _MODULES and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

@@ -1,12 +1,11 @@
 """Package contract: folders by layer, each importing only what its rule allows; no import cycles;
 no sibling modules named apart by a suffix; the runtime needs none of transformers; convert knows
-nothing of minialign; old module paths still import (minialign/moved.py)."""
+nothing of minialign; the public names are the package's attributes, never replaced by a module."""
 
 import ast
 import itertools
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -80,7 +79,7 @@ def test_each_folder_imports_only_what_its_rule_allows():
     for module, targets in internal_edges().items():
         home = folder(module)
         if home is None:
-            continue  # the package root (the public names) and moved.py
+            continue  # the package root (the public names)
         for target in targets:
             there = folder(target) if not target.startswith("minialign.convert") else "convert"
             if there is None:
@@ -177,41 +176,32 @@ def test_no_benchmark_harness_in_the_package():
     assert e.value.code == 2
 
 
-@pytest.mark.parametrize("old, new, name", [
-    ("minialign.scorer", "minialign.products.alignscore", "AlignScorer"),
-    ("minialign.raydata", "minialign.apps.raydata", "AlignScoreBatches"),
-    ("minialign.model", "minialign.models", "Encoder"),
-    ("minialign.batching", "minialign.runtime.engine", "BatchEngine"),
-    ("minialign.cli", "minialign.apps.cli", "main"),
-])
-def test_old_module_paths_import_the_moved_modules(old, new, name):
-    """The README's module paths from before the folders keep working (with a DeprecationWarning)
-    and are the same objects, so isinstance checks and pickles agree."""
+def test_old_module_paths_are_gone_and_the_public_names_stay():
+    """0.1's flat module paths (minialign.scorer, minialign.cli, ...) were removed in 0.3 (CHANGELOG: the new
+    paths); `ma.attention` and `ma.explore` are the public functions, whichever modules are imported."""
     import importlib
 
-    sys.modules.pop(old, None)
-    with pytest.warns(DeprecationWarning, match="moved to"):
-        module = importlib.import_module(old)
-    assert module is importlib.import_module(new)
-    assert module.__spec__.name == new  # the moved module keeps its own spec
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        assert getattr(module, name) is getattr(importlib.import_module(new), name)
+    for old in ("scorer", "model", "batching", "tracing", "explore_page"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(f"minialign.{old}")
+    import minialign as ma
 
-
-def test_every_old_path_is_importable():
-    import importlib
-
-    from minialign.moved import MOVED
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for old, new in MOVED.items():
-            assert importlib.import_module(f"minialign.{old}") is importlib.import_module(new), old
-    import minialign as ma  # the old module paths of two names that are now functions did not replace them
-
+    importlib.import_module("minialign.nn.attention")
+    importlib.import_module("minialign.apps.explore")
     assert ma.attention is importlib.import_module("minialign.nn.attention").attention
     assert ma.explore is importlib.import_module("minialign.apps.explore").explore
+    assert ma.masks is importlib.import_module("minialign.nn.masks")
+    with pytest.raises(AttributeError):
+        ma.scorer
+
+
+def test_the_version_is_the_distribution_s():
+    import tomllib
+
+    import minialign
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert minialign.__version__ == declared
 
 
 def test_tests_mirror_the_folders():
