@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -197,15 +196,8 @@ class PreparedMask:
     head_scale: Tensor | None = None
 
 
-def prepare_mask(backend: Backend, inputs: AttentionInputs | Tensor | None, *legacy, **legacy_options) -> PreparedMask:
-    """One forward's mask on `backend`, from its AttentionInputs (inputs.py). The earlier form,
-    prepare_mask(backend, mask, layout, queries=, dtype=, num_heads=, relative=, window=, device=), still
-    works, with a DeprecationWarning."""
-    if not isinstance(inputs, AttentionInputs):
-        warnings.warn("prepare_mask(backend, mask, layout, queries=..., dtype=..., ...) is deprecated: pass one "
-                      "minialign.nn.inputs.AttentionInputs, prepare_mask(backend, AttentionInputs(mask, layout, "
-                      "dtype, num_heads, ...))", DeprecationWarning, stacklevel=2)
-        inputs = AttentionInputs(inputs, *legacy, **legacy_options)
+def prepare_mask(backend: Backend, inputs: AttentionInputs) -> PreparedMask:
+    """One forward's mask on `backend`, from its AttentionInputs (inputs.py)."""
     if inputs.layout.packed and not backend.packed:
         buckets = tuple((bucket, backend.prepare(replace(inputs, mask=bucket.keep,
                                                          layout=padded(*bucket.keep.shape))))

@@ -209,8 +209,8 @@ def test_capture_is_a_backend_row_and_ignores_unpad_and_first_tokens():
     assert cap["layers.1.attention.probs"].shape == (3, 3, 9, 9)
 
 
-def test_prepare_mask_takes_one_object_and_the_old_keywords_with_a_warning():
-    """A backend's prepare reads one AttentionInputs; prepare_mask's 0.1 keyword form still works, warned."""
+def test_prepare_mask_takes_one_object():
+    """A backend's prepare reads one AttentionInputs (prepare_mask's keyword form of 0.1 was removed in 0.3)."""
     from minialign.nn.attention import BACKENDS, prepare_mask
     from minialign.nn.inputs import AttentionInputs
     from minialign.nn.layout import padded
@@ -218,10 +218,7 @@ def test_prepare_mask_takes_one_object_and_the_old_keywords_with_a_warning():
     mask = masks.padding_mask([5, 3], 5)
     new = prepare_mask(BACKENDS["sdpa"], AttentionInputs(mask, padded(2, 5), torch.float32, 2, queries="first",
                                                          window=1))
-    with pytest.warns(DeprecationWarning, match="AttentionInputs"):
-        old = prepare_mask(BACKENDS["sdpa"], mask, padded(2, 5), queries="first", dtype=torch.float32, num_heads=2,
-                           window=1)
-    assert new.value.shape == (2, 1, 1, 5) and torch.equal(old.value, new.value)
+    assert new.value.shape == (2, 1, 1, 5)
     assert torch.equal(new.value[1, 0, 0] == 0, torch.tensor([True, True, False, False, False]))  # window, padding
     with pytest.raises(ValueError, match="queries"):
         AttentionInputs(mask, padded(2, 5), torch.float32, 2, queries="last")
