@@ -329,8 +329,6 @@ class Int8Linear(Linear):
     def int8(self) -> bool:
         return True
 
-    int8 = int8.setter(Linear.int8.fset)
-
     def __getstate__(self) -> dict:  # pickles and deep copies (worker processes) leave the packed weight out
         return {**super().__getstate__(), "_int8": None}
 

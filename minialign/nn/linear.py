@@ -265,24 +265,10 @@ class Linear(nn.Linear):
         """The dtype the product runs in where it is not the weights' (MixedPrecisionLinear); None here."""
         return None
 
-    @compute_dtype.setter
-    def compute_dtype(self, dtype: torch.dtype | None) -> None:
-        """The per-layer flag of old, now a swap (CHANGELOG): a dtype makes this layer a MixedPrecisionLinear,
-        None makes a MixedPrecisionLinear a Linear again."""
-        if dtype is not None:
-            swap(self, MixedPrecisionLinear, compute_dtype=dtype)
-        elif isinstance(self, MixedPrecisionLinear):
-            swap(self, Linear)
-
     @property
     def int8(self) -> bool:
         """Whether this layer runs the quantized product (nn/int8.py, Int8Linear)."""
         return False
-
-    @int8.setter
-    def int8(self, on: bool) -> None:
-        raise AttributeError(f"{type(self).__name__}.int8 is read-only: the quantized product is a variant, swapped in "
-                             f"by model.int8 = True (or minialign.nn.linear.swap(layer, minialign.nn.int8.Int8Linear))")
 
     def __getstate__(self) -> dict:  # pickles and deep copies (worker processes) leave the packed copies out
         return {**super().__getstate__(), "_packed": None}
@@ -320,8 +306,6 @@ class MixedPrecisionLinear(Linear):
     @property
     def compute_dtype(self) -> torch.dtype:
         return self._compute_dtype
-
-    compute_dtype = compute_dtype.setter(Linear.compute_dtype.fset)
 
 
 def packed_product(flat: Tensor, packed: Tensor, bias: Tensor | None, attr: str = "none",

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from minialign.loading import auto_compute_dtype
-from minialign.nn.linear import Linear
+from minialign.nn.linear import Linear, MixedPrecisionLinear, swap
 
 from benchmarks.corpus import scoring_corpus
 from benchmarks.fixtures import alignscore_fixture, minilm_dir
@@ -51,7 +51,7 @@ def precision_variant(model, recipe: str | tuple[str, ...], device: str):
     """The fp32 model as a recipe runs it: "auto" as dtype="auto" loads it (EncoderLayer.MIXED_PRECISION
     in bf16 where bf16 is native, else fp32), "bf16 weights" casts everything, "int8" swaps every
     Linear for torch.ao's dynamic int8 one, and a tuple names the matmuls of each layer that run in
-    bf16 (Linear.compute_dtype) with everything else fp32."""
+    bf16 (a MixedPrecisionLinear swapped in) with everything else fp32."""
     if recipe == "fp32":
         return model
     variant = copy.deepcopy(model)
@@ -65,7 +65,7 @@ def precision_variant(model, recipe: str | tuple[str, ...], device: str):
         return variant
     for layer in variant.encoder.layers:
         for name in recipe:
-            layer.get_submodule(name).compute_dtype = torch.bfloat16
+            swap(layer.get_submodule(name), MixedPrecisionLinear, compute_dtype=torch.bfloat16)
     return variant
 
 

@@ -119,7 +119,7 @@ def test_published_name_converted_once_then_reused(tmp_path, monkeypatch, tiny_a
     """AlignScore-base from a (fake) hub cache: converted to the native format once, reused offline."""
     from huggingface_hub import constants
 
-    from minialign import scorer as scorer_module
+    from minialign.products import alignscore as scorer_module
 
     path, backbone, _ = tiny_alignscore
     cache = tmp_path / "hf"

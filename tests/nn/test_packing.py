@@ -4,7 +4,7 @@ import pytest
 import torch
 from conftest import WORDS
 
-from minialign import layout as layouts
+from minialign.nn import layout as layouts
 from minialign.runtime.engine import BatchEngine, pad
 
 

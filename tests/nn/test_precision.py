@@ -120,7 +120,7 @@ def test_swap_keeps_the_module_its_parameters_and_hooks():
         swap(layer, Linear, int8_input_absmax=absmax)
     with pytest.raises(TypeError):
         swap(torch.nn.Linear(2, 2), Int8Linear)
-    with pytest.raises(AttributeError, match="read-only"):
+    with pytest.raises(AttributeError):  # a variant is swapped in, never set as a flag
         layer.int8 = True
 
 

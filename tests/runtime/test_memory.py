@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from minialign import memory
+from minialign.runtime import memory
 
 pytestmark = pytest.mark.skipif(memory._malloc_trim() is None, reason="glibc's malloc_trim and /proc are Linux's")
 
@@ -25,7 +25,7 @@ def test_release_gives_freed_heap_back_past_the_ceiling():
     not fall); past the ceiling, release_free_memory gives them back; below it, it does nothing."""
     mb = _run("""
         import random, torch
-        from minialign import memory
+        from minialign.runtime import memory
         mb = lambda: memory.resident_bytes() >> 20
         rng = random.Random(0)
         torch.ones(4 << 20, dtype=torch.uint8)  # freed at once: glibc's mmap threshold rises to 4 MB, what follows is heap
@@ -55,7 +55,7 @@ def test_encoding_batches_of_every_shape_plateaus(minilm_dir):
     mb = _run(f"""
         import random, torch
         import minialign as ma
-        from minialign import memory
+        from minialign.runtime import memory
         torch.set_num_threads(2)
         memory.MARGIN = 64 << 20
         emb = ma.SentenceEncoder.from_pretrained({str(minilm_dir)!r})
