@@ -26,12 +26,13 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Unpack
 
 import torch
 
 from minialign.products.choices import ALIGNSCORE_MODE as DEFAULT_MODE, ALIGNSCORE_MODEL as DEFAULT_MODEL
 from minialign.products.choices import ALIGNSCORE_MODES as MODES
-from minialign.products.runner import Loading, PairScorer, load_keywords, refuse_int8
+from minialign.products.runner import LoadOptions, Loading, PairScorer, refuse_int8
 from minialign.runtime.engine import Results, Truncation, TruncationWarning  # noqa: F401  (TruncationWarning: re-exported)
 from minialign.sources import HubUnavailableError, resolve
 from minialign.loading import build, read_checkpoint, save_native
@@ -104,12 +105,12 @@ class AlignScorer(PairScorer):
                     bucket=bucket, workers=workers, threads=threads)
 
     @classmethod
-    @load_keywords
     def from_pretrained(cls, src: str | Path = DEFAULT_MODEL, *, backbone: str | None = None, mode: str = DEFAULT_MODE,
-                        splitter: Callable[[str], list[str]] | None = None, load: Loading) -> AlignScorer:
+                        splitter: Callable[[str], list[str]] | None = None, **keywords: Unpack[Loading]) -> AlignScorer:
         """`src`: anything AlignModel.from_pretrained takes, or `AlignScore-base` / `AlignScore-large`
         (downloaded from the hub once, converted to minialign's format in the cache, then reused).
         The keywords every runner takes are products/runner.py's (Loading)."""
+        load = LoadOptions(**keywords)
         refuse_int8(load.dtype, "AlignScorer")
         if str(src) in PUBLISHED and not Path(src).exists():
             src = published_checkpoint(str(src), cache_dir=load.cache_dir)

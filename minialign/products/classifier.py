@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Unpack
 
 import torch
 from torch import Tensor
@@ -23,7 +24,7 @@ from torch import Tensor
 from minialign import convert
 from minialign.nn.activations import ACTIVATIONS as FUNCTIONS, TORCH_MODULES
 from minialign.products.choices import CLASSIFIER_ACTIVATIONS as ACTIVATIONS  # what predict applies
-from minialign.products.runner import Loading, Runner, inputs_of, load_keywords
+from minialign.products.runner import LoadOptions, Loading, Runner, inputs_of
 from minialign.runtime.engine import Results, Truncation
 from minialign.sources import resolve
 from minialign.loading import build, read_checkpoint
@@ -81,10 +82,11 @@ class Classifier(Runner):
                     truncation="longest_first")
 
     @classmethod
-    @load_keywords
-    def from_pretrained(cls, src: str | Path, *, max_length: int | None = None, load: Loading) -> Classifier:
+    def from_pretrained(cls, src: str | Path, *, max_length: int | None = None,
+                        **keywords: Unpack[Loading]) -> Classifier:
         """A transformers *ForSequenceClassification directory or hub id (a CrossEncoder dir too),
         or a minialign directory of one. The keywords every runner takes are products/runner.py's (Loading)."""
+        load = LoadOptions(**keywords)
         source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)  # every file below is read from it
         ckpt = read_checkpoint(source, task=load.adapter)
         model = build(ClassifierModel, ckpt, require=TRAINED, advice=NO_HEAD, **load.only("device", "dtype",

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Unpack
 
 import warnings
 
@@ -39,7 +40,7 @@ from minialign.nn.activations import ACTIVATIONS, TORCH_MODULES
 from minialign.nn.linear import Linear
 from minialign.products import pooling as pooling_modes
 from minialign.products.quantization import check_precision, check_truncate_dim, quantize_embeddings
-from minialign.products.runner import Loading, Runner, load_keywords
+from minialign.products.runner import LoadOptions, Loading, Runner
 from minialign.runtime.engine import Truncation
 from minialign.sources import resolve
 from minialign.loading import build, read_checkpoint, resolve_device
@@ -88,14 +89,15 @@ class SentenceEncoder(Runner):
                     unpad=unpad, compile=compile, workers=workers, threads=threads)
 
     @classmethod
-    @load_keywords
-    def from_pretrained(cls, src: str | Path, *, truncate_dim: int | None = None, load: Loading) -> SentenceEncoder:
+    def from_pretrained(cls, src: str | Path, *, truncate_dim: int | None = None,
+                        **keywords: Unpack[Loading]) -> SentenceEncoder:
         """A sentence-transformers directory (modules.json) or a plain transformers one (mean pooling).
         truncate_dim: the model's output size (default: the directory's config_sentence_transformers.json
         `truncate_dim`, else every dimension), as SentenceTransformer(truncate_dim=) takes it. adapter (a checkpoint
         carrying task adapters, jina-embeddings-v3's): its adapter merged into the weights, and the prompt of that
         name (config_sentence_transformers.json) the default one unless the directory names a default.
         The keywords every runner takes are products/runner.py's (Loading)."""
+        load = LoadOptions(**keywords)
         source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)  # every file below is read from it
         modules = convert.read_modules(source)
         pooling, dense, normalize, model, settings, include_prompt = ["mean"], [], False, source, {}, True

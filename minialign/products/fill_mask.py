@@ -32,13 +32,14 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Unpack
 
 import torch
 from torch import Tensor
 
 from minialign.loading import build, read_checkpoint
 from minialign.models.head_models import MaskedLMModel
-from minialign.products.runner import Loading, OptionError, Runner, load_keywords
+from minialign.products.runner import LoadOptions, Loading, OptionError, Runner
 from minialign.runtime.engine import Truncation
 from minialign.sources import resolve
 from minialign.text.tokenizer import Encoded, Tokenizer
@@ -69,11 +70,12 @@ class FillMask(Runner):
                     unpad=unpad, compile=compile, workers=workers, threads=threads)
 
     @classmethod
-    @load_keywords
-    def from_pretrained(cls, src: str | Path, *, max_length: int | None = None, load: Loading) -> FillMask:
+    def from_pretrained(cls, src: str | Path, *, max_length: int | None = None,
+                        **keywords: Unpack[Loading]) -> FillMask:
         """A transformers *ForMaskedLM directory or hub id (every family: models/head_models.py MaskedLMModel, its decoder
         tied to the word embeddings as the checkpoint has it), or a minialign directory of one. max_length: a window
         shorter than the model's. The keywords every runner takes are products/runner.py's (Loading)."""
+        load = LoadOptions(**keywords)
         source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)
         ckpt = read_checkpoint(source, task=load.adapter)
         model = build(MaskedLMModel, ckpt, require=("mlm_head.",), advice=NO_HEAD,

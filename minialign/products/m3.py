@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Unpack
 
 import torch
 import torch.nn.functional as F
@@ -47,7 +48,7 @@ from minialign import convert
 from minialign.loading import build, read_checkpoint, resolve_device
 from minialign.models.encoder import Encoder
 from minialign.nn.linear import Linear
-from minialign.products.runner import Loading, Runner, load_keywords
+from minialign.products.runner import LoadOptions, Loading, Runner
 from minialign.runtime.engine import Truncation
 from minialign.sources import resolve
 from minialign.text.tokenizer import Tokenizer
@@ -103,12 +104,13 @@ class M3Encoder(Runner):
         self.unused_tokens = unused_token_ids(tokenizer)
 
     @classmethod
-    @load_keywords
-    def from_pretrained(cls, src: str | Path, *, max_length: int | None = None, load: Loading) -> M3Encoder:
+    def from_pretrained(cls, src: str | Path, *, max_length: int | None = None,
+                        **keywords: Unpack[Loading]) -> M3Encoder:
         """An XLM-RoBERTa directory or hub id in transformers' layout, as BAAI/bge-m3 is (config.json,
         model.safetensors or pytorch_model.bin, tokenizer.json), with FlagEmbedding's sparse_linear.pt and
         colbert_linear.pt beside it (either may be absent: the module docstring). max_length: the window
         (default: the model's). The keywords every runner takes are products/runner.py's (Loading)."""
+        load = LoadOptions(**keywords)
         source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)
         ckpt = read_checkpoint(source, task=load.adapter)
         encoder = build(Encoder, ckpt, **load.only("device", "dtype", "attn_backend"))

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Unpack
 
 import torch
 
 from minialign.products.choices import MINICHECK_CHUNK_SIZE as CHUNK_SIZE, MINICHECK_MODEL as DEFAULT_MODEL
 from minialign.products.classifier import Classifier
-from minialign.products.runner import Loading, PairScorer, load_keywords, refuse_int8
+from minialign.products.runner import LoadOptions, Loading, PairScorer, refuse_int8
 from minialign.runtime.engine import Truncation
 from minialign.text.sentences import split_sentences
 from minialign.text.validation import check_texts, one_pair
@@ -64,12 +65,13 @@ class MiniCheckScorer(PairScorer):
         self.eos_token = eos_token or classifier.tokenizer.end_token or "[SEP]"
 
     @classmethod
-    @load_keywords
     def from_pretrained(cls, src: str | Path = DEFAULT_MODEL, *, chunk_size: int = CHUNK_SIZE,
-                        splitter: Callable[[str], list[str]] | None = None, load: Loading) -> MiniCheckScorer:
+                        splitter: Callable[[str], list[str]] | None = None,
+                        **keywords: Unpack[Loading]) -> MiniCheckScorer:
         """A MiniCheck classifier directory or hub id (lytang/MiniCheck-RoBERTa-Large,
         lytang/MiniCheck-DeBERTa-v3-Large). The window is MiniCheck's for the checkpoint's family
         (MAX_LENGTHS). The keywords every runner takes are products/runner.py's (Loading)."""
+        load = LoadOptions(**keywords)
         refuse_int8(load.dtype, "MiniCheckScorer")
         loaded = Classifier.from_pretrained(src, max_length=MAX_LENGTH, **load.only(
             "tokenizer", "device", "dtype", "cache_dir", "attn_backend", "revision", "adapter"))

@@ -27,56 +27,43 @@ included); padding never. The skiplist removes listed tokens only, so a text of 
 special tokens (sentence-transformers: the same). Texts longer than the window are cut at the end, and the
 cut is reported as by every runner (products/runner.py).
 
-Directories it loads (MultiVectorEncoder._get_model_type, _parse_model_config, _apply_legacy_fixups):
-  - sentence-transformers' own saves (config_sentence_transformers.json model_type "MultiVectorEncoder");
-  - PyLate saves (model_type "ColBERT"; modules.json lists Transformer and pylate's Dense): the top-level
-    query_prefix / document_prefix ([Q] / [D]) go before the prompts and are registered as special tokens,
-    query_length / do_query_expansion / attend_to_expansion_tokens become query_expansion
-    (convert/sbert.py pylate_settings), a punctuation skiplist unless one is saved, and the mask and the
-    normalisation that PyLate applied inline are added.
-  - Stanford-NLP ColBERT saves (config.json architectures ["HF_ColBERT"], no modules.json): the projection is
-    the linear.weight saved beside the encoder's weights, artifact.metadata gives the [unused0] / [unused1]
-    markers, query_maxlen (queries always expanded), doc_maxlen, attend_to_mask_tokens, mask_punctuation.
-  A SentenceTransformer directory (pooled, one vector per text) or a plain transformers one is refused:
-  sentence-transformers converts those by adding a randomly initialised projection (or re-pointing a
-  sentence-level Dense at tokens), which gives untrained vectors.
+Directories it loads (colbert_dirs.py reads them): sentence-transformers' own saves, PyLate saves (their
+[Q] / [D] prefixes registered as special tokens, query_length / do_query_expansion / attend_to_expansion_tokens
+made query_expansion, a punctuation skiplist unless one is saved, the mask and normalisation PyLate applied
+inline added) and Stanford-NLP ColBERT saves (the projection is the linear.weight saved beside the encoder's
+weights, artifact.metadata gives the markers, query_maxlen, doc_maxlen, attend_to_mask_tokens, mask_punctuation).
+A SentenceTransformer directory (pooled, one vector per text) or a plain transformers one is refused:
+sentence-transformers converts those by adding a randomly initialised projection (or re-pointing a sentence-level
+Dense at tokens), which gives untrained vectors.
 
-MaxSim (sentence_transformers/util/similarity.py, maxsim): score(q, d) = sum over q's vectors of the largest
-dot product with any of d's vectors; meanmaxsim divides by q's number of vectors. A document without any
-vector scores EMPTY_DOCUMENT_SCORE (-1e9), below every real document, as there.
+Scores: `similarity` / `similarity_pairwise` are MaxSim (maxsim.py, without a model), or meanmaxsim as the model's
+similarity_fn_name says.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Unpack
 
 import torch
 import torch.nn.functional as F
-from tokenizers import AddedToken
 from torch import Tensor
 
-from minialign import convert
 from minialign.convert import CheckpointError
 from minialign.loading import build, read_checkpoint, resolve_device
 from minialign.models.encoder import Encoder
-from minialign.nn.linear import row_products
-from minialign.nn.reduce import token_sum
+from minialign.products.choices import TASKS
 from minialign.products.embeddings import Dense
-from minialign.products.runner import Loading, Runner, load_keywords
+from minialign.products.maxsim import SIMILARITIES, maxsim, maxsim_pairwise
+from minialign.products.colbert_dirs import read_directory, register_prefix_tokens
+from minialign.products.runner import LoadOptions, Loading, Runner
 from minialign.runtime.engine import Truncation
 from minialign.sources import resolve
 from minialign.text.tokenizer import Tokenizer
 from minialign.text.validation import check_texts
 
-TASKS = (None, "query", "document")  # a batch carries its task as an index (the engine's constants are ints)
-SIMILARITIES = ("maxsim", "meanmaxsim")
-EMPTY_DOCUMENT_SCORE = -1e9  # util/similarity.py _EMPTY_DOCUMENT_SCORE: a document with no vector
-CHUNK_ELEMENTS = 100_000_000  # util/similarity.py _MAXSIM_CHUNK_ELEMENT_BUDGET: one chunk's documents + scores
-# maxsim_pairwise's pairs per product: G pairs' queries against their G documents in one packed product, of which the
-# G diagonal blocks are kept (G times the arithmetic, a G-th of the calls). 1000 pairs of 32 x 180 vectors, dim 128,
-# AMD EPYC: G = 1 131 ms, 2 82, 4 51, 8 51, 16 65 (each call's weight packing and dispatch outweigh the products)
-PAIRS_PER_PRODUCT = 4
+TASK_INDEX = (None, *TASKS)  # a batch carries its task as an index here (the engine's constants are ints)
 
 
 def check_expansion(expansion: dict | None, *, query_length: int | None) -> dict | None:
@@ -143,30 +130,16 @@ class MultiVectorEncoder(Runner):
         self.expansion_id = self._expansion_id()
 
     @classmethod
-    @load_keywords
-    def from_pretrained(cls, src: str | Path, *, load: Loading) -> MultiVectorEncoder:
+    def from_pretrained(cls, src: str | Path, **keywords: Unpack[Loading]) -> MultiVectorEncoder:
         """A sentence-transformers MultiVectorEncoder directory, a PyLate one, or a Stanford-NLP ColBERT one (the
         module docstring). The keywords every runner takes are products/runner.py's (Loading)."""
+        load = LoadOptions(**keywords)
         source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)
-        config = convert.read_model_config(source)
-        model_type = config.get("model_type")
-        if model_type not in (None, "MultiVectorEncoder", "ColBERT"):
-            raise CheckpointError(f"{source}: a {model_type} (config_sentence_transformers.json model_type), not a "
-                                  f"multi-vector model" + (": load it with SentenceEncoder" if model_type ==
-                                                           "SentenceTransformer" else ""))
-        modules = convert.read_modules(source, supported=(*convert.MULTIVECTOR_MODULES, "Pooling"))
-        if modules is None:
-            hf_config = convert.read_json(source.file("config.json"))
-            if "HF_ColBERT" not in (hf_config.get("architectures") or []):
-                raise CheckpointError(f"{source}: no modules.json, so no projection to token vectors (a plain "
-                                      f"transformers model; sentence-transformers would add a randomly initialised "
-                                      f"one, which needs training)")
-            parts = _stanford(source)
-        else:
-            parts = _sentence_transformers(source, config, modules)
+        parts = read_directory(source)
+        stanford = parts.pop("stanford")
         model = parts.pop("model")
-        ckpt = read_checkpoint(model, beside=("linear.weight",) if modules is None else (), task=load.adapter)
-        if modules is None:  # the projection Stanford-NLP saves beside the encoder's weights
+        ckpt = read_checkpoint(model, beside=("linear.weight",) if stanford else (), task=load.adapter)
+        if stanford:  # the projection Stanford-NLP saves beside the encoder's weights
             if "linear.weight" not in ckpt.beside:
                 raise CheckpointError(f"{ckpt.origin}: an HF_ColBERT checkpoint without its projection, linear.weight")
             parts["dense"] = [Dense(ckpt.beside["linear.weight"], None, "torch.nn.modules.linear.Identity")]
@@ -286,7 +259,7 @@ class MultiVectorEncoder(Runner):
         if isinstance(inputs, str):
             return self._encode([inputs], prompt_name, prompt, batch_size, show_progress_bar, task,
                                 normalize_embeddings, warn_truncation, tally)[0]
-        if task not in TASKS:
+        if task not in TASK_INDEX:
             raise ValueError(f"task must be 'query', 'document' or None, got {task!r}")
         prompt = self.resolve_prompt(task, prompt_name=prompt_name, prompt=prompt)
         texts = check_texts("inputs", inputs)
@@ -296,7 +269,7 @@ class MultiVectorEncoder(Runner):
             texts = [prompt + text for text in texts]
         window = self.window(task)
         results = self.run(texts, progress=show_progress_bar, batch_size=batch_size,
-                           constants={"task": TASKS.index(task)}, max_length=window)
+                           constants={"task": TASK_INDEX.index(task)}, max_length=window)
         truncated = results.truncated
         if tally is not None:
             tally.add(truncated)
@@ -309,7 +282,7 @@ class MultiVectorEncoder(Runner):
         """One padded batch -> each text's kept token vectors: the query expansion, the encoder, each Dense, the
         kept tokens (MultiVectorMask.forward), Normalize."""
         batch = dict(batch)
-        task = TASKS[int(batch.pop("task", 0))]
+        task = TASK_INDEX[int(batch.pop("task", 0))]
         ids, attended = batch["input_ids"], batch["attention_mask"].bool()
         expansion = self.query_expansion if task == "query" else None
         expanded = torch.zeros_like(attended)
@@ -401,196 +374,8 @@ class MultiVectorEncoder(Runner):
         return maxsim_pairwise(embeddings1, embeddings2, length_normalize=length_normalize)
 
 
-def _sentence_transformers(source, config: dict, modules: list[tuple[str, str]]) -> dict:
-    """What a sentence-transformers or PyLate directory says: the model's folder, the modules after it, the
-    Transformer's settings, the prompts, the legacy prefixes, the similarity."""
-    if any(kind == "Pooling" for kind, _ in modules):
-        raise CheckpointError(f"{source}: a sentence-transformers model with a Pooling module gives one vector per "
-                              f"text: load it with SentenceEncoder (sentence-transformers' MultiVectorEncoder would "
-                              f"drop the pooling and score untrained token vectors)")
-    if not modules or modules[0][0] != "Transformer" or any(k == "Transformer" for k, _ in modules[1:]):
-        raise CheckpointError(f"{source}/modules.json: the first module, and only it, must be a Transformer")
-    legacy = convert.pylate_settings(config)
-    dense, mask, normalize, mask_config = [], False, False, {}
-    for kind, folder in modules[1:]:
-        if kind == "Dense":
-            dense.append(_read_dense(source, folder))
-        elif kind == "MultiVectorMask":
-            mask, mask_config = True, convert.read_multivector_mask(source, folder)
-        else:
-            normalize = True
-    if legacy["pylate_v3"]:  # _apply_legacy_fixups: PyLate <= 3 masked and normalised inline
-        words = legacy["skiplist_words"]
-        mask, normalize = True, True
-        mask_config = {"skiplist_words": convert.PUNCTUATION if words is None else words}
-    inner = source.subfolder(modules[0][1])
-    prompts, default_prompt_name = convert.read_prompts(source)
-    similarity = config.get("similarity_fn_name")
-    return {"model": inner if inner.file("config.json", optional=True) else source, "dense": dense, "mask": mask,
-            "normalize": normalize, **mask_config, "prefixes": legacy["prefixes"],
-            "settings": {**legacy["transformer"], **convert.read_sentence_config(inner)},  # saved values win
-            "prompts": {**prompts, **legacy["prompts"]}, "default_prompt_name": default_prompt_name,
-            "similarity_fn_name": similarity if similarity in SIMILARITIES else None}
-
-
-def _stanford(source) -> dict:
-    """What a Stanford-NLP ColBERT directory says (config.json architectures ["HF_ColBERT"];
-    MultiVectorEncoder._maybe_load_stanford_metadata, _load_default_modules): artifact.metadata's markers
-    (query_token_id / doc_token_id, default [unused0] / [unused1]) as prompts with a space after, registered as
-    special tokens; queries always expanded, "fixed" to query_maxlen (32) and attended per attend_to_mask_tokens;
-    doc_maxlen as document_length; a punctuation skiplist unless mask_punctuation is false; the projection
-    (linear.weight beside the encoder's weights, no bias), the mask and the normalisation."""
-    path = source.file("artifact.metadata", optional=True)
-    metadata = convert.read_json(path) if path is not None else {}
-    prefixes = {"query": (metadata.get("query_token_id") or "[unused0]") + " ",
-                "document": (metadata.get("doc_token_id") or "[unused1]") + " "}
-    settings = {"query_expansion": {"strategy": "fixed", "attend": bool(metadata.get("attend_to_mask_tokens")),
-                                    "length": metadata.get("query_maxlen") or 32}}
-    if metadata.get("doc_maxlen") is not None:
-        settings["document_length"] = metadata["doc_maxlen"]
-    skiplist = convert.PUNCTUATION if metadata.get("mask_punctuation", True) else []
-    return {"model": source, "dense": [], "mask": True, "normalize": True, "skiplist_words": skiplist,
-            "prefixes": prefixes, "settings": settings, "prompts": dict(prefixes)}
-
-
-def _read_dense(source, folder: str) -> Dense:
-    """A Dense module on token vectors: sentence-transformers' own (module_input_name "token_embeddings") or
-    PyLate's (no module_input_name: token vectors, as MultiVectorEncoder._get_module_init_defaults reads it)."""
-    config = convert.read_json(source.file(f"{folder}/config.json" if folder else "config.json"))
-    if config.get("module_input_name", "token_embeddings") != "token_embeddings":
-        raise CheckpointError(f"{source}/{folder}: a Dense on {config['module_input_name']!r}, not on token vectors")
-    if config.get("use_residual"):
-        raise CheckpointError(f"{source}/{folder}: a Dense with use_residual (PyLate's), which sentence-transformers "
-                              f"does not run either")
-    return Dense(**convert.read_dense(source, folder))
-
-
 def skiplist_ids(tokenizer: Tokenizer, words: Sequence[str]) -> Tensor | None:
     """The ids of the skiplist words that are single vocabulary tokens (MultiVectorMask.resolve_with_tokenizer:
     a word the vocabulary lacks would resolve to [UNK] there and is dropped, so real [UNK] tokens stay)."""
     ids = [i for word in words if (i := tokenizer.backend.token_to_id(word)) is not None]
     return torch.tensor(ids, dtype=torch.long) if ids else None
-
-
-def register_prefix_tokens(tokenizer: Tokenizer, prefixes: dict[str, str]) -> None:
-    """A legacy save's [Q] / [D] (or [unused0] / [unused1]) made special tokens, so text put before a query is
-    read as that one token, as the model was trained (MultiVectorEncoder._register_prefix_tokens): only a
-    prefix the vocabulary has (the whole prefix, or its first word) and that is not already read as one token."""
-    backend = tokenizer.backend
-    for value in prefixes.values():
-        if not value or not value.split():
-            continue
-        for prefix in (value, value.split(None, 1)[0]):
-            if backend.token_to_id(prefix) is None:
-                continue
-            if backend.encode(prefix, add_special_tokens=False).tokens != [prefix]:
-                backend.add_special_tokens([AddedToken(prefix, normalized=False, special=True)])
-            break
-
-
-# -- MaxSim ------------------------------------------------------------------------------------------
-
-def _count(embeddings: Sequence[Tensor] | Tensor) -> int:
-    """How many texts' vectors: a (tokens, dim) tensor is one text."""
-    return 1 if isinstance(embeddings, Tensor) and embeddings.dim() == 2 else len(embeddings)
-
-
-def _padded(embeddings: Sequence[Tensor] | Tensor) -> tuple[Tensor, Tensor]:
-    """(N, T, dim) vectors and their (N, T) mask from a list of (tokens, dim) tensors, one (tokens, dim) tensor
-    (one text), or a padded (N, T, dim) tensor whose all-zero rows are padding (util/similarity.py
-    _pad_multi_vector_inputs, _zero_row_mask)."""
-    if isinstance(embeddings, Tensor):
-        if embeddings.dim() == 2:
-            embeddings = [embeddings]
-        elif embeddings.dim() == 3:
-            x = embeddings if embeddings.is_floating_point() else embeddings.float()
-            return x, x.any(dim=-1)
-        else:
-            raise ValueError(f"multi-vector embeddings must be (tokens, dim) or (N, tokens, dim), "
-                             f"got {tuple(embeddings.shape)}")
-    items = list(embeddings)
-    if not all(isinstance(t, Tensor) and t.dim() == 2 for t in items):
-        raise ValueError("multi-vector embeddings must be a list of (tokens, dim) tensors")
-    items = [t if t.is_floating_point() else t.float() for t in items]
-    lengths = torch.tensor([len(t) for t in items])
-    x = torch.nn.utils.rnn.pad_sequence(items, batch_first=True)
-    return x, torch.arange(x.size(1))[None, :] < lengths[:, None]
-
-
-def maxsim(queries: Sequence[Tensor] | Tensor, documents: Sequence[Tensor] | Tensor, *, length_normalize: bool = False,
-           chunk_elements: int | None = None) -> Tensor:
-    """(Q, D) float32: for query q and document d, the sum over q's vectors of the largest dot product with
-    any of d's (util/similarity.py maxsim, _maxsim_score_documents: padding never wins the max; the sum in
-    float32); length_normalize divides by q's number of vectors (at least 1: meanmaxsim). A document with no
-    vector scores EMPTY_DOCUMENT_SCORE. Documents are scored in chunks of about `chunk_elements` elements."""
-    n_docs = _count(documents)
-    if _count(queries) == 0 or n_docs == 0:  # nothing to score (padding refuses an empty list)
-        return torch.zeros(_count(queries), n_docs)
-    a, a_mask = _padded(queries)
-    budget = chunk_elements or CHUNK_ELEMENTS
-    docs = [documents] if isinstance(documents, Tensor) and documents.dim() == 2 else documents
-    columns, start = [], 0
-    while start < n_docs:  # a chunk of documents whose padded vectors and (Q, S, chunk, T) scores fit the budget
-        end, width = start + 1, len(docs[start]) if not isinstance(docs, Tensor) else docs.size(1)
-        while end < n_docs:
-            grown = max(width, len(docs[end]) if not isinstance(docs, Tensor) else docs.size(1))
-            if (end + 1 - start) * grown * (a.size(0) * a.size(1) + a.size(2)) > budget:
-                break
-            end, width = end + 1, grown
-        b, b_mask = _padded(docs[start:end])
-        columns.append(_maxsim_chunk(a, a_mask, b.to(a.device), b_mask.to(a.device)))
-        start = end
-    scores = torch.cat(columns, dim=1)
-    if length_normalize:
-        scores = scores / a_mask.sum(1).clamp(min=1).to(scores)[:, None]
-    return scores
-
-
-def _maxsim_chunk(a: Tensor, a_mask: Tensor, b: Tensor, b_mask: Tensor) -> Tensor:
-    """(A, B) scores of padded queries (A, S, dim) against padded documents (B, T, dim)."""
-    if b.size(1) == 0:
-        return torch.full((a.size(0), b.size(0)), EMPTY_DOCUMENT_SCORE)
-    A, S, H = a.shape
-    B, T, _ = b.shape  # every element's bits independent of the other queries and documents (linear.row_products)
-    scores = row_products(a.reshape(A * S, H), b.reshape(B * T, H)).view(A, S, B, T).permute(0, 2, 1, 3)
-    scores.masked_fill_(~b_mask[None, :, None, :], torch.finfo(scores.dtype).min)
-    # in query-token order: a query's score the same bits whatever the other queries' lengths (nn/reduce.py)
-    scores = token_sum(scores.max(dim=-1).values.float() * a_mask[:, None, :], dim=-1)  # (A, B)
-    return scores.masked_fill(~b_mask.any(dim=-1)[None, :], EMPTY_DOCUMENT_SCORE)
-
-
-def _pair_blocks(a: Tensor, b: Tensor, group: int = PAIRS_PER_PRODUCT) -> Tensor:
-    """(N, S, T): query i's vectors (a: (N, S, dim)) against document i's (b: (N, T, dim)), PAIRS_PER_PRODUCT pairs
-    per product, each pair's block taken from its diagonal: every element the bits of the pair alone, whatever rows
-    and columns share its product (linear.row_products), so a pair's score does not depend on the others."""
-    N, S, H = a.shape
-    T = b.size(1)
-    blocks = []
-    for start in range(0, N, group):
-        g = min(group, N - start)
-        full = row_products(a[start:start + g].reshape(g * S, H), b[start:start + g].reshape(g * T, H))
-        own = torch.arange(g, device=a.device)
-        blocks.append(full.view(g, S, g, T)[own, :, own, :])
-    return torch.cat(blocks)
-
-
-def maxsim_pairwise(queries: Sequence[Tensor] | Tensor, documents: Sequence[Tensor] | Tensor, *,
-                    length_normalize: bool = False) -> Tensor:
-    """(N,) float32: MaxSim of query i against document i (util/similarity.py maxsim_pairwise)."""
-    if _count(queries) != _count(documents):
-        raise ValueError(f"queries and documents must be as many to score as pairs, got {_count(queries)} and "
-                         f"{_count(documents)}")
-    if _count(queries) == 0:
-        return torch.zeros(0)
-    a, a_mask = _padded(queries)
-    b, b_mask = _padded(documents)
-    if b.size(1) == 0:
-        return torch.full((len(a),), EMPTY_DOCUMENT_SCORE)
-    b = b.to(a.device)
-    scores = _pair_blocks(a, b)  # (N, S, T)
-    scores.masked_fill_(~b_mask.to(a.device)[:, None, :], torch.finfo(scores.dtype).min)
-    scores = token_sum(scores.max(dim=-1).values.float() * a_mask, dim=-1)
-    scores = scores.masked_fill(~b_mask.to(a.device).any(dim=-1), EMPTY_DOCUMENT_SCORE)
-    if length_normalize:
-        scores = scores / a_mask.sum(1).clamp(min=1).to(scores)
-    return scores

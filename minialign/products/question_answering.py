@@ -50,6 +50,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Unpack
 
 import tokenizers
 import torch
@@ -58,7 +59,7 @@ from torch import Tensor
 from minialign.loading import build, read_checkpoint
 from minialign.models.head_models import QuestionAnsweringModel
 from minialign.products.choices import QA_MAX_ANSWER_LEN as MAX_ANSWER_LEN, QA_MAX_QUESTION_LEN as MAX_QUESTION_LEN
-from minialign.products.runner import Loading, OptionError, Runner, load_keywords
+from minialign.products.runner import LoadOptions, Loading, OptionError, Runner
 from minialign.sources import resolve
 from minialign.text.tokenizer import Encoded, Tokenizer
 from minialign.text.validation import value_problem
@@ -88,10 +89,11 @@ class QuestionAnswerer(Runner):
         self._counter.no_padding()
 
     @classmethod
-    @load_keywords
-    def from_pretrained(cls, src: str | Path, *, max_length: int | None = None, load: Loading) -> QuestionAnswerer:
+    def from_pretrained(cls, src: str | Path, *, max_length: int | None = None,
+                        **keywords: Unpack[Loading]) -> QuestionAnswerer:
         """A transformers *ForQuestionAnswering directory or hub id, or a minialign directory of one. The keywords
         every runner takes are products/runner.py's (Loading)."""
+        load = LoadOptions(**keywords)
         source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)
         ckpt = read_checkpoint(source, task=load.adapter)
         model = build(QuestionAnsweringModel, ckpt, require=TRAINED, advice=NO_HEAD,

@@ -1,8 +1,9 @@
 """The runner contract: what AlignScorer, MiniCheckScorer, SentenceEncoder and Classifier share.
 
-    load      Runner.from_pretrained(src, *, ...its product's options, tokenizer, device, dtype, attn_backend,
-              compile, unpad, batch_size, max_tokens, workers, revision, cache_dir): the keywords every
-              runner takes are declared once (Loading) and added to each from_pretrained (@load_keywords)
+    load      Runner.from_pretrained(src, *, ...its product's options, **keywords: Unpack[Loading]): the keywords
+              every runner takes (tokenizer, device, dtype, attn_backend, compile, unpad, batch_size, max_tokens,
+              workers, threads, revision, cache_dir, adapter) typed once (Loading), their defaults once
+              (LoadOptions, which each from_pretrained makes of them first)
     tokenize  the batching engine (runtime/engine.py): dedup, sort by length, batches within the
     + batch   token budget (set_budget changes it), packed; a CPU process pool with workers > 1
     forward   runner.forward(batch) -> one row per sequence: the one method the engine calls
@@ -20,11 +21,9 @@ warns once per run); runners with return_details give each input's count under "
 from __future__ import annotations
 
 import dataclasses
-import functools
-import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 import torch
 from tokenizers import normalizers
@@ -42,10 +41,32 @@ COMPILE_BUCKET = 64  # compiled runners round batch lengths up to a multiple of 
 Input = str | tuple[str, str]  # a text, or a (text, pair) for pair models
 
 
+class Loading(TypedDict, total=False):
+    """The keywords every runner's from_pretrained takes beside its own, typed: `**keywords: Unpack[Loading]` in each
+    signature (help(), editors and type checkers show them); each one's default and meaning: LoadOptions."""
+
+    tokenizer: str | Path | Tokenizer | None
+    device: str | torch.device | None
+    dtype: torch.dtype | str | None
+    attn_backend: str
+    compile: bool
+    unpad: bool | None
+    batch_size: int
+    max_tokens: int | None
+    workers: int
+    threads: int | None
+    revision: str | None
+    cache_dir: str | Path | None
+    adapter: str | None
+
+
+LOAD_KEYWORDS = tuple(Loading.__annotations__)  # the faces pass these through to from_pretrained (apps/raydata.py)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Loading:
-    """The keywords every runner's from_pretrained takes, with their defaults: declared here once, added to
-    each from_pretrained's signature by @load_keywords, and handed to it as one `load` object."""
+class LoadOptions:
+    """A from_pretrained call's Loading keywords with their defaults (declared here once): each runner's
+    from_pretrained starts with `load = LoadOptions(**keywords)` (an unknown keyword is a TypeError naming it)."""
 
     tokenizer: str | Path | Tokenizer | None = None  # a tokenizer directory or hub id (default: beside the model)
     device: str | torch.device | None = None  # cpu (default), cuda, cuda:N, mps (loading.resolve_device)
@@ -83,29 +104,6 @@ class Loading:
         if do_lower_case:
             lowercase(tokenizer)
         return tokenizer
-
-
-LOAD_KEYWORDS = tuple(f.name for f in dataclasses.fields(Loading))  # tests/products/test_runner.py reads them
-
-
-def load_keywords(from_pretrained: Callable) -> Callable:
-    """Declares a runner's from_pretrained(cls, src, *, its own options, load: Loading) as taking every
-    Loading keyword besides its own (inspect.signature and help() show them all, with Loading's defaults);
-    a call's Loading keywords arrive as one `load`. Apply under @classmethod."""
-    own = inspect.signature(from_pretrained)
-    params = [p for p in own.parameters.values() if p.name != "load"]
-    shared = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type)
-              for f in dataclasses.fields(Loading)]
-    tail = [p for p in params if p.kind is inspect.Parameter.VAR_KEYWORD]
-    params = [p for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD] + shared + tail
-
-    @functools.wraps(from_pretrained)
-    def loader(cls, *args, **kwargs):
-        load = Loading(**{name: kwargs.pop(name) for name in LOAD_KEYWORDS if name in kwargs})
-        return from_pretrained(cls, *args, load=load, **kwargs)
-
-    loader.__signature__ = own.replace(parameters=params)
-    return loader
 
 
 def lowercase(tokenizer: Tokenizer) -> None:

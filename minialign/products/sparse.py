@@ -45,6 +45,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Unpack
 
 import torch
 import torch.nn.functional as F
@@ -54,7 +55,7 @@ from minialign import convert
 from minialign.loading import build, read_checkpoint
 from minialign.models.head_models import MaskedLMModel
 from minialign.products.embeddings import model_prompts, resolve_prompt
-from minialign.products.runner import Loading, Runner, load_keywords
+from minialign.products.runner import LoadOptions, Loading, Runner
 from minialign.runtime.engine import Truncation
 from minialign.sources import resolve
 from minialign.text.tokenizer import Tokenizer
@@ -155,14 +156,14 @@ class SparseEncoder(Runner):
                     unpad=unpad, compile=compile, workers=workers, threads=threads)
 
     @classmethod
-    @load_keywords
     def from_pretrained(cls, src: str | Path, *, max_active_dims: int | None = None, chunk_tokens: int | None = None,
-                        load: Loading) -> SparseEncoder:
+                        **keywords: Unpack[Loading]) -> SparseEncoder:
         """A sentence-transformers SparseEncoder directory (modules.json: MLMTransformer, or Transformer with
         transformer_task "fill-mask", then SpladePooling) or a plain transformers *ForMaskedLM one (max pooling,
         relu). max_active_dims: every call's default (None: the model's); chunk_tokens: the most tokens whose logits
         are made at once (the constructor's). The keywords every runner takes are
         products/runner.py's (Loading)."""
+        load = LoadOptions(**keywords)
         source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)
         modules = convert.read_modules(source)
         splade_config, model, settings = {"pooling_strategy": "max", "activation_function": "relu"}, source, {}

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Unpack
 
 import torch
 from torch import Tensor
@@ -41,7 +42,7 @@ from torch import Tensor
 from minialign.loading import build, read_checkpoint
 from minialign.models.head_models import TokenClassifierModel
 from minialign.products.choices import AGGREGATIONS
-from minialign.products.runner import Loading, OptionError, Runner, load_keywords
+from minialign.products.runner import LoadOptions, Loading, OptionError, Runner
 from minialign.runtime.engine import Truncation
 from minialign.sources import resolve
 from minialign.text.tokenizer import Encoded, Tokenizer
@@ -66,10 +67,11 @@ class TokenClassifier(Runner):
                     unpad=unpad, compile=compile, workers=workers, threads=threads)
 
     @classmethod
-    @load_keywords
-    def from_pretrained(cls, src: str | Path, *, max_length: int | None = None, load: Loading) -> TokenClassifier:
+    def from_pretrained(cls, src: str | Path, *, max_length: int | None = None,
+                        **keywords: Unpack[Loading]) -> TokenClassifier:
         """A transformers *ForTokenClassification directory or hub id, or a minialign directory of one. The keywords
         every runner takes are products/runner.py's (Loading)."""
+        load = LoadOptions(**keywords)
         source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)
         ckpt = read_checkpoint(source, task=load.adapter)
         model = build(TokenClassifierModel, ckpt, require=TRAINED, advice=NO_HEAD,

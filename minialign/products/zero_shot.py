@@ -26,13 +26,14 @@ from __future__ import annotations
 import string
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Unpack
 
 import torch
 from torch import Tensor
 
 from minialign.products.choices import ZERO_SHOT_TEMPLATE as DEFAULT_TEMPLATE
 from minialign.products.classifier import Classifier
-from minialign.products.runner import LOAD_KEYWORDS, Loading, OptionError, Runner, load_keywords
+from minialign.products.runner import Loading, OptionError, Runner
 from minialign.runtime.engine import Truncation
 from minialign.text.tokenizer import Encoded
 from minialign.text.validation import check_texts, value_problem
@@ -126,12 +127,12 @@ class ZeroShotClassifier(Runner):
                                                                classifier.engine, classifier.unpad)
 
     @classmethod
-    @load_keywords
-    def from_pretrained(cls, src: str | Path, *, max_length: int | None = None, load: Loading) -> ZeroShotClassifier:
+    def from_pretrained(cls, src: str | Path, *, max_length: int | None = None,
+                        **keywords: Unpack[Loading]) -> ZeroShotClassifier:
         """An NLI *ForSequenceClassification directory or hub id (a CrossEncoder NLI dir too), or a minialign
         directory of one: loaded as Classifier.from_pretrained loads it. max_length: the window (default: the
         tokenizer's and the model's). The keywords every runner takes are products/runner.py's (Loading)."""
-        classifier = Classifier.from_pretrained(src, max_length=max_length, **load.only(*LOAD_KEYWORDS))
+        classifier = Classifier.from_pretrained(src, max_length=max_length, **keywords)
         runner = cls(classifier)
         runner.source = str(src)
         return runner

@@ -11,7 +11,7 @@ import torch
 
 import minialign as ma
 from conftest import save_multivector_encoder as mve_dir
-from minialign.products.multivector import EMPTY_DOCUMENT_SCORE, maxsim
+from minialign.products.maxsim import EMPTY_DOCUMENT_SCORE, maxsim
 from minialign.runtime.engine import TruncationWarning
 
 QUERIES = ["what is the capital of france?", "", "...", "who built the tower",
@@ -279,7 +279,7 @@ def test_bad_configs_are_named(tmp_path, tiny_family):
 def test_a_querys_maxsim_is_the_same_bits_whatever_the_other_queries():
     """MaxSim sums a query's per-token maxima over the padded query length: in token order (nn/reduce.py token_sum), so
     a query scored alone and beside longer ones gets the same bits (with `.sum(-1)`: 44 of 120 rows differed)."""
-    from minialign.products.multivector import maxsim, maxsim_pairwise
+    from minialign.products.maxsim import maxsim, maxsim_pairwise
 
     torch.manual_seed(0)
     unit = lambda n: torch.nn.functional.normalize(torch.randn(n, 64), dim=-1)  # noqa: E731
@@ -297,7 +297,7 @@ def test_a_querys_maxsim_is_the_same_bits_whatever_the_other_queries():
 def test_maxsim_pairwise_is_maxsims_diagonal_to_the_bit_across_its_groups():
     """maxsim_pairwise runs PAIRS_PER_PRODUCT pairs per product and keeps the diagonal blocks: each pair's score is
     the bits of maxsim's (query i, document i), in every group and alone, on a count that leaves a partial group."""
-    from minialign.products.multivector import PAIRS_PER_PRODUCT, maxsim, maxsim_pairwise
+    from minialign.products.maxsim import PAIRS_PER_PRODUCT, maxsim, maxsim_pairwise
 
     torch.manual_seed(1)
     unit = lambda n: torch.nn.functional.normalize(torch.randn(n, 32), dim=-1)  # noqa: E731

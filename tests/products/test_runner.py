@@ -2,6 +2,7 @@
 one forward the engine calls, truncation counted and reported the same way, which inputs exceed the
 window, a budget changed through a method."""
 
+import dataclasses
 import inspect
 import re
 import shutil
@@ -12,7 +13,7 @@ import torch
 from conftest import save_classifier
 
 import minialign as ma
-from minialign.products.runner import LOAD_KEYWORDS, Runner
+from minialign.products.runner import LOAD_KEYWORDS, LoadOptions, Loading, Runner
 from minialign.runtime.engine import TruncationWarning
 
 RUNNERS = (ma.AlignScorer, ma.MiniCheckScorer, ma.SentenceEncoder, ma.Classifier, ma.M3Encoder, ma.SparseEncoder)
@@ -53,17 +54,24 @@ EVERY_RUNNER = RUNNERS + (ma.MultiVectorEncoder, ma.TokenClassifier, ma.FillMask
                           ma.QuestionAnswerer)
 
 
-def test_every_from_pretrained_takes_the_same_keywords_with_the_same_defaults():
-    defaults = {}
+def test_every_from_pretrained_takes_the_loading_keywords_typed():
+    """Each from_pretrained takes its own options, then `**keywords: Unpack[Loading]` (PEP 692: help() and type
+    checkers read the keywords from Loading); their defaults are LoadOptions', so the same on every runner."""
     for cls in EVERY_RUNNER:
         parameters = inspect.signature(cls.from_pretrained).parameters
-        missing = [k for k in LOAD_KEYWORDS if k not in parameters]
-        assert not missing, (cls.__name__, missing)
-        for k in LOAD_KEYWORDS:
-            assert parameters[k].kind is inspect.Parameter.KEYWORD_ONLY, (cls.__name__, k)
-            defaults.setdefault(k, parameters[k].default)
-            assert parameters[k].default == defaults[k], (cls.__name__, k)
+        rest = [p for p in parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD]
+        assert [p.annotation for p in rest] == ["Unpack[Loading]"], cls.__name__
+        assert not set(parameters) & set(LOAD_KEYWORDS), cls.__name__  # no Loading keyword redeclared
         assert issubclass(cls, Runner) and "forward" in vars(cls)  # the one method the engine calls
+
+
+def test_loading_types_the_keywords_load_options_defaults():
+    """Loading (the keywords' types) and LoadOptions (their defaults) name the same keywords with the same types."""
+    typed = {name: ref.__forward_arg__ for name, ref in Loading.__annotations__.items()}
+    assert typed == {f.name: f.type for f in dataclasses.fields(LoadOptions)}
+    assert LoadOptions() == LoadOptions(**{f.name: f.default for f in dataclasses.fields(LoadOptions)})
+    with pytest.raises(TypeError, match="unexpected keyword argument 'batchsize'"):
+        ma.Classifier.from_pretrained("unused", batchsize=3)
 
 
 def test_the_pipeline_products_are_called_as_the_pipelines_are():
