@@ -1,10 +1,8 @@
-"""convert's functions by model_type: each finds the family's format file (families/) and calls the
+"""convert's functions by model_type: each finds the family's format file (families/, the foreign side of the
+one family registry, which the model side's config classes attach to by the same model_type) and calls the
 machinery of hf_config.py / names.py with it. A family may also be given as its Format (what a minialign
 config class carries: Config.format) or its Names. Weight-name errors say which other families the names
 fit (every family with a format file).
-
-Also the views by model_type: FAMILIES (config rows), NAMES, TABLES, MODEL_PREFIX, MLM_PREFIX (formerly module
-constants of hf_config.py and names.py, where the families' rows and tables lived).
 """
 
 from __future__ import annotations
@@ -31,11 +29,14 @@ def _every_family() -> dict[str, Names]:
 
 
 def config_from_hf(hf: dict[str, Any], *, source: str = "config.json") -> dict[str, Any]:
-    """Map an HF config dict to minialign field names. Dispatches on `model_type`, never on a name."""
+    """A transformers config.json as minialign config fields, which the family's config class types
+    (minialign.nn.config Config(**fields)). Dispatches on `model_type`, never on a name: the family's format maps it
+    (hf_config.fields_from_hf); custom code, or a model_type no format file declares, is refused naming its
+    architecture and the families there are (hf_config.refuse_foreign)."""
     arch = hf.get("model_type") if isinstance(hf, dict) else None
-    ported = format_of(arch).ported_code if isinstance(arch, str) and arch in model_types() else ()
-    refuse_foreign(hf, source=source, supported=model_types(), ported=ported)
-    return format_of(hf["model_type"], source=source).config_fields(hf, source=source, supported=model_types())
+    if not isinstance(arch, str) or arch not in model_types():
+        refuse_foreign(hf if isinstance(hf, dict) else {}, supported=model_types(), source=source)
+    return format_of(arch, source=source).config_fields(hf, source=source, supported=model_types())
 
 
 def foreign_format(hf: dict[str, Any]) -> Format | None:
@@ -46,18 +47,6 @@ def foreign_format(hf: dict[str, Any]) -> Format | None:
         if found.foreign is not None and found.foreign.recognise(hf):
             return found
     return None
-
-
-def config_to_hf(fields: dict[str, Any], *, classifier: bool = False) -> dict[str, Any]:
-    """Map minialign config fields back to an HF config dict that transformers' AutoConfig reads;
-    `classifier`: the weights are a *ForSequenceClassification's."""
-    return format_of(fields["arch"]).hf_config(fields, classifier=classifier)
-
-
-def presets() -> dict[str, dict[str, Any]]:
-    """Every family's presets as minialign config fields, by exact name."""
-    return {name: config_from_hf({"model_type": arch, **hf}, source=f"preset {name}")
-            for arch in model_types() for name, hf in format_of(arch).presets.items()}
 
 
 def hf_to_minialign(state_dict: dict[str, torch.Tensor], family: Family, *,
@@ -89,13 +78,3 @@ def _fam(family: Family) -> Format | Names:
     """The family as names.py takes it: a model_type becomes its Format."""
     return format_of(family) if isinstance(family, str) else family
 
-
-_VIEWS = {"FAMILIES": lambda f: f.config, "NAMES": lambda f: f.names, "TABLES": lambda f: f.names.table,
-          "MODEL_PREFIX": lambda f: f.names.model_prefix, "MLM_PREFIX": lambda f: f.names.mlm_prefix}
-
-
-def __getattr__(name: str):
-    """FAMILIES, NAMES, TABLES, MODEL_PREFIX, MLM_PREFIX: model_type -> its row / names / table / prefixes."""
-    if name in _VIEWS:
-        return {model_type: _VIEWS[name](format_of(model_type)) for model_type in model_types()}
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

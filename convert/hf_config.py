@@ -194,7 +194,7 @@ def labels_from_hf(hf: dict[str, Any], *, source: str = "config.json") -> list[s
 
 
 def fields_to_hf(fields: dict[str, Any], row: ConfigRow, *, classifier: bool = False) -> dict[str, Any]:
-    """Map minialign config fields of `row`'s family back to an HF config dict (config_to_hf)."""
+    """Map minialign config fields of `row`'s family back to an HF config dict (Format.hf_config, Config.to_hf)."""
     hf = {src: list(fields[dst]) if isinstance(fields[dst], tuple) else fields[dst]  # JSON's lists (pos_att_type)
           for src, dst in row.fields.items() if fields.get(dst) is not None}
     for src, other in row.unset_as.items():

@@ -21,13 +21,50 @@ from minialign import convert
 from minialign.convert import CheckpointError
 
 from minialign.sources import Source, resolve
-from minialign.nn.config import PRESETS, Config, families
+from minialign.nn.config import PRESETS, Config
 from minialign.text.tokenizer import TOKENIZER_FILES
 
 log = logging.getLogger(__name__)
 
-NATIVE_FORMAT = 1
+# The layout of a native directory, config.json's "minialign_format". 2 since 0.3: "config" holds the fields of
+# the family `arch` names and no other (0.1 wrote every family's fields, 0.2 the family's own, both as format 1).
+# An older directory is refused, naming `minialign convert` (StaleFormatError), except the converted-checkpoint
+# cache, which is converted again (products/alignscore.py published_checkpoint).
+NATIVE_FORMAT = 2
 HEADS_FILE = "alignscore_heads.safetensors"
+
+
+class StaleFormatError(CheckpointError):
+    """A native directory written by an older minialign: its format number is below NATIVE_FORMAT."""
+
+
+def native_format(data: dict, *, source: str | Path) -> None:
+    """Check a native config.json's format number (NATIVE_FORMAT): an older one is a StaleFormatError naming the
+    command that makes the directory again, any other one a CheckpointError."""
+    found = data.get("minialign_format")
+    if found == NATIVE_FORMAT and not isinstance(found, bool):
+        return
+    if isinstance(found, int) and not isinstance(found, bool) and found < NATIVE_FORMAT:
+        directory = Path(source).parent
+        raise StaleFormatError(
+            f"{source}: a minialign directory of format {found}, written by an older minialign (this one reads "
+            f"format {NATIVE_FORMAT}); convert the checkpoint it was made from again: `minialign convert SOURCE "
+            f"{directory}` (SOURCE: the transformers directory, hub id or AlignScore .ckpt; --backbone for a .ckpt)")
+    raise CheckpointError(f"{source}: minialign format {found!r} is not supported (this minialign reads format "
+                          f"{NATIVE_FORMAT})")
+
+
+def is_current(directory: str | Path) -> bool:
+    """Whether `directory` is a native directory of the current format, with its weights (the converted-checkpoint
+    cache is reused only then)."""
+    directory = Path(directory)
+    if not (directory / "config.json").is_file() or not (directory / "model.safetensors").is_file():
+        return False
+    try:
+        native_format(convert.read_json(directory / "config.json"), source=directory / "config.json")
+    except CheckpointError:
+        return False
+    return True
 
 
 @dataclass
@@ -96,16 +133,6 @@ def read_checkpoint(src: str | Path | Source, *, backbone: str | Source | None =
     return ckpt
 
 
-def config_from_hf(data: dict, *, source: str) -> Config:
-    """A config.json's Config; a CheckpointError first for one minialign cannot run (custom code, a
-    model_type no family declares), naming the architecture and the families there are."""
-    arch = data.get("model_type") if isinstance(data, dict) else None
-    family = families().get(arch) if isinstance(arch, str) else None
-    ported = getattr(family.format, "ported_code", ()) if family is not None else ()  # code its transformers ports
-    convert.hf_config.refuse_foreign(data, supported=families(), source=source, ported=ported)
-    return Config.from_hf(data, source=source)
-
-
 def _read_model(source: Source, beside: tuple[str, ...] = (), task: str | None = None) -> Checkpoint:
     """A minialign directory, or a transformers one (+ the AlignScore heads export_hf writes beside it), or another
     code base's layout of a family (convert.foreign_format: jina's XLMRobertaLoRA), `task`'s adapter merged."""
@@ -116,14 +143,13 @@ def _read_model(source: Source, beside: tuple[str, ...] = (), task: str | None =
         raise CheckpointError(f"{config_path}: task {task!r}: this checkpoint carries no task adapters (only "
                               f"another code base's layout does, such as jina-embeddings-v3's own)")
     if "minialign_format" in data:
-        if data["minialign_format"] != NATIVE_FORMAT:
-            raise CheckpointError(f"{config_path}: minialign format {data['minialign_format']} is not supported")
+        native_format(data, source=config_path)
         weights = source.file("model.safetensors", optional=True)
         if weights is None:
             raise CheckpointError(f"{source}: minialign directory without model.safetensors")
         return Checkpoint(Config.from_dict(data["config"]), convert.read_safetensors(weights), str(weights), source,
                           architectures=architectures_of(data), modules=source)
-    config = config_from_hf(foreign.foreign.config(data) if foreign else data, source=str(config_path))
+    config = Config(**convert.config_from_hf(foreign.foreign.config(data) if foreign else data, source=str(config_path)))
     weights = convert.find_weights(source)
     state_dict = convert.read_state_dict(weights)
     adapters = None
@@ -189,9 +215,12 @@ def resolve_backbone(name: str | Source, *, revision: str | None = None,
         raise FileNotFoundError(f"backbone {name}: a file; a backbone is a directory, a preset name or a hub id")
     if source.from_hub and source.name in PRESETS:
         return PRESETS[source.name], source
-    data = convert.read_json(source.file("config.json"))
-    config = Config.from_dict(data["config"]) if "minialign_format" in data else config_from_hf(data, source=str(source))
-    return config, source
+    config_path = source.file("config.json")
+    data = convert.read_json(config_path)
+    if "minialign_format" in data:
+        native_format(data, source=config_path)
+        return Config.from_dict(data["config"]), source
+    return Config(**convert.config_from_hf(data, source=str(source))), source
 
 
 def _untie_if_needed(ckpt: Checkpoint) -> None:

@@ -4,10 +4,14 @@ registry of the families' own configs, by model_type.
 A family's config is a subclass in its own file (minialign/models/<family>.py) declaring only its
 fields (ModernBERT's rotary thetas, DeBERTa's disentangled attention) and `format`, its foreign format
 (config.json names, defaults, presets, reserved position rows: minialign/convert/families/<family>.py,
-read here through `Format`'s methods only, never imported). Declaring `format` registers the class
-under that format's model_type (`families()`), the one registry: `Config(...)`, `Config.from_hf`,
-`Config.from_dict` and PRESETS find a family's class there, and the family's modules hang off it
-(`family`, set by minialign/models/family.py). Nothing here names a family.
+read here through `Format`'s methods only, never imported). The family registry is keyed by model_type:
+convert/families holds the foreign side (a format file per model_type); declaring `format` attaches the
+config class to its format's model_type (`families()`), where `Config(...)`, `Config.from_hf`,
+`Config.from_dict` and PRESETS find it, and the family's modules hang off the class (`family`, set by
+minialign/models/family.py). Nothing here names a family.
+
+A transformers config.json becomes a Config in one place, `Config.from_hf`: the family's format maps it to
+fields (convert: hf_config.fields_from_hf, which refuses custom code) and the family's class types them.
 
 Pattern: text-embeddings-inference backends/candle/src/models/*.rs (one deserialised config per family,
 an `enum Config` tagged by `model_type`, lib.rs); transformers' PretrainedConfig subclasses.
@@ -259,16 +263,15 @@ class Config:
 
     @classmethod
     def from_hf(cls, hf: dict[str, Any], *, source: str = "config.json") -> Config:
-        """Build from a transformers config.json dict, dispatching on its model_type."""
+        """A transformers config.json's Config, dispatching on its model_type: the family's format maps it to fields
+        (convert.hf_config.fields_from_hf, refusing custom code) and the family's class types them."""
         arch = hf.get("model_type") if isinstance(hf, dict) else None
         if not isinstance(arch, str) or arch not in _registered():
             named = hf.get("architectures") if isinstance(hf, dict) else None
             raise ValueError(f"{source}: model_type {arch!r} ({named or 'no architectures field'}) is not "
                              f"supported; minialign runs {', '.join(map(repr, _FAMILIES))}")
         target = _FAMILIES[arch]
-        fields = target.format.config_fields(hf, source=source, supported=tuple(_FAMILIES))
-        known = {f.name for f in dataclasses.fields(target)}
-        return target(**{k: v for k, v in fields.items() if k in known})
+        return target(**target.format.config_fields(hf, source=source, supported=tuple(_FAMILIES)))
 
     def to_hf(self, *, classifier: bool = False) -> dict[str, Any]:
         """A transformers config.json dict; `classifier`: its architecture is *ForSequenceClassification."""
@@ -281,26 +284,14 @@ class Config:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Config:
-        """A config from to_dict's dict (minialign's native config.json). Before 0.2 one Config held every
-        family's fields, so a native file lists other families' fields too, at their defaults: those are
-        dropped; any other field the family does not declare is an error naming it."""
+        """A config from to_dict's dict (the "config" of minialign's native config.json): the family `arch` names
+        types it; a field the family does not declare is an error naming it."""
         target = family_config(data.get("arch", "bert"))
-        own = {f.name for f in dataclasses.fields(target)}
-        unknown = sorted(name for name in set(data) - own if not _unset_elsewhere(name, data[name]))
+        unknown = sorted(set(data) - {f.name for f in dataclasses.fields(target)})
         if unknown:
-            raise ValueError(f"unknown Config field(s) {unknown}")
-        return target(**{k: v for k, v in data.items() if k in own})
-
-
-def _unset_elsewhere(name: str, value: Any) -> bool:
-    """Whether `name` is another family's field and `value` its default there (a native file of 0.1), in any
-    family declaring it (two may declare one name with different defaults: rope_theta, attention_bias)."""
-    for other in _FAMILIES.values():
-        for f in dataclasses.fields(other):
-            if f.name == name and f.default is not MISSING and (
-                    value == f.default or (isinstance(f.default, tuple) and list(f.default) == value)):
-                return True
-    return False
+            raise ValueError(f"unknown Config field(s) {unknown}: not fields of the {target.format.model_type} family "
+                             f"({target.__name__})")
+        return target(**data)
 
 
 class _Presets(Mapping):

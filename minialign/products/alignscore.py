@@ -35,7 +35,7 @@ from minialign.products.choices import ALIGNSCORE_MODES as MODES
 from minialign.products.runner import LoadOptions, Loading, PairScorer, refuse_int8
 from minialign.runtime.engine import Results, Truncation, TruncationWarning  # noqa: F401  (TruncationWarning: re-exported)
 from minialign.sources import HubUnavailableError, resolve
-from minialign.loading import build, read_checkpoint, save_native
+from minialign.loading import build, is_current, read_checkpoint, save_native
 from minialign.models.head_models import AlignModel
 from minialign.text.sentences import split_sentences
 from minialign.text.tokenizer import TOKENIZER_FILES, Tokenizer
@@ -265,10 +265,11 @@ def cache_root(cache_dir: str | Path | None = None) -> Path:
 
 
 def published_checkpoint(name: str, *, cache_dir: str | Path | None = None) -> Path:
-    """The minialign directory of a published AlignScore checkpoint, converting it once."""
+    """The minialign directory of a published AlignScore checkpoint, converting it once, and again where the cached
+    copy is of another format (loading/checkpoints.py NATIVE_FORMAT)."""
     filename, backbone = PUBLISHED[name]
     native = cache_root(cache_dir) / name
-    if (native / "config.json").is_file() and (native / "model.safetensors").is_file():
+    if is_current(native):
         return native
     try:
         ckpt_path = resolve(HUB_REPO, cache_dir=cache_dir).file(filename)

@@ -143,6 +143,39 @@ def test_published_name_converted_once_then_reused(tmp_path, monkeypatch, tiny_a
     assert abs(first.score(*pair)[0] - direct.score(*pair)[0]) < 1e-6
 
 
+def test_a_cached_conversion_of_an_older_format_is_converted_again(tmp_path, monkeypatch, tiny_alignscore):  # noqa: F811
+    """The converted-checkpoint cache carries the format number: a copy an older minialign wrote is made again from
+    the published checkpoint, where any other native directory of that format is refused (test_loading.py)."""
+    from huggingface_hub import constants
+
+    from minialign.loading import NATIVE_FORMAT
+    from minialign.products import alignscore
+
+    path, backbone, _ = tiny_alignscore
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setitem(alignscore.PUBLISHED, "AlignScore-base", ("AlignScore-base.ckpt", "org/tiny-roberta"))
+    cache = tmp_path / "hf"
+    for repo, files in (("yzha/AlignScore", [path]), ("org/tiny-roberta", list(backbone.iterdir()))):
+        snapshot = cache / f"models--{repo.replace('/', '--')}" / "snapshots" / ("0" * 40)
+        snapshot.mkdir(parents=True)
+        for f in files:
+            shutil.copyfile(f, snapshot / ("AlignScore-base.ckpt" if f == path else f.name))
+        (snapshot.parents[1] / "refs").mkdir()
+        (snapshot.parents[1] / "refs" / "main").write_text("0" * 40)
+    native = alignscore.published_checkpoint("AlignScore-base", cache_dir=cache)
+    config = native / "config.json"
+    current = json.loads(config.read_text())
+    config.write_text(json.dumps({**current, "minialign_format": NATIVE_FORMAT - 1}))
+    with pytest.raises(ma.CheckpointError, match="minialign convert"):
+        ma.AlignScorer.from_pretrained(native)  # the directory itself: refused
+    assert alignscore.published_checkpoint("AlignScore-base", cache_dir=cache) == native
+    assert json.loads(config.read_text()) == current  # converted again
+    pair = (["The tower is in Paris."], ["It is in Paris."])
+    direct = ma.AlignScorer.from_pretrained(path, backbone=str(backbone))
+    again = ma.AlignScorer.from_pretrained("AlignScore-base", cache_dir=cache)
+    assert abs(again.score(*pair)[0] - direct.score(*pair)[0]) < 1e-6
+
+
 def test_published_name_offline_not_cached(tmp_path, monkeypatch, capsys):
     from huggingface_hub import constants
 

@@ -16,7 +16,7 @@ def test_hf_minialign_hf_round_trip_is_bit_identical(arch):
     from conftest import hf_model
 
     model = hf_model(arch, "mlm")
-    prefix = convert.by_model_type.MODEL_PREFIX[arch]
+    prefix = convert.families.format_of(arch).names.model_prefix
     sd = {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in model.state_dict().items()}
     dropped_on_purpose = {"cls.predictions.decoder.bias", "lm_head.decoder.bias",
                           "cls.seq_relationship.weight", "cls.seq_relationship.bias"}
@@ -132,14 +132,14 @@ def test_convert_reports_bad_source(tmp_path, capsys):
 
 def test_one_names_row_per_family_with_the_backbone_and_mlm_prefixes():
     """Each family's file (convert/families/<family>.py): a table, and where HF puts its backbone and MLM head;
-    the views by model_type (by_model_type.NAMES, TABLES, MLM_PREFIX) read the files."""
-    from minialign.convert import by_model_type, families
+    found by model_type (families.format_of), the key the model side's config classes attach to."""
+    from minialign.convert import families
+    from minialign.nn.config import families as model_side
 
-    assert set(by_model_type.NAMES) == set(families.model_types()) == set(ma.models.FAMILIES)
-    assert by_model_type.NAMES["roberta"].model_prefix == "roberta."
-    assert by_model_type.MLM_PREFIX["bert"] == "cls.predictions."
-    assert by_model_type.NAMES["xlm-roberta"] is families.format_of("roberta").names  # RoBERTa's names
-    assert by_model_type.TABLES["roberta"] is families.format_of("roberta").names.table
+    assert set(families.model_types()) == set(model_side())
+    assert families.format_of("roberta").names.model_prefix == "roberta."
+    assert families.format_of("bert").names.mlm_prefix == "cls.predictions."
+    assert families.format_of("xlm-roberta").names is families.format_of("roberta").names  # RoBERTa's names
     with pytest.raises(ValueError, match="model_type 'gpt2' is not supported"):
         families.format_of("gpt2")
     with pytest.raises(TypeError, match="model_type 'bert'"):  # names.py takes a family's Names or Format

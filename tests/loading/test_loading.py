@@ -2,13 +2,14 @@
 from, a local path or the hub: test_sources.py)."""
 
 import json
+import re
 import warnings
 
 import pytest
 import torch
 
 import minialign as ma
-from minialign.loading import devices
+from minialign.loading import NATIVE_FORMAT, devices
 from minialign.apps.cli import main as cli
 
 
@@ -37,11 +38,30 @@ def test_half_precision_on_a_cpu_without_it_warns(save_hf, monkeypatch, native):
 def test_native_config_round_trip(tmp_path, minilm_dir):
     assert cli(["convert", str(minilm_dir), str(tmp_path / "n")]) == 0
     data = json.loads((tmp_path / "n" / "config.json").read_text())
-    assert data["minialign_format"] == 1 and data["config"]["hidden_size"] == 384
+    assert data["minialign_format"] == NATIVE_FORMAT == 2 and data["config"]["hidden_size"] == 384
     data["minialign_format"] = 99
     (tmp_path / "n" / "config.json").write_text(json.dumps(data))
     with pytest.raises(ma.CheckpointError, match="format 99"):
         ma.Encoder.from_pretrained(tmp_path / "n")
+
+
+def test_a_native_directory_of_an_older_format_is_refused_naming_convert(tmp_path, minilm_dir):
+    """A directory an older minialign wrote (format 1: 0.1 and 0.2) is refused, the message naming the command that
+    makes it again; as a backbone too."""
+    from minialign.loading import StaleFormatError, is_current
+
+    assert cli(["convert", str(minilm_dir), str(tmp_path / "n")]) == 0
+    assert is_current(tmp_path / "n")
+    data = json.loads((tmp_path / "n" / "config.json").read_text())
+    (tmp_path / "n" / "config.json").write_text(json.dumps({**data, "minialign_format": 1}))
+    assert not is_current(tmp_path / "n")
+    with pytest.raises(StaleFormatError, match=r"format 1, written by an older minialign.*`minialign convert SOURCE "
+                                               + re.escape(str(tmp_path / "n")) + "`"):
+        ma.Encoder.from_pretrained(tmp_path / "n")
+    from minialign.loading import resolve_backbone
+
+    with pytest.raises(StaleFormatError, match="minialign convert"):
+        resolve_backbone(str(tmp_path / "n"))
 
 
 def test_loading_assigns_mapped_tensors_without_copy(minilm_dir):

@@ -63,16 +63,16 @@ def test_from_dict_rejects_unknown_fields():
 
 
 def test_one_registry_of_families():
-    """nn/config.py families() is the one registry: each family's config class, its Family (models/) and its
-    format (convert/families/) hang off it; Config(arch=...) builds the family's own class, which holds only
-    its fields."""
+    """One family registry by model_type: convert/families holds the foreign side (a format file per model_type),
+    and each family's config class attaches to the same key (nn/config.py families()), its Family (models/)
+    hanging off the class; Config(arch=...) builds the family's own class, which holds only its fields."""
     from minialign.convert import families as formats
     from minialign.nn.config import families
 
     registry = families()
-    assert set(registry) == set(ma.models.FAMILIES) == set(formats.model_types())
+    assert set(registry) == set(formats.model_types())
     for arch, config_class in registry.items():
-        assert config_class.family is ma.models.FAMILIES[arch] and config_class.family.arch == arch
+        assert config_class.family is not None and config_class.family.arch == arch
         assert config_class.format is formats.format_of(arch)
     with pytest.raises(ValueError, match=r"Config.arch must be one of \('bert', .*'roberta'.*\), got 'gpt2'"):
         ma.Config(vocab_size=20, hidden_size=8, num_layers=1, num_heads=2, intermediate_size=16, arch="gpt2")
@@ -87,15 +87,28 @@ def test_one_registry_of_families():
         ma.Config(**sizes, arch="modernbert", local_attention=1)
 
 
-def test_native_config_from_before_per_family_configs_loads():
-    """A 0.2 native config.json lists every family's fields at their defaults: they are dropped; a foreign
-    field set to anything else is still an unknown field."""
+def test_a_native_config_holds_its_family_s_fields_only():
+    """from_dict reads to_dict's dict; another family's field (0.1 wrote every family's, at their defaults) is an
+    unknown field, named, whatever its value."""
     sizes = dict(vocab_size=20, hidden_size=8, num_layers=1, num_heads=2, intermediate_size=16)
-    old = {**ma.Config(**sizes, arch="roberta").to_dict(), "rope_theta": None, "conv_act": "tanh",
-           "pos_att_type": [], "attention_bias": True, "embedding_size": None, "sinusoidal_positions": False}
-    assert ma.Config.from_dict(old) == ma.Config(**sizes, arch="roberta")
-    with pytest.raises(ValueError, match=r"unknown Config field\(s\) \['rope_theta'\]"):
-        ma.Config.from_dict({**old, "rope_theta": 10.0})
+    config = ma.Config(**sizes, arch="roberta")
+    assert ma.Config.from_dict(config.to_dict()) == config
+    with pytest.raises(ValueError, match=r"unknown Config field\(s\) \['conv_act', 'rope_theta'\].*roberta family"):
+        ma.Config.from_dict({**config.to_dict(), "rope_theta": None, "conv_act": "tanh"})
+
+
+def test_config_from_hf_is_convert_s_fields_typed_by_the_family():
+    """One mapping of a config.json: convert returns fields (convert.config_from_hf), the family's class types them;
+    Config.from_hf is that, through the family's format."""
+    from minialign import convert
+
+    hf = {"model_type": "roberta", "vocab_size": 20, "hidden_size": 8, "num_hidden_layers": 1,
+          "num_attention_heads": 2, "intermediate_size": 16, "pad_token_id": 1, "max_position_embeddings": 12}
+    fields = convert.config_from_hf(hf)
+    assert isinstance(fields, dict) and fields["arch"] == "roberta"
+    assert ma.Config(**fields) == ma.Config.from_hf(hf) and type(ma.Config.from_hf(hf)).__name__ == "RobertaConfig"
+    with pytest.raises(ma.CheckpointError, match="model_type 'funnel'"):
+        convert.config_from_hf({**hf, "model_type": "funnel"})
 
 
 @pytest.mark.parametrize("arch", ["bert", "roberta"])

@@ -193,10 +193,6 @@ def test_alignscorer_decides_once_per_name(tmp_path, offline, tiny_alignscore, d
     assert decisions == {"yzha/AlignScore": 1, "org/tiny-roberta": 1}
 
 
-def test_input_checks_have_their_own_module_and_the_old_path():
-    from minialign.text import tokenizer
-
-    assert tokenizer.check_texts is validation.check_texts and tokenizer.value_problem is validation.value_problem
-    assert tokenizer.text_problem is validation.text_problem
+def test_input_checks_have_their_own_module():
     with pytest.raises(ValueError, match=r"texts\[1\] is None"):
         validation.check_texts("texts", ["a", None])
