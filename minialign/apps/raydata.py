@@ -1,6 +1,5 @@
-"""Ray Data: score, embed (dense, sparse, multi-vector, BGE-M3), classify, ner, fill-mask, zero-shot and qa datasets beyond
-one machine
-(the `ray` extra).
+"""Ray Data: score, embed (dense, sparse, multi-vector, BGE-M3), classify, ner, fill-mask, zero-shot and qa datasets
+beyond one machine (the `ray` extra).
 
     import ray
     from minialign.apps.raydata import AlignScoreBatches
@@ -150,46 +149,95 @@ class ProductBatches(JobBatches):
         super().__init__(entry.make_job(runner, model=str(model), **options), id_field=id_field)
 
 
+# One class per product of the table (its `ray` name), importable and pickled by reference as Ray needs; a test
+# holds each to its table entry (tests/apps/test_raydata.py).
+
+class AlignScoreBatches(ProductBatches):
+    """Adds AlignScore's `score` to rows with context and claim (AlignScorer)."""
+
+    product = "alignscore"
+
+
+class MiniCheckBatches(ProductBatches):
+    """Adds MiniCheck's `score`, P(supported), to rows with context and claim (MiniCheckScorer)."""
+
+    product = "minicheck"
+
+
+class EmbedBatches(ProductBatches):
+    """Adds each row's `embedding` to rows with text (SentenceEncoder)."""
+
+    product = "embed"
+
+
+class ClassifyBatches(ProductBatches):
+    """Adds the label and each label's score to rows with text and an optional pair (Classifier)."""
+
+    product = "classify"
+
+
+class SparseBatches(ProductBatches):
+    """Adds each row's sparse (SPLADE) `indices` and `values` to rows with text (SparseEncoder)."""
+
+    product = "sparse"
+
+
+class MultiVectorBatches(ProductBatches):
+    """Adds each row's token `vectors` to rows with text (MultiVectorEncoder)."""
+
+    product = "multivector"
+
+
+class M3Batches(ProductBatches):
+    """Adds BGE-M3's dense, lexical and multi-vector outputs, as asked, to rows with text (M3Encoder)."""
+
+    product = "m3"
+
+
+class NERBatches(ProductBatches):
+    """Adds each row's `entities` to rows with text (TokenClassifier)."""
+
+    product = "ner"
+
+
+class FillMaskBatches(ProductBatches):
+    """Adds each row's `candidates`, a list per mask, to rows with text (FillMask)."""
+
+    product = "fill-mask"
+
+
+class QABatches(ProductBatches):
+    """Adds each row's answer to rows with question and context (QuestionAnswerer)."""
+
+    product = "qa"
+
+
+class ZeroShotBatches(ProductBatches):
+    """Adds `sequence`, `labels` and `scores` to rows with text (ZeroShotClassifier)."""
+
+    product = "zero-shot"
+
+
+CLASSES = (AlignScoreBatches, MiniCheckBatches, EmbedBatches, ClassifyBatches, SparseBatches, MultiVectorBatches,
+           M3Batches, NERBatches, FillMaskBatches, QABatches, ZeroShotBatches)
+
+
 def batches_class(product: str) -> type[ProductBatches]:
-    """The map_batches class of a product of the table: the module's own (AlignScoreBatches, ...) for a product
-    the table had when this module was imported, else one made now."""
+    """The map_batches class of a product of the table: this module's (CLASSES), or, for a product registered
+    after it was written (products.register), a subclass named as its entry's `ray` says."""
     from minialign.apps.products import PRODUCTS
 
     entry = PRODUCTS[product]
-    made = globals().get(entry.ray)
-    if isinstance(made, type) and issubclass(made, ProductBatches) and made.product == product:
-        return made
-    return _batches_class(entry)
+    for cls in CLASSES:
+        if cls.product == product:
+            return cls
 
+    class Batches(ProductBatches):
+        __doc__ = f"Adds {entry.name}'s results to rows with {', '.join(i.role for i in entry.inputs)}."
 
-def _batches_class(entry) -> type[ProductBatches]:
-    names = ", ".join(i.role for i in entry.inputs)
-    return type(entry.ray or f"{entry.name}Batches", (ProductBatches,),
-                {"product": entry.name, "__module__": __name__,
-                 "__doc__": f"Adds {entry.name}'s results to rows with {names} ({entry.runner.__name__})."})
-
-
-def _define_classes() -> None:
-    """The table's Ray classes as names of this module (importable, and pickled by reference as Ray needs)."""
-    from minialign.apps.products import PRODUCTS
-
-    for entry in PRODUCTS.values():
-        globals()[entry.ray] = _batches_class(entry)
-
-
-_define_classes()
-# The classes _define_classes makes, named for readers and linters (the table's `ray` names).
-AlignScoreBatches: type[ProductBatches]
-MiniCheckBatches: type[ProductBatches]
-EmbedBatches: type[ProductBatches]
-ClassifyBatches: type[ProductBatches]
-SparseBatches: type[ProductBatches]
-MultiVectorBatches: type[ProductBatches]
-M3Batches: type[ProductBatches]
-NERBatches: type[ProductBatches]
-FillMaskBatches: type[ProductBatches]
-QABatches: type[ProductBatches]
-ZeroShotBatches: type[ProductBatches]
+    Batches.product = entry.name
+    Batches.__name__ = Batches.__qualname__ = entry.ray or f"{entry.name}Batches"
+    return Batches
 
 
 def shard_of(row_id, shards: int) -> int:

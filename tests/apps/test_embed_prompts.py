@@ -103,14 +103,14 @@ def test_embed_bad_prompt_names(service_url):
 
 def test_requests_with_different_prompts_share_a_model_call(embedder):
     """Merged requests with different prompts: one call, each text under its own request's prompt."""
-    from minialign.apps.serve import Limits, Models, Service
+    from minialign.apps.serve import Limits, Models, Service, tei
 
     service = Service(Models(embedder=embedder), Limits(max_wait_ms=100))
     bodies = [{"inputs": TEXTS, "prompt_name": "query"}, {"inputs": TEXTS},
               {"inputs": TEXTS[:1], "prompt_name": "query"}, {"inputs": TEXTS, "prompt_name": "document", "normalize": False}]
 
     async def requests():
-        return await asyncio.gather(*[service.embed(body) for body in bodies])
+        return await asyncio.gather(*[tei.embed(service, body) for body in bodies])
 
     try:
         calls = service.batchers["embed"].calls

@@ -42,6 +42,19 @@ def local_ray():
     ray.shutdown()
 
 
+def test_each_product_has_its_class_under_the_name_the_table_gives():
+    """A class statement per product of the table, named by its entry's `ray` (the name Ray Data users import and
+    pass to map_batches), for that product; batches_class finds it."""
+    from minialign.apps import raydata
+    from minialign.apps.products import PRODUCTS
+
+    assert sorted(cls.product for cls in raydata.CLASSES) == sorted(PRODUCTS)
+    for entry in PRODUCTS.values():
+        mapper = getattr(raydata, entry.ray)
+        assert (mapper.product, mapper.__name__, mapper.__module__) == (entry.name, entry.ray, raydata.__name__)
+        assert raydata.batches_class(entry.name) is mapper
+
+
 def _rows(directory: Path) -> list[dict]:
     return [row for f in sorted(directory.rglob("*.parquet")) for row in pa_parquet.read_table(f).to_pylist()]
 

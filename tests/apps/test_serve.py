@@ -640,7 +640,7 @@ def test_one_scorer_per_model_serves_every_mode(models, monkeypatch):
     modes, merged into one model call, get what the scorer gives for each mode."""
     import asyncio
 
-    from minialign.apps.serve import Limits, Models, Service
+    from minialign.apps.serve import Limits, Models, Service, nemo
 
     path, backbone = models["alignscore"]
     scorer = ma.AlignScorer.from_pretrained(path, backbone=str(backbone))
@@ -651,7 +651,7 @@ def test_one_scorer_per_model_serves_every_mode(models, monkeypatch):
     modes = ["nli_sp", "bin", "reg_sp"]
 
     async def requests():
-        return await asyncio.gather(*[service.score({"pairs": pairs, "mode": mode}) for mode in modes])
+        return await asyncio.gather(*[nemo.score(service, {"pairs": pairs, "mode": mode}) for mode in modes])
 
     try:
         calls = service.batchers["alignscore_base"].calls

@@ -1,9 +1,11 @@
 """`minialign serve`: an HTTP service that existing clients use unchanged (the `serve` extra: Starlette, uvicorn).
 
-One module per protocol over one core (the layout of TEI's router/src/http/server.rs over its core):
+One module per protocol over one core (the layout of TEI's router/src/http/server.rs over its core): a protocol's
+module holds its handlers, functions of (the service, the request's body), and declares its routes over them;
+app.py composes them.
 
   core.py          what is loaded, one request queue per model (requests that arrive together share model
-                   calls, on a worker thread per model), the checks every route makes, the errors, /info
+                   calls, on a worker thread per model), the checks every route makes, the errors
   nemo.py          AlignScore's request shapes: NeMo Guardrails' POST /alignscore_base, /alignscore_large
                    {"evidence", "claim"} -> {"alignscore"}; POST /minicheck, the same body for MiniCheck;
                    minialign's POST /score {"pairs": [{"context", "claim"}], "model", "mode", "details"}
@@ -14,7 +16,8 @@ One module per protocol over one core (the layout of TEI's router/src/http/serve
                    /pipeline/TASK and POST /; its feature-extraction and sentence-similarity are TEI's bodies
   openai.py        OpenAI's embeddings API (the openai client): POST /v1/embeddings, GET /v1/models; its error shape
   rows.py          POST /rows/KIND: any product of the table (apps/products.py) on its file rows
-  app.py           the ASGI app (each declared route mounted, body limits, API key), GET /, /health, /info; serve()
+  app.py           the Service: the core with every protocol's routes (PROTOCOLS); GET /, /health, /info; the ASGI
+                   app (each declared route mounted, body limits, API key); serve()
 
 The service binds 127.0.0.1 unless told otherwise, reads no file and loads no model because of a request, and
 stops on SIGTERM after answering what it has taken. What an input may be, which inputs exceed the window, how
@@ -24,26 +27,9 @@ labels and documents are ranked, what the pooling is called and every scoring op
 
 from __future__ import annotations
 
-from minialign.apps.serve import app, hf_inference, nemo, openai, rows, tei
-from minialign.apps.serve.app import bind, serve
+from minialign.apps.serve.app import PROTOCOLS, Service, bind, serve
 from minialign.apps.serve.core import VERSION, Core, Limits, Models, ServiceError, bad_request, empty
-from minialign.apps.serve.hf_inference import HFInferenceShapes
-from minialign.apps.serve.nemo import ALIGNSCORE_ROUTES, AlignScoreShapes
-from minialign.apps.serve.openai import OpenAIShapes
-from minialign.apps.serve.rows import RowShapes
-from minialign.apps.serve.tei import TEIShapes
+from minialign.apps.serve.nemo import ALIGNSCORE_ROUTES
 
-
-class Service(AlignScoreShapes, TEIShapes, HFInferenceShapes, OpenAIShapes, RowShapes, Core):
-    """The loaded models (Models) behind every protocol's routes, within Limits."""
-
-    PROTOCOLS = (app.front_routes, nemo.routes, tei.routes, hf_inference.routes, openai.routes, rows.routes,
-                 app.back_routes)
-
-    def app(self):
-        """The ASGI app (Starlette)."""
-        return app.build(self)
-
-
-__all__ = ["ALIGNSCORE_ROUTES", "VERSION", "Limits", "Models", "Service", "ServiceError", "bad_request", "bind",
-           "empty", "serve"]
+__all__ = ["ALIGNSCORE_ROUTES", "PROTOCOLS", "VERSION", "Core", "Limits", "Models", "Service", "ServiceError",
+           "bad_request", "bind", "empty", "serve"]

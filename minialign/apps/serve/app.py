@@ -1,6 +1,7 @@
-"""The ASGI app (Starlette) over a Service: each protocol's routes mounted as declared, the body read within its
-limit and parsed, the API key checked, errors as TEI's {"error", "error_type"} (serve/core.py), and `serve`,
-which runs it with uvicorn."""
+"""The service composed: the Core (serve/core.py) with each protocol's routes (PROTOCOLS: a module's `routes`,
+whose handlers are functions of (service, body)), GET /, /health and /info; the ASGI app (Starlette) mounting them,
+the body read within its limit and parsed, the API key checked, errors as TEI's {"error", "error_type"}; and `serve`,
+which runs it with uvicorn (the layout of TEI's router/src/http/server.rs over its core)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,117 @@ import json
 import math
 from typing import Any
 
-from minialign.apps.serve.hf_inference import not_loaded as task_not_loaded
-from minialign.apps.serve.nemo import not_loaded
-from minialign.apps.serve.core import Limits, Route, ServiceError, bad_request
+import minialign.apps.serve.hf_inference as hf_inference
+import minialign.apps.serve.nemo as nemo
+import minialign.apps.serve.openai as openai
+import minialign.apps.serve.rows as rows
+import minialign.apps.serve.tei as tei
+from minialign.apps.serve.core import VERSION, Core, Limits, Models, Route, ServiceError, bad_request
+from minialign.products import pooling
+from minialign.products.alignscore import AlignScorer
+from minialign.products.classifier import Classifier
+from minialign.products.embeddings import SentenceEncoder
+from minialign.products.multivector import MultiVectorEncoder
+from minialign.products.runner import Runner
+from minialign.products.sparse import SparseEncoder
 
+
+# -- what is served: GET /, /health, /info -------------------------------------------------------------------
+
+async def _home(service: Service, body: dict) -> str:
+    served = ", ".join(f"{method} {path}" for method, path in service.served())
+    return f"minialign service: {served}"
+
+
+async def _health(service: Service, body: dict) -> str:
+    return ""  # 200, for load balancers
+
+
+async def _info(service: Service, body: dict) -> dict:
+    """TEI's /info fields for the one model TEI would serve (the embedder, else the classifier), and under
+    "models" every loaded one, each with the routes that use it."""
+    m, limits = service.models, service.limits
+    info: dict[str, Any] = {"model_id": m.names.get("embed") or m.names.get("classify") or m.names.get("alignscore")
+                            or next(iter(m.names.values()), None),
+                            "version": VERSION, "max_concurrent_requests": limits.max_queue,
+                            "max_client_batch_size": limits.max_client_batch_size,
+                            "max_batch_tokens": limits.max_batch_tokens, "max_batch_requests": None,
+                            "model_sha": None, "auto_truncate": False, "tokenization_workers": 1,
+                            "alignscore": sorted(m.alignscore)}
+    if m.embedder is not None:
+        info.update(model_dtype=m.embedder.dtype_name,
+                    model_type={"embedding": {"pooling": pooling.tei_name(m.embedder.pooling)}},
+                    max_input_length=m.embedder.max_length, prompts=m.embedder.prompts,
+                    default_prompt_name=m.embedder.default_prompt_name)
+    elif m.classifier is not None:
+        labels = m.classifier.labels
+        kind = "reranker" if m.classifier.reranker else "classifier"
+        info.update(model_dtype=m.classifier.dtype_name,
+                    model_type={kind: {"id2label": {str(i): l for i, l in enumerate(labels)},
+                                       "label2id": {l: i for i, l in enumerate(labels)}}},
+                    max_input_length=m.classifier.max_length)
+    info["models"] = {kind: _describe(service, kind, product, runner) for kind, (product, runner) in m.loaded().items()}
+    return info
+
+
+def _describe(service: Service, kind: str, product: str, runner: Runner) -> dict:
+    """One loaded model for /info: what was loaded, its dtype, window and routes, and its product's own facts."""
+    models = service.models
+    described: dict[str, Any] = {"model_id": models.names.get(kind, models.names.get(product)),
+                                 "model_dtype": runner.dtype_name, "max_input_length": runner.max_length}
+    if product in models.products:  # a product the protocols do not speak: /rows/NAME
+        described.update(kind=product)
+    elif isinstance(runner, SentenceEncoder):
+        described.update(kind="embedding", pooling=pooling.tei_name(runner.pooling), dimension=runner.dimension)
+    elif isinstance(runner, Classifier):
+        described.update(kind="reranker" if runner.reranker else "classifier", labels=runner.labels)
+    elif isinstance(runner, AlignScorer):
+        described.update(kind="alignscore", mode=runner.mode)
+    elif isinstance(runner, SparseEncoder):
+        described.update(kind="sparse", vocab_size=runner.dimension, prompts=runner.prompts,
+                         default_prompt_name=runner.default_prompt_name)
+    elif isinstance(runner, MultiVectorEncoder):
+        described.update(kind="multivector", dimension=runner.dimension, prompts=runner.prompts,
+                         default_prompt_name=runner.default_prompt_name)
+    else:
+        described.update(kind=product)  # minicheck
+    described["routes"] = [route.path for route in service.routes
+                           if route.kinds is not None and kind in route.kinds(models)]
+    return described
+
+
+def _front_routes(models: Models) -> list[Route]:
+    """GET /: the routes served, as text."""
+    return [Route("/", _home, method="GET")]
+
+
+def _back_routes(models: Models) -> list[Route]:
+    """GET /health (open: no API key) and GET /info (TEI's)."""
+    return [Route("/health", _health, method="GET", open=True), Route("/info", _info, method="GET")]
+
+
+# Each protocol's routes, in the order GET / lists them and Starlette matches them.
+PROTOCOLS = (_front_routes, nemo.routes, tei.routes, hf_inference.routes, openai.routes, rows.routes, _back_routes)
+
+
+class Service(Core):
+    """The loaded models (Models) behind every protocol's routes (PROTOCOLS), within Limits."""
+
+    def __init__(self, models: Models, limits: Limits | None = None):
+        super().__init__(models, limits)
+        self.routes: list[Route] = [route for protocol in PROTOCOLS for route in protocol(models)]
+
+    def served(self) -> list[tuple[str, str]]:
+        """(method, path) of each route the loaded models answer (GET / lists them). /embed, /similarity,
+        /predict and /rerank also answer without their model: TEI's 424 Backend."""
+        return [(route.method, route.path) for route in self.routes if route.serves(self.models)]
+
+    def app(self):
+        """The ASGI app (Starlette)."""
+        return build(self)
+
+
+# -- the ASGI app ---------------------------------------------------------------------------------------------
 
 def _finite(value: Any) -> Any:
     """JSON has no NaN / infinity: a non-finite float becomes null."""
@@ -63,7 +171,7 @@ async def _body(request, limits: Limits) -> dict:
     return body
 
 
-def _endpoint(service, route: Route):
+def _endpoint(service: Service, route: Route):
     """A Starlette endpoint answering with route.handler(service, body): the API key (unless the route is open),
     the body (GET: none), errors."""
     from starlette.responses import JSONResponse, PlainTextResponse
@@ -87,32 +195,9 @@ def _endpoint(service, route: Route):
     return handle
 
 
-async def _home(service, body: dict) -> str:
-    served = ", ".join(f"{method} {path}" for method, path in service.served())
-    return f"minialign service: {served}"
-
-
-async def _health(service, body: dict) -> str:
-    return ""  # 200, for load balancers
-
-
-async def _info(service, body: dict) -> dict:
-    return service.info()
-
-
-def front_routes(models) -> list[Route]:
-    """GET /: the routes served, as text."""
-    return [Route("/", _home, method="GET")]
-
-
-def back_routes(models) -> list[Route]:
-    """GET /health (open: no API key) and GET /info (TEI's)."""
-    return [Route("/health", _health, method="GET", open=True), Route("/info", _info, method="GET")]
-
-
 async def _not_found(request, exc: Exception):
     path = request.url.path
-    missing = not_loaded(path) or task_not_loaded(path)
+    missing = nemo.not_loaded(path) or hf_inference.not_loaded(path)
     if missing is not None:
         return _error(404, "NotFound", f"Not Found: {missing}; GET / lists the routes served")
     return _error(404, "NotFound", f"Not Found: {request.method} {path} is not a route of this service; "
@@ -131,14 +216,14 @@ def _by_method(endpoints: dict):
     return dispatch
 
 
-def build(service):
+def build(service: Service):
     """The Starlette app of `service`: every route its protocols declare that is mounted with the models it has
     (the methods of one path on one Starlette route), and JSON 404 / 405 answers."""
     from starlette.applications import Starlette
     from starlette.routing import Route as StarletteRoute
 
     paths: dict[str, dict] = {}
-    for route in service.routes():
+    for route in service.routes:
         if route.mounted(service.models):
             paths.setdefault(route.path, {})[route.method] = _endpoint(service, route)
     routes = [StarletteRoute(path, _by_method(endpoints), methods=list(endpoints)) for path, endpoints in paths.items()]
@@ -169,7 +254,7 @@ def bind(host: str = "127.0.0.1", port: int = 8000):
     return sock
 
 
-def serve(service, *, host: str = "127.0.0.1", port: int = 8000, sock=None) -> None:
+def serve(service: Service, *, host: str = "127.0.0.1", port: int = 8000, sock=None) -> None:
     """Run the service with uvicorn until SIGTERM / SIGINT; says where it listens on stderr (port 0:
     an ephemeral port, the one chosen is printed). sock: one `bind` made (else host:port is bound here)."""
     import sys

@@ -1,5 +1,5 @@
 """The service's core, under every protocol: what is loaded, each model's request queue, the checks every route
-makes (a body's values, a batch's size, the window) and the errors they raise; /info.
+makes (a body's values, a batch's size, the window) and the errors they raise.
 
 Each loaded model has one queue (runtime/request_queue.DynamicBatcher) and one worker thread: requests that
 arrive together are merged into model calls, off the event loop, and the batching engine inside each call
@@ -7,21 +7,20 @@ sorts, packs and bounds by tokens. An item of a queue is ((call, key), payload):
 run together (an embedder's texts under one prompt; a product's rows under one set of options), so every
 route that reaches a model shares its queue.
 
-The protocols (nemo.py, tei.py, hf_inference.py, rows.py) parse bodies and shape answers; what an input may be,
-which inputs exceed the window, how labels and documents are ranked, what the pooling is called and every
-scoring option are the runners' (products/).
+Each protocol (nemo.py, tei.py, hf_inference.py, openai.py, rows.py) is a module of handlers, functions of (the
+Core, the request's body), and declares its routes over them (Route); app.py composes them. The handlers parse
+bodies and shape answers; what an input may be, which inputs exceed the window, how labels and documents are
+ranked, what the pooling is called and every scoring option are the runners' (products/).
 """
-
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
-from minialign.products import pooling
 from minialign.products.alignscore import AlignScorer
 from minialign.products.classifier import Classifier
 from minialign.products.embeddings import SentenceEncoder
@@ -42,6 +41,10 @@ from minialign.text.validation import text_problem
 # 422 naming the field (TEI: axum's plain-text 400/422), a model call that fails is a 500, and an unknown route or
 # method is a JSON 404 NotFound / 405 MethodNotAllowed (TEI: axum's empty body).
 VERSION = "minialign"
+# TEI's messages for a route that does not fit the model (424 Backend)
+NOT_A = {"embed": "Model is not an embedding model", "classify": "Model is not a classifier model",
+         "sparse": "Model is not an embedding model with splade pooling (start with --sparse)",
+         "multivector": "Model is not a multi-vector embedding model (start with --multivector)"}
 
 
 class ServiceError(Exception):
@@ -237,7 +240,7 @@ class Route:
     each model it calls."""
 
     path: str
-    handler: Callable[[Any, dict], Awaitable[Any]]  # (service, body) -> a JSON-able answer (str: plain text)
+    handler: Callable[[Core, dict], Awaitable[Any]]  # (service, body) -> a JSON-able answer (str: plain text)
     kinds: Callable[[Models], list[str]] | None = None  # the loaded models it calls (None: none, always served)
     method: str = "POST"
     always: bool = False  # mounted without its models too (TEI's routes then answer 424; others are a JSON 404)
@@ -253,10 +256,9 @@ class Route:
 
 
 class Core:
-    """The loaded models, their queues and the checks every protocol makes. A service mixes in its protocols'
-    handlers and names their route declarations in PROTOCOLS (serve/__init__.py)."""
-
-    PROTOCOLS: ClassVar[tuple[Callable[[Models], list[Route]], ...]] = ()
+    """The service's state, which every protocol's handlers read (functions of (service, body): tei.py, ...): the
+    loaded models, the limits, one request queue per model and the product jobs made so far (serve/rows.py), with
+    the checks every protocol makes. app.Service adds the routes the protocols declare over it."""
 
     def __init__(self, models: Models, limits: Limits | None = None):
         self.models, self.limits = models, limits or Limits()
@@ -277,8 +279,8 @@ class Core:
         for batcher in self.batchers.values():
             batcher.close()
 
-    async def _run(self, kind: str, call: str, payloads: list, key: Hashable = None) -> list:
-        """The results of `call` (CALLS) on the model `kind` for one request's payloads."""
+    async def run(self, kind: str, call: str, payloads: list, key: Hashable = None) -> list:
+        """The results of `call` (CALLS) on the model `kind` for one request's payloads, through its queue."""
         try:
             future = self.batchers[kind].submit([((call, key), payload) for payload in payloads])
         except Overloaded:
@@ -290,7 +292,15 @@ class Core:
         except Exception as e:  # noqa: BLE001  (the model failed on this call: a 500, the service goes on)
             raise ServiceError(500, "Backend", f"Backend error: {type(e).__name__}: {e}") from None
 
-    def _check_batch(self, n: int, name: str = "inputs") -> None:
+    def require(self, kind: str) -> Runner:
+        """The TEI model `kind` ("embed", "classify", "sparse", "multivector"), or TEI's 424 when it is not loaded."""
+        runner = {"embed": self.models.embedder, "classify": self.models.classifier, "sparse": self.models.sparse,
+                  "multivector": self.models.multivector}[kind]
+        if runner is None:
+            raise ServiceError(424, "Backend", f"Backend error: {NOT_A[kind]}")
+        return runner
+
+    def check_batch(self, n: int, name: str = "inputs") -> None:
         if n == 0:
             raise empty(name)
         if n > self.limits.max_client_batch_size:
@@ -298,7 +308,7 @@ class Core:
                                                   f"size {self.limits.max_client_batch_size}")
 
     @staticmethod
-    def _check_length(runner: Runner, inputs: list[Input], truncate: bool, **options: Any) -> None:
+    def check_length(runner: Runner, inputs: list[Input], truncate: bool, **options: Any) -> None:
         """With truncate false, an input the runner's window would cut is refused, as TEI does (options:
         the call's, such as the embedder's prompt, which counts)."""
         if not truncate and (long := runner.over_window(inputs, **options)):
@@ -306,65 +316,14 @@ class Core:
             raise ServiceError(413, "Validation", f"Input validation error: `inputs` must have less than "
                                                   f"{runner.max_length} tokens. Given: {total}")
 
-    # -- what is served (GET /, /info) --
 
-    def routes(self) -> list[Route]:
-        """Every route of the service's protocols, in the order they are declared."""
-        return [route for protocol in self.PROTOCOLS for route in protocol(self.models)]
-
-    def served(self) -> list[tuple[str, str]]:
-        """(method, path) of each route the loaded models answer (GET / lists them). /embed, /similarity,
-        /predict and /rerank also answer without their model: TEI's 424 Backend."""
-        return [(route.method, route.path) for route in self.routes() if route.serves(self.models)]
-
-    def info(self) -> dict:
-        """TEI's /info fields for the one model TEI would serve (the embedder, else the classifier), and under
-        "models" every loaded one, each with the routes that use it."""
-        m = self.models
-        info: dict[str, Any] = {"model_id": m.names.get("embed") or m.names.get("classify") or m.names.get("alignscore")
-                                or next(iter(m.names.values()), None),
-                                "version": VERSION, "max_concurrent_requests": self.limits.max_queue,
-                                "max_client_batch_size": self.limits.max_client_batch_size,
-                                "max_batch_tokens": self.limits.max_batch_tokens, "max_batch_requests": None,
-                                "model_sha": None, "auto_truncate": False, "tokenization_workers": 1,
-                                "alignscore": sorted(m.alignscore)}
-        if m.embedder is not None:
-            info.update(model_dtype=m.embedder.dtype_name,
-                        model_type={"embedding": {"pooling": pooling.tei_name(m.embedder.pooling)}},
-                        max_input_length=m.embedder.max_length, prompts=m.embedder.prompts,
-                        default_prompt_name=m.embedder.default_prompt_name)
-        elif m.classifier is not None:
-            labels = m.classifier.labels
-            kind = "reranker" if m.classifier.reranker else "classifier"
-            info.update(model_dtype=m.classifier.dtype_name,
-                        model_type={kind: {"id2label": {str(i): l for i, l in enumerate(labels)},
-                                           "label2id": {l: i for i, l in enumerate(labels)}}},
-                        max_input_length=m.classifier.max_length)
-        info["models"] = {kind: self._describe(kind, product, runner)
-                          for kind, (product, runner) in m.loaded().items()}
-        return info
-
-    def _describe(self, kind: str, product: str, runner: Runner) -> dict:
-        """One loaded model for /info: what was loaded, its dtype, window and routes, and its product's own facts."""
-        source = self.models.names.get(kind, self.models.names.get(product))
-        described: dict[str, Any] = {"model_id": source, "model_dtype": runner.dtype_name,
-                                     "max_input_length": runner.max_length}
-        if product in self.models.products:  # a product the protocols do not speak: /rows/NAME
-            described.update(kind=product)
-        elif isinstance(runner, SentenceEncoder):
-            described.update(kind="embedding", pooling=pooling.tei_name(runner.pooling), dimension=runner.dimension)
-        elif isinstance(runner, Classifier):
-            described.update(kind="reranker" if runner.reranker else "classifier", labels=runner.labels)
-        elif isinstance(runner, AlignScorer):
-            described.update(kind="alignscore", mode=runner.mode)
-        elif isinstance(runner, SparseEncoder):
-            described.update(kind="sparse", vocab_size=runner.dimension, prompts=runner.prompts,
-                             default_prompt_name=runner.default_prompt_name)
-        elif isinstance(runner, MultiVectorEncoder):
-            described.update(kind="multivector", dimension=runner.dimension, prompts=runner.prompts,
-                             default_prompt_name=runner.default_prompt_name)
-        else:
-            described.update(kind=product)  # minicheck
-        described["routes"] = [route.path for route in self.routes()
-                               if route.kinds is not None and kind in route.kinds(self.models)]
-        return described
+def prompt_text(embedder: SentenceEncoder, name: Any, field: str = "prompt_name", **task: str | None) -> str:
+    """The prompt text a request's `prompt_name` asks for (absent or null: the model's default prompt, if any; with a
+    `task`, the task's prompt first), as the embedder resolves it; "" for none. An unknown name is TEI's 413
+    Validation."""
+    if name is not None and not isinstance(name, str):
+        raise bad_request(f"`{field}` must be a string, got {type(name).__name__}")
+    try:
+        return embedder.resolve_prompt(prompt_name=name, **task) or ""
+    except ValueError as e:
+        raise ServiceError(413, "Validation", f"Input validation error: `{field}`: {e}") from None

@@ -31,10 +31,10 @@ TextClassificationPipeline takes it so). MiniCheck takes a (document, claim) as 
 "text_pair": claim} and answers its two labels: "supported" with P(supported) (products/minicheck.py: the max
 over the document's chunks) and "unsupported" with 1 - P(supported); its only function is softmax.
 
-Each task a product of the table answers (Product.hf_task) is declared once in TASKS: the keys of its `parameters`,
+Each task a product of the table answers (Product.hf_task) is declared once in HF_TASKS: the keys of its `parameters`,
 what its `inputs` is, and its handler. It is served on POST /pipeline/TASK (the segment of HF's own URLs,
 .../models/ID/pipeline/TASK: InferenceClient(model="http://HOST:PORT/pipeline/token-classification") posts there)
-and on POST / where the body is its (tei.py, TEIShapes.root). A product's handler reads its body, runs the
+and on POST / where the body is its (tei.root). A product's handler reads its body, runs the
 product's file job (apps/products.py) on the one row through the model's queue, and shapes the record: the options
 are the job's, checked as POST /rows checks them, and named `parameters.<option>` in a 422.
 """
@@ -49,7 +49,8 @@ import torch
 
 from minialign.apps.files.rows import Row
 from minialign.apps.products import PRODUCTS
-from minialign.apps.serve.core import Models, Route, bad_request, empty, flag, parameters, required, text
+from minialign.apps.serve.core import Core, Models, Route, bad_request, empty, flag, parameters, required, text
+from minialign.apps.serve.rows import job_for
 from minialign.products.classifier import Classifier
 from minialign.products.minicheck import LABELS as MINICHECK_LABELS, SUPPORTED
 from minialign.products.runner import OptionError
@@ -80,157 +81,160 @@ def _options(body: dict) -> tuple[int | None, str | None]:
     return top_k, function
 
 
-class HFInferenceShapes:
-    """The handlers (mixed into the Service, over serve/core.Core)."""
-
-    models: Models
-
-    async def text_classification(self, body: dict, *, model: str = "classify") -> list:
-        """HF Inference's text-classification (the module docstring) on the classifier or ("minicheck") MiniCheck."""
-        top_k, function = _options(body)
-        document, pair = _inputs(required(body, "inputs"))
-        if model == "minicheck":
-            ranked = await self._minicheck_labels(document, pair, function)
-        else:
-            classifier = self._require("classify")
-            self._check_length(classifier, [document if pair is None else (document, pair)],
-                               flag(body, "truncate", False))
-            logits = await self._run("classify", "logits", [(document, pair)])
-            (ranked,) = classifier.label_ranking(classifier.activate(torch.stack(logits), function or "auto"))
-        return [[{"label": label, "score": score} for label, score in ranked[:top_k]]]
-
-    async def _minicheck_labels(self, document: str, claim: str | None, function: str | None) -> list:
-        """MiniCheck's two labels for (document, claim), best first."""
-        if claim is None:
-            raise bad_request('MiniCheck checks a claim against a document: `inputs` must be {"text": document, '
-                              '"text_pair": claim}')
-        if claim == "":
-            raise empty("inputs.text_pair")
-        if function not in (None, "softmax"):
-            raise bad_request("`parameters.function_to_apply`: MiniCheck's probabilities are a softmax; "
-                              f"got {function!r}")
-        problems = self.models.minicheck.check(document, claim, null="null")
-        if problems:
-            raise bad_request("; ".join(f"`inputs.{'text' if which == 'context' else 'text_pair'}` {problem}"
-                                        for which, problem in problems))
-        (details,) = await self._run("minicheck", "score", [(None, document, claim)])
-        scores = [1.0 - details["score"]] * len(MINICHECK_LABELS)
-        scores[SUPPORTED] = details["score"]
-        return [(MINICHECK_LABELS[i], score) for i, score in Classifier.rank(scores)]
-
-    # -- the tasks of the table's products (TASKS) --
-
-    def _task_job(self, kind: str, task: Task, body: dict):
-        """The loaded model `kind`'s file job under the options the body's `parameters` give (each a key of the
-        task's; a refused one is a 422 naming parameters.<option>), made once per distinct options (serve/rows.py)."""
-        given = parameters(body)
-        if unknown := sorted(set(given) - set(task.parameters)):
-            raise bad_request(f"`parameters` {unknown}: not parameters of {task.name}; its parameters: "
-                              f"{list(task.parameters)}")
-        product = PRODUCTS[self.models.loaded()[kind][0]]
-        return self._job(kind, product, {k: v for k, v in given.items() if v is not None}, where="parameters")
-
-    async def _record(self, kind: str, job, values: dict[str, Any]) -> dict:
-        """The job's record of one row (`values`: role -> value), through the model's queue (requests with the same
-        options share model calls, with POST /rows/KIND's too)."""
-        (record,) = await self._run(kind, "rows", [(job, Row(None, 0, values))], key=id(job))
-        return record
-
-    async def token_classification(self, kind: str, body: dict) -> list:
-        """HF Inference's token-classification (the module docstring) on the token classifier `kind`. A text its
-        window would cut is refused (413, as TEI refuses one) unless `parameters.stride` reads it in overlapping
-        windows, or the body's `truncate` is true (then it is cut, as the pipeline cuts it)."""
-        given = text(required(body, "inputs"), "inputs")
-        job = self._task_job(kind, TASKS["token-classification"], body)
-        if job.settings["stride"] is None:
-            self._check_length(self.models.loaded()[kind][1], [given], flag(body, "truncate", False))
-        return (await self._record(kind, job, {"text": given}))["entities"]
-
-    async def fill_mask(self, kind: str, body: dict) -> list:
-        """HF Inference's fill-mask (the module docstring) on the masked-LM model `kind`. A text without the model's
-        mask token, or whose masks all lie past the window, is a 422 naming `inputs` (FillMask.check); a text its
-        window would cut is refused (413, as TEI refuses one) unless the body's `truncate` is true (then it is cut,
-        as the pipeline cuts it with truncation=True)."""
-        given = text(required(body, "inputs"), "inputs")
-        job = self._task_job(kind, TASKS["fill-mask"], body)
-        filler = self.models.loaded()[kind][1]
-        if problem := filler.check(given, null="null"):
-            raise bad_request(f"`inputs` {problem}")
-        self._check_length(filler, [given], flag(body, "truncate", False))
-        candidates = (await self._record(kind, job, {"text": given}))["candidates"]  # a list per mask (jobs.py)
-        return candidates[0] if len(candidates) == 1 else candidates
-
-    def hf_task(self, body: dict) -> tuple[Task, str] | None:
-        """(the task, the loaded model's kind) that a POST / body is for, by HF Inference's shapes (tei.py root): the
-        tasks of the loaded models whose `inputs` it has; of several, the one whose parameters hold every key of
-        the body's `parameters` (InferenceClient leaves out the ones not given). None where no task takes it, or
-        the body's `inputs` is a string and it has no `parameters` while an embedding model or a classifier is
-        loaded (TEI's /embed or /predict body: an object such as question-answering's is none). One task loaded: it,
-        whatever the keys (its handler names those it lacks). Several, and not one fits: a 422 naming each task's
-        POST /pipeline/TASK."""
-        inputs, models = body.get("inputs"), self.models
-        tasks = [(TASKS[name], kind) for name, kind in task_kinds(models).items() if TASKS[name].takes(inputs)]
-        if not tasks or ("parameters" not in body and isinstance(inputs, str)
-                         and (models.embedder or models.classifier) is not None):
-            return None
-        given = set(parameters(body))
-        fits = [(task, kind) for task, kind in tasks if given <= set(task.parameters)]
-        if len(fits) == 1 or len(tasks) == 1:
-            return (fits or tasks)[0]
-        said = f"fit {', '.join(task.name for task, _ in fits)}" if fits else \
-            f"fit none of {', '.join(task.name for task, _ in tasks)}"
-        raise bad_request(f"POST / cannot tell which task this body is for: its `parameters` {sorted(given)} {said}; "
-                          f"post it to " + " or ".join(f"/pipeline/{task.name}" for task, _ in fits or tasks))
-
-    async def question_answering(self, kind: str, body: dict) -> dict | list:
-        """HF Inference's question-answering (the module docstring) on the QA model `kind`: the file job's record of
-        the one (question, context), as the client parses it. A context longer than a window is read in windows
-        (parameters.doc_stride), never cut; a pair the answerer cannot read (an empty question or context, a context
-        without tokens, a question filling the window) is a 422 naming inputs.question / inputs.context."""
-        inputs = required(body, "inputs")
-        if not isinstance(inputs, dict) or (unknown := sorted(set(inputs) - {"question", "context"})):
-            raise bad_request('`inputs` must be an object {"question": str, "context": str}'
-                              + (f"; unknown key(s) {unknown}" if isinstance(inputs, dict) else
-                                 f", got {type(inputs).__name__}"))
-        values = {"question": text(required(inputs, "question", "inputs.question"), "inputs.question"),
-                  "context": text(required(inputs, "context", "inputs.context"), "inputs.context")}
-        job = self._task_job(kind, TASKS["question-answering"], body)
-        if problems := job.check(values):
-            raise bad_request("; ".join(f"`inputs.{which}` {problem}" for which, problem in problems))
-        record = await self._record(kind, job, values)
-        if "answers" in record:  # top_k > 1: the list, best first
-            return record["answers"]
-        return [] if record["answer"] is None else record  # the pipeline's [] where no span is left
-
-    async def zero_shot_classification(self, kind: str, body: dict) -> list:
-        """HF Inference's zero-shot-classification (the module docstring) on the NLI model `kind`. The request's
-        candidate labels go in its row, as a file row's own labels do (jobs.zero_shot_job's candidate_labels_field),
-        and its other parameters are the job's options: requests with different labels share one job and one model
-        call, and the service keeps one job per template and multi_label, not one per set of labels. A (text,
-        hypothesis) pair the window would cut is refused (413, as TEI refuses a long input) unless the body's
-        `truncate` is true (then the text loses its end, as the pipeline cuts it)."""
-        given = text(required(body, "inputs"), "inputs")
-        if given == "":  # the pipeline refuses an empty text too
-            raise empty("inputs")
-        task, options = TASKS["zero-shot-classification"], parameters(body)
-        if unknown := sorted(set(options) - set(task.parameters)):  # as _task_job says it
-            raise bad_request(f"`parameters` {unknown}: not parameters of {task.name}; its parameters: "
-                              f"{list(task.parameters)}")
-        if options.get("candidate_labels") is None:
-            raise bad_request("`parameters.candidate_labels` is required: the labels to choose from (a list of "
-                              "strings)")
-        try:
-            labels = parse_labels(options["candidate_labels"])
-        except OptionError as e:
-            raise bad_request(f"`parameters.{e.option}` {e.problem}") from None
-        product, runner = self.models.loaded()[kind]
-        rest = {k: v for k, v in options.items() if k != "candidate_labels" and v is not None}
-        job = self._job(kind, PRODUCTS[product], {**rest, "candidate_labels_field": "candidate_labels"},
-                        where="parameters")
-        self._check_length(runner, [(given, h) for h in hypotheses(job.settings["hypothesis_template"], labels)],
+async def text_classification(service: Core, body: dict, *, model: str = "classify") -> list:
+    """HF Inference's text-classification (the module docstring) on the classifier or ("minicheck") MiniCheck."""
+    top_k, function = _options(body)
+    document, pair = _inputs(required(body, "inputs"))
+    if model == "minicheck":
+        ranked = await _minicheck_labels(service, document, pair, function)
+    else:
+        classifier = service.require("classify")
+        service.check_length(classifier, [document if pair is None else (document, pair)],
                            flag(body, "truncate", False))
-        record = await self._record(kind, job, {"text": given, "candidate_labels": labels})
-        return [{"label": label, "score": score} for label, score in zip(record["labels"], record["scores"])]
+        logits = await service.run("classify", "logits", [(document, pair)])
+        (ranked,) = classifier.label_ranking(classifier.activate(torch.stack(logits), function or "auto"))
+    return [[{"label": label, "score": score} for label, score in ranked[:top_k]]]
+
+
+async def _minicheck_labels(service: Core, document: str, claim: str | None, function: str | None) -> list:
+    """MiniCheck's two labels for (document, claim), best first."""
+    if claim is None:
+        raise bad_request('MiniCheck checks a claim against a document: `inputs` must be {"text": document, '
+                          '"text_pair": claim}')
+    if claim == "":
+        raise empty("inputs.text_pair")
+    if function not in (None, "softmax"):
+        raise bad_request("`parameters.function_to_apply`: MiniCheck's probabilities are a softmax; "
+                          f"got {function!r}")
+    problems = service.models.minicheck.check(document, claim, null="null")
+    if problems:
+        raise bad_request("; ".join(f"`inputs.{'text' if which == 'context' else 'text_pair'}` {problem}"
+                                    for which, problem in problems))
+    (details,) = await service.run("minicheck", "score", [(None, document, claim)])
+    scores = [1.0 - details["score"]] * len(MINICHECK_LABELS)
+    scores[SUPPORTED] = details["score"]
+    return [(MINICHECK_LABELS[i], score) for i, score in Classifier.rank(scores)]
+
+# -- the tasks of the table's products (HF_TASKS) --------------------------------------------------------------
+
+
+def _task_job(service: Core, kind: str, task: Task, body: dict):
+    """The loaded model `kind`'s file job under the options the body's `parameters` give (each a key of the
+    task's; a refused one is a 422 naming parameters.<option>), made once per distinct options (rows.job_for)."""
+    given = parameters(body)
+    if unknown := sorted(set(given) - set(task.parameters)):
+        raise bad_request(f"`parameters` {unknown}: not parameters of {task.name}; its parameters: "
+                          f"{list(task.parameters)}")
+    product = PRODUCTS[service.models.loaded()[kind][0]]
+    return job_for(service, kind, product, {k: v for k, v in given.items() if v is not None}, where="parameters")
+
+
+async def _record(service: Core, kind: str, job, values: dict[str, Any]) -> dict:
+    """The job's record of one row (`values`: role -> value), through the model's queue (requests with the same
+    options share model calls, with POST /rows/KIND's too)."""
+    (record,) = await service.run(kind, "rows", [(job, Row(None, 0, values))], key=id(job))
+    return record
+
+
+async def token_classification(service: Core, kind: str, body: dict) -> list:
+    """HF Inference's token-classification (the module docstring) on the token classifier `kind`. A text its
+    window would cut is refused (413, as TEI refuses one) unless `parameters.stride` reads it in overlapping
+    windows, or the body's `truncate` is true (then it is cut, as the pipeline cuts it)."""
+    given = text(required(body, "inputs"), "inputs")
+    job = _task_job(service, kind, HF_TASKS["token-classification"], body)
+    if job.settings["stride"] is None:
+        service.check_length(service.models.loaded()[kind][1], [given], flag(body, "truncate", False))
+    return (await _record(service, kind, job, {"text": given}))["entities"]
+
+
+async def fill_mask(service: Core, kind: str, body: dict) -> list:
+    """HF Inference's fill-mask (the module docstring) on the masked-LM model `kind`. A text without the model's
+    mask token, or whose masks all lie past the window, is a 422 naming `inputs` (FillMask.check); a text its
+    window would cut is refused (413, as TEI refuses one) unless the body's `truncate` is true (then it is cut,
+    as the pipeline cuts it with truncation=True)."""
+    given = text(required(body, "inputs"), "inputs")
+    job = _task_job(service, kind, HF_TASKS["fill-mask"], body)
+    filler = service.models.loaded()[kind][1]
+    if problem := filler.check(given, null="null"):
+        raise bad_request(f"`inputs` {problem}")
+    service.check_length(filler, [given], flag(body, "truncate", False))
+    candidates = (await _record(service, kind, job, {"text": given}))["candidates"]  # a list per mask (jobs.py)
+    return candidates[0] if len(candidates) == 1 else candidates
+
+
+def hf_task(service: Core, body: dict) -> tuple[Task, str] | None:
+    """(the task, the loaded model's kind) that a POST / body is for, by HF Inference's shapes (tei.root): the
+    tasks of the loaded models whose `inputs` it has; of several, the one whose parameters hold every key of
+    the body's `parameters` (InferenceClient leaves out the ones not given). None where no task takes it, or
+    the body's `inputs` is a string and it has no `parameters` while an embedding model or a classifier is
+    loaded (TEI's /embed or /predict body: an object such as question-answering's is none). One task loaded: it,
+    whatever the keys (its handler names those it lacks). Several, and not one fits: a 422 naming each task's
+    POST /pipeline/TASK."""
+    inputs, models = body.get("inputs"), service.models
+    tasks = [(HF_TASKS[name], kind) for name, kind in task_kinds(models).items() if HF_TASKS[name].takes(inputs)]
+    if not tasks or ("parameters" not in body and isinstance(inputs, str)
+                     and (models.embedder or models.classifier) is not None):
+        return None
+    given = set(parameters(body))
+    fits = [(task, kind) for task, kind in tasks if given <= set(task.parameters)]
+    if len(fits) == 1 or len(tasks) == 1:
+        return (fits or tasks)[0]
+    said = f"fit {', '.join(task.name for task, _ in fits)}" if fits else \
+        f"fit none of {', '.join(task.name for task, _ in tasks)}"
+    raise bad_request(f"POST / cannot tell which task this body is for: its `parameters` {sorted(given)} {said}; "
+                      f"post it to " + " or ".join(f"/pipeline/{task.name}" for task, _ in fits or tasks))
+
+
+async def question_answering(service: Core, kind: str, body: dict) -> dict | list:
+    """HF Inference's question-answering (the module docstring) on the QA model `kind`: the file job's record of
+    the one (question, context), as the client parses it. A context longer than a window is read in windows
+    (parameters.doc_stride), never cut; a pair the answerer cannot read (an empty question or context, a context
+    without tokens, a question filling the window) is a 422 naming inputs.question / inputs.context."""
+    inputs = required(body, "inputs")
+    if not isinstance(inputs, dict) or (unknown := sorted(set(inputs) - {"question", "context"})):
+        raise bad_request('`inputs` must be an object {"question": str, "context": str}'
+                          + (f"; unknown key(s) {unknown}" if isinstance(inputs, dict) else
+                             f", got {type(inputs).__name__}"))
+    values = {"question": text(required(inputs, "question", "inputs.question"), "inputs.question"),
+              "context": text(required(inputs, "context", "inputs.context"), "inputs.context")}
+    job = _task_job(service, kind, HF_TASKS["question-answering"], body)
+    if problems := job.check(values):
+        raise bad_request("; ".join(f"`inputs.{which}` {problem}" for which, problem in problems))
+    record = await _record(service, kind, job, values)
+    if "answers" in record:  # top_k > 1: the list, best first
+        return record["answers"]
+    return [] if record["answer"] is None else record  # the pipeline's [] where no span is left
+
+
+async def zero_shot_classification(service: Core, kind: str, body: dict) -> list:
+    """HF Inference's zero-shot-classification (the module docstring) on the NLI model `kind`. The request's
+    candidate labels go in its row, as a file row's own labels do (jobs.zero_shot_job's candidate_labels_field),
+    and its other parameters are the job's options: requests with different labels share one job and one model
+    call, and the service keeps one job per template and multi_label, not one per set of labels. A (text,
+    hypothesis) pair the window would cut is refused (413, as TEI refuses a long input) unless the body's
+    `truncate` is true (then the text loses its end, as the pipeline cuts it)."""
+    given = text(required(body, "inputs"), "inputs")
+    if given == "":  # the pipeline refuses an empty text too
+        raise empty("inputs")
+    task, options = HF_TASKS["zero-shot-classification"], parameters(body)
+    if unknown := sorted(set(options) - set(task.parameters)):  # as _task_job says it
+        raise bad_request(f"`parameters` {unknown}: not parameters of {task.name}; its parameters: "
+                          f"{list(task.parameters)}")
+    if options.get("candidate_labels") is None:
+        raise bad_request("`parameters.candidate_labels` is required: the labels to choose from (a list of "
+                          "strings)")
+    try:
+        labels = parse_labels(options["candidate_labels"])
+    except OptionError as e:
+        raise bad_request(f"`parameters.{e.option}` {e.problem}") from None
+    product, runner = service.models.loaded()[kind]
+    rest = {k: v for k, v in options.items() if k != "candidate_labels" and v is not None}
+    job = job_for(service, kind, PRODUCTS[product], {**rest, "candidate_labels_field": "candidate_labels"},
+                    where="parameters")
+    service.check_length(runner, [(given, h) for h in hypotheses(job.settings["hypothesis_template"], labels)],
+                       flag(body, "truncate", False))
+    record = await _record(service, kind, job, {"text": given, "candidate_labels": labels})
+    return [{"label": label, "score": score} for label, score in zip(record["labels"], record["scores"])]
 
 
 @dataclass(frozen=True)
@@ -239,29 +243,24 @@ class Task:
 
     name: str  # HF's task name ("token-classification"); served on POST /pipeline/NAME
     parameters: tuple[str, ...]  # the keys of its body's `parameters` (huggingface_hub's <Task>Parameters)
-    takes: Callable[[Any], bool]  # whether a body's `inputs` is this task's (POST /: TEIShapes.root)
-    handler: Callable[[Any, str, dict], Awaitable[Any]]  # (service, the loaded model's kind, body) -> the answer
+    takes: Callable[[Any], bool]  # whether a body's `inputs` is this task's (POST /: tei.root)
+    handler: Callable[[Core, str, dict], Awaitable[Any]]  # (service, the loaded model's kind, body) -> the answer
 
 
-TASKS: dict[str, Task] = {}
+def _text(inputs: Any) -> bool:
+    return isinstance(inputs, str)
 
 
-def register(task: Task) -> Task:
-    TASKS[task.name] = task
-    return task
-
-
-register(Task("text-classification", ("top_k", "function_to_apply"), lambda inputs: isinstance(inputs, str),
-              lambda service, kind, body: service.text_classification(body, model=kind)))
-register(Task("token-classification", ("aggregation_strategy", "ignore_labels", "stride"),
-              lambda inputs: isinstance(inputs, str), HFInferenceShapes.token_classification))
-register(Task("fill-mask", ("top_k", "targets"), lambda inputs: isinstance(inputs, str), HFInferenceShapes.fill_mask))
-register(Task("question-answering", ("top_k", "doc_stride", "max_answer_len", "max_seq_len", "max_question_len",
-                                     "handle_impossible_answer", "align_to_words"),
-              lambda inputs: isinstance(inputs, dict) and ("question" in inputs or "context" in inputs),
-              HFInferenceShapes.question_answering))
-register(Task("zero-shot-classification", ("candidate_labels", "hypothesis_template", "multi_label"),
-              lambda inputs: isinstance(inputs, str), HFInferenceShapes.zero_shot_classification))
+HF_TASKS: dict[str, Task] = {task.name: task for task in (
+    Task("text-classification", ("top_k", "function_to_apply"), _text,
+         lambda service, kind, body: text_classification(service, body, model=kind)),
+    Task("token-classification", ("aggregation_strategy", "ignore_labels", "stride"), _text, token_classification),
+    Task("fill-mask", ("top_k", "targets"), _text, fill_mask),
+    Task("question-answering", ("top_k", "doc_stride", "max_answer_len", "max_seq_len", "max_question_len",
+                                "handle_impossible_answer", "align_to_words"),
+         lambda inputs: isinstance(inputs, dict) and ("question" in inputs or "context" in inputs), question_answering),
+    Task("zero-shot-classification", ("candidate_labels", "hypothesis_template", "multi_label"), _text,
+         zero_shot_classification))}
 
 
 def task_kinds(models: Models) -> dict[str, str]:
@@ -269,7 +268,7 @@ def task_kinds(models: Models) -> dict[str, str]:
     out: dict[str, str] = {}
     for kind, (product, _) in models.loaded().items():
         entry = PRODUCTS.get(product)
-        if entry is not None and entry.hf_task in TASKS:
+        if entry is not None and entry.hf_task in HF_TASKS:
             out.setdefault(entry.hf_task, kind)
     return out
 
@@ -279,7 +278,7 @@ def routes(models: Models) -> list[Route]:
     def kinds(name: str):
         return lambda m: [kind] if (kind := task_kinds(m).get(name)) else []
 
-    return [Route(f"/pipeline/{name}", lambda service, body, t=name, k=kind: TASKS[t].handler(service, k, body),
+    return [Route(f"/pipeline/{name}", lambda service, body, t=name, k=kind: HF_TASKS[t].handler(service, k, body),
                   kinds(name))
             for name, kind in task_kinds(models).items()]
 
@@ -288,6 +287,6 @@ def not_loaded(path: str) -> str | None:
     """What to say of a request to POST /pipeline/TASK whose model is not loaded (None: not one of those routes)."""
     task = path.removeprefix("/pipeline/")
     flags = [f"--{product.name} SRC" for product in PRODUCTS.values() if product.hf_task == task]
-    if not path.startswith("/pipeline/") or task not in TASKS or not flags:
+    if not path.startswith("/pipeline/") or task not in HF_TASKS or not flags:
         return None
     return f"no model answering {task} is loaded for {path} (start the service with {' or '.join(flags)})"

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from minialign.apps.serve.core import Models, Route, ServiceError, bad_request, flag, required, texts
+from minialign.apps.serve.core import Core, Models, Route, ServiceError, bad_request, flag, prompt_text, required, texts
 from minialign.apps.serve.core import dimensions as core_dimensions
 
 ENCODINGS = ("float", "base64")
@@ -60,54 +60,51 @@ def _inputs(value: Any) -> list[str]:
     return texts(value, "input")
 
 
-class OpenAIShapes:
-    """The handlers (mixed into the Service, over serve/core.Core)."""
+def _model(service: Core, name: Any) -> str:
+    """The served name a request's `model` selects (the module docstring), or a 404 listing them."""
+    names = served_names(service.models.names.get("embed")) if service.models.embedder is not None else []
+    if not isinstance(name, str):
+        raise bad_request(f"`model` must be a string, got {type(name).__name__}")
+    if name not in names:
+        loaded = ", ".join(repr(n) for n in names) or "none (start with --embed)"
+        raise ServiceError(404, "NotFound", f"The model {name!r} is not loaded; embedding models: {loaded}")
+    return names[0]
 
-    models: Models
 
-    def _openai_model(self, name: Any) -> str:
-        """The served name a request's `model` selects (the module docstring), or a 404 listing them."""
-        names = served_names(self.models.names.get("embed")) if self.models.embedder is not None else []
-        if not isinstance(name, str):
-            raise bad_request(f"`model` must be a string, got {type(name).__name__}")
-        if name not in names:
-            loaded = ", ".join(repr(n) for n in names) or "none (start with --embed)"
-            raise ServiceError(404, "NotFound", f"The model {name!r} is not loaded; embedding models: {loaded}")
-        return names[0]
+async def embeddings(service: Core, body: dict) -> dict:
+    model = _model(service, required(body, "model"))  # both required by OpenAI's API reference
+    embedder = service.models.embedder
+    given = _inputs(required(body, "input"))
+    service.check_batch(len(given), "input")
+    encoding = body.get("encoding_format") or "float"
+    if encoding not in ENCODINGS:
+        raise bad_request(f"`encoding_format` must be one of {list(ENCODINGS)}, got {encoding!r}")
+    dimensions = core_dimensions(body.get("dimensions"), embedder.dimension)
+    user = body.get("user")
+    if user is not None and not isinstance(user, str):
+        raise bad_request(f"`user` must be a string, got {type(user).__name__}")
+    prompt = prompt_text(embedder, body.get("prompt_name"))
+    service.check_length(embedder, given, flag(body, "truncate", False), prompt=prompt)
+    vectors = torch.stack(await service.run("embed", "encode", given, key=prompt))[:, :dimensions]
+    vectors = torch.nn.functional.normalize(vectors.float(), dim=1)
+    tokens = sum(len(ids) for ids in embedder.tokenizer.encode_ids(
+        [prompt + text for text in given], max_length=embedder.max_length).ids)
+    data = [{"object": "embedding", "index": i,
+             "embedding": vector.tolist() if encoding == "float"
+             else base64.b64encode(vector.numpy().astype("<f4").tobytes()).decode("ascii")}
+            for i, vector in enumerate(vectors)]
+    return {"object": "list", "data": data, "model": model,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
-    async def openai_embeddings(self, body: dict) -> dict:
-        model = self._openai_model(required(body, "model"))  # both required by OpenAI's API reference
-        embedder = self.models.embedder
-        given = _inputs(required(body, "input"))
-        self._check_batch(len(given), "input")
-        encoding = body.get("encoding_format") or "float"
-        if encoding not in ENCODINGS:
-            raise bad_request(f"`encoding_format` must be one of {list(ENCODINGS)}, got {encoding!r}")
-        dimensions = core_dimensions(body.get("dimensions"), embedder.dimension)
-        user = body.get("user")
-        if user is not None and not isinstance(user, str):
-            raise bad_request(f"`user` must be a string, got {type(user).__name__}")
-        prompt = self._prompt(embedder, body.get("prompt_name"))
-        self._check_length(embedder, given, flag(body, "truncate", False), prompt=prompt)
-        vectors = torch.stack(await self._run("embed", "encode", given, key=prompt))[:, :dimensions]
-        vectors = torch.nn.functional.normalize(vectors.float(), dim=1)
-        tokens = sum(len(ids) for ids in embedder.tokenizer.encode_ids(
-            [prompt + text for text in given], max_length=embedder.max_length).ids)
-        data = [{"object": "embedding", "index": i,
-                 "embedding": vector.tolist() if encoding == "float"
-                 else base64.b64encode(vector.numpy().astype("<f4").tobytes()).decode("ascii")}
-                for i, vector in enumerate(vectors)]
-        return {"object": "list", "data": data, "model": model,
-                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
-    async def openai_models(self, body: dict) -> dict:
-        names = served_names(self.models.names.get("embed"))[:1]
-        return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "minialign"}
-                                           for name in names]}
+async def list_models(service: Core, body: dict) -> dict:
+    names = served_names(service.models.names.get("embed"))[:1]
+    return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "minialign"}
+                                       for name in names]}
 
 
 def routes(models: Models) -> list[Route]:
     """POST /v1/embeddings and GET /v1/models, with an embedding model loaded."""
     embed = (lambda m: ["embed"] if m.embedder is not None else [])
-    return [Route("/v1/embeddings", OpenAIShapes.openai_embeddings, embed, errors=error_body),
-            Route("/v1/models", OpenAIShapes.openai_models, embed, method="GET", errors=error_body)]
+    return [Route("/v1/embeddings", embeddings, embed, errors=error_body),
+            Route("/v1/models", list_models, embed, method="GET", errors=error_body)]

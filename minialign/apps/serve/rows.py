@@ -11,7 +11,7 @@ writes for that row: a row's id (its `id`, or the field `id_field` names, as the
 back first in its record, and a second row with the same id is refused, as files/rows.read_rows refuses it (a row
 without an id, or with a null one, has none in its record: the results are in the rows' order). Requests with the
 same options share model calls. HF Inference's tasks of the table's products (hf_inference.py) run the same jobs
-(RowShapes._job, their options named `parameters.<option>`), so their requests share model calls with these.
+(`job_for`, their options named `parameters.<option>`), so their requests share model calls with these.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 from minialign.apps.files.rows import Row, record_values
 from minialign.apps.products import PRODUCTS, Option, Product
-from minialign.apps.serve.core import Models, Route, ServiceError, bad_request, required
+from minialign.apps.serve.core import Core, Models, Route, ServiceError, bad_request, required
 from minialign.products.runner import OptionError
 
 
@@ -42,65 +42,61 @@ def _option(option: Option, value: Any, where: str = "options") -> Any:
     raise bad_request(f"{name} must be {kind.__name__}, got {type(value).__name__}")
 
 
-class RowShapes:
-    """The handler (mixed into the Service, over serve/core.Core)."""
+def job_for(service: Core, kind: str, product: Product, given: Any, *, where: str = "options"):
+    """The product's job for a request's options (`where`: the body's object holding them, as errors name it),
+    made once per distinct options (requests that share it share model calls)."""
+    if given is None:
+        given = {}
+    if not isinstance(given, dict):
+        raise bad_request(f"`{where}` must be an object, got {type(given).__name__}")
+    offered = {o.name: o for o in product.options}
+    if unknown := sorted(set(given) - set(offered)):
+        raise bad_request(f"`{where}` {unknown} are not options of {product.name}; its options: {sorted(offered)}")
+    options = {name: _option(offered[name], value, where) for name, value in given.items()}
+    key = (kind, json.dumps(options, sort_keys=True))
+    if key not in service.jobs:
+        _, runner = service.models.loaded()[kind]
+        try:
+            service.jobs[key] = product.make_job(runner, model=service.models.names.get(kind), **options)
+        except OptionError as e:  # a value the runner refuses, naming its option
+            raise bad_request(f"`{where}.{e.option}` {e.problem}") from None
+        except ValueError as e:  # an option the runner refuses (an unknown prompt name)
+            raise ServiceError(422, "Validation", f"`{where}`: {e}") from None
+    return service.jobs[key]
 
-    models: Models
 
-    def _job(self, kind: str, product: Product, given: Any, *, where: str = "options"):
-        """The product's job for a request's options (`where`: the body's object holding them, as errors name it),
-        made once per distinct options (requests that share it share model calls)."""
-        if given is None:
-            given = {}
-        if not isinstance(given, dict):
-            raise bad_request(f"`{where}` must be an object, got {type(given).__name__}")
-        offered = {o.name: o for o in product.options}
-        if unknown := sorted(set(given) - set(offered)):
-            raise bad_request(f"`{where}` {unknown} are not options of {product.name}; its options: {sorted(offered)}")
-        options = {name: _option(offered[name], value, where) for name, value in given.items()}
-        key = (kind, json.dumps(options, sort_keys=True))
-        if key not in self.jobs:
-            _, runner = self.models.loaded()[kind]
-            try:
-                self.jobs[key] = product.make_job(runner, model=self.models.names.get(kind), **options)
-            except OptionError as e:  # a value the runner refuses, naming its option
-                raise bad_request(f"`{where}.{e.option}` {e.problem}") from None
-            except ValueError as e:  # an option the runner refuses (an unknown prompt name)
-                raise ServiceError(422, "Validation", f"`{where}`: {e}") from None
-        return self.jobs[key]
-
-    async def rows(self, kind: str, body: dict) -> dict:
-        product = PRODUCTS[self.models.loaded()[kind][0]]
-        job = self._job(kind, product, body.get("options"))
-        given, id_field = required(body, "rows"), body.get("id_field", "id")
-        if not isinstance(given, list):
-            raise bad_request(f"`rows` must be a list of objects with {', '.join(job.fields)}")
-        if not isinstance(id_field, str):
-            raise bad_request(f"`id_field` must be a string (the rows' field holding their ids), got "
-                              f"{type(id_field).__name__}")
-        self._check_batch(len(given), "rows")
-        rows, first = [], {}
-        for i, record in enumerate(given):
-            if not isinstance(record, dict):
-                raise bad_request(f"`rows[{i}]` must be an object with {', '.join(job.fields)}")
-            values, problems = record_values(record, job)
-            if problems:
-                raise bad_request(f"`rows[{i}]`: " + "; ".join(problems))
-            row_id = record.get(id_field)
-            if row_id is not None and str(row_id) in first:  # ids compared as text, as the file commands do
-                raise bad_request(f"`rows[{i}]`: id {row_id!r} is also the id of rows[{first[str(row_id)]}] (an id "
-                                  "names one row of the results)")
-            if row_id is not None:
-                first[str(row_id)] = i
-            rows.append(Row(row_id, i, values))
-        records = await self._run(kind, "rows", [(job, row) for row in rows], key=id(job))
-        # the file command's line, {"id": row.id, **record} (files/writer.ResultWriter), where the row has an id
-        return {"results": [record if row.id is None else {"id": row.id, **record}
-                            for row, record in zip(rows, records)]}
+async def rows(service: Core, kind: str, body: dict) -> dict:
+    product = PRODUCTS[service.models.loaded()[kind][0]]
+    job = job_for(service, kind, product, body.get("options"))
+    given, id_field = required(body, "rows"), body.get("id_field", "id")
+    if not isinstance(given, list):
+        raise bad_request(f"`rows` must be a list of objects with {', '.join(job.fields)}")
+    if not isinstance(id_field, str):
+        raise bad_request(f"`id_field` must be a string (the rows' field holding their ids), got "
+                          f"{type(id_field).__name__}")
+    service.check_batch(len(given), "rows")
+    parsed, first = [], {}
+    for i, record in enumerate(given):
+        if not isinstance(record, dict):
+            raise bad_request(f"`rows[{i}]` must be an object with {', '.join(job.fields)}")
+        values, problems = record_values(record, job)
+        if problems:
+            raise bad_request(f"`rows[{i}]`: " + "; ".join(problems))
+        row_id = record.get(id_field)
+        if row_id is not None and str(row_id) in first:  # ids compared as text, as the file commands do
+            raise bad_request(f"`rows[{i}]`: id {row_id!r} is also the id of rows[{first[str(row_id)]}] (an id "
+                              "names one row of the results)")
+        if row_id is not None:
+            first[str(row_id)] = i
+        parsed.append(Row(row_id, i, values))
+    records = await service.run(kind, "rows", [(job, row) for row in parsed], key=id(job))
+    # the file command's line, {"id": row.id, **record} (files/writer.ResultWriter), where the row has an id
+    return {"results": [record if row.id is None else {"id": row.id, **record}
+                        for row, record in zip(parsed, records)]}
 
 
 def routes(models: Models) -> list[Route]:
     """POST /rows/KIND for each loaded model."""
-    return [Route(f"/rows/{kind}", lambda service, body, k=kind: service.rows(k, body),
+    return [Route(f"/rows/{kind}", lambda service, body, k=kind: rows(service, k, body),
                   lambda m, k=kind: [k] if k in m.loaded() else [])
             for kind in models.loaded()]

@@ -17,7 +17,9 @@ or reranker, the sparse (SPLADE) encoder and the multi-vector (ColBERT) encoder.
                        Both take minialign's extra `task` ("query" | "document": encode_query / encode_document's
                        prompt, window and route; absent: encode's) and TEI's `truncation_direction` "right" (the only
                        one served: "left" is refused, 422)
-    POST /             routed by the body (TEI routes it by the one model it serves): Service.root
+    POST /             routed by the body (TEI routes it by the one model it serves): root
+
+Each route is a function of (the service's Core, the body): serve/core.py.
 """
 
 from __future__ import annotations
@@ -26,17 +28,11 @@ from typing import Any
 
 import torch
 
-from minialign.apps.serve.core import (Models, Route, ServiceError, bad_request, dimensions, empty, flag, parameters,
-                                       required, text, texts)
-from minialign.apps.serve.hf_inference import task_kinds
-from minialign.products.embeddings import SentenceEncoder
+import minialign.apps.serve.hf_inference as hf_inference
+from minialign.apps.serve.core import (Core, Models, Route, ServiceError, bad_request, dimensions, empty, flag,
+                                       parameters, prompt_text, required, text, texts)
+from minialign.products.choices import TASKS
 from minialign.products.runner import inputs_of
-
-# TEI's messages for a route that does not fit the model (424 Backend)
-NOT_A = {"embed": "Model is not an embedding model", "classify": "Model is not a classifier model",
-         "sparse": "Model is not an embedding model with splade pooling (start with --sparse)",
-         "multivector": "Model is not a multi-vector embedding model (start with --multivector)"}
-TASKS = ("query", "document")
 
 
 def _predict_inputs(value: Any) -> tuple[list[tuple[str, str | None]], bool]:
@@ -55,165 +51,149 @@ def _predict_inputs(value: Any) -> tuple[list[tuple[str, str | None]], bool]:
     return [sequence(value, "inputs")], False
 
 
-class TEIShapes:
-    """The handlers (mixed into the Service, over serve/core.Core)."""
+def _token_request(service: Core, kind: str, body: dict):
+    """/embed_sparse's and /embed_all's common body: (runner, texts, (prompt text, task)), each input checked
+    against the window the call uses unless `truncate`."""
+    runner = service.require(kind)
+    given = texts(required(body, "inputs"), "inputs")
+    service.check_batch(len(given))
+    task = body.get("task")
+    if task is not None and task not in TASKS:
+        raise bad_request(f"`task` must be one of {list(TASKS)} or null, got {task!r}")
+    direction = body.get("truncation_direction")
+    if direction not in (None, "right", "Right"):
+        raise bad_request(f"`truncation_direction` {direction!r} is not served: texts are cut at the end (right)")
+    prompt = prompt_text(runner, body.get("prompt_name"), task=task)
+    window = {"task": task} if kind == "multivector" else {}
+    if not flag(body, "truncate", False) and (long := runner.over_window(given, prompt=prompt, **window)):
+        limit = runner.window(task) if kind == "multivector" else runner.max_length
+        raise ServiceError(413, "Validation", f"Input validation error: `inputs` must have less than {limit} "
+                                              f"tokens. Given: {long[0][1]}")
+    return runner, given, (prompt, task)
 
-    models: Models
 
-    def _require(self, kind: str):
-        runner = {"embed": self.models.embedder, "classify": self.models.classifier, "sparse": self.models.sparse,
-                  "multivector": self.models.multivector}[kind]
-        if runner is None:
-            raise ServiceError(424, "Backend", f"Backend error: {NOT_A[kind]}")
-        return runner
+async def embed_sparse(service: Core, body: dict) -> list:
+    """TEI's /embed_sparse (server.rs embed_sparse): per input its non-zero values as {"index", "value"}, ascending
+    index (the SparseEncoder's rows, products/sparse.py)."""
+    _, given, key = _token_request(service, "sparse", body)
+    rows = await service.run("sparse", "sparse", given, key=key)
+    return [[{"index": i, "value": v} for i, v in zip(indices, values)] for indices, values in rows]
 
-    @staticmethod
-    def _prompt(embedder: SentenceEncoder, name: Any, field: str = "prompt_name", **task: str | None) -> str:
-        """The prompt text a request's `prompt_name` asks for (absent or null: the model's default prompt,
-        if any; with a `task`, the task's prompt first), as the embedder resolves it; "" for none. An unknown name is
-        TEI's 413 Validation."""
-        if name is not None and not isinstance(name, str):
-            raise bad_request(f"`{field}` must be a string, got {type(name).__name__}")
-        try:
-            return embedder.resolve_prompt(prompt_name=name, **task) or ""
-        except ValueError as e:
-            raise ServiceError(413, "Validation", f"Input validation error: `{field}`: {e}") from None
 
-    def _token_request(self, kind: str, body: dict):
-        """/embed_sparse's and /embed_all's common body: (runner, texts, (prompt text, task)), each input checked
-        against the window the call uses unless `truncate`."""
-        runner = self._require(kind)
-        given = texts(required(body, "inputs"), "inputs")
-        self._check_batch(len(given))
-        task = body.get("task")
-        if task is not None and task not in TASKS:
-            raise bad_request(f"`task` must be one of {list(TASKS)} or null, got {task!r}")
-        direction = body.get("truncation_direction")
-        if direction not in (None, "right", "Right"):
-            raise bad_request(f"`truncation_direction` {direction!r} is not served: texts are cut at the end (right)")
-        prompt = self._prompt(runner, body.get("prompt_name"), task=task)
-        window = {"task": task} if kind == "multivector" else {}
-        if not flag(body, "truncate", False) and (long := runner.over_window(given, prompt=prompt, **window)):
-            limit = runner.window(task) if kind == "multivector" else runner.max_length
-            raise ServiceError(413, "Validation", f"Input validation error: `inputs` must have less than {limit} "
-                                                  f"tokens. Given: {long[0][1]}")
-        return runner, given, (prompt, task)
+async def embed_all(service: Core, body: dict) -> list:
+    """TEI's /embed_all (server.rs embed_all): per input its token vectors [[float]], the MultiVectorEncoder's."""
+    _, given, key = _token_request(service, "multivector", body)
+    return [v.tolist() for v in await service.run("multivector", "token_vectors", given, key=key)]
 
-    async def embed_sparse(self, body: dict) -> list:
-        """TEI's /embed_sparse (server.rs embed_sparse): per input its non-zero values as {"index", "value"}, ascending
-        index (the SparseEncoder's rows, products/sparse.py)."""
-        _, given, key = self._token_request("sparse", body)
-        rows = await self._run("sparse", "sparse", given, key=key)
-        return [[{"index": i, "value": v} for i, v in zip(indices, values)] for indices, values in rows]
 
-    async def embed_all(self, body: dict) -> list:
-        """TEI's /embed_all (server.rs embed_all): per input its token vectors [[float]], the MultiVectorEncoder's."""
-        _, given, key = self._token_request("multivector", body)
-        return [v.tolist() for v in await self._run("multivector", "token_vectors", given, key=key)]
+async def embed(service: Core, body: dict) -> list:
+    embedder = service.require("embed")
+    given = texts(required(body, "inputs"), "inputs")
+    service.check_batch(len(given))
+    prompt = prompt_text(embedder, body.get("prompt_name"))
+    service.check_length(embedder, given, flag(body, "truncate", False), prompt=prompt)
+    width = dimensions(body.get("dimensions"), embedder.dimension)
+    vectors = [v[:width] for v in await service.run("embed", "encode", given, key=prompt)]
+    if flag(body, "normalize", True):
+        vectors = [torch.nn.functional.normalize(v, dim=0) for v in vectors]
+    return [v.tolist() for v in vectors]
 
-    async def embed(self, body: dict) -> list:
-        embedder = self._require("embed")
-        given = texts(required(body, "inputs"), "inputs")
-        self._check_batch(len(given))
-        prompt = self._prompt(embedder, body.get("prompt_name"))
-        self._check_length(embedder, given, flag(body, "truncate", False), prompt=prompt)
-        width = dimensions(body.get("dimensions"), embedder.dimension)
-        vectors = [v[:width] for v in await self._run("embed", "encode", given, key=prompt)]
-        if flag(body, "normalize", True):
-            vectors = [torch.nn.functional.normalize(v, dim=0) for v in vectors]
-        return [v.tolist() for v in vectors]
 
-    async def predict(self, body: dict) -> list:
-        classifier = self._require("classify")
-        items, batched = _predict_inputs(required(body, "inputs"))
-        self._check_batch(len(items))
-        self._check_length(classifier, inputs_of(*zip(*items)), flag(body, "truncate", False))
-        logits = await self._run("classify", "logits", items)
-        # TEI's scores: the raw logits, or sigmoid for one label and softmax for several
-        activation = "none" if flag(body, "raw_scores", False) else "sigmoid" if classifier.reranker else "softmax"
-        ranked = classifier.label_ranking(classifier.activate(torch.stack(logits), activation))
-        answers = [[{"label": label, "score": score} for label, score in row] for row in ranked]
-        return answers if batched else answers[0]
+async def predict(service: Core, body: dict) -> list:
+    classifier = service.require("classify")
+    items, batched = _predict_inputs(required(body, "inputs"))
+    service.check_batch(len(items))
+    service.check_length(classifier, inputs_of(*zip(*items)), flag(body, "truncate", False))
+    logits = await service.run("classify", "logits", items)
+    # TEI's scores: the raw logits, or sigmoid for one label and softmax for several
+    activation = "none" if flag(body, "raw_scores", False) else "sigmoid" if classifier.reranker else "softmax"
+    ranked = classifier.label_ranking(classifier.activate(torch.stack(logits), activation))
+    answers = [[{"label": label, "score": score} for label, score in row] for row in ranked]
+    return answers if batched else answers[0]
 
-    async def rerank(self, body: dict) -> list:
-        query, documents = text(required(body, "query"), "query"), required(body, "texts")
-        if not isinstance(documents, list):
-            raise bad_request("`texts` must be a list of strings")
-        documents = texts(documents, "texts")
-        if not documents:
-            raise empty("texts")
-        classifier = self._require("classify")
-        if not classifier.reranker:
-            raise ServiceError(424, "Backend", "Backend error: model is not a re-ranker model")
-        self._check_batch(len(documents), "texts")
-        pairs = [(query, t) for t in documents]
-        self._check_length(classifier, pairs, flag(body, "truncate", False))
-        logits = await self._run("classify", "logits", pairs)
-        scores = classifier.activate(torch.stack(logits), "none" if flag(body, "raw_scores", False) else "sigmoid")
-        with_text = flag(body, "return_text", False)
-        return [{"index": i, "score": score, **({"text": documents[i]} if with_text else {})}
-                for i, score in classifier.rank(scores.tolist())]
 
-    async def similarity(self, body: dict) -> list:
-        """TEI's /similarity, huggingface_hub's sentence_similarity: {"inputs": {"source_sentence",
-        "sentences"}, "parameters": {"truncate", "prompt_name"}} -> the cosine similarity of each sentence to the source
-        (router/src/http/server.rs, similarity: 1 - cosine distance of the unnormalized embeddings)."""
-        embedder = self._require("embed")
-        inputs, options = required(body, "inputs"), parameters(body)
-        if not isinstance(inputs, dict):
-            raise bad_request('`inputs` must be an object {"source_sentence": str, "sentences": [str, ...]}')
-        source = text(required(inputs, "source_sentence", "inputs.source_sentence"), "inputs.source_sentence")
-        if not isinstance(required(inputs, "sentences", "inputs.sentences"), list):
-            raise bad_request("`inputs.sentences` must be a list of strings")
-        sentences = texts(inputs["sentences"], "inputs.sentences")
-        if not sentences:
-            raise empty("inputs.sentences")
-        self._check_batch(len(sentences) + 1, "inputs.sentences")  # the source counts, as in TEI
-        prompt = self._prompt(embedder, options.get("prompt_name"), "parameters.prompt_name")
-        self._check_length(embedder, [source, *sentences], flag(options, "truncate", False), prompt=prompt)
-        vectors = torch.stack(await self._run("embed", "encode", [source, *sentences], key=prompt)).float()
-        return torch.nn.functional.cosine_similarity(vectors[:1], vectors[1:]).tolist()
+async def rerank(service: Core, body: dict) -> list:
+    query, documents = text(required(body, "query"), "query"), required(body, "texts")
+    if not isinstance(documents, list):
+        raise bad_request("`texts` must be a list of strings")
+    documents = texts(documents, "texts")
+    if not documents:
+        raise empty("texts")
+    classifier = service.require("classify")
+    if not classifier.reranker:
+        raise ServiceError(424, "Backend", "Backend error: model is not a re-ranker model")
+    service.check_batch(len(documents), "texts")
+    pairs = [(query, t) for t in documents]
+    service.check_length(classifier, pairs, flag(body, "truncate", False))
+    logits = await service.run("classify", "logits", pairs)
+    scores = classifier.activate(torch.stack(logits), "none" if flag(body, "raw_scores", False) else "sigmoid")
+    with_text = flag(body, "return_text", False)
+    return [{"index": i, "score": score, **({"text": documents[i]} if with_text else {})}
+            for i, score in classifier.rank(scores.tolist())]
 
-    async def root(self, body: dict) -> Any:
-        """POST /. TEI routes it by the one model it serves (router/src/http/server.rs: an embedding model
-        embeds, a classifier predicts, a reranker reranks); here several can be loaded, so the body decides,
-        by the first rule that fits:
-          1. a `query`                                  -> /rerank (TEI's rerank body)
-          2. `inputs` an object with `text`             -> HF Inference's text-classification of a (text, text_pair):
-                                                           MiniCheck if loaded, else the classifier (hf_inference.py)
-          3. an HF Inference task's body (`inputs` a string: text-classification with a classifier loaded,
-             token-classification with --ner, fill-mask with --fill-mask, zero-shot-classification with
-             --zero-shot; hf_inference.TASKS) with `parameters`, or without them where neither
-             an embedding model nor a classifier is loaded; `inputs` an object with `question` / `context`:
-             question-answering with --qa, with or without `parameters`
-                                                        -> that task; of several loaded, the one whose parameters
-                                                           hold every key of the body's (HFInferenceShapes.hf_task:
-                                                           InferenceClient sends the ones given), else a 422
-                                                           naming each task's POST /pipeline/TASK
-          4. `inputs` another object (source_sentence)  -> /similarity (huggingface_hub's sentence_similarity)
-          5. any other `inputs`                         -> /embed if an embedding model is loaded (feature_extraction,
-                                                           LangChain), else /predict
-        With both models loaded, rule 5 refuses `inputs` holding a list (a pair or a batch of pairs, or
-        ["a", "b"] meant as one pair): /predict and /embed read those differently, so the client names one."""
-        inputs, models = body.get("inputs"), self.models
-        if "query" in body:
-            return await self.rerank(body)
-        if isinstance(inputs, dict) and "text" in inputs and (models.minicheck or models.classifier) is not None:
-            return await self.text_classification(body, model="minicheck" if models.minicheck else "classify")
-        if (chosen := self.hf_task(body)) is not None:
-            task, kind = chosen
-            return await task.handler(self, kind, body)
-        if isinstance(inputs, dict):
-            return await self.similarity(body)
-        if models.embedder is not None:
-            if models.classifier is not None and isinstance(inputs, list) and any(isinstance(v, list) for v in inputs):
-                raise bad_request("POST / sends `inputs` to the embedding model when a classifier is loaded too, and "
-                                  "the embedding model takes no pairs: post pairs to /predict (texts to /embed)")
-            return await self.embed(body)
-        if models.classifier is not None:
-            return await self.predict(body)
-        raise ServiceError(424, "Backend", "Backend error: no TEI model is loaded (start with --embed or --classify; "
-                                           "GET / lists the routes served)")
+
+async def similarity(service: Core, body: dict) -> list:
+    """TEI's /similarity, huggingface_hub's sentence_similarity: {"inputs": {"source_sentence",
+    "sentences"}, "parameters": {"truncate", "prompt_name"}} -> the cosine similarity of each sentence to the source
+    (router/src/http/server.rs, similarity: 1 - cosine distance of the unnormalized embeddings)."""
+    embedder = service.require("embed")
+    inputs, options = required(body, "inputs"), parameters(body)
+    if not isinstance(inputs, dict):
+        raise bad_request('`inputs` must be an object {"source_sentence": str, "sentences": [str, ...]}')
+    source = text(required(inputs, "source_sentence", "inputs.source_sentence"), "inputs.source_sentence")
+    if not isinstance(required(inputs, "sentences", "inputs.sentences"), list):
+        raise bad_request("`inputs.sentences` must be a list of strings")
+    sentences = texts(inputs["sentences"], "inputs.sentences")
+    if not sentences:
+        raise empty("inputs.sentences")
+    service.check_batch(len(sentences) + 1, "inputs.sentences")  # the source counts, as in TEI
+    prompt = prompt_text(embedder, options.get("prompt_name"), "parameters.prompt_name")
+    service.check_length(embedder, [source, *sentences], flag(options, "truncate", False), prompt=prompt)
+    vectors = torch.stack(await service.run("embed", "encode", [source, *sentences], key=prompt)).float()
+    return torch.nn.functional.cosine_similarity(vectors[:1], vectors[1:]).tolist()
+
+
+async def root(service: Core, body: dict) -> Any:
+    """POST /. TEI routes it by the one model it serves (router/src/http/server.rs: an embedding model
+    embeds, a classifier predicts, a reranker reranks); here several can be loaded, so the body decides,
+    by the first rule that fits:
+      1. a `query`                                  -> /rerank (TEI's rerank body)
+      2. `inputs` an object with `text`             -> HF Inference's text-classification of a (text, text_pair):
+                                                       MiniCheck if loaded, else the classifier (hf_inference.py)
+      3. an HF Inference task's body (`inputs` a string: text-classification with a classifier loaded,
+         token-classification with --ner, fill-mask with --fill-mask, zero-shot-classification with
+         --zero-shot; hf_inference.HF_TASKS) with `parameters`, or without them where neither
+         an embedding model nor a classifier is loaded; `inputs` an object with `question` / `context`:
+         question-answering with --qa, with or without `parameters`
+                                                    -> that task; of several loaded, the one whose parameters
+                                                       hold every key of the body's (hf_inference.hf_task:
+                                                       InferenceClient sends the ones given), else a 422
+                                                       naming each task's POST /pipeline/TASK
+      4. `inputs` another object (source_sentence)  -> /similarity (huggingface_hub's sentence_similarity)
+      5. any other `inputs`                         -> /embed if an embedding model is loaded (feature_extraction,
+                                                       LangChain), else /predict
+    With both models loaded, rule 5 refuses `inputs` holding a list (a pair or a batch of pairs, or
+    ["a", "b"] meant as one pair): /predict and /embed read those differently, so the client names one."""
+    inputs, models = body.get("inputs"), service.models
+    if "query" in body:
+        return await rerank(service, body)
+    if isinstance(inputs, dict) and "text" in inputs and (models.minicheck or models.classifier) is not None:
+        model = "minicheck" if models.minicheck else "classify"
+        return await hf_inference.text_classification(service, body, model=model)
+    if (chosen := hf_inference.hf_task(service, body)) is not None:
+        task, kind = chosen
+        return await task.handler(service, kind, body)
+    if isinstance(inputs, dict):
+        return await similarity(service, body)
+    if models.embedder is not None:
+        if models.classifier is not None and isinstance(inputs, list) and any(isinstance(v, list) for v in inputs):
+            raise bad_request("POST / sends `inputs` to the embedding model when a classifier is loaded too, and "
+                              "the embedding model takes no pairs: post pairs to /predict (texts to /embed)")
+        return await embed(service, body)
+    if models.classifier is not None:
+        return await predict(service, body)
+    raise ServiceError(424, "Backend", "Backend error: no TEI model is loaded (start with --embed or --classify; "
+                                       "GET / lists the routes served)")
 
 
 def _kind(name: str, attribute: str):
@@ -223,14 +203,14 @@ def _kind(name: str, attribute: str):
 def routes(models: Models) -> list[Route]:
     """TEI's routes, mounted whatever is loaded (without their model: TEI's 424 Backend); POST / serves the
     embedder, the classifier, MiniCheck and the HF Inference tasks of the table's products (rules above)."""
-    embed, classify, minicheck = _kind("embed", "embedder"), _kind("classify", "classifier"), \
+    embedder, classifier, minicheck = _kind("embed", "embedder"), _kind("classify", "classifier"), \
         _kind("minicheck", "minicheck")
-    tasks = (lambda m: [kind for name, kind in task_kinds(m).items() if name != "text-classification"])
-    reranker = (lambda m: classify(m) if m.classifier is not None and m.classifier.reranker else [])
-    return [Route("/embed", TEIShapes.embed, embed, always=True),
-            Route("/embed_sparse", TEIShapes.embed_sparse, _kind("sparse", "sparse"), always=True),
-            Route("/embed_all", TEIShapes.embed_all, _kind("multivector", "multivector"), always=True),
-            Route("/similarity", TEIShapes.similarity, embed, always=True),
-            Route("/predict", TEIShapes.predict, classify, always=True),
-            Route("/rerank", TEIShapes.rerank, reranker, always=True),
-            Route("/", TEIShapes.root, lambda m: embed(m) + classify(m) + minicheck(m) + tasks(m), always=True)]
+    tasks = (lambda m: [kind for name, kind in hf_inference.task_kinds(m).items() if name != "text-classification"])
+    reranker = (lambda m: classifier(m) if m.classifier is not None and m.classifier.reranker else [])
+    return [Route("/embed", embed, embedder, always=True),
+            Route("/embed_sparse", embed_sparse, _kind("sparse", "sparse"), always=True),
+            Route("/embed_all", embed_all, _kind("multivector", "multivector"), always=True),
+            Route("/similarity", similarity, embedder, always=True),
+            Route("/predict", predict, classifier, always=True),
+            Route("/rerank", rerank, reranker, always=True),
+            Route("/", root, lambda m: embedder(m) + classifier(m) + minicheck(m) + tasks(m), always=True)]
