@@ -25,7 +25,7 @@ _HOMES = {
     "analysis": "minialign.nn.analysis",
     "masks": "minialign.nn.masks",
     "attention": "minialign.nn.attention",
-    "attention_bias": "minialign.nn.attention",
+    "attention_bias": "minialign.nn.masks",
     **dict.fromkeys(["Capture", "ablate_heads", "ablate_mean", "capture", "patch", "replace_with"],
                     "minialign.nn.capture"),
     "PRESETS": "minialign.nn.config",
@@ -50,7 +50,8 @@ _HOMES = {
     "QuestionAnswerer": "minialign.products.question_answering",
     "TokenClassifier": "minialign.products.token_classification",
     "ZeroShotClassifier": "minialign.products.zero_shot",
-    **dict.fromkeys(["Exploration", "explore", "with_score_function"], "minialign.apps.explore"),
+    **dict.fromkeys(["Exploration", "explore"], "minialign.apps.explore"),
+    "with_score_function": "minialign.nn.score_swap",
 }
 _MODULES = ("analysis", "masks")
 _FOLDERS = ("nn", "sources", "loading", "models", "text", "runtime", "products", "apps", "convert")

@@ -83,17 +83,6 @@ def parse_dtype(dtype: str | torch.dtype | DtypeChoice | None) -> DtypeChoice:
     raise ValueError(f"unknown dtype {dtype!r}; {_TAKEN}")
 
 
-def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | str | None:
-    """The form of old (CHANGELOG; parse_dtype's DtypeChoice replaces it): None, a floating torch.dtype, or "auto" /
-    "int8"."""
-    choice = parse_dtype(dtype)
-    if choice.auto:
-        return "auto"
-    if choice.precision == INT8:
-        return "int8"
-    return None if dtype is None else choice.weights
-
-
 _TAKEN = (f"use one of {', '.join(map(repr, (*DTYPE_NAMES, *MODES)))} or a floating torch.dtype "
           f"(e.g. torch.bfloat16)")
 

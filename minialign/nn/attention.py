@@ -42,8 +42,7 @@ from minialign.nn import flex
 from minialign.nn.capture import capturing, current, record
 from minialign.nn.inputs import AttentionInputs
 from minialign.nn.layout import Bucket, padded
-# attention_bias and keep_mask are also read from here (ma.attention_bias), as before they moved to masks.py
-from minialign.nn.masks import attention_bias, first_query_only, keep_mask, offset_bias  # noqa: F401
+from minialign.nn.masks import attention_bias, first_query_only, offset_bias
 from minialign.nn.reduce import row_product
 from minialign.nn.score_functions import DENSE, DISENTANGLED, DOT, OFFSET, ScaledDot
 
