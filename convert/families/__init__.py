@@ -1,8 +1,9 @@
 """One file per encoder family's foreign format: its config.json (a hf_config.ConfigRow) and its weight
 names (a names.Names), as `FORMAT` in convert/families/<model_type with '-' as '_'>.py. Adding a family
 adds its file here; nothing else in convert/ lists the families: `format_of` finds a file by the
-model_type's name and `model_types` lists the files. The model side (minialign/models/<family>.py)
-declares which format its family reads and registers the family once, by that format's model_type.
+model_type's name and `model_types` lists the files. This is the foreign side of the one family registry by
+model_type: the model side (minialign/models/<family>.py) declares which format its family reads, and its config
+class attaches to the same key (minialign/nn/config.py families()).
 """
 
 from __future__ import annotations
