@@ -78,7 +78,7 @@ class Option:
 
 
 @dataclass(frozen=True)
-class Input:
+class Role:
     """A role of a row: the file / Ray field holding it (the role's name unless told, --<role>-field), and on the
     command line one value (--<role>)."""
 
@@ -100,8 +100,8 @@ class Product:
     runner    the Runner class (or its path, "module:Name": Imported); from_pretrained(model, **load options,
               **Loading keywords) loads it
     command   the command-line command it belongs to
-    job       (runner, *, model, <role>_field=..., **options) -> run.Job: the file and Ray shape of its outputs
-              (jobs.py; a function or its path, as runner); its keywords are the roles' fields and `options`
+    job       (runner, fields, *, model, **options) -> run.Job: the file and Ray shape of its outputs (jobs.py; a
+              function or its path, as runner); `fields` are the roles' (Product.fields), its keywords `options`
     model     the default model (None: --model is required)
     load      the runner's own from_pretrained options the faces offer (beside the Loading keywords)
     options   the job's per-call options (the same loaded model serves each value)
@@ -115,7 +115,7 @@ class Product:
               (TEI's /embed, /similarity, POST /), "classifier" (TEI's /predict, /rerank, HF text-classification),
               "sparse" (TEI's /embed_sparse), "multivector" (TEI's /embed_all); None: Models.products, POST
               /rows/NAME (and its hf_task)
-    hf_task   the HF Inference task it answers (huggingface_hub's InferenceClient): serve/hf_inference.TASKS names
+    hf_task   the HF Inference task it answers (huggingface_hub's InferenceClient): serve/hf_inference.HF_TASKS names
               its body's parameters and its handler; served on POST /pipeline/TASK and on POST / (serve/tei.py root)
     int8      whether --dtype offers int8 (the scorers refuse it: products/runner.refuse_int8)
     """
@@ -131,7 +131,7 @@ class Product:
     serve_help: str = ""  # of the service's --NAME flag
     load: tuple[Option, ...] = ()
     options: tuple[Option, ...] = ()
-    inputs: tuple[Input, ...] = ()
+    inputs: tuple[Role, ...] = ()
     outputs: tuple[str, ...] = ("jsonl", "csv")
     check: Callable[[dict[str, str | None]], list[tuple[str, str]]] | str | None = Imported(None)
     ray: str = ""
@@ -159,9 +159,11 @@ class Product:
 
     def make_job(self, runner: Runner, *, model: str | None = None, **keywords: Any) -> Job:
         """The job over a loaded runner: keywords are <role>_field and the per-call options (others: ignored, so
-        a face can hand over everything it was given)."""
-        names = {f"{i.role}_field" for i in self.inputs} | {o.name for o in self.options}
-        return self.job(runner, model=model, **{k: v for k, v in keywords.items() if k in names and v is not None})
+        a face can hand over everything it was given; None: the default)."""
+        fields = self.fields(**{f"{i.role}_field": keywords.get(f"{i.role}_field") for i in self.inputs})
+        names = {o.name for o in self.options}
+        return self.job(runner, fields, model=model,
+                        **{k: v for k, v in keywords.items() if k in names and v is not None})
 
 
 PRODUCTS: dict[str, Product] = {}
@@ -178,7 +180,7 @@ def unregister(name: str) -> None:
     PRODUCTS.pop(name, None)
 
 
-def commands() -> dict[str, list[Product]]:
+def by_command() -> dict[str, list[Product]]:
     """Command name -> its products, in table order (the first is the command's default --method)."""
     out: dict[str, list[Product]] = {}
     for product in PRODUCTS.values():
@@ -202,8 +204,8 @@ def _qa_check(values: dict[str, str | None]) -> list[tuple[str, str]]:
 
 
 TOKENIZER = Option("tokenizer", help="tokenizer dir or hub id (default: beside the model)")
-PAIR_INPUTS = (Input("context", "the context (premise, document) text"),
-               Input("claim", "the claim (hypothesis) text"))
+PAIR_INPUTS = (Role("context", "the context (premise, document) text"),
+               Role("claim", "the claim (hypothesis) text"))
 
 register(Product(
     name="alignscore", command="score", verb="scored",
@@ -259,7 +261,7 @@ register(Product(
              Option("calibration",
                     help="with --precision int8 / uint8: a .jsonl, .csv or .tsv file of texts (the same --text-field) "
                          "whose embeddings fix each dimension's range, as calibration_embeddings= in Python")),
-    inputs=(Input("text", "one text: prints its embedding as a JSON list"),),
+    inputs=(Role("text", "one text: prints its embedding as a JSON list"),),
     ray="EmbedBatches", serve_as="embedder"))
 
 register(Product(
@@ -270,8 +272,8 @@ register(Product(
     serve_help="a classifier or reranker for TEI's /predict and /rerank",
     load=(TOKENIZER,),
     options=(Option("activation", "auto", choices=choices.CLASSIFIER_ACTIVATIONS),),
-    inputs=(Input("text", "one text: prints its label and scores as JSON"),
-            Input("pair", "with --text: the second text of a pair", optional=True)),
+    inputs=(Role("text", "one text: prints its label and scores as JSON"),
+            Role("pair", "with --text: the second text of a pair", optional=True)),
     ray="ClassifyBatches", serve_as="classifier", hf_task="text-classification"))
 
 # Retrieval embeddings beyond one vector per text: `embed --method sparse | multivector | m3` (one command, as
@@ -282,7 +284,7 @@ PROMPT_OPTIONS = (Option("prompt_name", exclusive="prompt",
                               "(default: the task's prompt, else the model's default_prompt_name, if any)"),
                   Option("prompt", exclusive="prompt",
                          help="a prompt text put before every text (\"\": none, not even the default)"))
-TEXT = Input("text", "one text: prints its embedding as JSON (embed: a list; sparse, multivector, m3: the record a "
+TEXT = Role("text", "one text: prints its embedding as JSON (embed: a list; sparse, multivector, m3: the record a "
                      "file row gets)")
 register(Product(
     name="sparse", command="embed", verb="embedded",
@@ -331,7 +333,7 @@ register(Product(
     model_help="a *ForTokenClassification directory or hub id (dslim/bert-base-NER, ...)",
     serve_help="a token classifier (NER) for POST /rows/ner and HF Inference's token-classification",
     load=(TOKENIZER,),
-    options=(Option("aggregation_strategy", "none", choices=choices.AGGREGATIONS,
+    options=(Option("aggregation_strategy", choices.NER_AGGREGATION, choices=choices.AGGREGATIONS,
                     help="none: one entity per token; simple: adjacent tokens of one entity grouped; first / "
                          "average / max: each word's tokens under one label first, then grouped (transformers' "
                          "pipeline's)"),
@@ -340,7 +342,7 @@ register(Product(
              Option("stride", type=int,
                     help="read a text longer than the window in windows overlapping by N tokens (not with "
                          "--aggregation-strategy none); default: cut at the window")),
-    inputs=(Input("text", "one text: prints its entities as a JSON list"),),
+    inputs=(Role("text", "one text: prints its entities as a JSON list"),),
     ray="NERBatches", hf_task="token-classification"))
 
 register(Product(
@@ -351,11 +353,11 @@ register(Product(
     model_help="a *ForMaskedLM directory or hub id (google-bert/bert-base-uncased, FacebookAI/roberta-base, ...)",
     serve_help="a masked-LM model (fill-mask) for POST /rows/fill-mask and HF Inference's fill-mask",
     load=(TOKENIZER,),
-    options=(Option("top_k", 5, type=int, help="candidates per mask, best first (default 5)"),
+    options=(Option("top_k", choices.FILL_MASK_TOP_K, type=int, help="candidates per mask, best first (default %(default)s)"),
              Option("targets", many=True,
                     help="score these tokens only, comma-separated (one the vocabulary lacks: its first token, with "
                          "a warning; default: every token)")),
-    inputs=(Input("text", "one text holding the model's mask token ([MASK], <mask>): prints its candidates as JSON "
+    inputs=(Role("text", "one text holding the model's mask token ([MASK], <mask>): prints its candidates as JSON "
                           "(a list per mask)"),),
     ray="FillMaskBatches", hf_task="fill-mask"))
 
@@ -384,8 +386,8 @@ register(Product(
                          "by the CLS token (squad2 models)"),
              Option("align_to_words", True,
                     help="widen a span to whole words (--no-align-to-words: the tokens' own characters)")),
-    inputs=(Input("question", "the question: with --context, prints the answer as JSON (a list with --top-k > 1)"),
-            Input("context", "the text the answer is read from")),
+    inputs=(Role("question", "the question: with --context, prints the answer as JSON (a list with --top-k > 1)"),
+            Role("context", "the text the answer is read from")),
     check=_qa_check,
     ray="QABatches", hf_task="question-answering"))
 
@@ -410,9 +412,9 @@ register(Product(
                     help="with --input: the field holding a row's own candidate labels (a comma-separated string); "
                          "a row without it takes --candidate-labels"),
              Option("hypothesis_template", choices.ZERO_SHOT_TEMPLATE,
-                    help="the hypothesis each label is put into, at {} (default: \"This example is {}.\")"),
+                    help="the hypothesis each label is put into, at {} (default: \"%(default)s\")"),
              Option("multi_label", False,
                     help="score each label on its own (entailment against contradiction of its pair), not a softmax "
                          "over the labels")),
-    inputs=(Input("text", "one text: prints the pipeline's {\"sequence\", \"labels\", \"scores\"} as JSON"),),
+    inputs=(Role("text", "one text: prints the pipeline's {\"sequence\", \"labels\", \"scores\"} as JSON"),),
     check="minialign.apps.files.jobs:empty_text_problems", ray="ZeroShotBatches", hf_task="zero-shot-classification"))

@@ -16,6 +16,10 @@ CLASSIFIER_ACTIVATIONS = ("auto", "none", "softmax", "sigmoid", "tanh")
 
 # TokenClassifier (token_classification.py: AGGREGATIONS): transformers' AggregationStrategy values
 AGGREGATIONS = ("none", "simple", "first", "average", "max")
+NER_AGGREGATION = "none"  # predict's aggregation_strategy, as TokenClassificationPipeline's default
+
+# FillMask.predict's top_k: candidates per mask, as FillMaskPipeline's default
+FILL_MASK_TOP_K = 5
 
 # QuestionAnswerer (question_answering.py: MAX_ANSWER_LEN, MAX_QUESTION_LEN)
 QA_MAX_ANSWER_LEN = 15  # postprocess's default

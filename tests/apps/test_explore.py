@@ -20,7 +20,8 @@ import torch.nn.functional as F
 
 import minialign as ma
 from minialign.apps.cli import main
-from minialign.apps.explore.data import FLOW_STEPS, PAGE_LIMIT, QUANT, with_score_function
+from minialign.apps.explore.data import FLOW_STEPS, PAGE_LIMIT, QUANT
+from minialign.nn.score_swap import with_score_function
 from minialign.nn import analysis
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -12,7 +12,7 @@ from family_builders import FAMILIES, LONG_CONTEXT, NEW, family_params
 
 import minialign as ma
 from minialign.apps.cli import main as cli
-from minialign.apps.explore.data import has_relative_bias, with_score_function
+from minialign.nn.score_swap import has_relative_bias, with_score_function
 from minialign.runtime.engine import TruncationWarning
 from minialign.runtime.process_pool import WorkerDiedWarning
 

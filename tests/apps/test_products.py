@@ -20,22 +20,21 @@ import minialign as ma
 from minialign.apps import products, raydata
 from minialign.apps.cli import main as cli
 from minialign.apps.files.jobs import make_job
-from minialign.apps.files.rows import Fields
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 from test_serve import call, inference_client  # noqa: E402
 
 
-def norm_job(encoder, *, model=None, text_field="text", scale=1.0):
-    """The throwaway product's job: {"norm": scale * |embedding|} per text row."""
+def norm_job(encoder, fields, *, model=None, scale=1.0):
+    """The throwaway product's job: {"norm": scale * |embedding|} per text row (of `fields`: the table's roles)."""
 
     def run(rows, totals):
         vectors = encoder.encode([r.values["text"] for r in rows], tally=totals)
         return [{"norm": scale * v} for v in vectors.norm(dim=1).tolist()]
 
-    return make_job(encoder, Fields(fields={"text": text_field}, flags={"text": "--text-field"}),
-                    outputs=("jsonl", "csv"), model=model, settings={"scale": scale}, run=run, columns=["norm"])
+    return make_job(encoder, fields, outputs=("jsonl", "csv"), model=model, settings={"scale": scale}, run=run,
+                    columns=["norm"])
 
 
 @pytest.fixture
@@ -45,25 +44,41 @@ def norm_product():
         help="the length of a text's embedding", model_help="a sentence-transformers directory",
         serve_help="an embedding model for /rows/norm",
         options=(products.Option("scale", 1.0, help="a factor", type=float),),
-        inputs=(products.Input("text", "one text: prints its norm"),), ray="NormBatches"))
+        inputs=(products.Role("text", "one text: prints its norm"),), ray="NormBatches"))
     yield product
     products.unregister("norm")
+
+
+def test_each_option_default_is_declared_once():
+    """A face passing no value gets the table's default: the job's keyword and the runner's call take the same one
+    (fill-mask's top_k, ner's aggregation_strategy, zero-shot's hypothesis_template: products/choices.py)."""
+    import inspect
+
+    for product in products.PRODUCTS.values():
+        keywords = inspect.signature(product.job).parameters
+        for option in product.options:
+            if option.default is not None and option.name in keywords:
+                assert keywords[option.name].default == option.default, (product.name, option.name)
+    for name, option in [("fill-mask", "top_k"), ("ner", "aggregation_strategy"), ("zero-shot", "hypothesis_template")]:
+        product = products.PRODUCTS[name]
+        declared = next(o.default for o in product.options if o.name == option)
+        assert inspect.signature(product.runner.predict).parameters[option].default == declared, (name, option)
 
 
 def served_as(name: str, directory):
     """The Models `minialign serve --NAME DIRECTORY` loads (its parser and its loading), the product alone."""
     import argparse
 
-    from minialign.apps.cli import _serve_load, _serve_parser
+    from minialign.apps.serve_command import load_served, serve_parser
     from minialign.apps.products import PRODUCTS
     from minialign.apps.serve import Models
 
     parser = argparse.ArgumentParser().add_subparsers(dest="command")
-    _serve_parser(parser)
+    serve_parser(parser)
     args = parser.choices["serve"].parse_args([f"--{name}", str(directory)])
     assert args.products == {name: [str(directory)]}
     models = Models()
-    _serve_load(models, PRODUCTS[name], str(directory), args)
+    load_served(models, PRODUCTS[name], str(directory), args)
     return models
 
 
@@ -129,7 +144,7 @@ def test_a_registered_product_is_on_every_face(norm_product, minilm_dir, tmp_pat
 
 
 def test_rows_route_answers_what_the_file_command_writes(minilm_dir):
-    from minialign.apps.serve import Limits, Models, Service
+    from minialign.apps.serve import Limits, Models, Service, rows
 
     embedder = ma.SentenceEncoder.from_pretrained(minilm_dir)
     service = Service(Models(embedder=embedder), Limits(max_wait_ms=50))
@@ -205,11 +220,11 @@ def test_minicheck_on_hf_inference_text_classification(minicheck_url, monkeypatc
 def test_serve_minicheck_flag_takes_the_default_model():
     import argparse
 
-    from minialign.apps.cli import _serve_parser
+    from minialign.apps.serve_command import serve_parser
     from minialign.products.minicheck import DEFAULT_MODEL
 
     sub = argparse.ArgumentParser().add_subparsers(dest="command")
-    _serve_parser(sub)
+    serve_parser(sub)
     args = sub.choices["serve"].parse_args(["--minicheck", "--alignscore", "a", "--alignscore", "large=b"])
     assert args.products == {"minicheck": [DEFAULT_MODEL], "alignscore": ["a", "large=b"]}
     with pytest.raises(SystemExit):

@@ -20,9 +20,8 @@ with the projection: the parts' norms and the "emb" cosines at the embedding wid
 against each part mapped by the projection's weight (W p, no bias), the residual stream from the
 projection's output (what the first layer reads). `Exploration.data["embedding"]["note"]` says which.
 
-The score-function swap (`with_score_function`) replaces the alignment score q.k / sqrt(d); it does
-not apply to a model whose family adds a relative-position bias to that score (its declared
-`Family.relative_bias`, MPNet's), and says so.
+A second run may use another score function (nn/score_swap.py `with_score_function`, the research tool that
+replaces the alignment score q.k / sqrt(d); not for a family adding a relative-position bias, MPNet's).
 
 Every number on the page is a captured tensor (ma.capture) of the real tokens (a single input has no
 padding). A text longer than the window is shown as far as the model saw it, never whole, with the
@@ -66,6 +65,7 @@ from torch import Tensor, nn
 
 from minialign.nn import analysis
 from minialign.nn.capture import Capture, capture
+from minialign.nn.score_swap import encoder_of, has_relative_bias
 
 ATTENTION_BYTES = 5_100_000  # raw bytes of attention data a run may hold (before base64): room for the rollout
 # and the score terms, so a 512-token input on 12 x 12 heads stays under PAGE_LIMIT (each query's 17 keys)
@@ -103,12 +103,8 @@ def _rounded(t: Tensor, digits: int = 5) -> list:
 
 def _encoder_prefix(model: nn.Module) -> str:
     """The capture name prefix of the model's Encoder ("" for an Encoder, "encoder." inside AlignModel)."""
-    from minialign.models.encoder import Encoder
-
-    for name, module in model.named_modules():
-        if isinstance(module, Encoder):
-            return f"{name}." if name else ""
-    raise TypeError(f"{type(model).__name__} holds no minialign Encoder")
+    name, _ = encoder_of(model)
+    return f"{name}." if name else ""
 
 
 def _run(model: nn.Module, batch: dict[str, Tensor], mask: Tensor | None, label: str) -> tuple[dict, dict]:
@@ -229,15 +225,6 @@ def _embedding(model: nn.Module, run: dict) -> dict:
                  f"each state with the part mapped by W (W p, no bias); the residual stream starts at the "
                  f"projection's output")
     return {"parts": parts, "width": width, "hidden": config.hidden_size, "projected": projected, "note": note + "."}
-
-
-def has_relative_bias(model: nn.Module) -> bool:
-    """Whether the model's attention adds a relative-position bias to its scores (what its family declares:
-    Family.relative_bias gives one, or None)."""
-    prefix = _encoder_prefix(model)
-    encoder = model.get_submodule(prefix.rstrip(".")) if prefix else model
-    with torch.no_grad():
-        return encoder.family.relative_bias(encoder, 1) is not None
 
 
 def _attention(probs: Tensor) -> dict:
@@ -420,41 +407,3 @@ def _seen(tokenizer, ids: list[int], text: str, pair: str | None) -> tuple[tuple
         ends = [end for (_, end), s, r in zip(full.offsets, seq, rank) if s == i and r < keep[i]]
         seen.append(value[:max(ends, default=0)] if cut[name] else value)
     return (seen[0], seen[1] if pair is not None else None), cut
-
-
-def with_score_function(model: nn.Module, score_fn: str) -> nn.Module:
-    """A twin of `model` whose attention uses another alignment-score function (nn/score_functions.py):
-    every weight shared with `model` (the same tensors: training one trains the other), the new function's
-    own parameters from their initialisation (general and bilinear start equal to the scaled dot product);
-    on the same device, in the same dtype, mode (train / eval), attention backend and mixed precision.
-    A family that adds a relative-position bias (MPNet) takes the scaled dot product only; an int8 model is
-    refused (its quantized layers are not shared state)."""
-    import dataclasses
-
-    from minialign.models.encoder import Encoder
-    from minialign.nn.score_functions import SCORE_FUNCTIONS
-
-    if score_fn not in SCORE_FUNCTIONS:
-        raise ValueError(f"unknown score function {score_fn!r}; choose from {SCORE_FUNCTIONS}")
-    if has_relative_bias(model) and score_fn != "scaled_dot":
-        raise ValueError(f"the score-function swap does not apply to {type(model).__name__} ({model.config.arch}): "
-                         f"its attention adds a relative-position bias to the scaled dot product (its family's "
-                         f"relative_bias), which a swapped score function would be added to, untrained")
-    if getattr(model, "int8", False):
-        raise ValueError("with_score_function takes a floating-point model, not one loaded with dtype='int8'")
-    weight = next(model.parameters())
-    encoder = model if isinstance(model, Encoder) else model.encoder
-    config = dataclasses.replace(model.config, score_fn=score_fn)
-    with torch.device(weight.device):
-        other = type(model)(config, attn_backend=encoder.attn_backend)
-    other.to(weight.dtype)  # the new function's own parameters, in the model's dtype
-    theirs = {**dict(model.named_parameters()), **dict(model.named_buffers())}
-    mine = {**dict(other.named_parameters()), **dict(other.named_buffers())}
-    stray = sorted(n for n in set(theirs) ^ set(mine) if ".score." not in n)
-    if stray:
-        raise ValueError(f"cannot swap the score function of {type(model).__name__}: {stray[:5]}")
-    for name in set(theirs) & set(mine):  # the very tensors (a fused qkv too), not copies through a state dict
-        owner, _, leaf = name.rpartition(".")
-        setattr(other.get_submodule(owner), leaf, theirs[name])
-    other.compute_dtype = model.compute_dtype
-    return other.train(model.training)

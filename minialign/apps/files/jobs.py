@@ -1,18 +1,19 @@
 """The file jobs of the command line (run.Job): score, embed (dense, sparse, multi-vector, BGE-M3), classify, ner,
 fill-mask, zero-shot, qa.
 
-Each says which fields a row has and how a block of rows becomes output records; the runner says the
+Each takes the fields a row has (the product table's roles, apps/products.py Product.fields, with each role's
+field as the face names it) and says how a block of rows becomes output records; the runner says the
 rest (products/runner.py): what is wrong with a row (`check`), the settings a resumed run must share
 (`settings`), and what its window cut, counted over the run and reported once at the end (`tally`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
+import dataclasses
 import inspect
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -20,7 +21,7 @@ from minialign.apps.files.formats import OUTPUT_FORMATS
 from minialign.apps.files.rows import Fields, Row, read_rows
 from minialign.apps.files.run import Job
 from minialign.apps.files.tensors import ragged, sparse, stacked, tensor_layout
-from minialign.products.choices import TASKS  # the embed, sparse and multi-vector jobs' task option
+from minialign.products import choices
 from minialign.products.classifier import Classifier
 from minialign.products.embeddings import SentenceEncoder
 from minialign.products.fill_mask import FillMask
@@ -29,31 +30,16 @@ from minialign.products.multivector import MultiVectorEncoder
 from minialign.products.sparse import SparseEncoder
 from minialign.products.quantization import check_precision, check_truncate_dim, quantization_ranges
 from minialign.products.token_classification import TokenClassifier
-from minialign.products.question_answering import MAX_ANSWER_LEN, MAX_QUESTION_LEN, QuestionAnswerer, check_values
-from minialign.products.zero_shot import DEFAULT_TEMPLATE, ZeroShotClassifier, parse_labels
+from minialign.products.question_answering import MAX_ANSWER_LEN, MAX_QUESTION_LEN, QuestionAnswerer
+from minialign.products.zero_shot import ZeroShotClassifier, parse_labels
 from minialign.products.runner import OptionError, PairScorer, Runner
 from minialign.runtime.engine import Truncation
 
 
-def score_fields(*, context_field: str = "context", claim_field: str = "claim", check=None) -> Fields:
-    """What `score` reads from a row: a context and a claim, both required (null is an error; "" is an empty
-    text: an empty context is one empty chunk, an empty claim has no sentence and is refused). check: the
-    scorer's own rule of a row, e.g. AlignScore's claim with a sentence (known before loading: cli.py)."""
-    return Fields(fields={"context": context_field, "claim": claim_field},
-                  flags={"context": "--context-field", "claim": "--claim-field"},
-                  check=check or (lambda values: []))
-
-
-def embed_fields(*, text_field: str = "text") -> Fields:
-    """What `embed` reads from a row: a text, required ("" is embedded as the special tokens alone)."""
-    return Fields(fields={"text": text_field}, flags={"text": "--text-field"})
-
-
-def classify_fields(*, text_field: str = "text", pair_field: str = "pair") -> Fields:
-    """What `classify` reads from a row: a text, and a pair text where the row has one; a pair field that is
-    absent, null or (CSV) empty makes the row a single text, as pairs[i] = None does in Python."""
-    return Fields(fields={"text": text_field, "pair": pair_field}, flags={"text": "--text-field", "pair": "--pair-field"},
-                  optional=("pair",))
+def checked(fields: Fields, check: Callable[[dict[str, str | None]], list[tuple[str, str]]]) -> Fields:
+    """The fields with the loaded runner's own check of a row in place of the table's pre-load one (the runner's also
+    knows its window, its tokenizer, its splitter)."""
+    return dataclasses.replace(fields, check=check)
 
 
 def make_job(runner: Runner, fields: Fields, *, outputs: tuple[str, ...], model: str | None,
@@ -70,16 +56,14 @@ def make_job(runner: Runner, fields: Fields, *, outputs: tuple[str, ...], model:
                outputs=outputs, settings={"model": model, **settings}, **job)
 
 
-def score_job(scorer: PairScorer, *, context_field: str = "context", claim_field: str = "claim",
-              model: str | None = None) -> Job:
+def score_job(scorer: PairScorer, fields: Fields, *, model: str | None = None) -> Job:
     """AlignScorer or MiniCheckScorer: {"score": float} per (context, claim) row."""
 
     def run(rows: list[Row], totals) -> list[dict[str, Any]]:
         scores = scorer.score([r.values["context"] for r in rows], [r.values["claim"] for r in rows], tally=totals)
         return [{"score": score} for score in scores]
 
-    fields = score_fields(context_field=context_field, claim_field=claim_field,
-                          check=lambda values: scorer.check(values["context"], values["claim"], null="null"))
+    fields = checked(fields, lambda values: scorer.check(values["context"], values["claim"], null="null"))
     return make_job(scorer, fields, outputs=OUTPUT_FORMATS["score"], model=model or scorer.source,
                     settings=scorer.settings(), run=run, columns=["score"])
 
@@ -89,7 +73,7 @@ DEFAULT_PRECISION = inspect.signature(SentenceEncoder.encode).parameters["precis
 CALIBRATED = ("int8", "uint8")  # codes whose buckets come from a calibration set's ranges (quantization.py)
 
 
-def embed_job(encoder: SentenceEncoder, *, text_field: str = "text", normalize: bool = False, task: str | None = None,
+def embed_job(encoder: SentenceEncoder, fields: Fields, *, normalize: bool = False, task: str | None = None,
               prompt_name: str | None = None, prompt: str | None = None, truncate_dim: int | None = None,
               precision: str = DEFAULT_PRECISION, calibration: str | None = None, model: str | None = None) -> Job:
     """SentenceEncoder: {"embedding": [floats]} per text row (.jsonl), or one (N, D) tensor (.safetensors).
@@ -114,7 +98,7 @@ def embed_job(encoder: SentenceEncoder, *, text_field: str = "text", normalize: 
             f"is needed with precision {precision}: a file of texts whose embeddings fix each dimension's range "
             "(calibration_embeddings= in Python)") if calibration is None else "is for precision int8 / uint8 only")
     if calibration is not None:
-        rows, problems = read_rows(Path(calibration), embed_fields(text_field=text_field), id_field="id")
+        rows, problems = read_rows(Path(calibration), fields, id_field="id")
         if problems or not rows:
             raise OptionError("calibration", f"{calibration}: " + (problems[0] if problems else "no rows"))
         embeddings = encoder.encode([r.values["text"] for r in rows], prompt=text, normalize_embeddings=normalize,
@@ -130,17 +114,17 @@ def embed_job(encoder: SentenceEncoder, *, text_field: str = "text", normalize: 
 
     dtype = {"binary": torch.int8, "int8": torch.int8, "ubinary": torch.uint8, "uint8": torch.uint8}.get(
         precision, torch.float32)
-    return make_job(encoder, embed_fields(text_field=text_field), outputs=OUTPUT_FORMATS["embed"], model=model,
+    return make_job(encoder, fields, outputs=OUTPUT_FORMATS["embed"], model=model,
                     settings=settings, run=run, tensors=stacked("embedding", dtype=dtype))
 
 
 def _task(task: str | None) -> str | None:
-    if task not in (None, *TASKS):
-        raise ValueError(f"task must be one of {list(TASKS)} (or unset: the model's default), got {task!r}")
+    if task not in (None, *choices.TASKS):
+        raise ValueError(f"task must be one of {list(choices.TASKS)} (or unset: the model's default), got {task!r}")
     return task
 
 
-def sparse_job(encoder: SparseEncoder, *, text_field: str = "text", task: str | None = None,
+def sparse_job(encoder: SparseEncoder, fields: Fields, *, task: str | None = None,
                prompt_name: str | None = None, prompt: str | None = None, max_active_dims: int | None = None,
                model: str | None = None) -> Job:
     """SparseEncoder: {"indices": [ints, ascending], "values": [floats]} per text row, the row's non-zero values
@@ -160,12 +144,12 @@ def sparse_job(encoder: SparseEncoder, *, text_field: str = "text", task: str | 
         return [{"indices": i.tolist(), "values": v.tolist()}
                 for i, v in zip(indices.split(counts), out.values().split(counts))]
 
-    return make_job(encoder, embed_fields(text_field=text_field), outputs=OUTPUT_FORMATS["embed"], model=model,
+    return make_job(encoder, fields, outputs=OUTPUT_FORMATS["embed"], model=model,
                     settings=settings, run=run, tensors=sparse("indices", "values"),
                     tensor_metadata={"vocab_size": str(encoder.dimension)})
 
 
-def multivector_job(encoder: MultiVectorEncoder, *, text_field: str = "text", task: str | None = None,
+def multivector_job(encoder: MultiVectorEncoder, fields: Fields, *, task: str | None = None,
                     prompt_name: str | None = None, prompt: str | None = None, model: str | None = None) -> Job:
     """MultiVectorEncoder: {"vectors": [[floats], ...]} per text row, one vector per kept token (.jsonl), or the
     ragged layout (tensors.ragged: `vectors` (total tokens, D) float32 and `offsets` (N + 1,)) in .safetensors.
@@ -179,12 +163,12 @@ def multivector_job(encoder: MultiVectorEncoder, *, text_field: str = "text", ta
         vectors = encoder.encode([r.values["text"] for r in rows], prompt=text, task=task, tally=totals)
         return [{"vectors": v.tolist()} for v in vectors]
 
-    return make_job(encoder, embed_fields(text_field=text_field), outputs=OUTPUT_FORMATS["embed"], model=model,
+    return make_job(encoder, fields, outputs=OUTPUT_FORMATS["embed"], model=model,
                     settings=settings, run=run, totals=encoder.tally(task=task),
                     tensors=ragged("vectors", width=encoder.dimension))
 
 
-def m3_job(encoder: M3Encoder, *, text_field: str = "text", return_dense: bool = True, return_sparse: bool = False,
+def m3_job(encoder: M3Encoder, fields: Fields, *, return_dense: bool = True, return_sparse: bool = False,
            return_colbert_vecs: bool = False, max_length: int | None = None, model: str | None = None) -> Job:
     """M3Encoder: per text row the outputs asked for, under BGEM3FlagModel.encode's keys: "dense_vecs" [floats],
     "lexical_weights" {token id (a string): weight}, "colbert_vecs" [[floats], ...] (.jsonl); in .safetensors
@@ -208,14 +192,13 @@ def m3_job(encoder: M3Encoder, *, text_field: str = "text", return_dense: bool =
     layouts = {"dense_vecs": stacked("dense_vecs", width=encoder.dimension),
                "lexical_weights": sparse("lexical_weights", prefix="lexical_"),
                "colbert_vecs": ragged("colbert_vecs", offsets="colbert_offsets", width=encoder.colbert_dimension or 0)}
-    return make_job(encoder, embed_fields(text_field=text_field), outputs=OUTPUT_FORMATS["embed"], model=model,
+    return make_job(encoder, fields, outputs=OUTPUT_FORMATS["embed"], model=model,
                     settings=encoder.settings(**asked, window=window), run=run, totals=encoder.tally(details=False, window=window),
                     tensors=tensor_layout(*(layouts[key] for key in keys)),
                     tensor_metadata={"vocab_size": str(encoder.model.config.vocab_size)} if return_sparse else {})
 
 
-def classify_job(classifier: Classifier, *, text_field: str = "text", pair_field: str = "pair",
-                 activation: str = "auto", model: str | None = None) -> Job:
+def classify_job(classifier: Classifier, fields: Fields, *, activation: str = "auto", model: str | None = None) -> Job:
     """Classifier: per row (a text, and a pair text when the row has one), the best label and every
     label's score; a one-label model (a reranker, a regressor) gives {"score"}."""
     labels = classifier.labels
@@ -229,12 +212,11 @@ def classify_job(classifier: Classifier, *, text_field: str = "text", pair_field
                 for ranked, row in zip(classifier.label_ranking(scores), scores.tolist())]
 
     columns = ["score"] if classifier.reranker else ["label", *(f"score_{label}" for label in labels)]
-    return make_job(classifier, classify_fields(text_field=text_field, pair_field=pair_field),
-                    outputs=OUTPUT_FORMATS["classify"], model=model,
+    return make_job(classifier, fields, outputs=OUTPUT_FORMATS["classify"], model=model,
                     settings=classifier.settings(activation=activation), run=run, columns=columns)
 
 
-def ner_job(tagger: TokenClassifier, *, text_field: str = "text", aggregation_strategy: str = "none",
+def ner_job(tagger: TokenClassifier, fields: Fields, *, aggregation_strategy: str = choices.NER_AGGREGATION,
             ignore_labels: list[str] | None = None, stride: int | None = None, model: str | None = None) -> Job:
     """TokenClassifier: {"entities": [{...}, ...]} per text row, the row's entities as TokenClassifier.predict gives
     them (the pipeline's keys: entity or entity_group, score, index with "none", word, start, end), .jsonl only
@@ -248,11 +230,11 @@ def ner_job(tagger: TokenClassifier, *, text_field: str = "text", aggregation_st
         entities = tagger.predict([r.values["text"] for r in rows], **options, tally=totals)
         return [{"entities": row} for row in entities]
 
-    return make_job(tagger, embed_fields(text_field=text_field), outputs=OUTPUT_FORMATS["ner"], model=model,
+    return make_job(tagger, fields, outputs=OUTPUT_FORMATS["ner"], model=model,
                     settings=settings, run=run, nested=("entities",))
 
 
-def fill_mask_job(filler: FillMask, *, text_field: str = "text", top_k: int = 5, targets: list[str] | None = None,
+def fill_mask_job(filler: FillMask, fields: Fields, *, top_k: int = choices.FILL_MASK_TOP_K, targets: list[str] | None = None,
                   model: str | None = None) -> Job:
     """FillMask: {"candidates": [[{...}, ...], ...]} per text row: one list per mask of the text, in order, each its
     top_k candidates as FillMask.predict gives them (the pipeline's keys: score, token, token_str, sequence), .jsonl
@@ -271,8 +253,7 @@ def fill_mask_job(filler: FillMask, *, text_field: str = "text", top_k: int = 5,
         problem = filler.check(values["text"], null="null")
         return [("text", problem)] if problem else []
 
-    fields = embed_fields(text_field=text_field)
-    return make_job(filler, Fields(fields=fields.fields, flags=fields.flags, check=check),
+    return make_job(filler, checked(fields, check),
                     outputs=OUTPUT_FORMATS["fill-mask"], model=model, settings=settings, run=run,
                     nested=("candidates",))
 
@@ -280,16 +261,7 @@ def fill_mask_job(filler: FillMask, *, text_field: str = "text", top_k: int = 5,
 QA_COLUMNS = ["score", "start", "end", "answer"]  # QuestionAnswerer.predict's keys, in its order
 
 
-def qa_fields(*, question_field: str = "question", context_field: str = "context", check=None) -> Fields:
-    """What `qa` reads from a row: a question and a context, both required and non-empty (check: the answerer's
-    own, which also tokenizes: products/question_answering.py check)."""
-    return Fields(fields={"question": question_field, "context": context_field},
-                  flags={"question": "--question-field", "context": "--context-field"},
-                  check=check or (lambda values: check_values(values["question"], values["context"], null="null")))
-
-
-def qa_job(answerer: QuestionAnswerer, *, question_field: str = "question", context_field: str = "context",
-           top_k: int = 1, doc_stride: int | None = None, max_answer_len: int = MAX_ANSWER_LEN,
+def qa_job(answerer: QuestionAnswerer, fields: Fields, *, top_k: int = 1, doc_stride: int | None = None, max_answer_len: int = MAX_ANSWER_LEN,
            max_seq_len: int | None = None, max_question_len: int = MAX_QUESTION_LEN,
            handle_impossible_answer: bool = False, align_to_words: bool = True, model: str | None = None) -> Job:
     """QuestionAnswerer: per (question, context) row, QuestionAnswerer.predict's answers under the pipeline's keys.
@@ -323,7 +295,7 @@ def qa_job(answerer: QuestionAnswerer, *, question_field: str = "question", cont
                               doc_stride=stride)
 
     listed = top_k > 1
-    return make_job(answerer, qa_fields(question_field=question_field, context_field=context_field, check=check),
+    return make_job(answerer, checked(fields, check),
                     outputs=("jsonl",) if listed else OUTPUT_FORMATS["qa"], model=model, settings=settings, run=run,
                     columns=None if listed else QA_COLUMNS, nested=("answers",) if listed else ())
 
@@ -334,8 +306,8 @@ def empty_text_problems(values: dict[str, str | None]) -> list[tuple[str, str]]:
         if values.get("text") == "" else []
 
 
-def zero_shot_job(classifier: ZeroShotClassifier, *, text_field: str = "text", candidate_labels: list[str] | None = None,
-                  candidate_labels_field: str | None = None, hypothesis_template: str = DEFAULT_TEMPLATE,
+def zero_shot_job(classifier: ZeroShotClassifier, fields: Fields, *, candidate_labels: list[str] | None = None,
+                  candidate_labels_field: str | None = None, hypothesis_template: str = choices.ZERO_SHOT_TEMPLATE,
                   multi_label: bool = False, model: str | None = None) -> Job:
     """ZeroShotClassifier: per text row the pipeline's dict, {"sequence": the text, "labels": the candidate labels
     best first, "scores": theirs} (.jsonl only: OUTPUT_FORMATS). The candidate labels are `candidate_labels`, the
@@ -372,9 +344,9 @@ def zero_shot_job(classifier: ZeroShotClassifier, *, text_field: str = "text", c
         return classifier.predict_each([r.values["text"] for r in rows], own,
                                        hypothesis_template=hypothesis_template, multi_label=multi_label, tally=totals)
 
-    fields = {"text": text_field, **({"candidate_labels": candidate_labels_field} if candidate_labels_field else {})}
-    return make_job(classifier, Fields(fields=fields, flags={"text": "--text-field",
-                                                             "candidate_labels": "--candidate-labels-field"},
-                                       optional=tuple(role for role in fields if role != "text"), check=check),
-                    outputs=OUTPUT_FORMATS["zero-shot"], model=model, settings=settings, run=run,
+    if candidate_labels_field:  # a row's own labels: a role the option adds, optional
+        fields = Fields(fields={**fields.fields, "candidate_labels": candidate_labels_field},
+                        flags={**fields.flags, "candidate_labels": "--candidate-labels-field"},
+                        optional=(*fields.optional, "candidate_labels"), check=fields.check)
+    return make_job(classifier, checked(fields, check), outputs=OUTPUT_FORMATS["zero-shot"], model=model, settings=settings, run=run,
                     nested=("labels", "scores"))

@@ -33,10 +33,10 @@ class Job(Fields):
 
     run:      a block of rows -> one output record (a dict, without the id) per row
     columns:  the record's keys in CSV order; None: no CSV output
-    tensors:  for .safetensors output: the run's records, in order -> named tensors (`stacked`, `ragged`,
-              `sparse`, or several of them: `tensor_layout`), beside `tensor_metadata` (strings)
-    outputs:  the file formats it writes (FORMATS' values; csv needs columns, safetensors tensors);
-              jobs.OUTPUT_FORMATS says the command line's, which it checks before loading a model
+    tensors:  for .safetensors output: the run's records, in order -> named tensors (tensors.py: `stacked`,
+              `ragged`, `sparse`, or several of them: `tensor_layout`), beside `tensor_metadata` (strings)
+    outputs:  the file formats it writes (formats.FORMATS' values; csv needs columns, safetensors tensors);
+              formats.OUTPUT_FORMATS says the command line's, which it checks before loading a model
     settings: what must match for --resume (model, mode, dtype, ...)
     finish:   called once after the last block (e.g. a warning with totals)
     nested:   the record's keys holding a list of JSON objects per row (ner's entities): Ray keeps each row's

@@ -1,4 +1,4 @@
-"""A .safetensors output's layouts: a job's records -> named tensors (rows.Job.tensors). `stacked` (one vector per
+"""A .safetensors output's layouts: a job's records -> named tensors (run.Job.tensors). `stacked` (one vector per
 record), `ragged` (a list of vectors per record, with offsets) and `sparse` (CSR's indices, values and offsets);
 `tensor_layout` puts several in one file."""
 
