@@ -152,7 +152,7 @@ def test_rows_route_answers_what_the_file_command_writes(minilm_dir):
               {"rows": [{"text": "a banana"}], "options": {"normalize": True}}]
 
     async def requests():
-        return await asyncio.gather(*[service.rows("embed", body) for body in bodies])
+        return await asyncio.gather(*[rows.rows(service, "embed", body) for body in bodies])
 
     try:
         calls = service.batchers["embed"].calls
