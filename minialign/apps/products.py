@@ -353,7 +353,8 @@ register(Product(
     model_help="a *ForMaskedLM directory or hub id (google-bert/bert-base-uncased, FacebookAI/roberta-base, ...)",
     serve_help="a masked-LM model (fill-mask) for POST /rows/fill-mask and HF Inference's fill-mask",
     load=(TOKENIZER,),
-    options=(Option("top_k", choices.FILL_MASK_TOP_K, type=int, help="candidates per mask, best first (default %(default)s)"),
+    options=(Option("top_k", choices.FILL_MASK_TOP_K, type=int,
+                    help="candidates per mask, best first (default %(default)s)"),
              Option("targets", many=True,
                     help="score these tokens only, comma-separated (one the vocabulary lacks: its first token, with "
                          "a warning; default: every token)")),

@@ -234,8 +234,8 @@ def ner_job(tagger: TokenClassifier, fields: Fields, *, aggregation_strategy: st
                     settings=settings, run=run, nested=("entities",))
 
 
-def fill_mask_job(filler: FillMask, fields: Fields, *, top_k: int = choices.FILL_MASK_TOP_K, targets: list[str] | None = None,
-                  model: str | None = None) -> Job:
+def fill_mask_job(filler: FillMask, fields: Fields, *, top_k: int = choices.FILL_MASK_TOP_K,
+                  targets: list[str] | None = None, model: str | None = None) -> Job:
     """FillMask: {"candidates": [[{...}, ...], ...]} per text row: one list per mask of the text, in order, each its
     top_k candidates as FillMask.predict gives them (the pipeline's keys: score, token, token_str, sequence), .jsonl
     only (OUTPUT_FORMATS). The record is the same shape for every row (Arrow's list of lists of structs), where predict
@@ -261,8 +261,8 @@ def fill_mask_job(filler: FillMask, fields: Fields, *, top_k: int = choices.FILL
 QA_COLUMNS = ["score", "start", "end", "answer"]  # QuestionAnswerer.predict's keys, in its order
 
 
-def qa_job(answerer: QuestionAnswerer, fields: Fields, *, top_k: int = 1, doc_stride: int | None = None, max_answer_len: int = MAX_ANSWER_LEN,
-           max_seq_len: int | None = None, max_question_len: int = MAX_QUESTION_LEN,
+def qa_job(answerer: QuestionAnswerer, fields: Fields, *, top_k: int = 1, doc_stride: int | None = None,
+           max_answer_len: int = MAX_ANSWER_LEN, max_seq_len: int | None = None, max_question_len: int = MAX_QUESTION_LEN,
            handle_impossible_answer: bool = False, align_to_words: bool = True, model: str | None = None) -> Job:
     """QuestionAnswerer: per (question, context) row, QuestionAnswerer.predict's answers under the pipeline's keys.
 
@@ -348,5 +348,5 @@ def zero_shot_job(classifier: ZeroShotClassifier, fields: Fields, *, candidate_l
         fields = Fields(fields={**fields.fields, "candidate_labels": candidate_labels_field},
                         flags={**fields.flags, "candidate_labels": "--candidate-labels-field"},
                         optional=(*fields.optional, "candidate_labels"), check=fields.check)
-    return make_job(classifier, checked(fields, check), outputs=OUTPUT_FORMATS["zero-shot"], model=model, settings=settings, run=run,
-                    nested=("labels", "scores"))
+    return make_job(classifier, checked(fields, check), outputs=OUTPUT_FORMATS["zero-shot"], model=model,
+                    settings=settings, run=run, nested=("labels", "scores"))
