@@ -23,7 +23,7 @@ from .files import (
 )
 from .mapped import release
 from . import families
-from .by_model_type import (alignscore_to_minialign, config_from_hf, foreign_format, hf_to_minialign,
+from .by_model_type import (alignscore_to_minialign, foreign_format, hf_to_minialign,
                             minialign_to_alignscore, minialign_to_hf, split_hf_backbone)
 from .flagembedding import M3_HEADS, read_m3_heads
 from .formats import Adapters, Foreign, Format
@@ -48,7 +48,6 @@ __all__ = [
     "PUNCTUATION",
     "alignscore_to_minialign",
     "as_files",
-    "config_from_hf",
     "crossencoder_activation",
     "families",
     "find_weights",

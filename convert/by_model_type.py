@@ -13,7 +13,6 @@ import torch
 
 from .families import format_of, model_types
 from .formats import Format
-from .hf_config import refuse_foreign
 from .names import Names
 from .names import alignscore_to_minialign as _alignscore_to_minialign
 from .names import hf_to_minialign as _hf_to_minialign
@@ -26,17 +25,6 @@ Family = str | Format | Names  # a model_type, a family's Format, or its Names a
 
 def _every_family() -> dict[str, Names]:
     return {model_type: format_of(model_type).names for model_type in model_types()}
-
-
-def config_from_hf(hf: dict[str, Any], *, source: str = "config.json") -> dict[str, Any]:
-    """A transformers config.json as minialign config fields, which the family's config class types
-    (minialign.nn.config Config(**fields)). Dispatches on `model_type`, never on a name: the family's format maps it
-    (hf_config.fields_from_hf); custom code, or a model_type no format file declares, is refused naming its
-    architecture and the families there are (hf_config.refuse_foreign)."""
-    arch = hf.get("model_type") if isinstance(hf, dict) else None
-    if not isinstance(arch, str) or arch not in model_types():
-        refuse_foreign(hf if isinstance(hf, dict) else {}, supported=model_types(), source=source)
-    return format_of(arch, source=source).config_fields(hf, source=source, supported=model_types())
 
 
 def foreign_format(hf: dict[str, Any]) -> Format | None:

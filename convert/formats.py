@@ -63,7 +63,7 @@ class Format:
         return self.config.presets
 
     def config_fields(self, hf: dict[str, Any], *, source: str = "config.json",
-                      supported: tuple[str, ...] | None = None) -> dict[str, Any]:
+                      supported: tuple[str, ...] = ()) -> dict[str, Any]:
         """A config.json of this family as minialign config fields (hf_config.fields_from_hf)."""
         return fields_from_hf(hf, self.config, source=source, supported=supported)
 

@@ -21,7 +21,7 @@ from minialign import convert
 from minialign.convert import CheckpointError
 
 from minialign.sources import Source, resolve
-from minialign.nn.config import PRESETS, Config
+from minialign.nn.config import PRESETS, Config, families
 from minialign.text.tokenizer import TOKENIZER_FILES
 
 log = logging.getLogger(__name__)
@@ -133,6 +133,14 @@ def read_checkpoint(src: str | Path | Source, *, backbone: str | Source | None =
     return ckpt
 
 
+def refuse_unread(data: dict, *, source: str) -> None:
+    """A CheckpointError for a config.json no family reads: custom code, or a model_type no family declares (convert
+    names the architecture, the native model_type of code transformers has ported, and the families there are). A
+    family's own config.json is read, or refused, by Config.from_hf (its format)."""
+    if data.get("model_type") not in families():
+        convert.hf_config.refuse_foreign(data, supported=families(), source=source)
+
+
 def _read_model(source: Source, beside: tuple[str, ...] = (), task: str | None = None) -> Checkpoint:
     """A minialign directory, or a transformers one (+ the AlignScore heads export_hf writes beside it), or another
     code base's layout of a family (convert.foreign_format: jina's XLMRobertaLoRA), `task`'s adapter merged."""
@@ -149,7 +157,9 @@ def _read_model(source: Source, beside: tuple[str, ...] = (), task: str | None =
             raise CheckpointError(f"{source}: minialign directory without model.safetensors")
         return Checkpoint(Config.from_dict(data["config"]), convert.read_safetensors(weights), str(weights), source,
                           architectures=architectures_of(data), modules=source)
-    config = Config(**convert.config_from_hf(foreign.foreign.config(data) if foreign else data, source=str(config_path)))
+    hf = foreign.foreign.config(data) if foreign else data
+    refuse_unread(hf, source=str(config_path))
+    config = Config.from_hf(hf, source=str(config_path))
     weights = convert.find_weights(source)
     state_dict = convert.read_state_dict(weights)
     adapters = None
@@ -220,7 +230,8 @@ def resolve_backbone(name: str | Source, *, revision: str | None = None,
     if "minialign_format" in data:
         native_format(data, source=config_path)
         return Config.from_dict(data["config"]), source
-    return Config(**convert.config_from_hf(data, source=str(source))), source
+    refuse_unread(data, source=str(source))
+    return Config.from_hf(data, source=str(source)), source
 
 
 def _untie_if_needed(ckpt: Checkpoint) -> None:

@@ -198,7 +198,7 @@ def test_custom_code_is_refused_naming_the_architecture(tmp_path):
 def test_unsupported_model_type_names_it_and_lists_the_supported(tmp_path):
     directory = _config(tmp_path, model_type="funnel", architectures=["FunnelModel"])
     with pytest.raises(CheckpointError, match=r"model_type 'funnel' \(FunnelModel\) is not supported; "
-                                              r"minialign runs 'bert', 'camembert', ") as refused:
+                                              r"minialign runs 'bert', 'roberta', ") as refused:
         ma.Encoder.from_pretrained(directory)
     assert all(repr(arch) in str(refused.value) for arch in ma.models.FAMILIES)
     with pytest.raises(ValueError, match=r"model_type None \(no architectures field\) is not supported"):

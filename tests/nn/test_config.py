@@ -97,18 +97,19 @@ def test_a_native_config_holds_its_family_s_fields_only():
         ma.Config.from_dict({**config.to_dict(), "rope_theta": None, "conv_act": "tanh"})
 
 
-def test_config_from_hf_is_convert_s_fields_typed_by_the_family():
-    """One mapping of a config.json: convert returns fields (convert.config_from_hf), the family's class types them;
-    Config.from_hf is that, through the family's format."""
-    from minialign import convert
+def test_config_from_hf_is_the_format_s_fields_typed_by_the_family():
+    """One function reads a config.json: Config.from_hf, the family's format (convert) returning fields, the family's
+    class typing them."""
+    from minialign.nn.config import families
 
     hf = {"model_type": "roberta", "vocab_size": 20, "hidden_size": 8, "num_hidden_layers": 1,
           "num_attention_heads": 2, "intermediate_size": 16, "pad_token_id": 1, "max_position_embeddings": 12}
-    fields = convert.config_from_hf(hf)
+    fields = families()["roberta"].format.config_fields(hf)
     assert isinstance(fields, dict) and fields["arch"] == "roberta"
-    assert ma.Config(**fields) == ma.Config.from_hf(hf) and type(ma.Config.from_hf(hf)).__name__ == "RobertaConfig"
-    with pytest.raises(ma.CheckpointError, match="model_type 'funnel'"):
-        convert.config_from_hf({**hf, "model_type": "funnel"})
+    config = ma.Config.from_hf(hf)
+    assert ma.Config(**fields) == config and type(config) is families()["roberta"]
+    with pytest.raises(ValueError, match=r"model_type 'funnel' \(\['FunnelModel'\]\) is not supported"):
+        ma.Config.from_hf({**hf, "model_type": "funnel", "architectures": ["FunnelModel"]})
 
 
 @pytest.mark.parametrize("arch", ["bert", "roberta"])
