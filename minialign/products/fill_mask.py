@@ -39,6 +39,7 @@ from torch import Tensor
 
 from minialign.loading import build, read_checkpoint
 from minialign.models.head_models import MaskedLMModel
+from minialign.products.choices import FILL_MASK_TOP_K
 from minialign.products.runner import LoadOptions, Loading, OptionError, Runner
 from minialign.runtime.engine import Truncation
 from minialign.sources import resolve
@@ -99,7 +100,7 @@ class FillMask(Runner):
         logits are never made for every token)."""
         return self.model.encoder
 
-    def check_options(self, *, top_k: int = 5, targets: str | Sequence[str] | None = None) -> list[int] | None:
+    def check_options(self, *, top_k: int = FILL_MASK_TOP_K, targets: str | Sequence[str] | None = None) -> list[int] | None:
         """A call's options checked (OptionError naming the first refused, before any text is read); returns the
         targets' ids (None: every token), resolved without the warnings predict gives (target_ids)."""
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
@@ -109,7 +110,7 @@ class FillMask(Runner):
         ids, _ = self._resolve_targets(targets)
         return self._some_targets(ids, targets)
 
-    def settings(self, *, top_k: int = 5, targets: str | Sequence[str] | None = None) -> dict:
+    def settings(self, *, top_k: int = FILL_MASK_TOP_K, targets: str | Sequence[str] | None = None) -> dict:
         """What a call with these options depends on, beside the weights (a resumed file run compares them); the
         options checked (check_options)."""
         self.check_options(top_k=top_k, targets=targets)
@@ -142,7 +143,7 @@ class FillMask(Runner):
     # -- calls --
 
     @torch.inference_mode()
-    def predict(self, texts: Sequence[str] | str, *, top_k: int = 5, targets: str | Sequence[str] | None = None,
+    def predict(self, texts: Sequence[str] | str, *, top_k: int = FILL_MASK_TOP_K, targets: str | Sequence[str] | None = None,
                 progress: bool = False, warn_truncation: bool | None = None, tally: Truncation | None = None) -> list:
         """Each text's candidates (module docstring), in input order: a list of dicts per text of one mask, a list of
         such lists (one per mask) for a text of several; one text as a string gives its result alone. top_k: how

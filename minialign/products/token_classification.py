@@ -41,7 +41,7 @@ from torch import Tensor
 
 from minialign.loading import build, read_checkpoint
 from minialign.models.head_models import TokenClassifierModel
-from minialign.products.choices import AGGREGATIONS
+from minialign.products.choices import AGGREGATIONS, NER_AGGREGATION
 from minialign.products.runner import LoadOptions, Loading, OptionError, Runner
 from minialign.runtime.engine import Truncation
 from minialign.sources import resolve
@@ -86,7 +86,7 @@ class TokenClassifier(Runner):
         """Label names by index (id2label)."""
         return list(self.model.config.labels)
 
-    def check_options(self, *, aggregation_strategy: str = "none", ignore_labels: Iterable[str] = ("O",),
+    def check_options(self, *, aggregation_strategy: str = NER_AGGREGATION, ignore_labels: Iterable[str] = ("O",),
                       stride: int | None = None) -> tuple[str, ...]:
         """A call's options checked (OptionError naming the first refused); returns ignore_labels as a tuple."""
         if aggregation_strategy not in AGGREGATIONS:
@@ -102,7 +102,7 @@ class TokenClassifier(Runner):
             raise OptionError("stride", problem)
         return labels
 
-    def settings(self, *, aggregation_strategy: str = "none", ignore_labels: Iterable[str] = ("O",),
+    def settings(self, *, aggregation_strategy: str = NER_AGGREGATION, ignore_labels: Iterable[str] = ("O",),
                  stride: int | None = None) -> dict:
         """What a resumed file run must share (the options checked: check_options)."""
         ignore = self.check_options(aggregation_strategy=aggregation_strategy, ignore_labels=ignore_labels,
@@ -111,7 +111,7 @@ class TokenClassifier(Runner):
                 "stride": stride}
 
     @torch.inference_mode()
-    def predict(self, texts: Sequence[str] | str, *, aggregation_strategy: str = "none",
+    def predict(self, texts: Sequence[str] | str, *, aggregation_strategy: str = NER_AGGREGATION,
                 ignore_labels: Sequence[str] = ("O",), stride: int | None = None, progress: bool = False,
                 warn_truncation: bool | None = None, tally: Truncation | None = None) -> list:
         """Each text's entities (module docstring), a list of dicts per text in input order; one text as a string
