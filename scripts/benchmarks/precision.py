@@ -48,9 +48,9 @@ def agreement(got: list[float], ref: list[float]) -> dict[str, float]:
 
 
 def precision_variant(model, recipe: str | tuple[str, ...], device: str):
-    """The fp32 model as a recipe runs it: "auto" as dtype="auto" loads it (the layers nn/layers.py PRECISION_LAYERS declares
-    in bf16 where bf16 is native, else fp32), "bf16 weights" casts everything, "int8" swaps every
-    Linear for torch.ao's dynamic int8 one, and a tuple names the matmuls of each layer that run in
+    """The fp32 model as a recipe runs it: "auto" as dtype="auto" loads it (the layers nn/layers.py
+    PRECISION_LAYERS declares in bf16 where bf16 is native, else fp32), "bf16 weights" casts everything, "int8"
+    swaps every Linear for torch.ao's dynamic int8 one, and a tuple names the matmuls of each layer that run in
     bf16 (a MixedPrecisionLinear swapped in) with everything else fp32."""
     if recipe == "fp32":
         return model

@@ -143,7 +143,7 @@ def test_published_name_converted_once_then_reused(tmp_path, monkeypatch, tiny_a
     assert abs(first.score(*pair)[0] - direct.score(*pair)[0]) < 1e-6
 
 
-def test_a_cached_conversion_of_an_older_format_is_converted_again(tmp_path, monkeypatch, tiny_alignscore):  # noqa: F811
+def test_an_older_format_in_the_cache_is_converted_again(tmp_path, monkeypatch, tiny_alignscore):  # noqa: F811
     """The converted-checkpoint cache carries the format number: a copy an older minialign wrote is made again from
     the published checkpoint, where any other native directory of that format is refused (test_loading.py)."""
     from huggingface_hub import constants
