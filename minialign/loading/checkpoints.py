@@ -38,7 +38,7 @@ class StaleFormatError(CheckpointError):
     """A native directory written by an older minialign: its format number is below NATIVE_FORMAT."""
 
 
-def native_format(data: dict, *, source: str | Path) -> None:
+def check_native_format(data: dict, *, source: str | Path) -> None:
     """Check a native config.json's format number (NATIVE_FORMAT): an older one is a StaleFormatError naming the
     command that makes the directory again, any other one a CheckpointError."""
     found = data.get("minialign_format")
@@ -61,7 +61,7 @@ def is_current(directory: str | Path) -> bool:
     if not (directory / "config.json").is_file() or not (directory / "model.safetensors").is_file():
         return False
     try:
-        native_format(convert.read_json(directory / "config.json"), source=directory / "config.json")
+        check_native_format(convert.read_json(directory / "config.json"), source=directory / "config.json")
     except CheckpointError:
         return False
     return True
@@ -151,7 +151,7 @@ def _read_model(source: Source, beside: tuple[str, ...] = (), task: str | None =
         raise CheckpointError(f"{config_path}: task {task!r}: this checkpoint carries no task adapters (only "
                               f"another code base's layout does, such as jina-embeddings-v3's own)")
     if "minialign_format" in data:
-        native_format(data, source=config_path)
+        check_native_format(data, source=config_path)
         weights = source.file("model.safetensors", optional=True)
         if weights is None:
             raise CheckpointError(f"{source}: minialign directory without model.safetensors")
@@ -228,7 +228,7 @@ def resolve_backbone(name: str | Source, *, revision: str | None = None,
     config_path = source.file("config.json")
     data = convert.read_json(config_path)
     if "minialign_format" in data:
-        native_format(data, source=config_path)
+        check_native_format(data, source=config_path)
         return Config.from_dict(data["config"]), source
     refuse_unread(data, source=str(source))
     return Config.from_hf(data, source=str(source)), source
