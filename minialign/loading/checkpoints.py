@@ -62,7 +62,7 @@ def is_current(directory: str | Path) -> bool:
         return False
     try:
         check_native_format(convert.read_json(directory / "config.json"), source=directory / "config.json")
-    except CheckpointError:
+    except (ValueError, OSError):  # CheckpointError is a ValueError; an unreadable file is no current directory
         return False
     return True
 
