@@ -22,10 +22,10 @@ for _module in pkgutil.iter_modules(__path__):  # the family files: each registe
     importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["FAMILIES", "AlignModel", "AlignOutput", "Bert", "BertConfig", "ClassifierModel", "ClassifierOutput",
-           "Embeddings", "Encoder", "EncoderLayer", "EncoderOutput", "Family", "FeedForward", "MLMHead", "MaskedLMModel",
-           "MaskedLMOutput", "Pooler", "QuestionAnsweringModel", "QuestionAnsweringOutput", "Roberta", "RobertaConfig",
-           "RobertaEmbeddings", "SelfAttention", "TokenClassifierModel", "TokenClassifierOutput", "family_of",
-           "init_parameter", "init_weights", "roberta_position_ids"]
+           "Embeddings", "Encoder", "EncoderLayer", "EncoderOutput", "Family", "FeedForward", "MLMHead",
+           "MaskedLMModel", "MaskedLMOutput", "Pooler", "QuestionAnsweringModel", "QuestionAnsweringOutput", "Roberta",
+           "RobertaConfig", "RobertaEmbeddings", "SelfAttention", "TokenClassifierModel", "TokenClassifierOutput",
+           "family_of", "init_parameter", "init_weights", "roberta_position_ids"]
 
 
 def __getattr__(name: str):  # a module of this folder read as an attribute (PEP 562)

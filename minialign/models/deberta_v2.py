@@ -42,7 +42,7 @@ from torch import Tensor
 
 from minialign.convert.families import deberta_v2 as deberta_v2_format
 from minialign.models.bert import Bert, BertConfig
-from minialign.models.heads import MaskedLM, SequenceClassification, TokenClassification
+from minialign.models.heads import Heads, MaskedLM, SequenceClassification, TokenClassification
 from minialign.nn.activations import activation
 from minialign.nn.attention import PreparedMask
 from minialign.nn.capture import record
@@ -280,6 +280,7 @@ class DisentangledAttention(SelfAttention):
             raise ValueError(f"DeBERTa's attention is its own score function (content and position terms, "
                              f"disentangled): Config.score_fn must be 'scaled_dot', got {config.score_fn!r}")
         super().__init__(config)
+        self.score_form = DISENTANGLED  # content and position terms: the backend rows that run them
         kinds = config.pos_att_type
         self.relative = config.relative_attention
         self.scale = math.sqrt(config.head_dim * (1 + len(kinds)))
@@ -292,6 +293,12 @@ class DisentangledAttention(SelfAttention):
     def own_score(self, config: Config) -> None:
         """None: the score is bound per forward (`bind`)."""
         return None
+
+    def prune(self, heads) -> None:
+        """Refused: transformers' DebertaV2 has no prune_heads either."""
+        raise ValueError("deberta-v2 heads cannot be pruned: its relative-position projections are shared with each "
+                         "layer's key and query projections (share_att_key) and the position terms are computed per "
+                         "head from them")
 
     def bind(self, rel: Tensor | None, index: Tensor) -> Disentangled:
         """This forward's score: the relative embeddings through the position projections, (H, 2S, D) each."""
@@ -369,37 +376,10 @@ class DebertaV2(Bert):
     Embeddings = DebertaV2Embeddings
     parts = {"relative": RelativeEmbeddings}
     pooler = False  # DebertaV2Model has none
-    unprunable = ("its relative-position projections are shared with each layer's key and query projections "
-                  "(share_att_key) and the position terms are computed per head from them; transformers' "
-                  "DebertaV2 has no prune_heads either")
-
-    @classmethod
-    def sequence_classification(cls, config: Config) -> SequenceClassification:
-        """ContextPooler + classifier: out_proj(dropout(act(dense(dropout(h_0))))), pooler_dropout in the
-        pooler, pooler_hidden_act its activation; `pooled` recorded after it, as ContextPooler returns it."""
-        return SequenceClassification(pool="first", dropout_in=config.pooler_dropout,
-                                      dense_activation=config.pooler_activation, record="dense")
-
-    @classmethod
-    def token_classification(cls, config: Config) -> TokenClassification:
-        """DebertaV2ForTokenClassification: classifier(dropout(h)), the dropout hidden_dropout (not classifier_dropout)."""
-        return TokenClassification(dropout="hidden")
-
-    @classmethod
-    def masked_lm(cls, config: Config) -> MaskedLM:
-        """DebertaV2ForMaskedLM: decoder(LayerNorm(hidden_act(dense(h)))) + bias onto the word embeddings, the dense
-        layer mapping onto embedding_size: the legacy head (LegacyDebertaV2LMPredictionHead, `cls.predictions`,
-        transformers' default config.legacy=True) and the other (DebertaV2LMPredictionHead,
-        `lm_predictions.lm_head`, which needs embedding_size == hidden_size) compute the same."""
-        return MaskedLM(width="embedding")
 
     @classmethod
     def layers(cls, config: Config) -> list[nn.Module]:
         return [DebertaV2Layer(config, conv=i == 0 and config.conv_kernel_size > 0) for i in range(config.num_layers)]
-
-    @classmethod
-    def score_form(cls, config: Config) -> str:
-        return DISENTANGLED
 
     @classmethod
     def layer_inputs(cls, encoder: nn.Module, inputs: ForwardInputs) -> dict[str, Any]:
@@ -414,3 +394,18 @@ class DebertaV2(Bert):
         return {"rel_embeddings": encoder.relative(),
                 "index": relative_index(encoder.config, max(position_ids.size(1), layout.span), position_ids.device),
                 "padding": padding, "layout": layout}
+
+    @classmethod
+    def heads(cls, config: Config) -> Heads:
+        """ContextPooler + classifier: out_proj(dropout(act(dense(dropout(h_0))))), pooler_dropout in the pooler,
+        pooler_hidden_act its activation, `pooled` recorded after it, as ContextPooler returns it;
+        DebertaV2ForTokenClassification: classifier(dropout(h)), the dropout hidden_dropout (not classifier_dropout);
+        DebertaV2ForMaskedLM: decoder(LayerNorm(hidden_act(dense(h)))) + bias onto the word embeddings, the dense
+        layer mapping onto embedding_size: the legacy head (LegacyDebertaV2LMPredictionHead, `cls.predictions`,
+        transformers' default config.legacy=True) and the other (DebertaV2LMPredictionHead,
+        `lm_predictions.lm_head`, which needs embedding_size == hidden_size) compute the same; QA BERT's."""
+        return Heads(sequence_classification=SequenceClassification(pool="first", dropout_in=config.pooler_dropout,
+                                                                    dense_activation=config.pooler_activation,
+                                                                    record="dense"),
+                     masked_lm=MaskedLM(width="embedding"),
+                     token_classification=TokenClassification(dropout="hidden"))

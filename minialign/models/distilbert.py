@@ -20,7 +20,7 @@ from torch import Tensor
 
 from minialign.convert.families import distilbert as distilbert_format
 from minialign.models.bert import Bert, Embeddings
-from minialign.models.heads import QuestionAnswering, SequenceClassification, TokenClassification
+from minialign.models.heads import Heads, QuestionAnswering, SequenceClassification, TokenClassification
 from minialign.nn.config import BOOL, Config, checked
 from minialign.nn.layers import EncoderLayer
 
@@ -87,22 +87,16 @@ class DistilBert(Bert):
     pooler = False
 
     @classmethod
-    def sequence_classification(cls, config: Config) -> SequenceClassification:
-        """DistilBertForSequenceClassification on the first token: classifier(dropout(relu(pre_classifier(h_0))))
-        (dropout seq_classif_dropout); no pooler."""
-        return SequenceClassification(pool="first", dense_activation="relu")
-
-    @classmethod
-    def token_classification(cls, config: Config) -> TokenClassification:
-        """DistilBertForTokenClassification: classifier(dropout(h)), the dropout hidden_dropout (not classifier_dropout)."""
-        return TokenClassification(dropout="hidden")
-
-    @classmethod
-    def question_answering(cls, config: Config) -> QuestionAnswering:
-        """DistilBertForQuestionAnswering: qa_outputs(dropout(h)); its dropout is the config's qa_dropout, which
-        minialign does not read (hidden_dropout stands in: both default to 0.1; eval runs none)."""
-        return QuestionAnswering(dropout="hidden")
-
-    @classmethod
     def layers(cls, config: Config) -> list[nn.Module]:
         return [DistilBertLayer(config) for _ in range(config.num_layers)]
+
+    @classmethod
+    def heads(cls, config: Config) -> Heads:
+        """DistilBertForSequenceClassification on the first token: classifier(dropout(relu(pre_classifier(h_0))))
+        (dropout seq_classif_dropout), no pooler; DistilBertForTokenClassification: classifier(dropout(h)), the
+        dropout hidden_dropout (not classifier_dropout); DistilBertForQuestionAnswering: qa_outputs(dropout(h)), its
+        dropout the config's qa_dropout, which minialign does not read (hidden_dropout stands in: both default to
+        0.1; eval runs none); the MLM head BERT's (vocab_transform, vocab_layer_norm, vocab_projector)."""
+        return Heads(sequence_classification=SequenceClassification(pool="first", dense_activation="relu"),
+                     token_classification=TokenClassification(dropout="hidden"),
+                     question_answering=QuestionAnswering(dropout="hidden"))

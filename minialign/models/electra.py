@@ -21,7 +21,7 @@ from torch import Tensor
 
 from minialign.convert.families import electra as electra_format
 from minialign.models.bert import Bert, BertConfig, Embeddings
-from minialign.models.heads import MaskedLM, SequenceClassification, head_dropout
+from minialign.models.heads import Heads, MaskedLM, SequenceClassification, head_dropout
 from minialign.nn.capture import record
 from minialign.nn.config import POSITIVE_INT, Config, checked, optional
 from minialign.nn.linear import Linear
@@ -68,13 +68,12 @@ class Electra(Bert):
     pooler = False  # ElectraModel has none
 
     @classmethod
-    def sequence_classification(cls, config: Config) -> SequenceClassification:
+    def heads(cls, config: Config) -> Heads:
         """ElectraClassificationHead on the first token: out_proj(dropout(gelu(dense(dropout(h_0))))), its
-        get_activation("gelu") whatever hidden_act says; no pooler."""
-        return SequenceClassification(pool="first", dropout_in=head_dropout(config).p, dense_activation="gelu")
-
-    @classmethod
-    def masked_lm(cls, config: Config) -> MaskedLM:
-        """ElectraForMaskedLM (the generator): generator_lm_head(LayerNorm(gelu(dense(h)))), the dense layer
-        mapping onto embedding_size (ElectraGeneratorPredictions, get_activation("gelu") whatever hidden_act says)."""
-        return MaskedLM(activation="gelu", width="embedding")
+        get_activation("gelu") whatever hidden_act says, no pooler; ElectraForMaskedLM (the generator):
+        generator_lm_head(LayerNorm(gelu(dense(h)))), the dense layer mapping onto embedding_size
+        (ElectraGeneratorPredictions, get_activation("gelu") whatever hidden_act says); the token and QA heads
+        BERT's."""
+        return Heads(sequence_classification=SequenceClassification(pool="first", dropout_in=head_dropout(config).p,
+                                                                    dense_activation="gelu"),
+                     masked_lm=MaskedLM(activation="gelu", width="embedding"))

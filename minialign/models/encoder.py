@@ -99,10 +99,11 @@ class Encoder(Pretrained):
         self.config = config
 
     def _prune(self, heads_to_prune: dict[int, Any]) -> None:
-        if self.family.unprunable:
-            raise ValueError(f"{self.config.arch} heads cannot be pruned: {self.family.unprunable}")
+        if self.family.relative_bias(self, 1) is not None:
+            raise ValueError(f"{self.config.arch} heads cannot be pruned: its relative-position bias is one table of "
+                             f"every head, computed once per forward and added to every layer's scores")
         for layer, heads in heads_to_prune.items():
-            self.layers[layer].attention.prune(heads)
+            self.layers[layer].attention.prune(heads)  # raises where the layer's attention cannot be pruned
 
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
@@ -130,9 +131,7 @@ class Encoder(Pretrained):
             by output_attentions are the scaled ones, a capture's `attention.probs` the softmax before it.
             Heads are numbered as in the unpruned model: a pruned head's entry is not read.
         """
-        self._check_input(input_ids)
-        if final_tokens not in FINAL_TOKENS:
-            raise ValueError(f"final_tokens must be one of {FINAL_TOKENS}, got {final_tokens!r}")
+        check_input_ids(input_ids, self.config)
         plan = self._plan(input_ids, attention_mask, unpad=unpad, final_tokens=final_tokens,
                           output_hidden_states=output_hidden_states, output_attentions=output_attentions,
                           windows_over_custom_mask=windows_over_custom_mask)
@@ -142,60 +141,16 @@ class Encoder(Pretrained):
         if position_ids is None:
             position_ids = self.embeddings.position_ids(input_ids)
         position_ids = layout.pack(position_ids)
-        x = self.embeddings(layout.pack(input_ids), layout.pack(token_type_ids), position_ids)
+        x = self.embeddings(layout.pack(input_ids), layout.pack(token_type_ids), position_ids)  # (B, L, C) or (1, T, C)
         # the family's per-forward inputs, each built once: what every attention backend's prepare reads (the
         # relative bias by offset: (H, 2 span - 1) or None), and the keyword arguments of every layer
         attention_inputs = AttentionInputs(plan.attention_mask, layout, x.dtype, self.config.num_heads,
-                                           relative=self.family.relative_bias(self, layout.span),
-                                           device=x.device)
+                                           relative=self.family.relative_bias(self, layout.span), device=x.device)
         masks = self._masks(plan, attention_inputs)
         if head_mask is not None:
-            masks = [replace(mask, head_scale=scale) for mask, scale in zip(masks, self._head_scales(head_mask, x))]
+            scales = head_scales(self.config, head_mask, x)  # (1, H_i, 1, 1) per layer
+            masks = [replace(mask, head_scale=scale) for mask, scale in zip(masks, scales)]
         inputs = self.family.layer_inputs(self, ForwardInputs(plan.attention_mask, layout, position_ids))
-        out = self._layers(x, masks, plan, inputs, output_hidden_states, output_attentions)
-        if self.pooler is not None:
-            out.pooler_output = self.pooler(out.last_hidden_state)
-        return out
-
-    def _plan(self, input_ids: Tensor, attention_mask: Tensor | None, *, unpad: bool, final_tokens: str,
-              output_hidden_states: bool, output_attentions: bool, windows_over_custom_mask: bool) -> ForwardPlan:
-        """This forward's decisions, each made here once (forward's docstring says what each option asks)."""
-        B, L = input_ids.shape
-        backend = self._backend(probabilities=output_attentions, query_subset=False)
-        packable = attention_mask is not None and not (output_attentions or backend.whole)
-        if attention_mask is not None and not (unpad and packable) and self._without_padding(attention_mask, B, L):
-            attention_mask = None  # sdpa can then use its fastest kernel. Packed (unpad), a batch without
-            # padding stays packed: each sequence is then attended as in any other batch (layout.bucket_length)
-        # hidden states, attentions and a recording row (capture) ask for every token of every layer
-        first_only = final_tokens == "first" and not (output_hidden_states or output_attentions or backend.whole)
-        # the last layer's row: the first tokens' queries alone are a capability of their own (flex lacks it)
-        final_backend = self._backend(probabilities=False, query_subset=True) if first_only else backend
-        packable = packable and attention_mask is not None
-        if packable and (unpad or self._flex_on_cpu(backend, attention_mask)):
-            layout = layouts.packed(attention_mask)
-        else:
-            layout = layouts.padded(B, L)
-        windows = self.family.attention_windows(self.config)
-        if not windows_over_custom_mask and attention_mask is not None and attention_mask.dim() > 2:
-            windows = [None] * len(windows)  # the caller's mask alone, as transformers takes a 4-D one
-        return ForwardPlan(attention_mask, backend, final_backend, first_only, layout, tuple(windows))
-
-    @staticmethod
-    def _masks(plan: ForwardPlan, inputs: AttentionInputs) -> list[PreparedMask]:
-        """Each layer's mask: one per distinct window on the plan's row, each layer handed its own; the last
-        layer's for the first tokens alone, on the final row, when the plan says so."""
-        by_window = {window: prepare_mask(plan.backend, replace(inputs, window=window))
-                     for window in dict.fromkeys(plan.windows)}
-        masks = [by_window[window] for window in plan.windows]
-        if plan.first_only:
-            masks[-1] = prepare_mask(plan.final_backend, replace(inputs, queries="first", window=plan.windows[-1]))
-        return masks
-
-    def _layers(self, x: Tensor, masks: list[PreparedMask], plan: ForwardPlan, inputs: dict[str, Any],
-                output_hidden_states: bool, output_attentions: bool) -> EncoderOutput:
-        """The stack, each layer under its own mask, the last for the first tokens alone when the plan says so;
-        x (B, L, C) or packed (1, T, C)."""
-        layout = plan.layout
         hidden_states = [layout.unpack(x)] if output_hidden_states else None  # embeddings, then each layer
         attentions = []
         for i, (layer, mask) in enumerate(zip(self.layers, masks, strict=True)):
@@ -210,55 +165,94 @@ class Encoder(Pretrained):
             hidden_states[-1] = x
         return EncoderOutput(
             last_hidden_state=x,
-            pooler_output=None,  # forward adds it
+            pooler_output=self.pooler(x) if self.pooler is not None else None,
             hidden_states=tuple(hidden_states) if hidden_states is not None else None,
             attentions=tuple(attentions) if output_attentions else None,
         )
 
-    def _head_scales(self, head_mask: Tensor, x: Tensor) -> list[Tensor]:
-        """Each layer's (1, H_i, 1, 1) head scale from a head_mask of (H,) or (num_layers, H) (transformers v4
-        PreTrainedModel.get_head_mask), the entries of its kept heads."""
-        layers, heads = self.config.num_layers, self.config.num_heads
-        if not isinstance(head_mask, Tensor) or tuple(head_mask.shape) not in ((heads,), (layers, heads)):
-            raise ValueError(f"head_mask must be a tensor of shape ({heads},) or ({layers}, {heads}) (num_layers, "
-                             f"num_heads), got {tuple(getattr(head_mask, 'shape', ())) or type(head_mask).__name__}")
-        head_mask = head_mask.to(device=x.device, dtype=torch.float32 if not x.is_floating_point() else x.dtype)
-        per_layer = head_mask.expand(layers, heads)
-        return [per_layer[i, list(self.config.kept_heads(i))].view(1, -1, 1, 1) for i in range(layers)]
+    def _plan(self, input_ids: Tensor, attention_mask: Tensor | None, *, unpad: bool, final_tokens: str,
+              output_hidden_states: bool, output_attentions: bool, windows_over_custom_mask: bool) -> ForwardPlan:
+        """This forward's decisions, each made here once (forward's docstring says what each option asks)."""
+        if final_tokens not in FINAL_TOKENS:
+            raise ValueError(f"final_tokens must be one of {FINAL_TOKENS}, got {final_tokens!r}")
+        B, L = input_ids.shape
+        backend = self._backend(probabilities=output_attentions, query_subset=False)
+        packable = attention_mask is not None and not (output_attentions or backend.whole)
+        if attention_mask is not None and not (unpad and packable) and without_padding(attention_mask, B, L):
+            attention_mask = None  # sdpa can then use its fastest kernel. Packed (unpad), a batch without
+            # padding stays packed: each sequence is then attended as in any other batch (layout.bucket_length)
+        # hidden states, attentions and a recording row (capture) ask for every token of every layer
+        first_only = final_tokens == "first" and not (output_hidden_states or output_attentions or backend.whole)
+        # the last layer's row: the first tokens' queries alone are a capability of their own (flex lacks it)
+        final_backend = self._backend(probabilities=False, query_subset=True) if first_only else backend
+        packable = packable and attention_mask is not None
+        if packable and (unpad or flex_on_cpu(backend, attention_mask)):
+            layout = layouts.packed(attention_mask)
+        else:
+            layout = layouts.padded(B, L)
+        windows = tuple(layer.window for layer in self.layers)
+        if not windows_over_custom_mask and attention_mask is not None and attention_mask.dim() > 2:
+            windows = (None,) * len(windows)  # the caller's mask alone, as transformers takes a 4-D one
+        return ForwardPlan(attention_mask, backend, final_backend, first_only, layout, windows)
+
+    @staticmethod
+    def _masks(plan: ForwardPlan, inputs: AttentionInputs) -> list[PreparedMask]:
+        """Each layer's mask: one per distinct window on the plan's row, each layer handed its own; the last
+        layer's for the first tokens alone, on the final row, when the plan says so."""
+        by_window = {window: prepare_mask(plan.backend, replace(inputs, window=window))
+                     for window in dict.fromkeys(plan.windows)}
+        masks = [by_window[window] for window in plan.windows]
+        if plan.first_only:
+            masks[-1] = prepare_mask(plan.final_backend, replace(inputs, queries="first", window=plan.windows[-1]))
+        return masks
 
     def _backend(self, *, probabilities: bool, query_subset: bool) -> Backend:
         """The row this forward's attention runs on (attention.choose_backend, the one fallback rule), for the
-        score form the family declares."""
+        form of the scores the layers' attention computes."""
         return choose_backend(self.attn_backend, probabilities=probabilities,
-                              score_form=self.family.score_form(self.config),
+                              score_form=self.layers[0].attention.score_form,
                               dropout=self.training and self.config.attention_dropout > 0,
                               query_subset=query_subset)
 
-    @staticmethod
-    def _without_padding(attention_mask: Tensor, batch: int, length: int) -> bool:
-        """Whether the mask is a (B, L) padding mask with no padding (one host sync; never while compiling)."""
-        return (tuple(attention_mask.shape) == (batch, length) and not torch.compiler.is_compiling()
-                and bool(attention_mask.all()))
 
-    @staticmethod
-    def _flex_on_cpu(backend: Backend, attention_mask: Tensor | None) -> bool:
-        """Whether a right-padded batch on the flex backend runs packed whatever `unpad` says: on CPU, torch
-        2.13's compiled flex kernel returns wrong values, NaN at times, for some padded batches (rows of 40 tokens
-        beside one of 7; not every run), while a packed row under a document BlockMask is exact (tested over
-        random length mixes, tests/nn/test_backends.py). The outputs are the same either way (pad rows zero)."""
-        return (backend.name == "flex" and attention_mask is not None and attention_mask.device.type == "cpu"
-                and attention_mask.dim() == 2 and not torch.compiler.is_compiling()
-                and masks.right_padded_lengths(attention_mask) is not None)
+def without_padding(attention_mask: Tensor, batch: int, length: int) -> bool:
+    """Whether the mask is a (B, L) padding mask with no padding (one host sync; never while compiling)."""
+    return (tuple(attention_mask.shape) == (batch, length) and not torch.compiler.is_compiling()
+            and bool(attention_mask.all()))
 
-    def _check_input(self, input_ids: Tensor) -> None:
-        if not isinstance(input_ids, Tensor) or input_ids.dim() != 2 or input_ids.is_floating_point():
-            raise ValueError(f"input_ids must be an integer tensor of shape (B, L), got "
-                             f"{getattr(input_ids, 'shape', type(input_ids).__name__)}")
-        if input_ids.size(1) > self.config.max_seq_len:
-            raise ValueError(f"sequence length {input_ids.size(1)} exceeds the model's window of "
-                             f"{self.config.max_seq_len} tokens; truncate the input")
-        if input_ids.numel() and not torch.compiler.is_compiling():
-            lo, hi = torch.stack(torch.aminmax(input_ids)).tolist()  # one host sync
-            if lo < 0 or hi >= self.config.vocab_size:
-                raise ValueError(f"input_ids hold {lo if lo < 0 else hi}, outside the vocabulary "
-                                 f"[0, {self.config.vocab_size})")
+
+def flex_on_cpu(backend: Backend, attention_mask: Tensor | None) -> bool:
+    """Whether a right-padded batch on the flex backend runs packed whatever `unpad` says: on CPU, torch
+    2.13's compiled flex kernel returns wrong values, NaN at times, for some padded batches (rows of 40 tokens
+    beside one of 7; not every run), while a packed row under a document BlockMask is exact (tested over
+    random length mixes, tests/nn/test_backends.py). The outputs are the same either way (pad rows zero)."""
+    return (backend.name == "flex" and attention_mask is not None and attention_mask.device.type == "cpu"
+            and attention_mask.dim() == 2 and not torch.compiler.is_compiling()
+            and masks.right_padded_lengths(attention_mask) is not None)
+
+
+def check_input_ids(input_ids: Tensor, config: Config) -> None:
+    """input_ids (B, L): integers within the vocabulary, no longer than the model's window."""
+    if not isinstance(input_ids, Tensor) or input_ids.dim() != 2 or input_ids.is_floating_point():
+        raise ValueError(f"input_ids must be an integer tensor of shape (B, L), got "
+                         f"{getattr(input_ids, 'shape', type(input_ids).__name__)}")
+    if input_ids.size(1) > config.max_seq_len:
+        raise ValueError(f"sequence length {input_ids.size(1)} exceeds the model's window of "
+                         f"{config.max_seq_len} tokens; truncate the input")
+    if input_ids.numel() and not torch.compiler.is_compiling():
+        lo, hi = torch.stack(torch.aminmax(input_ids)).tolist()  # one host sync
+        if lo < 0 or hi >= config.vocab_size:
+            raise ValueError(f"input_ids hold {lo if lo < 0 else hi}, outside the vocabulary "
+                             f"[0, {config.vocab_size})")
+
+
+def head_scales(config: Config, head_mask: Tensor, x: Tensor) -> list[Tensor]:
+    """Each layer's (1, H_i, 1, 1) head scale from a head_mask of (H,) or (num_layers, H) (transformers v4
+    PreTrainedModel.get_head_mask), the entries of its kept heads."""
+    layers, heads = config.num_layers, config.num_heads
+    if not isinstance(head_mask, Tensor) or tuple(head_mask.shape) not in ((heads,), (layers, heads)):
+        raise ValueError(f"head_mask must be a tensor of shape ({heads},) or ({layers}, {heads}) (num_layers, "
+                         f"num_heads), got {tuple(getattr(head_mask, 'shape', ())) or type(head_mask).__name__}")
+    head_mask = head_mask.to(device=x.device, dtype=torch.float32 if not x.is_floating_point() else x.dtype)
+    per_layer = head_mask.expand(layers, heads)
+    return [per_layer[i, list(config.kept_heads(i))].view(1, -1, 1, 1) for i in range(layers)]

@@ -38,7 +38,7 @@ from torch import Tensor
 
 from minialign.convert.families import eurobert as eurobert_format
 from minialign.models.family import Family
-from minialign.models.heads import MaskedLM, QuestionAnswering, SequenceClassification, TokenClassification
+from minialign.models.heads import Heads, MaskedLM, SequenceClassification, TokenClassification
 from minialign.nn.attention import PreparedMask
 from minialign.nn.capture import record
 from minialign.nn.config import BOOL, POSITIVE_INT, POSITIVE_NUMBER, PROBABILITY, Config, checked, one_of, optional
@@ -109,6 +109,7 @@ class EuroBertLayer(nn.Module):
     """Pre-RMSNorm: x = x + attn(attention_norm(x)); x = x + mlp(ffn_norm(x)) (EuroBertDecoderLayer)."""
 
     precision_layers = PRECISION_LAYERS  # EncoderLayer's: the same names, the same reasons
+    window = None  # every key (EncoderLayer's)
 
     def __init__(self, config: Config):
         super().__init__()
@@ -164,25 +165,17 @@ class EuroBert(Family):
         return record("final_norm", x)  # the last hidden state (EuroBertModel.norm)
 
     @classmethod
-    def sequence_classification(cls, config: Config) -> SequenceClassification:
-        """EuroBertForSequenceClassification after the model: pool by classifier_pooling ("bos": the first token,
-        "mean": the mean of the real tokens' states, then the head; "late": the head on every token, then the mean
-        of the real tokens' logits), the head classifier(gelu(dense(.))); `pooled` recorded after pooling."""
+    def heads(cls, config: Config) -> Heads:
+        """After the model (its final norm included): EuroBertForSequenceClassification, pooled by classifier_pooling
+        ("bos": the first token, "mean": the mean of the real tokens' states, then the head; "late": the head on
+        every token, then the mean of the real tokens' logits), the head classifier(gelu(dense(.))), `pooled`
+        recorded after pooling; EuroBertForMaskedLM: lm_head(h), its bias as mlp_bias says;
+        EuroBertForTokenClassification: classifier(h), no dropout; no question-answering head."""
         pool = HEAD_POOL[config.classifier_pooling]
-        return SequenceClassification(pool=pool, dense_activation=HEAD_ACTIVATION,
-                                      record=None if pool == "late" else "pool")
-
-    @classmethod
-    def masked_lm(cls, config: Config) -> MaskedLM:
-        """EuroBertForMaskedLM after the model (its final norm included): lm_head(h), its bias as mlp_bias says."""
-        return MaskedLM(transform=False, decoder_bias=config.mlp_bias)
-
-    @classmethod
-    def token_classification(cls, config: Config) -> TokenClassification:
-        """EuroBertForTokenClassification after the model: classifier(h), no dropout."""
-        return TokenClassification(dropout=None)
-
-    @classmethod
-    def question_answering(cls, config: Config) -> QuestionAnswering:
-        raise ValueError("EuroBERT has no question-answering head (transformers has no EuroBertForQuestionAnswering); "
-                         "its heads: sequence classification, token classification, masked LM")
+        return Heads(sequence_classification=SequenceClassification(pool=pool, dense_activation=HEAD_ACTIVATION,
+                                                                    record=None if pool == "late" else "pool"),
+                     masked_lm=MaskedLM(transform=False, decoder_bias=config.mlp_bias),
+                     token_classification=TokenClassification(dropout=None),
+                     question_answering="EuroBERT has no question-answering head (transformers has no "
+                                        "EuroBertForQuestionAnswering); its heads: sequence classification, token "
+                                        "classification, masked LM")

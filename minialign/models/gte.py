@@ -32,7 +32,7 @@ import torch.nn as nn
 from minialign.convert.families import gte as gte_format
 from minialign.models.family import Family
 from minialign.models.token_embeddings import TokenEmbeddings
-from minialign.models.heads import MaskedLM, QuestionAnswering, SequenceClassification
+from minialign.models.heads import Heads, MaskedLM
 from minialign.nn.config import (POSITIVE_INT, POSITIVE_NUMBER, PROBABILITY, Config, checked, int_at_least, one_of,
                                  optional)
 from minialign.nn.inputs import ForwardInputs
@@ -77,7 +77,7 @@ class GteLayer(EncoderLayer):
 class Gte(Family):
     config_class = GteConfig
     Embeddings = TokenEmbeddings
-    pooler = False  # GteModel(add_pooling_layer=False); the classifier keeps one (sequence_classification)
+    pooler = False  # GteModel(add_pooling_layer=False); the classifier keeps one (heads)
 
     @classmethod
     def layers(cls, config: Config) -> list[nn.Module]:
@@ -97,16 +97,9 @@ class Gte(Family):
         return {"rotary": tuple(table.to(dtype) for table in tables)}
 
     @classmethod
-    def sequence_classification(cls, config: Config) -> SequenceClassification:
-        """GteForSequenceClassification (BertForSequenceClassification's): classifier(dropout(pooler_output))."""
-        return SequenceClassification(pool="pooler")
-
-    @classmethod
-    def masked_lm(cls, config: Config) -> MaskedLM:
-        """GteLMHead: decoder(layer_norm(gelu(dense(h)))) + the decoder's bias; exact GELU (modeling_gte.py gelu)."""
-        return MaskedLM(activation="gelu")
-
-    @classmethod
-    def question_answering(cls, config: Config) -> QuestionAnswering:
-        raise ValueError("GTE has no question-answering head in transformers (no GteForQuestionAnswering): "
-                         "minialign's follows transformers' classes")
+    def heads(cls, config: Config) -> Heads:
+        """GteForSequenceClassification and GteForTokenClassification, BERT's (the classifier on pooler_output);
+        GteLMHead: decoder(layer_norm(gelu(dense(h)))) + the decoder's bias, exact GELU (modeling_gte.py gelu)."""
+        return Heads(masked_lm=MaskedLM(activation="gelu"),
+                     question_answering="GTE has no question-answering head in transformers (no "
+                                        "GteForQuestionAnswering): minialign's follows transformers' classes")

@@ -21,7 +21,7 @@ from torch import Tensor
 from minialign.loading.pretrained import Pretrained
 from minialign.models.encoder import Encoder
 from minialign.models.family import family_of
-from minialign.models.heads import MLMHead, SequenceClassificationHead, TokenHead
+from minialign.models.heads import MLMHead, QuestionAnswering, SequenceClassificationHead, TokenHead
 from minialign.nn.config import Config
 from minialign.nn.init import init_weights
 from minialign.nn.linear import Linear
@@ -30,6 +30,14 @@ from minialign.nn.linear import Linear
 def _two_labels(config: Config) -> Config:
     """transformers' default num_labels = 2, where a config has no labels."""
     return config if config.labels else dataclasses.replace(config, labels=("LABEL_0", "LABEL_1"))
+
+
+def _question_answering(config: Config) -> QuestionAnswering:
+    """The family's question-answering head; a family transformers has none for says so (heads.py Heads)."""
+    kind = family_of(config).heads(config).question_answering
+    if isinstance(kind, str):
+        raise ValueError(kind)
+    return kind
 
 
 @dataclass
@@ -74,7 +82,7 @@ class AlignModel(_OnEncoder, Pretrained):
         self.config = config
         self.encoder = Encoder(config, attn_backend=attn_backend, seed=seed, pooler=True)  # the heads read it
         with torch.random.fork_rng(devices=[], enabled=seed is not None):
-            self.mlm_head = MLMHead(config, family_of(config).masked_lm(config))
+            self.mlm_head = MLMHead(config, family_of(config).heads(config).masked_lm)
             self.dropout = nn.Dropout(0.1)  # AlignScore model.py: nn.Dropout(p=0.1), before bin and tri only
             self.bin_layer = Linear(config.hidden_size, 2)
             self.tri_layer = Linear(config.hidden_size, 3)
@@ -118,7 +126,7 @@ class ClassifierOutput:
 
 class ClassifierModel(_OnEncoder, Pretrained):
     """<Family>ForSequenceClassification: an Encoder (with a pooler where the family's head reads it) and the
-    sequence-classification head the family declares (Family.sequence_classification, heads.py)."""
+    sequence-classification head the family declares (Family.heads, heads.py)."""
 
     checkpoint_prefix = ""
     initialisable = ("classifier",)
@@ -126,13 +134,13 @@ class ClassifierModel(_OnEncoder, Pretrained):
 
     @classmethod
     def owns(cls, config: Config) -> tuple[str, ...]:
-        pooler = family_of(config).sequence_classification(config).uses_pooler
+        pooler = family_of(config).heads(config).sequence_classification.uses_pooler
         return (*(f"encoder.{part}" for part in Encoder.owns(config, pooler=pooler)), "classifier")
 
     def __init__(self, config: Config, *, attn_backend: str = "sdpa", seed: int | None = None):
         super().__init__()
         config = _two_labels(config)
-        kind = family_of(config).sequence_classification(config)
+        kind = family_of(config).heads(config).sequence_classification
         self.config = config
         self.encoder = Encoder(config, attn_backend=attn_backend, seed=seed, pooler=kind.uses_pooler)
         with torch.random.fork_rng(devices=[], enabled=seed is not None):
@@ -164,7 +172,7 @@ class MaskedLMOutput:
 
 
 class MaskedLMModel(_OnEncoder, Pretrained):
-    """<Family>ForMaskedLM: an Encoder (no pooler) and the masked-LM head the family declares (Family.masked_lm,
+    """<Family>ForMaskedLM: an Encoder (no pooler) and the masked-LM head the family declares (Family.heads,
     heads.py MaskedLM), its decoder the word embeddings unless the config unties it (a checkpoint whose decoder
     equals the word embeddings, or lacks it, loads tied: loading/checkpoints.py)."""
 
@@ -180,7 +188,7 @@ class MaskedLMModel(_OnEncoder, Pretrained):
     @classmethod
     def checkpoint_names(cls, config: Config) -> dict[str, str]:
         """ModernBERT's dense and norm sit among a checkpoint's names as the classifier's (heads.py MaskedLM.at)."""
-        at = family_of(config).masked_lm(config).at
+        at = family_of(config).heads(config).masked_lm.at
         return {} if at == "mlm_head" else {f"mlm_head.{part}": f"{at}.{part}" for part in ("dense", "norm")}
 
     def __init__(self, config: Config, *, attn_backend: str = "sdpa", seed: int | None = None):
@@ -188,7 +196,7 @@ class MaskedLMModel(_OnEncoder, Pretrained):
         self.config = config
         self.encoder = Encoder(config, attn_backend=attn_backend, seed=seed, pooler=False)
         with torch.random.fork_rng(devices=[], enabled=seed is not None):
-            self.mlm_head = MLMHead(config, family_of(config).masked_lm(config))
+            self.mlm_head = MLMHead(config, family_of(config).heads(config).masked_lm)
             init_weights(self.mlm_head, config, None if seed is None else seed + 1)
 
     def forward(
@@ -216,7 +224,7 @@ class TokenClassifierOutput:
 
 class TokenClassifierModel(_OnEncoder, Pretrained):
     """<Family>ForTokenClassification: an Encoder (no pooler) and the token-classification head the family declares
-    (Family.token_classification, heads.py TokenClassification): one row of logits per token. Which class a
+    (Family.heads, heads.py TokenClassification): one row of logits per token. Which class a
     checkpoint is for comes from its config.json's `architectures` (models/auto.py): BERT's token head and its
     sequence head have the same names."""
 
@@ -234,7 +242,7 @@ class TokenClassifierModel(_OnEncoder, Pretrained):
         self.config = config = _two_labels(config)
         self.encoder = Encoder(config, attn_backend=attn_backend, seed=seed, pooler=False)
         with torch.random.fork_rng(devices=[], enabled=seed is not None):
-            self.classifier = TokenHead(config, family_of(config).token_classification(config), len(config.labels))
+            self.classifier = TokenHead(config, family_of(config).heads(config).token_classification, len(config.labels))
             init_weights(self.classifier, config, None if seed is None else seed + 1)
 
     def forward(
@@ -261,7 +269,7 @@ class QuestionAnsweringOutput:
 
 class QuestionAnsweringModel(_OnEncoder, Pretrained):
     """<Family>ForQuestionAnswering (extractive QA): an Encoder (no pooler) and the head the family declares
-    (Family.question_answering, heads.py QuestionAnswering): two logits per token, split into start and end
+    (Family.heads, heads.py QuestionAnswering): two logits per token, split into start and end
     (BertForQuestionAnswering.forward: logits.split(1, dim=-1))."""
 
     checkpoint_prefix = ""
@@ -276,7 +284,7 @@ class QuestionAnsweringModel(_OnEncoder, Pretrained):
     @classmethod
     def checkpoint_names(cls, config: Config) -> dict[str, str]:
         """ModernBERT's head sits among a checkpoint's names as the classifier's (heads.py QuestionAnswering.at)."""
-        at = family_of(config).question_answering(config).at
+        at = _question_answering(config).at
         return {} if at == "qa_outputs" else {"qa_outputs": at}
 
     def __init__(self, config: Config, *, attn_backend: str = "sdpa", seed: int | None = None):
@@ -288,7 +296,7 @@ class QuestionAnsweringModel(_OnEncoder, Pretrained):
         self.config = config
         self.encoder = Encoder(config, attn_backend=attn_backend, seed=seed, pooler=False)
         with torch.random.fork_rng(devices=[], enabled=seed is not None):
-            self.qa_outputs = TokenHead(config, family_of(config).question_answering(config), 2)
+            self.qa_outputs = TokenHead(config, _question_answering(config), 2)
             init_weights(self.qa_outputs, config, None if seed is None else seed + 1)
 
     def forward(

@@ -191,6 +191,18 @@ class QuestionAnswering(TokenClassification):
             raise ValueError(f"QuestionAnswering.at must be 'qa_outputs' or 'classifier', got {self.at!r}")
 
 
+@dataclass(frozen=True)
+class Heads:
+    """A family's heads, one value per transformers class (Family.heads): BERT's by default. A head transformers
+    has no class for in the family is a sentence saying so, which the model class that would build it raises
+    (`question_answering`: GTE, NomicBERT, EuroBERT)."""
+
+    sequence_classification: SequenceClassification = SequenceClassification()
+    masked_lm: MaskedLM = MaskedLM()
+    token_classification: TokenClassification = TokenClassification()
+    question_answering: QuestionAnswering | str = QuestionAnswering()
+
+
 def head_dropout(config: Config) -> nn.Dropout:
     """A classification head's dropout: classifier_dropout, else hidden_dropout (transformers' rule)."""
     return nn.Dropout(config.hidden_dropout if config.classifier_dropout is None else config.classifier_dropout)

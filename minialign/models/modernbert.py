@@ -11,7 +11,7 @@ candle-transformers models/modernbert.rs): BERT's encoder rebuilt, every differe
   windows      layer i is global when i % global_attn_every_n_layers == 0, else local: its queries see
                keys with |i - j| <= local_attention // 2 (masking_utils.py sliding_window_bidirectional_overlay,
                config.sliding_window), together with the padding mask; the Encoder prepares one mask per
-               window (family.py attention_windows), each backend takes it as nn/attention.py Backend says
+               window (the layer's `window`), each backend takes it as nn/attention.py Backend says
   final norm   after the stack (ModernBertModel.final_norm), the last hidden state included
   classifier   ModernBertForSequenceClassification: pool (the first token, or the mean over real tokens:
                classifier_pooling "cls" | "mean"), head = norm(act(dense(.))), dropout, classifier
@@ -36,7 +36,7 @@ from torch import Tensor
 
 from minialign.convert.families import modernbert as modernbert_format
 from minialign.models.family import Family
-from minialign.models.heads import MaskedLM, QuestionAnswering, SequenceClassification, TokenClassification
+from minialign.models.heads import Heads, MaskedLM, QuestionAnswering, SequenceClassification, TokenClassification
 from minialign.nn.attention import PreparedMask
 from minialign.nn.capture import record
 from minialign.nn.config import (ACTIVATION, BOOL, POSITIVE_INT, POSITIVE_NUMBER, PROBABILITY, Config, checked,
@@ -121,13 +121,15 @@ class ModernBertEmbeddings(nn.Module):
 
 class ModernBertLayer(nn.Module):
     """Pre-LN: x = x + attn(attn_norm(x)); x = x + mlp(mlp_norm(x)) (ModernBertEncoderLayer); attn_norm is an
-    Identity on layer 0 (the embeddings' norm precedes it). Its rotary table is the one of its theta."""
+    Identity on layer 0 (the embeddings' norm precedes it). Its rotary table is the one of its theta; a local
+    layer's queries see the keys within its window."""
 
     precision_layers = PRECISION_LAYERS  # EncoderLayer's: the same names, the same reasons
 
     def __init__(self, config: Config, index: int):
         super().__init__()
         self.theta = theta(config, index)
+        self.window = config.local_attention // 2 if is_local(config, index) else None  # keys with |i - j| <= window
         self.attention_norm = nn.Identity() if index == 0 else norm(config)
         self.attention = SelfAttention(config, bias=config.attention_bias, fused_names=True)
         self.attention_dropout = nn.Dropout(config.attention_dropout)  # ModernBertAttention.out_drop
@@ -172,40 +174,6 @@ class ModernBert(Family):
         return [ModernBertLayer(config, i) for i in range(config.num_layers)]
 
     @classmethod
-    def attention_windows(cls, config: Config) -> list[int | None]:
-        return [config.local_attention // 2 if is_local(config, i) else None for i in range(config.num_layers)]
-
-    @classmethod
-    def sequence_classification(cls, config: Config) -> SequenceClassification:
-        """ModernBertForSequenceClassification after the model: pool (classifier_pooling: "cls" the first token,
-        "mean" the mean over real tokens), then norm(act(dense(.))) (ModernBertPredictionHead), dropout,
-        out_proj; `pooled` recorded after pooling."""
-        return SequenceClassification(pool="mean" if config.classifier_pooling == "mean" else "first",
-                                      dense_activation=config.classifier_activation or config.activation,
-                                      dense_bias=config.classifier_bias, norm_bias=config.norm_bias, record="pool")
-
-    @classmethod
-    def masked_lm(cls, config: Config) -> MaskedLM:
-        """ModernBertForMaskedLM after the model (final_norm included): decoder(norm(act(dense(h)))), the head's
-        activation classifier_activation and its biases as the config says; `head` is the classifier's too."""
-        return MaskedLM(activation=config.classifier_activation or config.activation, dense_bias=config.classifier_bias,
-                        norm_bias=config.norm_bias, decoder_bias=config.decoder_bias, at="classifier")
-
-    @classmethod
-    def token_classification(cls, config: Config) -> TokenClassification:
-        """ModernBertForTokenClassification after the model: classifier(drop(norm(act(dense(h))))), its `head` the
-        ModernBertPredictionHead, drop classifier_dropout."""
-        return TokenClassification(dense_activation=config.classifier_activation or config.activation,
-                                   dense_bias=config.classifier_bias, norm_bias=config.norm_bias)
-
-    @classmethod
-    def question_answering(cls, config: Config) -> QuestionAnswering:
-        """ModernBertForQuestionAnswering: the token head's layers and names (`head`, `classifier`), two outputs."""
-        return QuestionAnswering(dense_activation=config.classifier_activation or config.activation,
-                                 dense_bias=config.classifier_bias, norm_bias=config.norm_bias, dropout="classifier",
-                                 at="classifier")
-
-    @classmethod
     def layer_inputs(cls, encoder: nn.Module, inputs: ForwardInputs) -> dict[str, object]:
         """One (cos, sin) per distinct theta, in the weights' dtype (ModernBertRotaryEmbedding's cast), at the
         positions in the forward's layout."""
@@ -220,3 +188,20 @@ class ModernBert(Family):
         x = encoder.final_norm(x)
         x = record("final_norm", x)  # the last hidden state (transformers' hidden_states[-1]), after the last layer's output
         return x
+
+    @classmethod
+    def heads(cls, config: Config) -> Heads:
+        """After the model (final_norm included), each through ModernBertPredictionHead (`head`: norm(act(dense(.))),
+        the activation classifier_activation, the biases as the config says), which every head shares:
+        ModernBertForSequenceClassification pools (classifier_pooling: "cls" the first token, "mean" the mean over
+        real tokens), then the head, dropout, out_proj, `pooled` recorded after pooling; ModernBertForMaskedLM:
+        decoder(head(h)); ModernBertForTokenClassification: classifier(drop(head(h))), drop classifier_dropout;
+        ModernBertForQuestionAnswering: the token head's layers and names (`head`, `classifier`), two outputs."""
+        act = config.classifier_activation or config.activation
+        head = dict(dense_activation=act, dense_bias=config.classifier_bias, norm_bias=config.norm_bias)
+        return Heads(sequence_classification=SequenceClassification(
+                         pool="mean" if config.classifier_pooling == "mean" else "first", record="pool", **head),
+                     masked_lm=MaskedLM(activation=act, dense_bias=config.classifier_bias, norm_bias=config.norm_bias,
+                                        decoder_bias=config.decoder_bias, at="classifier"),
+                     token_classification=TokenClassification(**head),
+                     question_answering=QuestionAnswering(**head, dropout="classifier", at="classifier"))

@@ -18,14 +18,14 @@ Shapes: B batch, L sequence length, H heads, C hidden size.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn as nn
 from torch import Tensor
 
 from minialign.convert.families import mpnet as mpnet_format
-from minialign.models.heads import TokenClassification
+from minialign.models.heads import Heads, TokenClassification
 from minialign.models.roberta import Roberta, RobertaConfig, RobertaEmbeddings
 from minialign.nn.capture import record
 from minialign.nn.config import POSITIVE_INT, Config, checked, optional
@@ -90,16 +90,17 @@ class MPNetEmbeddings(RobertaEmbeddings):
 
 class MPNet(Roberta):
     config_class = MPNetConfig
-    unprunable = ("its relative-position bias is one table of every head, computed once per forward and added to "
-                  "every layer's scores (MPNetEncoder.relative_attention_bias)")
     Embeddings = MPNetEmbeddings
     parts = {"relative_position_bias": RelativePositionBias}
 
     @classmethod
-    def token_classification(cls, config: Config) -> TokenClassification:
-        """MPNetForTokenClassification: classifier(dropout(h)), the dropout hidden_dropout (not classifier_dropout)."""
-        return TokenClassification(dropout="hidden")
+    def relative_bias(cls, encoder: nn.Module, length: int) -> Tensor:
+        """MPNetEncoder.relative_attention_bias: one table of every head, added to every layer's scores (so its
+        heads cannot be pruned: Encoder.prune_heads)."""
+        return encoder.relative_position_bias(length)
 
     @classmethod
-    def relative_bias(cls, encoder: nn.Module, length: int) -> Tensor:
-        return encoder.relative_position_bias(length)
+    def heads(cls, config: Config) -> Heads:
+        """RoBERTa's but MPNetForTokenClassification: classifier(dropout(h)), the dropout hidden_dropout (not
+        classifier_dropout)."""
+        return replace(super().heads(config), token_classification=TokenClassification(dropout="hidden"))

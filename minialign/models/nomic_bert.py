@@ -32,7 +32,7 @@ import torch.nn as nn
 from minialign.convert.families import nomic_bert as nomic_bert_format
 from minialign.models.family import Family
 from minialign.models.token_embeddings import TokenEmbeddings
-from minialign.models.heads import QuestionAnswering
+from minialign.models.heads import Heads
 from minialign.nn.config import ACTIVATION, POSITIVE_INT, POSITIVE_NUMBER, PROBABILITY, Config, checked
 from minialign.nn.inputs import ForwardInputs
 from minialign.nn.layers import EncoderLayer, GatedFeedForward, SelfAttention
@@ -74,8 +74,6 @@ class NomicBertLayer(EncoderLayer):
 
 
 class NomicBert(Family):
-    """The sequence-classification, masked-LM and token heads are BERT's (the defaults)."""
-
     config_class = NomicBertConfig
     Embeddings = TokenEmbeddings
     pooler = False  # NomicBertModel(add_pooling_layer=False); its classifier keeps one (heads.py uses_pooler)
@@ -85,9 +83,10 @@ class NomicBert(Family):
         return [NomicBertLayer(config) for _ in range(config.num_layers)]
 
     @classmethod
-    def question_answering(cls, config: Config) -> QuestionAnswering:
-        raise ValueError("NomicBERT has no question-answering head in transformers (no NomicBertForQuestionAnswering): "
-                         "minialign's follows transformers' classes")
+    def heads(cls, config: Config) -> Heads:
+        """The sequence-classification, masked-LM and token heads are BERT's."""
+        return Heads(question_answering="NomicBERT has no question-answering head in transformers (no "
+                                        "NomicBertForQuestionAnswering): minialign's follows transformers' classes")
 
     @classmethod
     def layer_inputs(cls, encoder: nn.Module, inputs: ForwardInputs) -> dict[str, object]:

@@ -7,14 +7,14 @@ dense layer, so RobertaForSequenceClassification has no pooler.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
 
 from minialign.convert.families import roberta as roberta_format
 from minialign.models.bert import Bert, BertConfig, Embeddings
-from minialign.models.heads import SequenceClassification, head_dropout
+from minialign.models.heads import Heads, MaskedLM, SequenceClassification, head_dropout
 from minialign.nn.config import Config
 
 
@@ -48,10 +48,12 @@ class RobertaEmbeddings(Embeddings):
 class Roberta(Bert):
     config_class = RobertaConfig
     Embeddings = RobertaEmbeddings
-    mlm_activation = "gelu"  # RobertaLMHead: gelu, whatever hidden_act says
 
     @classmethod
-    def sequence_classification(cls, config: Config) -> SequenceClassification:
-        """RobertaClassificationHead: out_proj(dropout(tanh(dense(dropout(h_0))))), no pooler."""
-        return SequenceClassification(pool="first", dropout_in=head_dropout(config).p, dense_activation="tanh",
-                                      fuse_activation=False)
+    def heads(cls, config: Config) -> Heads:
+        """BERT's but two: RobertaClassificationHead, out_proj(dropout(tanh(dense(dropout(h_0))))), no pooler;
+        RobertaLMHead's activation, gelu whatever hidden_act says."""
+        return replace(super().heads(config), masked_lm=MaskedLM(activation="gelu"),
+                       sequence_classification=SequenceClassification(
+                           pool="first", dropout_in=head_dropout(config).p, dense_activation="tanh",
+                           fuse_activation=False))

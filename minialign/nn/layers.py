@@ -23,7 +23,7 @@ from minialign.nn.config import Config
 from minialign.nn.int8 import Int8Linear
 from minialign.nn.linear import Linear, MixedPrecisionLinear
 from minialign.nn.rotary import apply_rotary
-from minialign.nn.score_functions import make_score_function
+from minialign.nn.score_functions import make_score_function, score_form
 
 
 class SelfAttention(nn.Module):
@@ -34,7 +34,8 @@ class SelfAttention(nn.Module):
     the usual names; `fused_names`: it names the fused qkv, for a family whose checkpoints hold one
     (ModernBERT's Wqkv). `rotary`: (cos, sin) tables (B, L, D) rotating queries and keys (nn/rotary.py);
     `score`: this forward's score function, where a family binds one per forward (DeBERTa's, from the relative
-    embeddings), else the attention's own (`own_score`: Config.score_fn's, score_functions.py).
+    embeddings), else the attention's own (`own_score`: Config.score_fn's, score_functions.py); `score_form`, the
+    form of those scores (score_functions.py DOT, OFFSET, ...), decides which attention backends can run them.
     `kv_heads`: grouped-query attention (Ainslie et al. 2023; transformers models/llama/modeling_llama.py
     LlamaAttention, EuroBERT's): fewer key / value heads than query heads (None: as many), each shared by
     num_heads / kv_heads consecutive query heads. qkv is then ((H + 2 KV) * D, C), Q's rows first; the keys and
@@ -53,6 +54,7 @@ class SelfAttention(nn.Module):
         width = (config.num_heads + 2 * self.num_kv_heads) * config.head_dim  # 3C without grouped queries
         self.qkv = Linear(config.hidden_size, width, bias=bias)
         self.score = self.own_score(config)
+        self.score_form = score_form(config.score_fn)  # the form of its scores: the backend rows that run them
         self.output = Linear(config.hidden_size, config.hidden_size, bias=bias)
         if not fused_names:
             self._register_state_dict_hook(split_qkv)
@@ -273,9 +275,11 @@ PRECISION_LAYERS: dict[type[Linear], tuple[str, ...]] = {
 
 
 class EncoderLayer(nn.Module):
-    """Post-LN: x = LN(x + drop(attn(x))); x = LN(x + drop(ffn(x))) (BertLayer)."""
+    """Post-LN: x = LN(x + drop(attn(x))); x = LN(x + drop(ffn(x))) (BertLayer). `window`: how far its queries
+    see (keys with |i - j| <= window; None: every key), read by the Encoder's plan (models/family.py)."""
 
     precision_layers = PRECISION_LAYERS
+    window: int | None = None
 
     def __init__(self, config: Config):
         super().__init__()

@@ -224,13 +224,13 @@ def test_another_score_function_is_refused():
         ma.Encoder(config)
 
 
-def test_the_family_declares_its_score_form():
-    """The backend row follows the family's declaration (Family.score_form), not a module of the layers: the
-    attention holds no score of its own, its score is bound per forward from the relative embeddings."""
+def test_the_attention_declares_its_score_form():
+    """The backend row follows the form the layers' attention declares (SelfAttention.score_form), though the
+    attention holds no score of its own: its score is bound per forward from the relative embeddings."""
     from minialign.nn.score_functions import DISENTANGLED
 
     model = ma.Encoder(ma.Config.from_hf(hf_config().to_dict()), attn_backend="sdpa", seed=0)
-    assert model.family.score_form(model.config) == DISENTANGLED
+    assert all(layer.attention.score_form == DISENTANGLED for layer in model.layers)
     assert all(layer.attention.score is None for layer in model.layers)
     assert not any(".score." in name for name in model.state_dict())
 

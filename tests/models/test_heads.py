@@ -18,7 +18,7 @@ POOLED = ("bert", "gte", "nomic_bert")  # the families whose classifier reads Be
 @pytest.mark.parametrize("arch", list(ma.models.FAMILIES))
 def test_every_family_declares_its_head_as_a_value(arch):
     config = ma.Config(**SIZES, arch=arch, **EXTRA.get(arch, {}))
-    kind = ma.models.family_of(config).sequence_classification(config)
+    kind = ma.models.family_of(config).heads(config).sequence_classification
     model = ma.ClassifierModel(config, seed=0).eval()
     assert type(model.classifier) is SequenceClassificationHead and model.classifier.kind == kind
     assert (model.encoder.pooler is not None) == kind.uses_pooler == (arch in POOLED)
@@ -32,7 +32,7 @@ def test_every_family_declares_its_head_as_a_value(arch):
 
 def test_mean_pooling_reads_every_token_and_the_mask():
     config = ma.Config(**SIZES, arch="modernbert", rope_theta=10000.0, classifier_pooling="mean")
-    kind = ma.models.family_of(config).sequence_classification(config)
+    kind = ma.models.family_of(config).heads(config).sequence_classification
     assert kind.pool == "mean" and kind.tokens == "all" and kind.norm_bias == config.norm_bias
     model = ma.ClassifierModel(config, seed=0).eval()
     ids, mask = torch.randint(5, 40, (2, 6)), torch.tensor([[1] * 6, [1] * 3 + [0] * 3])
@@ -48,5 +48,5 @@ def test_a_declaration_is_checked_and_a_family_head_is_built_from_it():
     with pytest.raises(ValueError, match="pool must be one of"):
         SequenceClassification(pool="last")
     config = ma.Config(**SIZES, arch="roberta", pad_token_id=1)
-    head = SequenceClassificationHead(config, family_of(config).sequence_classification(config))
+    head = SequenceClassificationHead(config, family_of(config).heads(config).sequence_classification)
     assert head.kind.dense_activation == "tanh" and head.kind.pool == "first"

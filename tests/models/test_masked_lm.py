@@ -38,7 +38,7 @@ def test_every_family_matches_its_for_masked_lm(arch, tiny_family):
     ours = ma.MaskedLMModel.from_pretrained(directory, attn_backend="eager")
     # tied: the word embeddings, as the family's config says by default (EuroBERT's is untied: its lm_head)
     assert (ours.mlm_head.decoder is None) == hf.config.tie_word_embeddings
-    assert ours.mlm_head.kind == ma.models.family_of(ours.config).masked_lm(ours.config)
+    assert ours.mlm_head.kind == ma.models.family_of(ours.config).heads(ours.config).masked_lm
     ids, mask = _batch(ours.config, hf.config.vocab_size)
     _parity(hf, ours, ids, mask)
     sdpa = ma.MaskedLMModel.from_pretrained(directory)

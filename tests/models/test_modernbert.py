@@ -15,7 +15,6 @@ from conftest import encoder_parity, pad_batch
 import minialign as ma
 from minialign import convert
 from minialign.apps.cli import main as cli
-from minialign.models import Family
 from minialign.nn import flex
 from minialign.nn.attention import additive_bias
 from minialign.nn.inputs import AttentionInputs
@@ -66,8 +65,7 @@ def test_encoder_parity_padded_and_packed(backend, biases, tmp_path):
     hf, directory = _saved(tmp_path, **biases)
     ours = ma.Encoder.from_pretrained(directory, attn_backend=backend)
     assert ours.config.arch == "modernbert" and ours.pooler is None
-    assert Family.attention_windows(ours.config) == [None] * 4  # the default every family keeps
-    assert ours.family.attention_windows(ours.config) == [None, 8, None, 8]
+    assert [layer.window for layer in ours.layers] == [None, 8, None, 8]
     assert (ours.layers[1].attention.qkv.bias is not None) == biases["attention_bias"]
     ids, mask = _batch(hf.config)
     real = mask.bool()
@@ -84,7 +82,7 @@ def test_classifier_logits_padded_and_packed(backend, pooling, tmp_path):
     hf, directory = _saved(tmp_path, transformers.ModernBertForSequenceClassification, num_labels=3,
                            classifier_pooling=pooling, global_attn_every_n_layers=3, num_hidden_layers=3)
     model = ma.ClassifierModel.from_pretrained(directory, attn_backend=backend)
-    assert model.config.classifier_pooling == pooling and model.encoder.family.attention_windows(model.config)[-1] == 8
+    assert model.config.classifier_pooling == pooling and model.encoder.layers[-1].window == 8
     ids, mask = _batch(hf.config)
     with torch.no_grad():
         expected = hf(ids, attention_mask=mask).logits

@@ -60,7 +60,7 @@ def test_mmbert_config_loads_and_its_masked_lm_matches_padded_and_packed(tmp_pat
     hf, directory = _saved(tmp_path, transformers.ModernBertForMaskedLM)
     model = ma.MaskedLMModel.from_pretrained(directory)
     assert model.config.rope_theta == model.config.local_rope_theta == 160000
-    assert model.encoder.family.attention_windows(model.config) == [None, 64, 64, None]
+    assert [layer.window for layer in model.encoder.layers] == [None, 64, 64, None]
     ids, mask = _batch(300)
     with torch.no_grad():
         expected = hf(ids, attention_mask=mask).logits

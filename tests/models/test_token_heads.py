@@ -60,8 +60,8 @@ def test_every_family_matches_transformers(arch, head, cls, labels, tiny_family)
     directory, hf = tiny_family.head(arch, head, labels)
     assert model_class(read_checkpoint(directory)) is cls  # from config.json's architectures
     ours = cls.from_pretrained(directory, attn_backend="eager")
-    kind = (ma.models.family_of(ours.config).token_classification if head == TOKEN else
-            ma.models.family_of(ours.config).question_answering)(ours.config)
+    heads = ma.models.family_of(ours.config).heads(ours.config)
+    kind = heads.token_classification if head == TOKEN else heads.question_answering
     assert (ours.classifier if head == TOKEN else ours.qa_outputs).kind == kind
     if head == TOKEN:
         assert ours.config.labels == tuple(hf.config.id2label[i] for i in range(labels))

@@ -235,7 +235,7 @@ def test_a_family_is_one_class(monkeypatch):
     from minialign.loading import build
     from minialign.models import family as families
     from minialign.models.bert import Bert
-    from minialign.models.heads import SequenceClassification, SequenceClassificationHead
+    from minialign.models.heads import Heads, SequenceClassification, SequenceClassificationHead
     from minialign.nn.attention import BACKENDS, PreparedMask, attention, attention_bias
     from minialign.nn.layers import FeedForward, SelfAttention
 
@@ -252,6 +252,8 @@ def test_a_family_is_one_class(monkeypatch):
     seen = []
 
     class PreLNLayer(torch.nn.Module):
+        window = None  # every key
+
         def __init__(self, config):
             super().__init__()
             self.attention_norm = torch.nn.LayerNorm(config.hidden_size)
@@ -269,8 +271,8 @@ def test_a_family_is_one_class(monkeypatch):
         parts = {"final_norm": lambda config: torch.nn.LayerNorm(config.hidden_size)}
 
         @classmethod
-        def sequence_classification(cls, config):
-            return SequenceClassification(pool="first", dense_activation="tanh")
+        def heads(cls, config):
+            return Heads(sequence_classification=SequenceClassification(pool="first", dense_activation="tanh"))
 
         @classmethod
         def layers(cls, config):
