@@ -323,7 +323,7 @@ def row_products(x: Tensor, y: Tensor) -> Tensor:
     """x (M, K) @ y (N, K)^T, (M, N), each element the same bits whatever M and N where Linear packs (an fp32
     CPU product outside autograd): y is the weight of a packed product (a row's output never depends on the other
     rows; a one-row weight runs another kernel, so N = 1 gets a zero second row, dropped). torch's matmul (MKL's
-    sgemm) sums otherwise by shape: MaxSim scores moved with the other queries (products/multivector.py)."""
+    sgemm) sums otherwise by shape: MaxSim scores moved with the other queries (products/maxsim.py)."""
     n = y.size(0)
     w = y if n >= 2 else torch.cat([y, y.new_zeros(2 - n, y.size(1))])
     packs = (x.device.type == w.device.type == "cpu" and x.dtype == w.dtype == torch.float32 and Linear.prepack
