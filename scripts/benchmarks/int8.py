@@ -8,7 +8,7 @@ agreement) on two cross-encoders made here from the MiniLM backbone: one fine-tu
 cross-encoders are made (the goals are judged on it), and one whose classifier alone is trained on the
 frozen [CLS] output, a harsher case (its logits for a query's candidates lie close together, and its head
 weighs low-variance directions of [CLS] that int8's noise moves). Layer sensitivity: which
-Linear layers of each encoder layer run int8 (EncoderLayer.INT8). Speed: against SentenceTransformer.encode
+Linear layers of each encoder layer run int8 (PRECISION_LAYERS[Int8Linear]). Speed: against SentenceTransformer.encode
 and CrossEncoder.predict in fp32, on the same threads, interleaved rounds.
 """
 
@@ -40,7 +40,7 @@ TOP_K, CANDIDATES, BATCH = 10, 20, 32
 GOALS = {"embedding worst cosine": 0.98, "top-10 overlap mean": 0.95, "rerank Spearman mean": 0.99,
          "rerank top-1 agreement": 0.97, "encode speed-up": 5.0, "rerank speed-up": 3.0}
 ALL = ("attention.qkv", "attention.output", "ffn.up", "ffn.down")
-# EncoderLayer.INT8 choices the sensitivity table tries: all four, all but the FFN's down projection, each alone.
+# PRECISION_LAYERS[Int8Linear] choices the sensitivity table tries: all four, all but the FFN's down projection, each alone.
 LAYER_SETS = {"all four": ALL, "without ffn.down": ALL[:3], **{f"{name} alone": (name,) for name in ALL}}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
 
@@ -48,7 +48,7 @@ QUALITY_TABLE = {"impl": "", "texts": "", "cosine mean": ".4f", "cosine worst": 
                  "top-10 overlap mean": ".3f", "top-10 overlap worst": ".1f"}
 RERANK_TABLE = {"cross-encoder": "", "impl": "", "queries": "", "pairs": "", "Spearman mean": ".4f",
                 "Spearman worst": ".4f", "top-1 agreement": ".3f", "top-1 regret max": ".4f"}
-SENSITIVITY_TABLE = {"EncoderLayer.INT8": "", "layers": "", "cosine mean": ".4f", "cosine worst": ".4f",
+SENSITIVITY_TABLE = {"PRECISION_LAYERS[Int8Linear]": "", "layers": "", "cosine mean": ".4f", "cosine worst": ".4f",
                      "top-10 overlap mean": ".3f", "top-10 overlap worst": ".1f", "texts/s": ".1f",
                      "vs minialign fp32": ".2f"}
 SPEED_TABLE = {"task": "", "impl": "", "inputs": "", "items/s": ".1f", "vs peer": ".2f", "GFLOP/s": ".1f",
@@ -419,7 +419,7 @@ def measure_rerank(*, rerankers: dict, lists: list[tuple[str, list[str]]], cross
 
 def measure_sensitivity(*, directory: Path, passages: list[str], queries: list[str], reference: torch.Tensor,
                         speed_texts: list[str], rounds: int, layer_sets: dict = LAYER_SETS, echo=print) -> list[dict]:
-    """One row per EncoderLayer.INT8 choice: embedding quality against the fp32 `reference` (rows: the
+    """One row per PRECISION_LAYERS[Int8Linear] choice: embedding quality against the fp32 `reference` (rows: the
     passages, then the queries) and encode speed on `speed_texts` against minialign fp32 (median of
     interleaved rounds after a warm-up of one batch each)."""
     from minialign.products.embeddings import SentenceEncoder
@@ -438,7 +438,7 @@ def measure_sensitivity(*, directory: Path, passages: list[str], queries: list[s
     rate = {label: len(speed_texts) / statistics.median(seconds) for label, seconds in times.items()}
     rows = []
     for label, names in layer_sets.items():
-        row = {"EncoderLayer.INT8": label, "layers": ", ".join(names),
+        row = {"PRECISION_LAYERS[Int8Linear]": label, "layers": ", ".join(names),
                **embedding_quality(reference, embeddings[label], len(passages)),
                "texts/s": rate[label], "vs minialign fp32": rate[label] / rate[FP32]}
         rows.append(row)
