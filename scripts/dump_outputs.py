@@ -18,6 +18,7 @@ sys.path.insert(0, "tests")
 warnings.filterwarnings("ignore")
 import minialign as ma
 from minialign.nn import int8 as int8_mod
+from minialign.nn.config import families
 from family_builders import FAMILIES, SHARED
 
 torch.manual_seed(0)
@@ -49,7 +50,7 @@ def tensors(o):
     return d
 
 for arch in FAMILIES:
-    if arch not in ma.models.FAMILIES:
+    if arch not in families():
         continue
     config = config_for(arch)
     ids, mask = batch(config)

@@ -20,7 +20,7 @@ tokenizer fits it, made here from the session fixtures (nothing is downloaded):
 
 Every model gets non-zero biases and LayerNorm parameters (a swapped weight name cannot pass). Rows
 also hold what a test may expect of the family's encoder (`token_types`, `projected`, `relative_bias`). A row whose
-family minialign does not declare yet (`"arch" not in minialign.models.FAMILIES`) is
+family minialign does not declare yet (`"arch" not in minialign.nn.config.families()`) is
 skipped by `family_params`.
 
 Used through the session fixture `tiny_family` (conftest.py), which builds each directory once:
@@ -170,9 +170,9 @@ def random_encoder(arch: str, backend: str = "sdpa", *, num_layers: int = 3, see
 
 
 def supported(model_type: str) -> bool:
-    from minialign.models import FAMILIES as DECLARED
+    from minialign.nn.config import families
 
-    return model_type in DECLARED
+    return model_type in families()
 
 
 def missing(model_type: str) -> str | None:

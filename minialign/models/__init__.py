@@ -9,7 +9,7 @@ import pkgutil
 
 from minialign.models.bert import Bert, BertConfig, Embeddings
 from minialign.models.encoder import Encoder, EncoderOutput
-from minialign.models.family import FAMILIES, Family, family_of
+from minialign.models.family import Family, family_of
 from minialign.models.head_models import (AlignModel, AlignOutput, ClassifierModel, ClassifierOutput, MaskedLMModel,
                                           MaskedLMOutput, QuestionAnsweringModel, QuestionAnsweringOutput,
                                           TokenClassifierModel, TokenClassifierOutput)
@@ -21,11 +21,11 @@ from minialign.nn.layers import EncoderLayer, FeedForward, Pooler, SelfAttention
 for _module in pkgutil.iter_modules(__path__):  # the family files: each registers its family
     importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["FAMILIES", "AlignModel", "AlignOutput", "Bert", "BertConfig", "ClassifierModel", "ClassifierOutput",
-           "Embeddings", "Encoder", "EncoderLayer", "EncoderOutput", "Family", "FeedForward", "MLMHead",
-           "MaskedLMModel", "MaskedLMOutput", "Pooler", "QuestionAnsweringModel", "QuestionAnsweringOutput", "Roberta",
-           "RobertaConfig", "RobertaEmbeddings", "SelfAttention", "TokenClassifierModel", "TokenClassifierOutput",
-           "family_of", "init_parameter", "init_weights", "roberta_position_ids"]
+__all__ = ["AlignModel", "AlignOutput", "Bert", "BertConfig", "ClassifierModel", "ClassifierOutput", "Embeddings",
+           "Encoder", "EncoderLayer", "EncoderOutput", "Family", "FeedForward", "MLMHead", "MaskedLMModel",
+           "MaskedLMOutput", "Pooler", "QuestionAnsweringModel", "QuestionAnsweringOutput", "Roberta", "RobertaConfig",
+           "RobertaEmbeddings", "SelfAttention", "TokenClassifierModel", "TokenClassifierOutput", "family_of",
+           "init_parameter", "init_weights", "roberta_position_ids"]
 
 
 def __getattr__(name: str):  # a module of this folder read as an attribute (PEP 562)

@@ -8,8 +8,8 @@ differs). The Encoder (encoder.py) and the models with heads (head_models.py) re
 and nothing else about a family. Its config is its own class in the same file (a nn/config.py Config
 subclass with only its fields), which names the family's foreign format, its config.json and weight
 names (convert/families/<family>.py). Declaring `config_class` in a subclass attaches the family to that
-config class, registered under its format's model_type: one registry (nn/config.py `families()`), of
-which FAMILIES is a view.
+config class, registered under its format's model_type: one registry (nn/config.py `families()`); the
+Family of model_type X is `families()[X].family`.
 
 What a family declares, ten names (the defaults are BERT's, or nothing):
 
@@ -47,7 +47,7 @@ What a family declares, ten names (the defaults are BERT's, or nothing):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch.nn as nn
@@ -57,26 +57,6 @@ from minialign.models.heads import Heads
 from minialign.nn.config import Config, families
 from minialign.nn.inputs import ForwardInputs
 from minialign.nn.layers import EncoderLayer
-
-
-class _Families(Mapping):
-    """model_type -> Family: a read-only view of the one registry (nn/config.py families()), each family's
-    config class carrying its Family."""
-
-    def _all(self) -> dict[str, type[Family]]:
-        return {arch: config.family for arch, config in families().items() if config.family is not None}
-
-    def __getitem__(self, arch: str) -> type[Family]:
-        return self._all()[arch]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._all())
-
-    def __len__(self) -> int:
-        return len(self._all())
-
-
-FAMILIES: Mapping[str, type[Family]] = _Families()
 
 
 class Family:
@@ -127,5 +107,5 @@ def family_of(config: Config) -> type[Family]:
     family = type(config).family
     if family is None:
         raise ValueError(f"no model family for {type(config).__name__} ({config.arch!r}): no Family declares it as "
-                         f"its config_class (have {tuple(FAMILIES)})")
+                         f"its config_class (have {tuple(families())})")
     return family

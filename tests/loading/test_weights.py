@@ -26,11 +26,11 @@ BUILD_EVERY_FAMILY = """
 import sys
 import minialign as ma
 OWN_FIELDS = {own_fields!r}
-from minialign.models import FAMILIES
+from minialign.nn.config import families
 from minialign.nn.init import shapes_only
 from minialign.nn.score_functions import SCORE_FUNCTIONS
 shapes = dict(vocab_size=300, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=48)
-configs = [ma.Config(arch=arch, **shapes, **OWN_FIELDS.get(arch, {{}})) for arch in FAMILIES]
+configs = [ma.Config(arch=arch, **shapes, **OWN_FIELDS.get(arch, {{}})) for arch in families()]
 configs += [ma.Config(arch="bert", score_fn=name, **shapes) for name in SCORE_FUNCTIONS]
 configs += [ma.Config(arch="distilbert", sinusoidal_positions=True, **shapes)]
 before = "torch._dynamo" in sys.modules

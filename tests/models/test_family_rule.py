@@ -62,7 +62,7 @@ def toy(tmp_path, monkeypatch):
 def test_a_family_in_one_module_registers_and_runs_everywhere(toy, tmp_path):
     from minialign.loading import Checkpoint, export_hf
 
-    assert "toy-bert" in ma.models.FAMILIES and ma.models.FAMILIES["toy-bert"] is toy.Toy
+    assert "toy-bert" in configs.families() and configs.families()["toy-bert"].family is toy.Toy
     config = ma.Config(**SIZES, arch="toy-bert", embedding_scale=2.0)
     assert type(config) is toy.ToyConfig and ma.models.family_of(config) is toy.Toy
     with pytest.raises(ValueError, match="Config.embedding_scale must be a positive number"):

@@ -11,6 +11,7 @@ import torch
 from family_builders import random_encoder
 
 import minialign as ma
+from minialign.nn.config import families
 from minialign.nn.precision import INT8, apply_precision
 
 TOL = dict(atol=1e-5, rtol=0)
@@ -66,7 +67,7 @@ def _batch():
 
 
 # every family on eager and sdpa; flex (a compile per case) on a post-LN family, the pre-LN one and DeBERTa's score
-FAMILY_BACKENDS = [(arch, backend) for arch in ma.models.FAMILIES for backend in ("eager", "sdpa")] + [
+FAMILY_BACKENDS = [(arch, backend) for arch in families() for backend in ("eager", "sdpa")] + [
     pytest.param(arch, "flex", marks=pytest.mark.slow) for arch in ("bert", "modernbert", "deberta-v2")]
 
 
@@ -106,7 +107,7 @@ def test_head_mask_is_its_definition_on_every_family(arch, backend):
 UNPRUNABLE = ("mpnet", "deberta-v2")
 
 
-@pytest.mark.parametrize("arch", [a for a in ma.models.FAMILIES if a not in UNPRUNABLE])
+@pytest.mark.parametrize("arch", [a for a in families() if a not in UNPRUNABLE])
 def test_a_pruned_head_is_a_masked_one_and_the_model_saves_pruned(arch, tmp_path):
     model = _model(arch)
     ids, mask = _batch()
@@ -148,7 +149,7 @@ def test_models_with_heads_prune_their_encoder():
         model(torch.randint(5, 300, (1, 6)), head_mask=torch.ones(4))
 
 
-@pytest.mark.parametrize("arch", [a for a in UNPRUNABLE if a in ma.models.FAMILIES])
+@pytest.mark.parametrize("arch", [a for a in UNPRUNABLE if a in families()])
 def test_families_whose_heads_share_parameters_refuse_pruning(arch):
     model = _model(arch)
     with pytest.raises(ValueError, match=f"{arch} heads cannot be pruned: .*relative"):

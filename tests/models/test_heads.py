@@ -8,6 +8,7 @@ import torch
 import minialign as ma
 from minialign.models.family import family_of
 from minialign.models.heads import SequenceClassification, SequenceClassificationHead
+from minialign.nn.config import families
 
 SIZES = dict(vocab_size=40, hidden_size=16, num_layers=2, num_heads=2, intermediate_size=24, labels=("a", "b", "c"))
 EXTRA = {"modernbert": dict(rope_theta=10000.0), "roberta": dict(pad_token_id=1), "xlm-roberta": dict(pad_token_id=1),
@@ -15,7 +16,7 @@ EXTRA = {"modernbert": dict(rope_theta=10000.0), "roberta": dict(pad_token_id=1)
 POOLED = ("bert", "gte", "nomic_bert")  # the families whose classifier reads BertPooler's output (NomicBERT's too)
 
 
-@pytest.mark.parametrize("arch", list(ma.models.FAMILIES))
+@pytest.mark.parametrize("arch", list(families()))
 def test_every_family_declares_its_head_as_a_value(arch):
     config = ma.Config(**SIZES, arch=arch, **EXTRA.get(arch, {}))
     kind = ma.models.family_of(config).heads(config).sequence_classification

@@ -9,6 +9,7 @@ from family_builders import random_encoder
 
 import minialign as ma
 from minialign.nn import analysis
+from minialign.nn.config import families
 
 
 def test_head_entropy_of_known_maps():
@@ -184,7 +185,7 @@ def test_activation_patching_names_bad_input():
 
 
 # every family on eager and sdpa; flex (a compile per case) on a post-LN and the pre-LN family
-FAMILY_BACKENDS = [(arch, backend) for arch in ma.models.FAMILIES for backend in ("eager", "sdpa")] + [
+FAMILY_BACKENDS = [(arch, backend) for arch in families() for backend in ("eager", "sdpa")] + [
     pytest.param("bert", "flex", marks=pytest.mark.slow), pytest.param("modernbert", "flex", marks=pytest.mark.slow)]
 
 

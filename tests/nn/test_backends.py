@@ -9,6 +9,7 @@ from conftest import hf_model, pad_batch
 import minialign as ma
 
 from minialign.loading import devices
+from minialign.nn.config import families
 
 TOL = dict(atol=1e-5, rtol=0)
 
@@ -367,7 +368,7 @@ def test_flex_on_cpu_runs_a_padded_batch_packed_and_exact():
                 assert not out[~mask.bool()].any()  # pad rows zero: it ran packed
 
 
-@pytest.mark.parametrize("arch", list(ma.models.FAMILIES))
+@pytest.mark.parametrize("arch", list(families()))
 def test_every_family_packed_gives_a_text_the_same_bits_alone_and_batched(arch):
     """Every family, sdpa packed: each text alone (its bucket longer than the whole row: relative tables and
     windows sized by layout.span) and batched with others of every bucket gives the same bits."""
