@@ -23,9 +23,9 @@ from minialign.nn.linear import Linear, MixedPrecisionLinear, swap
 from minialign.nn.precision import INT8, PLAIN, Precision, apply_precision, mixed
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from family_builders import FAMILIES, SHARED  # noqa: E402
+from family_builders import FAMILIES, SHARED, supported  # noqa: E402
 
-ARCHS = [arch for arch in ("bert", "modernbert", "deberta-v2") if arch in ma.models.FAMILIES]
+ARCHS = [arch for arch in ("bert", "modernbert", "deberta-v2") if supported(arch)]
 
 
 def _config(arch: str) -> ma.Config:
