@@ -244,7 +244,7 @@ register(Product(
     help="sentence embeddings of a text, or of a JSONL/CSV file (.jsonl or .safetensors out)",
     model_help="a sentence-transformers or HF directory, or a hub id",
     serve_help="an embedding model for TEI's /embed (and POST /)",
-    options=(Option("normalize", False, help="unit-length embeddings"),
+    options=(Option("normalize", choices.EMBED_NORMALIZE, help="unit-length embeddings"),
              TASK,
              Option("prompt_name", exclusive="prompt",
                     help="one of the model's prompts (config_sentence_transformers.json), put before every text "
@@ -271,7 +271,7 @@ register(Product(
     model_help="a *ForSequenceClassification directory or hub id",
     serve_help="a classifier or reranker for TEI's /predict and /rerank",
     load=(TOKENIZER,),
-    options=(Option("activation", "auto", choices=choices.CLASSIFIER_ACTIVATIONS),),
+    options=(Option("activation", choices.CLASSIFIER_ACTIVATION, choices=choices.CLASSIFIER_ACTIVATIONS),),
     inputs=(Role("text", "one text: prints its label and scores as JSON"),
             Role("pair", "with --text: the second text of a pair", optional=True)),
     ray="ClassifyBatches", serve_as="classifier", hf_task="text-classification"))
@@ -314,9 +314,11 @@ register(Product(
     outputs=OUTPUT_FORMATS["embed"],
     model_help="a BGE-M3 directory (XLM-RoBERTa with sparse_linear.pt, colbert_linear.pt) or hub id",
     serve_help="a BGE-M3 model for POST /rows/m3 (dense, lexical and colbert outputs)",
-    options=(Option("return_dense", True, help="m3 only: the dense vector (\"dense_vecs\")"),
-             Option("return_sparse", False, help="m3 only: the lexical weights (\"lexical_weights\")"),
-             Option("return_colbert_vecs", False, help="m3 only: the colbert vectors (\"colbert_vecs\")"),
+    options=(Option("return_dense", choices.M3_RETURN_DENSE, help="m3 only: the dense vector (\"dense_vecs\")"),
+             Option("return_sparse", choices.M3_RETURN_SPARSE,
+                    help="m3 only: the lexical weights (\"lexical_weights\")"),
+             Option("return_colbert_vecs", choices.M3_RETURN_COLBERT_VECS,
+                    help="m3 only: the colbert vectors (\"colbert_vecs\")"),
              Option("max_length", type=int, help="m3 only: the window (default: the model's)")),
     inputs=(TEXT,),
     ray="M3Batches"))
@@ -370,7 +372,7 @@ register(Product(
     model_help="a *ForQuestionAnswering directory or hub id (deepset/roberta-base-squad2, ...)",
     serve_help="an extractive QA model for POST /rows/qa and HF Inference's question-answering",
     load=(TOKENIZER,),
-    options=(Option("top_k", 1, type=int,
+    options=(Option("top_k", choices.QA_TOP_K, type=int,
                     help="how many answers, best first: 1 gives the best answer's record (.jsonl or .csv), more a list "
                          "{\"answers\": [...]} per row (.jsonl only)"),
              Option("doc_stride", type=int,
@@ -382,10 +384,10 @@ register(Product(
                          "model_max_length, 384), within the model's positions)"),
              Option("max_question_len", choices.QA_MAX_QUESTION_LEN, type=int,
                     help="taken and unused, as in transformers 4's pipeline with a fast tokenizer"),
-             Option("handle_impossible_answer", False,
+             Option("handle_impossible_answer", choices.QA_HANDLE_IMPOSSIBLE_ANSWER,
                     help="also offer \"no answer\" ({\"score\", \"start\": 0, \"end\": 0, \"answer\": \"\"}), scored "
                          "by the CLS token (squad2 models)"),
-             Option("align_to_words", True,
+             Option("align_to_words", choices.QA_ALIGN_TO_WORDS,
                     help="widen a span to whole words (--no-align-to-words: the tokens' own characters)")),
     inputs=(Role("question", "the question: with --context, prints the answer as JSON (a list with --top-k > 1)"),
             Role("context", "the text the answer is read from")),
@@ -414,7 +416,7 @@ register(Product(
                          "a row without it takes --candidate-labels"),
              Option("hypothesis_template", choices.ZERO_SHOT_TEMPLATE,
                     help="the hypothesis each label is put into, at {} (default: \"%(default)s\")"),
-             Option("multi_label", False,
+             Option("multi_label", choices.ZERO_SHOT_MULTI_LABEL,
                     help="score each label on its own (entailment against contradiction of its pair), not a softmax "
                          "over the labels")),
     inputs=(Role("text", "one text: prints the pipeline's {\"sequence\", \"labels\", \"scores\"} as JSON"),),

@@ -33,3 +33,14 @@ PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")
 
 # encode_query / encode_document: the embed, sparse and multi-vector jobs' task option (None: the model's default)
 TASKS = ("query", "document")
+
+# Per-call defaults the faces offer (the runner's signature, the product table and the file job read these)
+CLASSIFIER_ACTIVATION = "auto"  # Classifier.predict's activation: the model's own (classifier.py Classifier.activation)
+EMBED_NORMALIZE = False  # SentenceEncoder.encode's normalize_embeddings (the embed job's normalize)
+M3_RETURN_DENSE = True  # M3Encoder.encode's outputs, as BGEM3FlagModel.encode's defaults
+M3_RETURN_SPARSE = False
+M3_RETURN_COLBERT_VECS = False
+QA_TOP_K = 1  # QuestionAnswerer.predict's: one answer, its own dict (QuestionAnsweringPipeline's default)
+QA_HANDLE_IMPOSSIBLE_ANSWER = False
+QA_ALIGN_TO_WORDS = True
+ZERO_SHOT_MULTI_LABEL = False  # ZeroShotClassifier.predict's: a softmax over the labels

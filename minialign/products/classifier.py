@@ -23,6 +23,7 @@ from torch import Tensor
 
 from minialign import convert
 from minialign.nn.activations import ACTIVATIONS as FUNCTIONS, TORCH_MODULES
+from minialign.products.choices import CLASSIFIER_ACTIVATION as ACTIVATION  # predict's default
 from minialign.products.choices import CLASSIFIER_ACTIVATIONS as ACTIVATIONS  # what predict applies
 from minialign.products.runner import LoadOptions, Loading, Runner, inputs_of
 from minialign.runtime.engine import Results, Truncation
@@ -102,7 +103,7 @@ class Classifier(Runner):
         """Label names by index (id2label)."""
         return list(self.model.config.labels)
 
-    def activation(self, activation: str = "auto") -> str:
+    def activation(self, activation: str = ACTIVATION) -> str:
         """The activation `predict` applies: "auto" is the CrossEncoder's saved one when the model
         carries it, else transformers' text-classification pipeline rule."""
         if activation not in ACTIVATIONS:
@@ -116,11 +117,11 @@ class Classifier(Runner):
         """A one-label model: a cross-encoder reranker (or a regressor), which `rerank` takes."""
         return len(self.labels) == 1
 
-    def settings(self, *, activation: str = "auto") -> dict:
+    def settings(self, *, activation: str = ACTIVATION) -> dict:
         return {**super().settings(), "activation": self.activation(activation)}
 
     def predict(self, texts: Sequence[str] | str, pairs: Sequence[str | None] | str | None = None, *,
-                activation: str = "auto", progress: bool = False, warn_truncation: bool | None = None,
+                activation: str = ACTIVATION, progress: bool = False, warn_truncation: bool | None = None,
                 tally: Truncation | None = None) -> Tensor:
         """(N, num_labels) float32 scores of texts, or text pairs, or both in one call (pairs[i] None:
         texts[i] alone), row i for input i; (N,) for a one-label model. One text (and one pair text) as
@@ -154,7 +155,7 @@ class Classifier(Runner):
 
     logits = forward  # its name before the runner contract
 
-    def activate(self, logits: Tensor, activation: str = "auto") -> Tensor:
+    def activate(self, logits: Tensor, activation: str = ACTIVATION) -> Tensor:
         """Scores from logits (N, num_labels): the activation applied (see `activation`); (N,) for a
         one-label model."""
         scores = apply_activation(logits, self.activation(activation))
@@ -172,7 +173,7 @@ class Classifier(Runner):
         ranked = sorted(enumerate(scores), key=lambda item: item[1], reverse=True)
         return ranked if top_k is None else ranked[:top_k]
 
-    def rerank(self, query: str, documents: Sequence[str], *, top_k: int | None = None, activation: str = "auto",
+    def rerank(self, query: str, documents: Sequence[str], *, top_k: int | None = None, activation: str = ACTIVATION,
                warn_truncation: bool | None = None, tally: Truncation | None = None) -> list[tuple[int, float]]:
         """(index, score) of each document for the query, best first (a one-label model: a reranker)."""
         if not self.reranker:

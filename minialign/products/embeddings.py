@@ -39,6 +39,7 @@ from minialign.nn import lora
 from minialign.nn.activations import ACTIVATIONS, TORCH_MODULES
 from minialign.nn.linear import Linear
 from minialign.products import pooling as pooling_modes
+from minialign.products.choices import EMBED_NORMALIZE
 from minialign.products.quantization import check_precision, check_truncate_dim, quantize_embeddings
 from minialign.products.runner import LoadOptions, Loading, Runner
 from minialign.runtime.engine import Truncation
@@ -153,7 +154,8 @@ class SentenceEncoder(Runner):
         """The window (the runner's `max_length`), sentence-transformers' name for it."""
         return self.max_length
 
-    def settings(self, *, normalize: bool = False, prompt_name: str | None = None, prompt: str | None = None) -> dict:
+    def settings(self, *, normalize: bool = EMBED_NORMALIZE, prompt_name: str | None = None,
+                 prompt: str | None = None) -> dict:
         """With the prompt text a call with these options puts before every text (None: none)."""
         return {**super().settings(), "normalize": normalize, "max_seq_length": self.max_seq_length,
                 "prompt": self.resolve_prompt(prompt_name=prompt_name, prompt=prompt) or None,
@@ -196,7 +198,8 @@ class SentenceEncoder(Runner):
         return check_truncate_dim(self.truncate_dim, self.full_dimension) or self.full_dimension
 
     def encode(self, texts: Sequence[str] | str, *, prompt_name: str | None = None, prompt: str | None = None,
-               batch_size: int | None = None, normalize_embeddings: bool = False, truncate_dim: int | None = None,
+               batch_size: int | None = None, normalize_embeddings: bool = EMBED_NORMALIZE,
+               truncate_dim: int | None = None,
                precision: str = "float32", ranges: Tensor | None = None,
                calibration_embeddings: Tensor | None = None, show_progress_bar: bool = False,
                warn_truncation: bool | None = None, tally: Truncation | None = None,

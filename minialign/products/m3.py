@@ -48,6 +48,7 @@ from minialign import convert
 from minialign.loading import build, read_checkpoint, resolve_device
 from minialign.models.encoder import Encoder
 from minialign.nn.linear import Linear
+from minialign.products.choices import M3_RETURN_COLBERT_VECS, M3_RETURN_DENSE, M3_RETURN_SPARSE
 from minialign.products.runner import LoadOptions, Loading, Runner
 from minialign.runtime.engine import Truncation
 from minialign.sources import resolve
@@ -143,7 +144,8 @@ class M3Encoder(Runner):
         return {**super().settings(), "max_length": self.max_length, **options}
 
     def encode(self, texts: Sequence[str] | str, *, batch_size: int | None = None, max_length: int | None = None,
-               return_dense: bool = True, return_sparse: bool = False, return_colbert_vecs: bool = False,
+               return_dense: bool = M3_RETURN_DENSE, return_sparse: bool = M3_RETURN_SPARSE,
+               return_colbert_vecs: bool = M3_RETURN_COLBERT_VECS,
                normalize_embeddings: bool = True, show_progress_bar: bool = False, warn_truncation: bool | None = None,
                tally: Truncation | None = None) -> dict:
         """BGEM3FlagModel.encode's dict: "dense_vecs" ((N, hidden) float32), "lexical_weights" (one dict per

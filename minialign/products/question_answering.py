@@ -58,7 +58,10 @@ from torch import Tensor
 
 from minialign.loading import build, read_checkpoint
 from minialign.models.head_models import QuestionAnsweringModel
+from minialign.products.choices import QA_ALIGN_TO_WORDS as ALIGN_TO_WORDS
+from minialign.products.choices import QA_HANDLE_IMPOSSIBLE_ANSWER as HANDLE_IMPOSSIBLE
 from minialign.products.choices import QA_MAX_ANSWER_LEN as MAX_ANSWER_LEN, QA_MAX_QUESTION_LEN as MAX_QUESTION_LEN
+from minialign.products.choices import QA_TOP_K as TOP_K
 from minialign.products.runner import LoadOptions, Loading, OptionError, Runner
 from minialign.sources import resolve
 from minialign.text.tokenizer import Encoded, Tokenizer
@@ -103,9 +106,10 @@ class QuestionAnswerer(Runner):
         runner.source = str(src)
         return runner
 
-    def check_options(self, *, top_k: int = 1, doc_stride: int | None = None, max_answer_len: int = MAX_ANSWER_LEN,
+    def check_options(self, *, top_k: int = TOP_K, doc_stride: int | None = None, max_answer_len: int = MAX_ANSWER_LEN,
                       max_seq_len: int | None = None, max_question_len: int = MAX_QUESTION_LEN,
-                      handle_impossible_answer: bool = False, align_to_words: bool = True) -> tuple[int, int]:
+                      handle_impossible_answer: bool = HANDLE_IMPOSSIBLE,
+                      align_to_words: bool = ALIGN_TO_WORDS) -> tuple[int, int]:
         """A call's options checked (an OptionError naming the first refused, which each face names its own way:
         --doc-stride, parameters.doc_stride); returns the window and the stride they resolve to (max_seq_len and
         doc_stride, their defaults filled in)."""
@@ -120,9 +124,9 @@ class QuestionAnswerer(Runner):
         window = self._window(max_seq_len)
         return window, self._stride(doc_stride, window)
 
-    def settings(self, *, top_k: int = 1, doc_stride: int | None = None, max_answer_len: int = MAX_ANSWER_LEN,
+    def settings(self, *, top_k: int = TOP_K, doc_stride: int | None = None, max_answer_len: int = MAX_ANSWER_LEN,
                  max_seq_len: int | None = None, max_question_len: int = MAX_QUESTION_LEN,
-                 handle_impossible_answer: bool = False, align_to_words: bool = True) -> dict:
+                 handle_impossible_answer: bool = HANDLE_IMPOSSIBLE, align_to_words: bool = ALIGN_TO_WORDS) -> dict:
         """What a resumed file run must share: the options checked (check_options), the window and stride resolved."""
         window, stride = self.check_options(top_k=top_k, doc_stride=doc_stride, max_answer_len=max_answer_len,
                                             max_seq_len=max_seq_len, max_question_len=max_question_len,
@@ -165,9 +169,10 @@ class QuestionAnswerer(Runner):
 
     @torch.inference_mode()
     def predict(self, question: str | Sequence[str] | dict | Sequence[dict], context: str | Sequence[str] | None = None,
-                *, top_k: int = 1, doc_stride: int | None = None, max_answer_len: int = MAX_ANSWER_LEN,
+                *, top_k: int = TOP_K, doc_stride: int | None = None, max_answer_len: int = MAX_ANSWER_LEN,
                 max_seq_len: int | None = None, max_question_len: int = MAX_QUESTION_LEN,
-                handle_impossible_answer: bool = False, align_to_words: bool = True, progress: bool = False):
+                handle_impossible_answer: bool = HANDLE_IMPOSSIBLE, align_to_words: bool = ALIGN_TO_WORDS,
+                progress: bool = False):
         """Answers to questions from their contexts, as the v4 pipeline's __call__ took them: a question and a
         context (strings); lists of questions and contexts of the same length; a list of questions and one context
         for all; a {"question", "context"} dict, or a list of them. One pair (strings, or one dict) gives its result

@@ -31,7 +31,7 @@ from typing import Unpack
 import torch
 from torch import Tensor
 
-from minialign.products.choices import ZERO_SHOT_TEMPLATE as DEFAULT_TEMPLATE
+from minialign.products.choices import ZERO_SHOT_MULTI_LABEL as MULTI_LABEL, ZERO_SHOT_TEMPLATE as DEFAULT_TEMPLATE
 from minialign.products.classifier import Classifier
 from minialign.products.runner import Loading, OptionError, Runner
 from minialign.runtime.engine import Truncation
@@ -143,7 +143,7 @@ class ZeroShotClassifier(Runner):
         return self.classifier.labels
 
     def check_options(self, *, candidate_labels=None, hypothesis_template: str = DEFAULT_TEMPLATE,
-                      multi_label: bool = False) -> list[str] | None:
+                      multi_label: bool = MULTI_LABEL) -> list[str] | None:
         """A call's options checked (an OptionError naming the first refused: parse_labels, hypotheses,
         check_multi_label); returns the candidate labels as a list (None when not given: a file whose rows carry
         their own). The template is tried on the labels, or on a placeholder label when there are none."""
@@ -153,7 +153,7 @@ class ZeroShotClassifier(Runner):
         return labels
 
     def settings(self, *, candidate_labels=None, hypothesis_template: str = DEFAULT_TEMPLATE,
-                 multi_label: bool = False) -> dict:
+                 multi_label: bool = MULTI_LABEL) -> dict:
         """What a resumed file run must share with the run that made the file: the call's options (checked:
         check_options)."""
         labels = self.check_options(candidate_labels=candidate_labels, hypothesis_template=hypothesis_template,
@@ -162,8 +162,9 @@ class ZeroShotClassifier(Runner):
                 "multi_label": multi_label}
 
     def predict(self, texts: Sequence[str] | str, candidate_labels: Sequence[str] | str, *,
-                hypothesis_template: str = DEFAULT_TEMPLATE, multi_label: bool = False, progress: bool = False,
-                warn_truncation: bool | None = None, tally: Truncation | None = None) -> dict | list[dict]:
+                hypothesis_template: str = DEFAULT_TEMPLATE, multi_label: bool = MULTI_LABEL,
+                progress: bool = False, warn_truncation: bool | None = None,
+                tally: Truncation | None = None) -> dict | list[dict]:
         """Each text's {"sequence": the text, "labels": the candidate labels best first, "scores": theirs} (module
         docstring), in input order; one text as a string gives its dict alone. candidate_labels: a list, or one
         string of comma-separated labels. A refused option is an OptionError (a ValueError) naming it. A (text,
@@ -180,8 +181,9 @@ class ZeroShotClassifier(Runner):
     __call__ = predict  # as the pipeline is called: zs(texts, candidate_labels, ...)
 
     def predict_each(self, texts: Sequence[str], candidate_labels: Sequence[Sequence[str] | str], *,
-                     hypothesis_template: str = DEFAULT_TEMPLATE, multi_label: bool = False, progress: bool = False,
-                     warn_truncation: bool | None = None, tally: Truncation | None = None) -> list[dict]:
+                     hypothesis_template: str = DEFAULT_TEMPLATE, multi_label: bool = MULTI_LABEL,
+                     progress: bool = False, warn_truncation: bool | None = None,
+                     tally: Truncation | None = None) -> list[dict]:
         """predict with each text's own candidate labels: `candidate_labels[i]` (a list, or one string of
         comma-separated labels) are `texts[i]`'s. Text i's result is `predict(texts[i], candidate_labels[i], ...)`'s,
         bit for bit; every (text, hypothesis) pair of the call runs through the engine together (what a file whose
@@ -254,7 +256,7 @@ class ZeroShotClassifier(Runner):
         """The classifier's float32 logits of one batch of pairs (what the engine calls)."""
         return self.classifier.forward(batch)
 
-    def scores(self, logits: Tensor, multi_label: bool = False) -> Tensor:
+    def scores(self, logits: Tensor, multi_label: bool = MULTI_LABEL) -> Tensor:
         """One text's label scores from its pairs' logits (L, num_labels), as ZeroShotClassificationPipeline.
         postprocess: with multi_label or one label, each label's softmax of [contradiction, entailment]; otherwise
         the softmax of the entailment logits over the labels. (The pipeline exponentiates without subtracting the

@@ -50,8 +50,8 @@ def norm_product():
 
 
 def test_each_option_default_is_declared_once():
-    """A face passing no value gets the table's default: the job's keyword and the runner's call take the same one
-    (fill-mask's top_k, ner's aggregation_strategy, zero-shot's hypothesis_template: products/choices.py)."""
+    """A face passing no value gets the table's default: the job's keyword and the runner's call take the same one,
+    each declared once in products/choices.py (which the table reads without torch)."""
     import inspect
 
     for product in products.PRODUCTS.values():
@@ -59,10 +59,18 @@ def test_each_option_default_is_declared_once():
         for option in product.options:
             if option.default is not None and option.name in keywords:
                 assert keywords[option.name].default == option.default, (product.name, option.name)
-    for name, option in [("fill-mask", "top_k"), ("ner", "aggregation_strategy"), ("zero-shot", "hypothesis_template")]:
+    calls = [("fill-mask", "top_k", "predict", None), ("ner", "aggregation_strategy", "predict", None),
+             ("zero-shot", "hypothesis_template", "predict", None), ("zero-shot", "multi_label", "predict", None),
+             ("classify", "activation", "predict", None), ("qa", "top_k", "predict", None),
+             ("qa", "max_answer_len", "predict", None), ("qa", "max_question_len", "predict", None),
+             ("qa", "handle_impossible_answer", "predict", None), ("qa", "align_to_words", "predict", None),
+             ("m3", "return_dense", "encode", None), ("m3", "return_sparse", "encode", None),
+             ("m3", "return_colbert_vecs", "encode", None), ("embed", "normalize", "encode", "normalize_embeddings")]
+    for name, option, method, parameter in calls:
         product = products.PRODUCTS[name]
         declared = next(o.default for o in product.options if o.name == option)
-        assert inspect.signature(product.runner.predict).parameters[option].default == declared, (name, option)
+        runner_default = inspect.signature(getattr(product.runner, method)).parameters[parameter or option].default
+        assert runner_default == declared, (name, option)
 
 
 def served_as(name: str, directory):

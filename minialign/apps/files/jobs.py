@@ -30,7 +30,7 @@ from minialign.products.multivector import MultiVectorEncoder
 from minialign.products.sparse import SparseEncoder
 from minialign.products.quantization import check_precision, check_truncate_dim, quantization_ranges
 from minialign.products.token_classification import TokenClassifier
-from minialign.products.question_answering import MAX_ANSWER_LEN, MAX_QUESTION_LEN, QuestionAnswerer
+from minialign.products.question_answering import QuestionAnswerer
 from minialign.products.zero_shot import ZeroShotClassifier, parse_labels
 from minialign.products.runner import OptionError, PairScorer, Runner
 from minialign.runtime.engine import Truncation
@@ -73,9 +73,10 @@ DEFAULT_PRECISION = inspect.signature(SentenceEncoder.encode).parameters["precis
 CALIBRATED = ("int8", "uint8")  # codes whose buckets come from a calibration set's ranges (quantization.py)
 
 
-def embed_job(encoder: SentenceEncoder, fields: Fields, *, normalize: bool = False, task: str | None = None,
-              prompt_name: str | None = None, prompt: str | None = None, truncate_dim: int | None = None,
-              precision: str = DEFAULT_PRECISION, calibration: str | None = None, model: str | None = None) -> Job:
+def embed_job(encoder: SentenceEncoder, fields: Fields, *, normalize: bool = choices.EMBED_NORMALIZE,
+              task: str | None = None, prompt_name: str | None = None, prompt: str | None = None,
+              truncate_dim: int | None = None, precision: str = DEFAULT_PRECISION, calibration: str | None = None,
+              model: str | None = None) -> Job:
     """SentenceEncoder: {"embedding": [floats]} per text row (.jsonl), or one (N, D) tensor (.safetensors).
     prompt_name / prompt: as SentenceEncoder.encode takes them; task ("query" / "document"): the prompt
     encode_query / encode_document put first when neither is given. The prompt text is a setting (an unknown
@@ -168,8 +169,9 @@ def multivector_job(encoder: MultiVectorEncoder, fields: Fields, *, task: str | 
                     tensors=ragged("vectors", width=encoder.dimension))
 
 
-def m3_job(encoder: M3Encoder, fields: Fields, *, return_dense: bool = True, return_sparse: bool = False,
-           return_colbert_vecs: bool = False, max_length: int | None = None, model: str | None = None) -> Job:
+def m3_job(encoder: M3Encoder, fields: Fields, *, return_dense: bool = choices.M3_RETURN_DENSE,
+           return_sparse: bool = choices.M3_RETURN_SPARSE, return_colbert_vecs: bool = choices.M3_RETURN_COLBERT_VECS,
+           max_length: int | None = None, model: str | None = None) -> Job:
     """M3Encoder: per text row the outputs asked for, under BGEM3FlagModel.encode's keys: "dense_vecs" [floats],
     "lexical_weights" {token id (a string): weight}, "colbert_vecs" [[floats], ...] (.jsonl); in .safetensors
     `dense_vecs` (N, D), `lexical_indices` / `lexical_values` / `lexical_offsets` (tensors.sparse, ids ascending; the
@@ -198,7 +200,8 @@ def m3_job(encoder: M3Encoder, fields: Fields, *, return_dense: bool = True, ret
                     tensor_metadata={"vocab_size": str(encoder.model.config.vocab_size)} if return_sparse else {})
 
 
-def classify_job(classifier: Classifier, fields: Fields, *, activation: str = "auto", model: str | None = None) -> Job:
+def classify_job(classifier: Classifier, fields: Fields, *, activation: str = choices.CLASSIFIER_ACTIVATION,
+                 model: str | None = None) -> Job:
     """Classifier: per row (a text, and a pair text when the row has one), the best label and every
     label's score; a one-label model (a reranker, a regressor) gives {"score"}."""
     labels = classifier.labels
@@ -261,9 +264,11 @@ def fill_mask_job(filler: FillMask, fields: Fields, *, top_k: int = choices.FILL
 QA_COLUMNS = ["score", "start", "end", "answer"]  # QuestionAnswerer.predict's keys, in its order
 
 
-def qa_job(answerer: QuestionAnswerer, fields: Fields, *, top_k: int = 1, doc_stride: int | None = None,
-           max_answer_len: int = MAX_ANSWER_LEN, max_seq_len: int | None = None, max_question_len: int = MAX_QUESTION_LEN,
-           handle_impossible_answer: bool = False, align_to_words: bool = True, model: str | None = None) -> Job:
+def qa_job(answerer: QuestionAnswerer, fields: Fields, *, top_k: int = choices.QA_TOP_K, doc_stride: int | None = None,
+           max_answer_len: int = choices.QA_MAX_ANSWER_LEN, max_seq_len: int | None = None,
+           max_question_len: int = choices.QA_MAX_QUESTION_LEN,
+           handle_impossible_answer: bool = choices.QA_HANDLE_IMPOSSIBLE_ANSWER,
+           align_to_words: bool = choices.QA_ALIGN_TO_WORDS, model: str | None = None) -> Job:
     """QuestionAnswerer: per (question, context) row, QuestionAnswerer.predict's answers under the pipeline's keys.
 
     top_k 1:   the best answer's own record {"score", "start", "end", "answer"} (flat: .jsonl or .csv); where the
@@ -308,7 +313,7 @@ def empty_text_problems(values: dict[str, str | None]) -> list[tuple[str, str]]:
 
 def zero_shot_job(classifier: ZeroShotClassifier, fields: Fields, *, candidate_labels: list[str] | None = None,
                   candidate_labels_field: str | None = None, hypothesis_template: str = choices.ZERO_SHOT_TEMPLATE,
-                  multi_label: bool = False, model: str | None = None) -> Job:
+                  multi_label: bool = choices.ZERO_SHOT_MULTI_LABEL, model: str | None = None) -> Job:
     """ZeroShotClassifier: per text row the pipeline's dict, {"sequence": the text, "labels": the candidate labels
     best first, "scores": theirs} (.jsonl only: OUTPUT_FORMATS). The candidate labels are `candidate_labels`, the
     same for every row; with `candidate_labels_field`, a row holding that field (a string of comma-separated labels,
