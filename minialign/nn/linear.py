@@ -1,7 +1,7 @@
-"""nn.Linear and its variants for CPU inference: each variant one kernel, swapped in where a model's
-precision asks for it (`swap`; nn/precision.py applies a precision, nn/layers.py PRECISION_LAYERS declares
-which layers take which variant), as gpt-fast's quantize.py puts a WeightOnlyInt8Linear where a Linear was:
-a kernel is a module's class, not a flag read inside every forward.
+"""nn.Linear and its variants for CPU inference: each variant one kernel, a module set in a Linear's place where a
+model's precision asks for it (`swap`; nn/precision.py applies a precision, nn/layers.py PRECISION_LAYERS declares
+which layers take which variant), as gpt-fast's quantize.py puts a WeightOnlyInt8Linear where a Linear was
+(`setattr(parent, name, ...)`): a kernel is a module's class, not a flag read inside every forward.
 
   Linear                the product in the weights' dtype: F.linear, or oneDNN on a prepacked fp32 weight
   MixedPrecisionLinear  the product in a compute dtype (bf16): on a rounded copy of the weight, packed where
@@ -48,9 +48,11 @@ for all: the input and the weight are rounded to it, the product is taken in it 
 and the output is in it; the stored weight keeps its dtype. The rounded weight is made once and
 kept like the packed one (packed, where oneDNN can).
 
-A swap changes the layer's class in place (`swap`): the module stays the same object, so its parameters,
-their names, the state dict, hooks and every reference to it are unchanged; what the old variant kept
-for its own kernel (packed weights, settings) goes with it.
+A swap sets a new module of the variant in the layer's place in its parent (`swap(owner, "ffn.down", variant)`),
+made over the layer's own Parameter objects: parameter names, the state dict, parameter identity (what an
+optimizer holds) and the hooks registered on the layer (LoRA's, a capture's) are unchanged; what the old
+module kept for its own kernel (packed weights, settings) goes with it. A reference to the old module taken
+before the swap still reaches the old module: look the layer up again (`get_submodule`).
 
 A Linear may carry the activation that follows it (the feed-forward's up projection, the MLM head's
 dense layer): oneDNN then applies it in the same pass.
@@ -185,9 +187,8 @@ class Linear(nn.Linear):
     (module docstring), F.linear elsewhere. The base of every variant (`swap`)."""
 
     prepack = True  # class-wide switch: False runs torch's F.linear everywhere
-    # The instance attributes a variant adds for its own kernel, with their values on arrival (`swap`); the packed
-    # weight (`_packed`, every float variant's) is made again after any swap.
-    variant_state: ClassVar[dict[str, Any]] = {}
+    # The keyword settings a variant's constructor takes for its own kernel (`swap` carries them over, by name)
+    settings: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, activation: str | None = None,
                  **factory):
@@ -279,7 +280,15 @@ class MixedPrecisionLinear(Linear):
     oneDNN on a packed copy of the rounded weight where this CPU has that dtype's kernels, F.linear on a rounded
     copy elsewhere, F.linear on the weight rounded per call where autograd records."""
 
-    variant_state = {"_compute_dtype": None}
+    settings = ("compute_dtype",)
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, compute_dtype: torch.dtype,
+                 activation: str | None = None, **factory):
+        """compute_dtype: the floating dtype the product runs in (e.g. torch.bfloat16)."""
+        if not (isinstance(compute_dtype, torch.dtype) and compute_dtype.is_floating_point):
+            raise ValueError(f"compute_dtype must be a floating torch.dtype, got {compute_dtype!r}")
+        super().__init__(in_features, out_features, bias, activation=activation, **factory)
+        self._compute_dtype = compute_dtype
 
     def forward(self, x: Tensor, *, scratch: bool = False) -> Tensor:
         dtype = self.compute_dtype
@@ -334,26 +343,40 @@ def row_products(x: Tensor, y: Tensor) -> Tensor:
     return packed_product(x.contiguous(), packed, None)[:, :n]
 
 
-def swap(layer: Linear, variant: type[Linear], **settings) -> Linear:
-    """Make `layer` a `variant` in place (module docstring) and return it: the same module object, its parameters,
-    their names, the state dict and its hooks unchanged. `settings`: the variant's own (MixedPrecisionLinear:
-    compute_dtype; Int8Linear: int8_input_absmax); a layer that is a `variant` already only takes the settings given."""
-    if not isinstance(layer, Linear) or not issubclass(variant, Linear):
-        raise TypeError(f"swap changes a minialign Linear into one of its variants, not {type(layer).__name__} into "
-                        f"{getattr(variant, '__name__', variant)!r}")
-    if "compute_dtype" in settings:  # stored under the variant's own name (a property reads it)
-        settings["_compute_dtype"] = settings.pop("compute_dtype")
-    unknown = set(settings) - set(variant.variant_state)
+# What a module carries besides its parameters: its hooks' tables, as torch names them; the module a swap sets in
+# a layer's place takes the same tables, so every hook stays registered and its handle still removes it.
+HOOK_TABLES = tuple(name for name in vars(nn.Module()) if "hook" in name)
+
+
+def swap(owner: nn.Module, name: str, variant: type[Linear], **settings: Any) -> Linear:
+    """Set a `variant` in the place of the Linear at `name` (a path under `owner`, as `get_submodule` reads it:
+    "ffn.down", "layers.0.ffn.up") and return it (module docstring): a new module over the layer's own Parameter
+    objects, with its activation, training mode and hooks. `settings`: the variant's own constructor keywords
+    (MixedPrecisionLinear: compute_dtype; Int8Linear: int8_input_absmax); a layer that is a `variant` already keeps
+    the settings not given, and is returned as it is where those given are its own."""
+    layer = owner.get_submodule(name)  # an AttributeError naming what is missing
+    parent_name, _, child = name.rpartition(".")
+    parent = owner.get_submodule(parent_name)
+    if not isinstance(layer, Linear) or not (isinstance(variant, type) and issubclass(variant, Linear)):
+        raise TypeError(f"swap sets a variant of minialign's Linear in the place of one, not "
+                        f"{getattr(variant, '__name__', variant)!r} in the place of {name!r}, a {type(layer).__name__}")
+    unknown = set(settings) - set(variant.settings)
     if unknown:
         raise ValueError(f"{variant.__name__} has no setting {', '.join(sorted(unknown))}")
-    if "_compute_dtype" in settings and not (isinstance(settings["_compute_dtype"], torch.dtype)
-                                             and settings["_compute_dtype"].is_floating_point):
-        raise ValueError(f"compute_dtype must be a floating torch.dtype, got {settings['_compute_dtype']!r}")
-    if type(layer) is not variant:
-        for name in type(layer).variant_state:
-            layer.__dict__.pop(name, None)
-        layer.__class__ = variant
-        layer._packed = None
-        layer.__dict__.update(variant.variant_state)
-    layer.__dict__.update(settings)
-    return layer
+    if type(layer) is variant:
+        if all(getattr(layer, key) is value for key, value in settings.items()):
+            return layer
+        settings = {key: getattr(layer, key) for key in variant.settings} | settings
+    new = variant(layer.in_features, layer.out_features, bias=False, activation=layer.activation, device="meta",
+                  **settings)
+    for key, parameter in layer._parameters.items():  # the same Parameter objects (bias: None where it has none)
+        new.register_parameter(key, parameter)
+    for key, buffer in layer._buffers.items():
+        new.register_buffer(key, buffer, persistent=key not in layer._non_persistent_buffers_set)
+    for key, module in layer._modules.items():
+        new.add_module(key, module)
+    new.training = layer.training
+    for table in HOOK_TABLES:
+        setattr(new, table, getattr(layer, table))
+    setattr(parent, child, new)
+    return new

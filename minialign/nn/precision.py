@@ -6,7 +6,7 @@ the one function that applies it (`apply_precision`).
   mixed(dtype)    the declared layers' products in `dtype` (bf16) on fp32 weights (MixedPrecisionLinear)
   INT8            the declared layers' products in int8 on CPU (nn/int8.py Int8Linear)
 
-A precision is a variant of Linear swapped into the layers a layer class declares for it (nn/layers.py
+A precision is a variant of Linear set in the place of the layers a layer class declares for it (nn/layers.py
 PRECISION_LAYERS: `precision_layers`, a mapping variant -> the layer's Linear layers by name, read by every
 family's layer), as gpt-fast's quantize.py swaps a WeightOnlyInt8Linear in at load: the kernel is the module's
 class, chosen once, not a flag read inside every forward. A model runs one precision at a time.
@@ -52,9 +52,10 @@ class Precision:
         """The Linear variant the declared layers become."""
         return VARIANTS[self.kind]
 
-    def swap(self, layer: Linear) -> Linear:
-        """`layer` made this precision's variant (nn/linear.py swap)."""
-        return swap(layer, self.variant, **({"compute_dtype": self.compute_dtype} if self.kind == "mixed" else {}))
+    def swap(self, owner: nn.Module, name: str) -> Linear:
+        """This precision's variant set in the place of the Linear at `name` under `owner` (nn/linear.py swap)."""
+        settings = {"compute_dtype": self.compute_dtype} if self.kind == "mixed" else {}
+        return swap(owner, name, self.variant, **settings)
 
     def __str__(self) -> str:
         return f"mixed {str(self.compute_dtype).removeprefix('torch.')}" if self.kind == "mixed" else self.kind
@@ -76,12 +77,11 @@ def apply_precision(model: nn.Module, precision: Precision) -> None:
     if not isinstance(precision, Precision):
         raise TypeError(f"apply_precision takes a Precision (PLAIN, INT8, mixed(dtype)), not {precision!r}; a "
                         f"user's dtype string is parsed by minialign.loading.parse_dtype")
-    for module in model.modules():
+    for module in list(model.modules()):  # a list: the swaps set new modules in the tree
         declared: dict[type[Linear], tuple[str, ...]] = getattr(module, "precision_layers", None) or {}
         chosen = declared.get(precision.variant, ())
         for name in dict.fromkeys(name for names in declared.values() for name in names):
-            layer = module.get_submodule(name)
             if name in chosen:
-                precision.swap(layer)
+                precision.swap(module, name)
             else:
-                swap(layer, Linear)
+                swap(module, name, Linear)

@@ -65,7 +65,7 @@ def precision_variant(model, recipe: str | tuple[str, ...], device: str):
         return variant
     for layer in variant.encoder.layers:
         for name in recipe:
-            swap(layer.get_submodule(name), MixedPrecisionLinear, compute_dtype=torch.bfloat16)
+            swap(layer, name, MixedPrecisionLinear, compute_dtype=torch.bfloat16)
     return variant
 
 

@@ -196,15 +196,16 @@ def test_the_widest_smoothed_channels_are_multiplied_in_fp32():
 
 
 def test_calibrating_records_the_largest_input_per_channel_in_fp32():
-    layer = _layer()
-    model = torch.nn.Sequential(layer)
+    model = torch.nn.Sequential(_layer())
     a, b = torch.randn(5, 96), torch.randn(7, 96) * 3
     with torch.inference_mode():
         quantized = model(a)
         with int8.calibrating(model):
+            layer = model[0]
             assert type(layer) is Linear  # the fp32 product while calibrating
             torch.testing.assert_close(model(a), F.linear(a, layer.weight, layer.bias))  # fp32 while calibrating
             model(b)
+        layer = model[0]
         assert type(layer) is Int8Linear and layer.int8 and layer._kernel(a) == "int8"
         torch.testing.assert_close(layer.int8_input_absmax, torch.cat([a, b]).abs().amax(dim=0), rtol=0, atol=0)
         smoothed = model(a)  # packed anew with the statistics
@@ -217,8 +218,7 @@ def _layer(activation=None) -> Int8Linear:
     layer = Linear(96, 48, activation=activation)
     with torch.no_grad():
         layer.bias.normal_()
-    swap(layer, Int8Linear)
-    return layer
+    return swap(torch.nn.ModuleDict({"layer": layer}), "layer", Int8Linear)
 
 
 @pytest.mark.parametrize("activation", [None, "gelu", "relu"])
@@ -226,7 +226,7 @@ def test_linear_int8_is_close_to_fp32_at_inference(activation):
     layer, x = _layer(activation), torch.randn(2, 30, 96)
     with torch.inference_mode():
         y = layer(x)
-        swap(layer, Linear)
+        layer = swap(torch.nn.ModuleDict({"layer": layer}), "layer", Linear)
         reference = layer(x)
     assert layer._kernel(x) != "int8"
     error = (y - reference).norm() / reference.norm()

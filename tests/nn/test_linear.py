@@ -27,6 +27,11 @@ def _layer(activation=None) -> Linear:
     return layer
 
 
+def _held(layer: Linear) -> torch.nn.Module:
+    """A parent for a layer made alone, for `swap` to set a variant in its place."""
+    return torch.nn.ModuleDict({"layer": layer})
+
+
 def _reference(layer: Linear, x: torch.Tensor) -> torch.Tensor:
     y = F.linear(x.double(), layer.weight.double(), layer.bias.double())
     return ACTIVATIONS[layer.activation][0](y) if layer.activation else y
@@ -112,21 +117,21 @@ def _bf16_reference(layer: Linear, x: torch.Tensor) -> torch.Tensor:
 def test_compute_dtype_rounds_input_and_weight_and_keeps_the_weight(activation):
     layer, x = _layer(activation), torch.randn(9, 48)
     stored = layer.weight.detach().clone()
-    swap(layer, MixedPrecisionLinear, compute_dtype=torch.bfloat16)
+    layer = swap(_held(layer), "layer", MixedPrecisionLinear, compute_dtype=torch.bfloat16)
     with torch.inference_mode():
         y = layer(x)
     assert y.dtype == torch.bfloat16 and layer._packed is not None
     torch.testing.assert_close(y.double(), _bf16_reference(layer, x), atol=1e-2, rtol=8e-3)  # bf16 output rounding
     assert layer.weight.dtype == torch.float32 and torch.equal(layer.weight, stored)
     assert set(layer.state_dict()) == {"weight", "bias"} and layer.state_dict()["weight"].dtype == torch.float32
-    swap(layer, Linear)  # back to fp32: the fp32 formula again, from a new packed copy
+    layer = swap(_held(layer), "layer", Linear)  # back to fp32: the fp32 formula again, from a new packed copy
     with torch.inference_mode():
         torch.testing.assert_close(layer(x).double(), _reference(layer, x), atol=2e-5, rtol=1e-5)
 
 
 def test_compute_dtype_trains_the_fp32_weight():
     layer, x = _layer(), torch.randn(5, 48)
-    swap(layer, MixedPrecisionLinear, compute_dtype=torch.bfloat16)
+    layer = swap(_held(layer), "layer", MixedPrecisionLinear, compute_dtype=torch.bfloat16)
     y = layer(x)
     assert y.dtype == torch.bfloat16 and layer._packed is None
     y.float().sum().backward()
@@ -137,7 +142,7 @@ def test_compute_dtype_trains_the_fp32_weight():
 
 def test_a_layer_after_a_mixed_precision_one_takes_its_output():
     first, second = _layer("gelu"), Linear(80, 16)
-    swap(first, MixedPrecisionLinear, compute_dtype=torch.bfloat16)
+    first = swap(_held(first), "layer", MixedPrecisionLinear, compute_dtype=torch.bfloat16)
     x = torch.randn(3, 48)
     with torch.inference_mode():
         y = second(first(x))
@@ -147,7 +152,7 @@ def test_a_layer_after_a_mixed_precision_one_takes_its_output():
 
 def test_compute_dtype_without_packing_is_f_linear_on_rounded_tensors(monkeypatch):
     layer, x = _layer("gelu"), torch.randn(6, 48)
-    swap(layer, MixedPrecisionLinear, compute_dtype=torch.bfloat16)
+    layer = swap(_held(layer), "layer", MixedPrecisionLinear, compute_dtype=torch.bfloat16)
     monkeypatch.setattr(Linear, "prepack", False)
     with torch.inference_mode():
         y = layer(x)
@@ -203,7 +208,7 @@ def test_compute_dtype_is_never_packed_where_onednn_lacks_it(monkeypatch):
     avx512dq"): the layer multiplies by a rounded copy with F.linear instead."""
     monkeypatch.setattr(linear, "onednn_has", lambda dtype: dtype == torch.float32)
     layer, x = _layer("gelu"), torch.randn(9, 48)
-    swap(layer, MixedPrecisionLinear, compute_dtype=torch.bfloat16)
+    layer = swap(_held(layer), "layer", MixedPrecisionLinear, compute_dtype=torch.bfloat16)
     with torch.inference_mode():
         assert layer._kernel(x.to(torch.bfloat16)) == "rounded"
         y = layer(x)
@@ -215,7 +220,8 @@ def test_onednn_isa_cap_selects_the_avx2_kind():
     """ONEDNN_MAX_CPU_ISA=AVX2 (how an AVX-512 machine checks the other kind's path) gives the AVX2
     kind and no bf16 packing, and a mixed-precision layer still runs."""
     code = ("import torch; from minialign.nn import linear; l = linear.Linear(16, 8); "
-            "linear.swap(l, linear.MixedPrecisionLinear, compute_dtype=torch.bfloat16); "
+            "l = linear.swap(torch.nn.ModuleDict({'l': l}), 'l', linear.MixedPrecisionLinear, "
+            "compute_dtype=torch.bfloat16); "
             "torch.inference_mode().__enter__(); y = l(torch.randn(3, 16)); "
             "print(linear.cpu_kind(), linear.onednn_has(torch.bfloat16), y.dtype)")
     env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"}

@@ -75,12 +75,13 @@ def test_mixed_precision_and_back(arch):
     mixed_layers = {name for name, kind in _by_class(model).items() if kind == "MixedPrecisionLinear"}
     assert mixed_layers == _declared(model, MixedPrecisionLinear)
     assert all(model.get_submodule(n).compute_dtype == torch.bfloat16 for n in mixed_layers)
-    # the same modules and parameters, under the same names
-    assert all(model.get_submodule(name) is m for name, m in linears.items())
+    # the declared layers new modules in their places, the others the same; the same parameters, under the same names
+    assert all((model.get_submodule(name) is m) == (name not in mixed_layers) for name, m in linears.items())
     assert all(p is parameters[name] for name, p in model.named_parameters())
     model.compute_dtype = None
     assert model.precision == PLAIN and set(_by_class(model).values()) == {"Linear"}
-    assert all("_compute_dtype" not in m.__dict__ for m in linears.values())
+    assert not any(hasattr(model.get_submodule(name), "_compute_dtype") for name in linears)
+    assert all(p is parameters[name] for name, p in model.named_parameters())
 
 
 def test_a_model_runs_one_precision_at_a_time():
@@ -99,29 +100,41 @@ def test_a_model_runs_one_precision_at_a_time():
     assert model.precision == PLAIN
 
 
-def test_swap_keeps_the_module_its_parameters_and_hooks():
-    layer = Linear(8, 4)
+def test_swap_sets_a_new_module_over_the_same_parameters_with_its_hooks():
+    layer = Linear(8, 4, activation="gelu")
+    owner = torch.nn.ModuleDict({"inner": torch.nn.ModuleDict({"layer": layer})})
     calls = []
-    layer.register_forward_hook(lambda *args: calls.append(1))
-    weight, state = layer.weight, layer.state_dict()
-    assert swap(layer, Int8Linear) is layer and type(layer) is Int8Linear and layer.int8
-    assert layer.weight is weight and layer.state_dict().keys() == state.keys()
+    handle = layer.register_forward_hook(lambda *args: calls.append(1))
+    weight, bias, state = layer.weight, layer.bias, owner.state_dict()
+    optimizer = torch.optim.SGD(owner.parameters(), lr=0.1)
+    int8 = swap(owner, "inner.layer", Int8Linear)
+    assert int8 is not layer and owner.inner.layer is int8 and type(int8) is Int8Linear and int8.int8
+    assert int8.weight is weight and int8.bias is bias and int8.activation == "gelu"
+    assert owner.state_dict().keys() == state.keys() and all(torch.equal(owner.state_dict()[k], state[k]) for k in state)
+    assert all(p is q for p, q in zip(optimizer.param_groups[0]["params"], owner.parameters(), strict=True))
     absmax = torch.ones(8)
-    swap(layer, Int8Linear, int8_input_absmax=absmax)  # already one: only the setting
-    assert layer.int8_input_absmax is absmax
-    swap(layer, MixedPrecisionLinear, compute_dtype=torch.bfloat16)
-    assert "int8_input_absmax" not in layer.__dict__ and "_int8" not in layer.__dict__  # int8's own state left
+    smoothed = swap(owner, "inner.layer", Int8Linear, int8_input_absmax=absmax)  # already one: the setting given
+    assert smoothed.int8_input_absmax is absmax and swap(owner, "inner.layer", Int8Linear) is smoothed  # kept
+    mixed = swap(owner["inner"], "layer", MixedPrecisionLinear, compute_dtype=torch.bfloat16)
+    assert not hasattr(mixed, "int8_input_absmax") and not hasattr(mixed, "_int8")  # int8's own state left
+    assert mixed.compute_dtype == torch.bfloat16 and mixed.weight is weight
     with torch.inference_mode():
-        layer(torch.randn(2, 8))
+        mixed(torch.randn(2, 8))
+    assert calls == [1]
+    handle.remove()  # the hook's handle reaches the module in the layer's place
+    with torch.inference_mode():
+        mixed(torch.randn(2, 8))
     assert calls == [1]
     with pytest.raises(ValueError, match="floating torch.dtype"):
-        swap(layer, MixedPrecisionLinear, compute_dtype=torch.int8)
+        swap(owner, "inner.layer", MixedPrecisionLinear, compute_dtype=torch.int8)
     with pytest.raises(ValueError, match="no setting int8_input_absmax"):
-        swap(layer, Linear, int8_input_absmax=absmax)
+        swap(owner, "inner.layer", Linear, int8_input_absmax=absmax)
     with pytest.raises(TypeError):
-        swap(torch.nn.Linear(2, 2), Int8Linear)
+        swap(torch.nn.ModuleDict({"plain": torch.nn.Linear(2, 2)}), "plain", Int8Linear)
+    with pytest.raises(AttributeError):
+        swap(owner, "inner.missing", Int8Linear)
     with pytest.raises(AttributeError):  # a variant is swapped in, never set as a flag
-        layer.int8 = True
+        mixed.int8 = True
 
 
 @pytest.mark.skipif(not int8.available(), reason="no FBGEMM int8 kernels on this torch / CPU")

@@ -102,10 +102,10 @@ def test_hooks_and_captures_see_the_intermediates_the_int8_products_read(encoder
 
 def test_recalibrating_on_other_text_changes_the_statistics(minilm_dir):
     encoder = ma.SentenceEncoder.from_pretrained(minilm_dir, dtype="int8")
-    layer = next(m for m in encoder.model.modules() if isinstance(m, Linear) and m.int8)
-    builtin, before = layer.int8_input_absmax, encoder.encode(TEXTS)
-    encoder.calibrate_int8(TEXTS)
-    assert not torch.equal(layer.int8_input_absmax, builtin)
+    name = next(n for n, m in encoder.model.named_modules() if isinstance(m, Linear) and m.int8)
+    builtin, before = encoder.model.get_submodule(name).int8_input_absmax, encoder.encode(TEXTS)
+    encoder.calibrate_int8(TEXTS)  # sets new Int8Linear modules in the layers' places
+    assert not torch.equal(encoder.model.get_submodule(name).int8_input_absmax, builtin)
     assert not torch.equal(encoder.encode(TEXTS), before)
     for bad, problem in (([], "at least one text"), ("one text", "sequence of strings"), ([None], r"texts\[0\]")):
         with pytest.raises(ValueError, match=problem):
