@@ -269,6 +269,27 @@ def tiny_alignscore(bpe_dir, tmp_path_factory):
     return path, backbone, ref
 
 
+def fill_hub_cache(cache: Path, repos: dict[str, dict[str, Path]]) -> Path:
+    """A Hugging Face hub cache holding `repos` (repo id -> {file name: source file}) at one snapshot, refs/main
+    naming it; what a hub id resolves to offline."""
+    for repo, files in repos.items():
+        snapshot = cache / f"models--{repo.replace('/', '--')}" / "snapshots" / ("0" * 40)
+        snapshot.mkdir(parents=True)
+        for name, source in files.items():
+            shutil.copyfile(source, snapshot / name)
+        (snapshot.parents[1] / "refs").mkdir()
+        (snapshot.parents[1] / "refs" / "main").write_text("0" * 40)
+    return cache
+
+
+def published_alignscore_cache(cache: Path, tiny_alignscore) -> Path:
+    """A hub cache holding the tiny AlignScore checkpoint as yzha/AlignScore's AlignScore-base.ckpt and its backbone
+    as org/tiny-roberta (the name to give PUBLISHED: roberta-base would mean the preset's config)."""
+    path, backbone, _ = tiny_alignscore
+    return fill_hub_cache(cache, {"yzha/AlignScore": {"AlignScore-base.ckpt": path},
+                                  "org/tiny-roberta": {p.name: p for p in backbone.iterdir()}})
+
+
 def _sentence(i, n=12):
     words = [WORDS[(i * 5 + j * 3) % len(WORDS)] for j in range(n)]
     return " ".join(words).capitalize() + "."

@@ -9,7 +9,6 @@ openai route's base64 embeddings. pip installs from its cache and the package in
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import published_alignscore_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -58,25 +58,11 @@ def run(venv, args, *, env, cwd=ROOT, timeout=300):
     return done
 
 
-def fill_hub_cache(cache: Path, repos: dict) -> None:
-    """A Hugging Face hub cache holding `repos` (repo id -> {file name: source path}) at one snapshot."""
-    for repo, files in repos.items():
-        snapshot = cache / f"models--{repo.replace('/', '--')}" / "snapshots" / ("0" * 40)
-        snapshot.mkdir(parents=True)
-        for name, source in files.items():
-            shutil.copyfile(source, snapshot / name)
-        (snapshot.parents[1] / "refs").mkdir()
-        (snapshot.parents[1] / "refs" / "main").write_text("0" * 40)
-
-
 def test_readme_install_runs_the_main_job(fresh_venv, tmp_path, tiny_alignscore):  # noqa: F811
     """The README's main job, its download replaced by a filled cache: AlignScore-base converted once and saved
     (published_checkpoint, its backbone named as the tiny one's repo: the roberta-base name means the preset's
     config, of another size), then the README's command itself, which finds the converted copy."""
-    path, backbone, _ = tiny_alignscore
-    cache = tmp_path / "hub"
-    fill_hub_cache(cache, {"yzha/AlignScore": {"AlignScore-base.ckpt": path},
-                           "org/tiny-roberta": {p.name: p for p in backbone.iterdir()}})
+    cache = published_alignscore_cache(tmp_path / "hub", tiny_alignscore)
     env = clean_env(fresh_venv, HF_HUB_CACHE=cache, MINIALIGN_CACHE=tmp_path / "minialign")
     convert_once = ("from minialign.products import alignscore as a; "
                     "a.PUBLISHED['AlignScore-base'] = ('AlignScore-base.ckpt', 'org/tiny-roberta'); "

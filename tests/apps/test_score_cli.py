@@ -5,7 +5,7 @@ import json
 import shutil
 
 import pytest
-from conftest import CORPUS
+from conftest import CORPUS, published_alignscore_cache
 
 import minialign as ma
 from minialign.apps.cli import main as cli
@@ -122,14 +122,7 @@ def test_published_name_converted_once_then_reused(tmp_path, monkeypatch, tiny_a
     from minialign.products import alignscore as scorer_module
 
     path, backbone, _ = tiny_alignscore
-    cache = tmp_path / "hf"
-    for repo, files in (("yzha/AlignScore", [path]), ("org/tiny-roberta", list(backbone.iterdir()))):
-        snapshot = cache / f"models--{repo.replace('/', '--')}" / "snapshots" / ("0" * 40)
-        snapshot.mkdir(parents=True)
-        for f in files:
-            shutil.copyfile(f, snapshot / ("AlignScore-base.ckpt" if f == path else f.name))
-        (snapshot.parents[1] / "refs").mkdir()
-        (snapshot.parents[1] / "refs" / "main").write_text("0" * 40)
+    cache = published_alignscore_cache(tmp_path / "hf", tiny_alignscore)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setitem(scorer_module.PUBLISHED, "AlignScore-base", ("AlignScore-base.ckpt", "org/tiny-roberta"))
     first = ma.AlignScorer.from_pretrained("AlignScore-base", cache_dir=cache)
@@ -154,14 +147,7 @@ def test_an_older_format_in_the_cache_is_converted_again(tmp_path, monkeypatch, 
     path, backbone, _ = tiny_alignscore
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setitem(alignscore.PUBLISHED, "AlignScore-base", ("AlignScore-base.ckpt", "org/tiny-roberta"))
-    cache = tmp_path / "hf"
-    for repo, files in (("yzha/AlignScore", [path]), ("org/tiny-roberta", list(backbone.iterdir()))):
-        snapshot = cache / f"models--{repo.replace('/', '--')}" / "snapshots" / ("0" * 40)
-        snapshot.mkdir(parents=True)
-        for f in files:
-            shutil.copyfile(f, snapshot / ("AlignScore-base.ckpt" if f == path else f.name))
-        (snapshot.parents[1] / "refs").mkdir()
-        (snapshot.parents[1] / "refs" / "main").write_text("0" * 40)
+    cache = published_alignscore_cache(tmp_path / "hf", tiny_alignscore)
     native = alignscore.published_checkpoint("AlignScore-base", cache_dir=cache)
     config = native / "config.json"
     current = json.loads(config.read_text())
