@@ -23,6 +23,7 @@ Shapes: B batch, L padded length, T real tokens of the batch, C hidden size.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -69,6 +70,36 @@ def _bucket(length: int, sequences: list[int], lengths: list[int], starts: list[
     gather = first + torch.minimum(positions, own - 1)
     scatter = gather.masked_fill(~keep, starts[-1] + lengths[-1])
     return Bucket(length, torch.tensor(sequences, device=device), keep, gather.flatten(), scatter.flatten())
+
+
+@dataclass(frozen=True)
+class HostBatch:
+    """What the host knows of a right-padded (B, L) batch it built before copying it to the device (the batching
+    engine, runtime/engine.py, collates on the CPU): each sequence's length and the range of the batch's ids. Given
+    to the Encoder's forward (`host=`), the forward takes the layout (padded or packed: `Layout.of_host`), the
+    packing indices, the cumulative lengths and the vocabulary check from these facts, and asks the device
+    nothing: no host sync on a packed or padded forward (each sync drains the GPU's queue, and one makes CUDA
+    graphs impossible).
+
+    lengths:   (B,) real tokens of each sequence, each at least 1 (the mask's row i is lengths[i] ones, then zeros)
+    ids_range: (lowest, highest) id of the (B, L) input_ids, padding included
+    """
+
+    lengths: tuple[int, ...]
+    ids_range: tuple[int, int]
+
+    @classmethod
+    def of(cls, input_ids: Tensor, lengths: Sequence[int]) -> HostBatch:
+        """The facts of a batch built on the CPU: `input_ids` (B, L) a CPU tensor (its min and max read there, no
+        device involved), `lengths` each sequence's real tokens."""
+        if input_ids.device.type != "cpu":
+            raise ValueError(f"HostBatch.of reads the ids on the host: input_ids is on {input_ids.device}")
+        lengths = tuple(int(n) for n in lengths)
+        if len(lengths) != input_ids.size(0) or any(n < 1 or n > input_ids.size(1) for n in lengths):
+            raise ValueError(f"HostBatch: lengths {lengths} do not fit a batch of shape {tuple(input_ids.shape)} "
+                             f"(one per row, each 1..{input_ids.size(1)})")
+        lo, hi = torch.aminmax(input_ids) if input_ids.numel() else (torch.tensor(0), torch.tensor(0))
+        return cls(lengths, (int(lo), int(hi)))
 
 
 class Layout:
