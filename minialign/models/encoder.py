@@ -29,7 +29,7 @@ from minialign.nn.inputs import AttentionInputs, ForwardInputs
 from minialign.nn.config import Config
 from minialign.nn.init import init_weights
 from minialign.nn.layers import Pooler
-from minialign.nn.layout import FINAL_TOKENS, Layout
+from minialign.nn.layout import FINAL_TOKENS, HostBatch, Layout
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ class Encoder(Pretrained):
         self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
         position_ids: Tensor | None = None, *, output_hidden_states: bool = False, output_attentions: bool = False,
         unpad: bool = False, final_tokens: str = "all", windows_over_custom_mask: bool = True,
-        head_mask: Tensor | None = None,
+        head_mask: Tensor | None = None, host: HostBatch | None = None,
     ) -> EncoderOutput:
         """input_ids (B, L); attention_mask (B, L), (B, L, L) or (B|1, H|1, L, L), True/1 = attend.
 
@@ -130,9 +130,14 @@ class Encoder(Pretrained):
             entry (1 keeps the head, 0 silences it), on every backend and layout; the probabilities returned
             by output_attentions are the scaled ones, a capture's `attention.probs` the softmax before it.
             Heads are numbered as in the unpruned model: a pruned head's entry is not read.
+        host: what the host knows of a right-padded batch it built (nn/layout.py HostBatch: each sequence's length,
+            the ids' range; the batching engine passes it): the layout, the packing and the vocabulary check are then
+            taken from it, and the forward waits on the device for none of them (no host sync). It must describe
+            attention_mask (a 2-D padding mask, row i lengths[i] ones then zeros, or None with every length L)
+            and input_ids, which the caller vouches for.
         """
-        check_input_ids(input_ids, self.config)
-        plan = self._plan(input_ids, attention_mask, unpad=unpad, final_tokens=final_tokens,
+        check_input_ids(input_ids, self.config, host)
+        plan = self._plan(input_ids, attention_mask, unpad=unpad, final_tokens=final_tokens, host=host,
                           output_hidden_states=output_hidden_states, output_attentions=output_attentions,
                           windows_over_custom_mask=windows_over_custom_mask)
         layout = plan.layout
@@ -171,14 +176,15 @@ class Encoder(Pretrained):
         )
 
     def _plan(self, input_ids: Tensor, attention_mask: Tensor | None, *, unpad: bool, final_tokens: str,
-              output_hidden_states: bool, output_attentions: bool, windows_over_custom_mask: bool) -> ForwardPlan:
+              output_hidden_states: bool, output_attentions: bool, windows_over_custom_mask: bool,
+              host: HostBatch | None = None) -> ForwardPlan:
         """This forward's decisions, each made here once (forward's docstring says what each option asks)."""
         if final_tokens not in FINAL_TOKENS:
             raise ValueError(f"final_tokens must be one of {FINAL_TOKENS}, got {final_tokens!r}")
         B, L = input_ids.shape
         backend = self._backend(probabilities=output_attentions, query_subset=False)
         packable = attention_mask is not None and not (output_attentions or backend.whole)
-        if attention_mask is not None and not (unpad and packable) and without_padding(attention_mask, B, L):
+        if attention_mask is not None and not (unpad and packable) and without_padding(attention_mask, B, L, host):
             attention_mask = None  # sdpa can then use its fastest kernel. Packed (unpad), a batch without
             # padding stays packed: each sequence is then attended as in any other batch (layout.bucket_length)
         # hidden states, attentions and a recording row (capture) ask for every token of every layer
@@ -186,8 +192,8 @@ class Encoder(Pretrained):
         # the last layer's row: the first tokens' queries alone are a capability of their own (flex lacks it)
         final_backend = self._backend(probabilities=False, query_subset=True) if first_only else backend
         packable = packable and attention_mask is not None
-        if packable and (unpad or flex_on_cpu(backend, attention_mask)):
-            layout = layouts.packed(attention_mask)
+        if packable and (unpad or flex_on_cpu(backend, attention_mask, host)):
+            layout = layouts.packed(attention_mask, host)
         else:
             layout = layouts.padded(B, L)
         windows = tuple(layer.window for layer in self.layers)
@@ -215,35 +221,46 @@ class Encoder(Pretrained):
                               query_subset=query_subset)
 
 
-def without_padding(attention_mask: Tensor, batch: int, length: int) -> bool:
-    """Whether the mask is a (B, L) padding mask with no padding (one host sync; never while compiling)."""
-    return (tuple(attention_mask.shape) == (batch, length) and not torch.compiler.is_compiling()
-            and bool(attention_mask.all()))
+def without_padding(attention_mask: Tensor, batch: int, length: int, host: HostBatch | None = None) -> bool:
+    """Whether the mask is a (B, L) padding mask with no padding: from the host's lengths where given, else
+    read from the mask (one host sync; never while compiling)."""
+    if tuple(attention_mask.shape) != (batch, length):
+        return False
+    if host is not None:
+        return all(n == length for n in host.lengths)
+    return not torch.compiler.is_compiling() and bool(attention_mask.all())
 
 
-def flex_on_cpu(backend: Backend, attention_mask: Tensor | None) -> bool:
+def flex_on_cpu(backend: Backend, attention_mask: Tensor | None, host: HostBatch | None = None) -> bool:
     """Whether a right-padded batch on the flex backend runs packed whatever `unpad` says: on CPU, torch
     2.13's compiled flex kernel returns wrong values, NaN at times, for some padded batches (rows of 40 tokens
     beside one of 7; not every run), while a packed row under a document BlockMask is exact (tested over
     random length mixes, tests/nn/test_backends.py). The outputs are the same either way (pad rows zero)."""
     return (backend.name == "flex" and attention_mask is not None and attention_mask.device.type == "cpu"
             and attention_mask.dim() == 2 and not torch.compiler.is_compiling()
-            and masks.right_padded_lengths(attention_mask) is not None)
+            and (host is not None or masks.right_padded_lengths(attention_mask) is not None))
 
 
-def check_input_ids(input_ids: Tensor, config: Config) -> None:
-    """input_ids (B, L): integers within the vocabulary, no longer than the model's window."""
+def check_input_ids(input_ids: Tensor, config: Config, host: HostBatch | None = None) -> None:
+    """input_ids (B, L): integers within the vocabulary, no longer than the model's window; the range read from
+    the host's facts where given (HostBatch, no host sync), which must have one length per row."""
     if not isinstance(input_ids, Tensor) or input_ids.dim() != 2 or input_ids.is_floating_point():
         raise ValueError(f"input_ids must be an integer tensor of shape (B, L), got "
                          f"{getattr(input_ids, 'shape', type(input_ids).__name__)}")
     if input_ids.size(1) > config.max_seq_len:
         raise ValueError(f"sequence length {input_ids.size(1)} exceeds the model's window of "
                          f"{config.max_seq_len} tokens; truncate the input")
-    if input_ids.numel() and not torch.compiler.is_compiling():
+    if host is not None:
+        if not isinstance(host, HostBatch) or len(host.lengths) != input_ids.size(0):
+            raise ValueError(f"host must be a HostBatch with one length per row of input_ids "
+                             f"({input_ids.size(0)}), got {host!r}")
+        lo, hi = host.ids_range
+    elif input_ids.numel() and not torch.compiler.is_compiling():
         lo, hi = torch.stack(torch.aminmax(input_ids)).tolist()  # one host sync
-        if lo < 0 or hi >= config.vocab_size:
-            raise ValueError(f"input_ids hold {lo if lo < 0 else hi}, outside the vocabulary "
-                             f"[0, {config.vocab_size})")
+    else:
+        return
+    if lo < 0 or hi >= config.vocab_size:
+        raise ValueError(f"input_ids hold {lo if lo < 0 else hi}, outside the vocabulary [0, {config.vocab_size})")
 
 
 def head_scales(config: Config, head_mask: Tensor, x: Tensor) -> list[Tensor]:

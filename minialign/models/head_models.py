@@ -24,6 +24,7 @@ from minialign.models.family import family_of
 from minialign.models.heads import MLMHead, QuestionAnswering, SequenceClassificationHead, TokenHead
 from minialign.nn.config import Config
 from minialign.nn.init import init_weights
+from minialign.nn.layout import HostBatch
 from minialign.nn.linear import Linear
 
 
@@ -94,14 +95,14 @@ class AlignModel(_OnEncoder, Pretrained):
         self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
         position_ids: Tensor | None = None, *, mlm: bool = False,
         output_hidden_states: bool = False, output_attentions: bool = False, unpad: bool = False,
-        head_mask: Tensor | None = None,
+        head_mask: Tensor | None = None, host: HostBatch | None = None,
     ) -> AlignOutput:
         """Heads on the pooled first token; the MLM head (every token) only with mlm=True. Without it
         the last layer runs for the first tokens alone (Encoder.forward final_tokens="first"), and
-        last_hidden_state is (B, 1, C). unpad: see Encoder.forward."""
+        last_hidden_state is (B, 1, C). unpad, host: see Encoder.forward."""
         out = self.encoder(input_ids, attention_mask, token_type_ids, position_ids,
                            output_hidden_states=output_hidden_states, output_attentions=output_attentions,
-                           unpad=unpad, final_tokens="all" if mlm else "first", head_mask=head_mask)
+                           unpad=unpad, final_tokens="all" if mlm else "first", head_mask=head_mask, host=host)
         pooled = out.pooler_output
         return AlignOutput(
             tri_label_logits=self.tri_layer(self.dropout(pooled)),
@@ -150,14 +151,14 @@ class ClassifierModel(_OnEncoder, Pretrained):
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
         position_ids: Tensor | None = None, *, output_hidden_states: bool = False, output_attentions: bool = False,
-        unpad: bool = False, head_mask: Tensor | None = None,
+        unpad: bool = False, head_mask: Tensor | None = None, host: HostBatch | None = None,
     ) -> ClassifierOutput:
         """Logits on the first token, the last layer running for it alone (Encoder final_tokens="first"); a
         head that pools every token (SequenceClassification.tokens "all") gets them and the mask."""
         tokens = self.classifier.kind.tokens
         out = self.encoder(input_ids, attention_mask, token_type_ids, position_ids,
                            output_hidden_states=output_hidden_states, output_attentions=output_attentions,
-                           unpad=unpad, final_tokens=tokens, head_mask=head_mask)
+                           unpad=unpad, final_tokens=tokens, head_mask=head_mask, host=host)
         logits = self.classifier(out, attention_mask)
         return ClassifierOutput(logits, out.last_hidden_state, out.pooler_output, out.hidden_states, out.attentions)
 
@@ -202,14 +203,14 @@ class MaskedLMModel(_OnEncoder, Pretrained):
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
         position_ids: Tensor | None = None, *, output_hidden_states: bool = False, output_attentions: bool = False,
-        unpad: bool = False, head_mask: Tensor | None = None,
+        unpad: bool = False, head_mask: Tensor | None = None, host: HostBatch | None = None,
     ) -> MaskedLMOutput:
-        """Every token's logits (B, L, V); pad rows are the head applied to zero states. unpad: see Encoder.forward.
+        """Every token's logits (B, L, V); pad rows are the head applied to zero states. unpad, host: see Encoder.forward.
         A product that needs the logits of real tokens only, or a few at a time, calls `mlm_head.features` and
         `mlm_head.decode` on the states it picks (products/sparse.py)."""
         out = self.encoder(input_ids, attention_mask, token_type_ids, position_ids,
                            output_hidden_states=output_hidden_states, output_attentions=output_attentions,
-                           unpad=unpad, head_mask=head_mask)
+                           unpad=unpad, head_mask=head_mask, host=host)
         logits = self.mlm_head(out.last_hidden_state, self.encoder.embeddings.word.weight)
         return MaskedLMOutput(logits, out.last_hidden_state, out.hidden_states, out.attentions)
 
@@ -248,12 +249,12 @@ class TokenClassifierModel(_OnEncoder, Pretrained):
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
         position_ids: Tensor | None = None, *, output_hidden_states: bool = False, output_attentions: bool = False,
-        unpad: bool = False, head_mask: Tensor | None = None,
+        unpad: bool = False, head_mask: Tensor | None = None, host: HostBatch | None = None,
     ) -> TokenClassifierOutput:
-        """Every token's logits (B, L, num_labels). unpad: see Encoder.forward."""
+        """Every token's logits (B, L, num_labels). unpad, host: see Encoder.forward."""
         out = self.encoder(input_ids, attention_mask, token_type_ids, position_ids,
                            output_hidden_states=output_hidden_states, output_attentions=output_attentions,
-                           unpad=unpad, head_mask=head_mask)
+                           unpad=unpad, head_mask=head_mask, host=host)
         logits = self.classifier(out.last_hidden_state)
         return TokenClassifierOutput(logits, out.last_hidden_state, out.hidden_states, out.attentions)
 
@@ -302,12 +303,12 @@ class QuestionAnsweringModel(_OnEncoder, Pretrained):
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
         position_ids: Tensor | None = None, *, output_hidden_states: bool = False, output_attentions: bool = False,
-        unpad: bool = False, head_mask: Tensor | None = None,
+        unpad: bool = False, head_mask: Tensor | None = None, host: HostBatch | None = None,
     ) -> QuestionAnsweringOutput:
-        """Every token's start and end logits, (B, L) each. unpad: see Encoder.forward."""
+        """Every token's start and end logits, (B, L) each. unpad, host: see Encoder.forward."""
         out = self.encoder(input_ids, attention_mask, token_type_ids, position_ids,
                            output_hidden_states=output_hidden_states, output_attentions=output_attentions,
-                           unpad=unpad, head_mask=head_mask)
+                           unpad=unpad, head_mask=head_mask, host=host)
         logits = self.qa_outputs(out.last_hidden_state)  # (B, L, 2)
         start, end = logits.unbind(dim=-1)
         return QuestionAnsweringOutput(start.contiguous(), end.contiguous(), out.last_hidden_state, out.hidden_states,

@@ -3,12 +3,15 @@
 Built once per forward from the attention mask, then read by the embeddings, every layer and the
 outputs (pattern: flash-attention `bert_padding.py`, `unpad_input` / `pad_input` computed once,
 `cu_seqlens` handed down). A packed layout keeps `cu_seqlens` and the token indices on the
-batch's device. Packing waits on the device (a host sync) a few times per forward, each once:
-checking that the mask is right-padded (`masks.right_padded_lengths`), finding the real tokens
+batch's device. Built from the mask alone, packing waits on the device (a host sync) a few times per forward,
+each once: checking that the mask is right-padded (`masks.right_padded_lengths`), finding the real tokens
 (`indices`: nonzero's output size), and only for the backends that read them, the lengths as Python
 ints (`host_lengths`: eager and sdpa, which attend a packed row by length buckets, `buckets`) or each
 token's sequence (`document`: flex's BlockMask). The Encoder adds its own, padded or packed: the
-vocabulary check of the ids and, for a 2-D mask, whether it has any padding at all.
+vocabulary check of the ids and, for a 2-D mask, whether it has any padding at all. Built from what the host
+knows of a batch it collated (`HostBatch`: the lengths and the ids' range), none of these waits: every size is
+known on the host, the lengths reach the device by one asynchronous copy, and the indices are computed there
+(runtime/syncs.py counts the syncs of a forward; the tests count zero on this path).
 
 Length buckets: a backend that takes padded batches but not packed rows (eager, sdpa) attends a packed
 row in one call per bucket of sequences of about the same length, each sequence padded (its keys
@@ -62,21 +65,30 @@ class Bucket:
     scatter: Tensor
 
 
+def host_tensor(values: Sequence[int], device: torch.device, dtype: torch.dtype = torch.long) -> Tensor:
+    """Python ints as a tensor on `device`, copied without waiting: through pinned memory, asynchronously, to a
+    CUDA device (a plain copy from pageable memory waits for the device's queue to drain)."""
+    t = torch.tensor(values, dtype=dtype)
+    if torch.device(device).type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
 def _bucket(length: int, sequences: list[int], lengths: list[int], starts: list[int], device) -> Bucket:
-    own = torch.tensor([lengths[i] for i in sequences], device=device)[:, None]  # (S, 1)
-    first = torch.tensor([starts[i] for i in sequences], device=device)[:, None]
+    own = host_tensor([lengths[i] for i in sequences], device)[:, None]  # (S, 1)
+    first = host_tensor([starts[i] for i in sequences], device)[:, None]
     positions = torch.arange(length, device=device)[None, :]  # (1, length)
     keep = positions < own
     gather = first + torch.minimum(positions, own - 1)
     scatter = gather.masked_fill(~keep, starts[-1] + lengths[-1])
-    return Bucket(length, torch.tensor(sequences, device=device), keep, gather.flatten(), scatter.flatten())
+    return Bucket(length, host_tensor(sequences, device), keep, gather.flatten(), scatter.flatten())
 
 
 @dataclass(frozen=True)
 class HostBatch:
     """What the host knows of a right-padded (B, L) batch it built before copying it to the device (the batching
     engine, runtime/engine.py, collates on the CPU): each sequence's length and the range of the batch's ids. Given
-    to the Encoder's forward (`host=`), the forward takes the layout (padded or packed: `Layout.of_host`), the
+    to the Encoder's forward (`host=`), the forward takes the layout (padded, or packed: `packed(mask, host)`), the
     packing indices, the cumulative lengths and the vocabulary check from these facts, and asks the device
     nothing: no host sync on a packed or padded forward (each sync drains the GPU's queue, and one makes CUDA
     graphs impossible).
@@ -105,12 +117,15 @@ class HostBatch:
 class Layout:
     """A padded batch (B, L), or its real tokens packed end to end into one row (1, T)."""
 
-    def __init__(self, batch: int, length: int, *, lengths: Tensor | None = None):
+    def __init__(self, batch: int, length: int, *, lengths: Tensor | None = None,
+                 host: tuple[int, ...] | None = None):
         self.batch, self.length = batch, length
         self.lengths = lengths  # (B,) real tokens per sequence; None: padded layout
+        self.host = host  # the same lengths as the host knows them (HostBatch.lengths), or None: read when needed
         if lengths is not None:
             self.cu_seqlens = torch.nn.functional.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))  # (B + 1,)
-            self.max_seqlen = length  # an upper bound, known without a sync
+            self.max_seqlen = max(host) if host else length  # exact from the host; else an upper bound, no sync
+            self.tokens = sum(host) if host else None  # T, where the host knows it
 
     @property
     def packed(self) -> bool:
@@ -130,14 +145,19 @@ class Layout:
 
     @functools.cached_property
     def indices(self) -> Tensor:
-        """(T,) positions of the real tokens in the flattened (B * L) batch: made with one host sync
-        (nonzero's output size), then every gather and scatter with it needs none."""
-        return torch.nonzero(self.keep.flatten(), as_tuple=True)[0]
+        """(T,) positions of the real tokens in the flattened (B * L) batch: computed on the device from the
+        host's T (token t of sequence b lies at b L + t - cu_seqlens[b]), or without it with one host sync
+        (nonzero's output size); then every gather and scatter with it needs none."""
+        if self.tokens is None:
+            return torch.nonzero(self.keep.flatten(), as_tuple=True)[0]
+        within = torch.arange(self.tokens, device=self.lengths.device) - self.cu_seqlens[self.document]
+        return self.document * self.length + within
 
     @functools.cached_property
     def host_lengths(self) -> list[int]:
-        """Sequence lengths as Python ints, for backends that split a packed row (one sync)."""
-        return self.lengths.tolist()
+        """Sequence lengths as Python ints, for backends that split a packed row (one sync, unless the host
+        gave them)."""
+        return list(self.host) if self.host is not None else self.lengths.tolist()
 
     @functools.cached_property
     def buckets(self) -> tuple[Bucket, ...]:
@@ -154,8 +174,10 @@ class Layout:
 
     @functools.cached_property
     def document(self) -> Tensor:
-        """(T,) the sequence each packed token belongs to (one host sync: repeat_interleave's size)."""
-        return torch.repeat_interleave(torch.arange(self.batch, device=self.lengths.device), self.lengths)
+        """(T,) the sequence each packed token belongs to (one host sync: repeat_interleave's size, unless the
+        host gave T)."""
+        return torch.repeat_interleave(torch.arange(self.batch, device=self.lengths.device), self.lengths,
+                                       output_size=self.tokens)
 
     def pack(self, t: Tensor) -> Tensor:
         """(B, L, ...) -> (1, T, ...) for a packed layout; unchanged for a padded one."""
@@ -181,8 +203,12 @@ def padded(batch: int, length: int) -> Layout:
     return Layout(batch, length)
 
 
-def packed(attention_mask: Tensor) -> Layout:
-    """The packed layout of a right-padded (B, L) mask (each row 1s then 0s, at least one 1)."""
+def packed(attention_mask: Tensor, host: HostBatch | None = None) -> Layout:
+    """The packed layout of a right-padded (B, L) mask (each row 1s then 0s, at least one 1); from the host's
+    lengths of it where given (HostBatch: no host sync), else read from the mask."""
+    if host is not None:
+        return Layout(*attention_mask.shape, lengths=host_tensor(host.lengths, attention_mask.device),
+                      host=host.lengths)
     lengths = right_padded_lengths(attention_mask) if attention_mask.dim() == 2 else None
     if lengths is None:
         raise ValueError("unpad=True needs a 2-D right-padded attention_mask (each row 1s then 0s)")

@@ -84,3 +84,16 @@ def test_an_encoder_with_small_slices_gives_the_same_states(monkeypatch):
         monkeypatch.setattr(FeedForward, "SLICE_BYTES", 64 * 64 * 4)
         sliced = model(ids).last_hidden_state
     torch.testing.assert_close(sliced, default, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_rows_are_sliced_on_the_cpu_alone(device):
+    """The slices are a measure against the CPU's allocator; elsewhere (a GPU; here the meta device, which no
+    allocator backs) the rows run in one product: one call of `rows` instead of one per slice."""
+    ffn = _feed_forward().to(device)
+    calls = []  # the rows of each call (its product is not what is checked: zeros of the output's shape)
+    ffn.rows = lambda x: calls.append(x.shape[0]) or x.new_zeros(*x.shape[:-1], 32)
+    with torch.inference_mode():
+        out = ffn(torch.randn(1, 200, 32, device=device))
+    assert out.shape == (1, 200, 32)
+    assert calls == ([64, 64, 64, 8] if device == "cpu" else [1])  # the 200 rows as (1, 200, 32) off the CPU
