@@ -14,11 +14,14 @@ own module, as flex's do in flex.py) and one row.
   sdpa   torch.nn.functional.scaled_dot_product_attention with an additive mask
   flex   FlexAttention compiled by torch.compile (flex.py): the mask is a BlockMask (padding, document
          or any boolean mask), a floating mask a score_mod, so the kernel is generated for our masks
+  varlen flash attention over a packed row in one call per layer, from its cumulative lengths (varlen.py):
+         packed half-precision batches on CUDA; any other forward it `refuses` runs on sdpa, saying why
 
 The fallback rule, the only one (`choose_backend`): a forward runs on the backend the model was
 built with if that backend declares everything the call needs (probabilities, the score
 function's form, dropout, a subset of queries); otherwise on sdpa if sdpa does; otherwise on eager,
-which does everything. A packed batch on a backend that does not take packed rows runs as padded
+which does everything. A row may also refuse a forward for what only that forward shows (its layout, dtype,
+device, a family's bias: `refuses`, read once per forward by `prepare_mask`); that forward then runs on sdpa. A packed batch on a backend that does not take packed rows runs as padded
 batches, one per length bucket (layout.py, `Layout.buckets`): one call per bucket, each sequence padded
 to a length of its own, so its result is the same whatever it is batched with. Under `capture` (capture.py) the rule hands out the chosen
 row's recording twin (`recording`): the same row, with the eager formulas run beside it for the
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -38,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from minialign.nn import flex
+from minialign.nn import flex, varlen
 from minialign.nn.capture import capturing, current, record
 from minialign.nn.inputs import AttentionInputs
 from minialign.nn.layout import Bucket, padded
@@ -124,6 +128,8 @@ class Backend:
     score_forms: frozenset[str] = frozenset({DOT})  # score_functions.py forms it runs
     dropout: bool = True  # applies attention dropout in training
     whole: bool = False  # the forward runs every token of every layer, padded (a recording row: whole maps)
+    padded: bool = True  # takes padded batches (a row that does not never records: `recording` reads them)
+    refuses: Callable[[AttentionInputs], str | None] | None = None  # why it cannot run a forward; None: never
 
 
 BACKENDS: dict[str, Backend] = {
@@ -132,6 +138,8 @@ BACKENDS: dict[str, Backend] = {
     "sdpa": Backend("sdpa", sdpa, additive_bias, score_forms=frozenset({DOT, DISENTANGLED})),
     "flex": Backend("flex", flex.run, flex.prepare, packed=True, query_subset=False,
                     score_forms=frozenset({DOT, OFFSET, DISENTANGLED}), dropout=False),
+    "varlen": Backend("varlen", varlen.run, varlen.prepare, packed=True, dropout=False, padded=False,
+                      refuses=varlen.refuses),
 }
 
 
@@ -166,15 +174,21 @@ def choose_backend(requested: str, *, probabilities: bool, score_form: str, drop
                    query_subset: bool) -> Backend:
     """The first row of (requested, sdpa, eager) that declares everything the call needs; under
     `capture`, that row's recording twin."""
+    recording_now = capturing()
     for name in dict.fromkeys((requested, "sdpa", "eager")):
         row = BACKENDS[name]
         if ((row.probabilities or not probabilities) and score_form in row.score_forms
-                and (row.dropout or not dropout) and (row.query_subset or not query_subset)):
-            return recording(row) if capturing() else row
+                and (row.dropout or not dropout) and (row.query_subset or not query_subset)
+                and (row.padded or not recording_now)):
+            return recording(row) if recording_now else row
     raise AssertionError("eager declares every capability")
 
 
 # -- one forward's mask, and the one attention function ----------------------------------------------
+
+class BackendFallbackWarning(UserWarning):
+    """A forward asked of one attention backend ran on sdpa, the row having refused it (the message says why)."""
+
 
 @dataclass(frozen=True)
 class PreparedMask:
@@ -196,7 +210,15 @@ class PreparedMask:
 
 
 def prepare_mask(backend: Backend, inputs: AttentionInputs) -> PreparedMask:
-    """One forward's mask on `backend`, from its AttentionInputs (inputs.py)."""
+    """One forward's mask on `backend`, from its AttentionInputs (inputs.py); on sdpa where the row refuses this
+    forward (Backend.refuses), said once per reason unless the forward is a padded batch without padding (which
+    sdpa runs as well as any row)."""
+    reason = backend.refuses(inputs) if backend.refuses is not None else None
+    if reason is not None:
+        if inputs.layout.packed or inputs.mask is not None:
+            warnings.warn(f"attn_backend={backend.name!r} ran this forward on sdpa: {reason}", BackendFallbackWarning,
+                          stacklevel=4)  # the default filter shows each text once
+        backend = BACKENDS["sdpa"]
     if inputs.layout.packed and not backend.packed:
         buckets = tuple((bucket, backend.prepare(replace(inputs, mask=bucket.keep,
                                                          layout=padded(*bucket.keep.shape))))

@@ -288,6 +288,7 @@ class MultiVectorEncoder(Runner):
         expanded = torch.zeros_like(attended)
         if expansion is not None:
             ids, attended, expanded, types = self._expand(ids, attended, batch.get("token_type_ids"), expansion)
+            batch.pop("host", None)  # the host's facts describe the batch before its widening (nn/layout.py HostBatch)
             batch["input_ids"], batch["attention_mask"] = ids, attended.long()
             if types is not None:
                 batch["token_type_ids"] = types
