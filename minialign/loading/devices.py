@@ -1,7 +1,7 @@
 """The device and dtype decisions loading makes: which device a name means on this machine, whether
 this CPU runs bf16 / fp16 natively (oneDNN's own probes, nn.linear.ONEDNN_PROBES), what a `dtype` means
 (`parse_dtype`, the one place a user's dtype string is read: the weights' dtype and a precision,
-nn/precision.py), what dtype="auto" picks, and where dtype="int8" runs."""
+nn/precision.py), what dtype="auto" / "auto-all" pick, and where dtype="int8" runs."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ from dataclasses import dataclass
 import torch
 
 from minialign.nn import int8
+from minialign.nn.choices import PRECISION_DTYPES
 from minialign.nn.config import DTYPES
 from minialign.nn.linear import ONEDNN_PROBES
-from minialign.nn.precision import INT8, PLAIN, Precision, mixed
+from minialign.nn.precision import INT8, LAYER_SETS, PLAIN, Precision, mixed
 
 
 def auto_compute_dtype(device: torch.device) -> torch.dtype | None:
-    """dtype="auto": bf16 matmuls where the hardware runs them natively (a CPU with AVX512-BF16 / AMX,
+    """dtype="auto" and "auto-all": bf16 matmuls where the hardware runs them natively (a CPU with AVX512-BF16 / AMX,
     a GPU that supports bf16), else None (fp32 throughout). BENCHMARKS.md ("Precision") has the
     score deviations of this recipe against fp32."""
     if device.type == "cuda":
@@ -28,43 +29,63 @@ def auto_compute_dtype(device: torch.device) -> torch.dtype | None:
 
 
 # The dtype names from_pretrained takes (besides a torch.dtype): the command line's (nn.config.DTYPES), torch's
-# own names for the same three, and the two precisions that keep fp32 weights.
+# own names for the same three, and the precisions that keep fp32 weights (nn.choices.PRECISION_DTYPES).
 DTYPE_NAMES = {**DTYPES, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-MODES = ("auto", "int8")
+MODES = PRECISION_DTYPES
+# The words for a precision decided on the device (DtypeChoice.auto) -> the layers its mixed precision takes
+# (nn/precision.py LAYER_SETS): "auto" those declared for it (the attention output and ffn.down), "auto-all" all four
+# projections; the rest of MODES is "int8".
+AUTO_LAYERS = {"auto": "declared", "auto-all": "all"}
 
 
 @dataclass(frozen=True)
 class DtypeChoice:
     """A from_pretrained `dtype`, parsed (`parse_dtype`): the dtype the weights are held in, and the precision
-    their declared layers run (nn/precision.py), or `auto`: mixed bf16 where the device runs bf16 natively, else
-    PLAIN (`precision_on`)."""
+    their declared layers run (nn/precision.py), or `auto`: mixed bf16 on the `layers` it names (nn/precision.py
+    LAYER_SETS: "declared" for dtype="auto", "all" for "auto-all") where the device runs bf16 natively, else PLAIN
+    (`precision_on`). `layers` is auto's alone: a precision given outright carries its own."""
 
     weights: torch.dtype = torch.float32
     precision: Precision = PLAIN
     auto: bool = False
+    layers: str = "declared"
+
+    def __post_init__(self):
+        if self.layers not in LAYER_SETS:
+            raise ValueError(f"unknown precision layers {self.layers!r}; choose from {tuple(LAYER_SETS)}")
+        if self.auto and (self.precision != PLAIN or self.weights != torch.float32):
+            raise ValueError(f"auto=True keeps fp32 weights and decides the precision on the device; it takes "
+                             f"neither given ({self.weights}, {self.precision})")
+        if self.layers != "declared" and not self.auto:
+            raise ValueError(f"layers={self.layers!r} goes with auto=True; a precision given outright carries its "
+                             f"own (mixed(dtype, layers=...))")
 
     def precision_on(self, device: torch.device) -> Precision:
-        """The precision on `device`: "auto" decided (auto_compute_dtype), INT8 checked to run there (check_int8)."""
+        """The precision on `device`: "auto" / "auto-all" decided (auto_compute_dtype), INT8 checked to run there
+        (check_int8)."""
         if self.auto:
             compute = auto_compute_dtype(device)
-            return PLAIN if compute is None else mixed(compute)
+            return PLAIN if compute is None else mixed(compute, layers=self.layers)
         if self.precision == INT8:
             check_int8(device)
         return self.precision
 
     def __str__(self) -> str:
-        """As a file's settings record it: the user's words ("auto", "int8") or the weights' dtype."""
+        """The user's words ("auto", "auto-all", "int8") or the weights' dtype ("bfloat16"), which parse_dtype reads
+        back to this choice; the precision ("mixed bfloat16") for a choice made outright that no word names."""
         if self.auto:
-            return "auto"
+            return next(word for word, layers in AUTO_LAYERS.items() if layers == self.layers)
+        weights = str(self.weights).removeprefix("torch.")
         if self.precision == PLAIN:
-            return str(self.weights)
-        return str(self.precision) if self.weights == torch.float32 else f"{self.weights} {self.precision}"
+            return weights
+        return str(self.precision) if self.weights == torch.float32 else f"{weights} {self.precision}"
 
 
 def parse_dtype(dtype: str | torch.dtype | DtypeChoice | None) -> DtypeChoice:
     """What a from_pretrained / command-line dtype means, read once where it enters: None (fp32 weights), a
-    floating torch.dtype or its name (DTYPE_NAMES: "bf16", "float16", ...; the weights' dtype), "auto" or "int8"
-    (fp32 weights, a precision); a DtypeChoice as it is. Anything else is a ValueError naming the values taken."""
+    floating torch.dtype or its name (DTYPE_NAMES: "bf16", "float16", ...; the weights' dtype), "auto", "auto-all"
+    or "int8" (fp32 weights, a precision: MODES); a DtypeChoice as it is. Anything else is a ValueError naming the
+    values taken."""
     if dtype is None:
         return DtypeChoice()
     if isinstance(dtype, DtypeChoice):
@@ -74,8 +95,8 @@ def parse_dtype(dtype: str | torch.dtype | DtypeChoice | None) -> DtypeChoice:
             raise ValueError(f"dtype={dtype} is not a floating-point dtype; {_TAKEN}")
         return DtypeChoice(weights=dtype)
     name = dtype.lower() if isinstance(dtype, str) else None
-    if name == "auto":
-        return DtypeChoice(auto=True)
+    if name in AUTO_LAYERS:
+        return DtypeChoice(auto=True, layers=AUTO_LAYERS[name])
     if name == "int8":
         return DtypeChoice(precision=INT8)
     if name in DTYPE_NAMES:
