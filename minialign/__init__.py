@@ -9,7 +9,7 @@ holds them to it):
     loading/   checkpoints -> models: read, build, export, the Pretrained base                -> nn, sources, text, convert
     models/    the model classes: Encoder and its families, AlignModel, ClassifierModel         -> nn, loading
     text/      tokenizer (+ pad), sentence splitting, input checks                             -> sources
-    runtime/   the batching engine, the process pool, the service's request queue              -> text
+    runtime/   the batching engine, the process pool, the service's request queue, sync counts -> text, nn
     products/  runners (AlignScore, MiniCheck, embeddings, sparse, classifiers) and losses             -> all of the above
     apps/      command line, HTTP service, Ray Data, file jobs, explore, parity                -> anything; nothing imports apps
     convert/   foreign names and formats (installed as minialign.convert)                      -> nothing of minialign

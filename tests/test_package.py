@@ -21,7 +21,7 @@ MAY_IMPORT = {
     "text": {"sources"},
     "loading": {"nn", "sources", "text", "convert"},
     "models": {"nn", "loading", "convert"},
-    "runtime": {"text"},
+    "runtime": {"text", "nn"},
     "products": {"nn", "sources", "loading", "models", "text", "runtime", "convert"},
     "apps": {"nn", "sources", "loading", "models", "text", "runtime", "products", "convert"},
 }

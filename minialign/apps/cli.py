@@ -13,7 +13,7 @@ from pathlib import Path
 from minialign.apps.commands import (ADAPTER_HELP, DTYPES, INTERRUPTED, THREADS_HELP, product_of, run_convert,
                                      run_explore, run_parity, run_product)
 from minialign.apps.serve_command import serve_parser
-from minialign.nn.choices import SCORE_FUNCTIONS
+from minialign.nn.choices import PRECISION_DTYPES, SCORE_FUNCTIONS
 
 # The parser is built from torch-free modules only (nn/choices.py, products/choices.py, the product table), so
 # `minialign --help` and `minialign COMMAND --help` import no torch; each command imports what it runs.
@@ -31,10 +31,11 @@ def _common(p: argparse.ArgumentParser, *, batch: str, int8: bool = True) -> Non
     p.add_argument("--max-tokens", type=int, default=None,
                    help="most tokens in one forward pass (default: 2048 on CPU, 65536 on GPU)")
     p.add_argument("--device", default=None, help="cpu (default), cuda, cuda:N or mps")
-    p.add_argument("--dtype", choices=(*DTYPES, "auto", *(("int8",) if int8 else ())),
+    p.add_argument("--dtype", choices=(*DTYPES, *(word for word in PRECISION_DTYPES if int8 or word != "int8")),
                    help="weights' dtype (default fp32); auto: fp32 weights, the attention output and FFN down "
-                        "matmuls in bf16 where bf16 is native" + ("; int8: quantized products on CPU (never chosen "
-                                                                  "for you)" if int8 else ""))
+                        "matmuls in bf16 where bf16 is native; auto-all: the same on all four projections (Q/K/V, "
+                        "attention output, FFN up and down)" + ("; int8: quantized products on CPU (never chosen "
+                                                                "for you)" if int8 else ""))
     p.add_argument("--workers", type=int, default=1,
                    help="model processes on the CPU, each with threads/N threads (default 1; see BENCHMARKS.md)")
     p.add_argument("--threads", type=int, default=None, help=THREADS_HELP + "; with --workers, shared out among them")

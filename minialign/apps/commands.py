@@ -38,10 +38,12 @@ def dtype_choice(args: argparse.Namespace):
               "and heads fp32): results differ from "
               "fp32 (BENCHMARKS.md, int8)", file=sys.stderr)
     elif choice.auto:
-        compute = choice.precision_on(resolve_device(args.device)).compute_dtype
-        print("dtype auto: " + ("bf16 matmuls with fp32 weights (attention output and FFN down projections; "
-                                "the rest fp32; bf16 is native here)"
-                                if compute is not None else "fp32 (no native bf16 here)"), file=sys.stderr)
+        precision = choice.precision_on(resolve_device(args.device))
+        which = ("Q/K/V, attention output, FFN up and down projections" if precision.layers == "all"
+                 else "attention output and FFN down projections")
+        print(f"dtype {choice}: " + (f"bf16 matmuls with fp32 weights ({which}; the rest fp32; bf16 is native here)"
+                                     if precision.compute_dtype is not None else "fp32 (no native bf16 here)"),
+              file=sys.stderr)
     return choice
 
 

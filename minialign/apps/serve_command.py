@@ -8,6 +8,7 @@ import sys
 
 from minialign.apps import extra_hint
 from minialign.apps.commands import ADAPTER_HELP, DTYPES, INTERRUPTED, THREADS_HELP, dtype_choice
+from minialign.nn.choices import PRECISION_DTYPES
 
 
 class _ProductSpec(argparse.Action):
@@ -55,7 +56,7 @@ def serve_parser(sub) -> None:
     p.add_argument("--max-client-batch-size", type=int, default=1024, help="inputs in one request")
     p.add_argument("--api-key", help="require Authorization: Bearer KEY on every route but /health")
     p.add_argument("--device", default=None)
-    p.add_argument("--dtype", choices=(*DTYPES, "auto", "int8"),
+    p.add_argument("--dtype", choices=(*DTYPES, *PRECISION_DTYPES),
                    help="as the file commands' --dtype; int8 for --embed and --classify only")
     p.add_argument("--threads", type=int, default=None, help=THREADS_HELP + "; each loaded model's forwards use them")
     p.add_argument("--adapter", default=None, metavar="TASK", help=ADAPTER_HELP + "; every loaded model")

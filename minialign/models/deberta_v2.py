@@ -233,8 +233,12 @@ class Disentangled:
     def position_tables(self, q: Tensor, k: Tensor) -> tuple[Tensor | None, Tensor | None]:
         """(c2p by query (B, H, Lq, 2S), p2c by key (B, H, L, 2S)), divided by the scale before the product
         (half precision then cannot overflow); None for a term the config leaves out."""
-        c2p = row_product(q / self.scale, self.pos_key.transpose(-1, -2)) if self.pos_key is not None else None
-        p2c = torch.matmul(k / self.scale, self.pos_query.transpose(-1, -2)) if self.pos_query is not None else None
+        # the tables in q's / k's dtype: a mixed precision's bf16 queries and keys meet fp32 tables (as attention.py
+        # _matching casts a prepared bias); .to of the same dtype returns the tensor itself
+        pos_key = self.pos_key.to(q.dtype) if self.pos_key is not None else None
+        pos_query = self.pos_query.to(k.dtype) if self.pos_query is not None else None
+        c2p = row_product(q / self.scale, pos_key.transpose(-1, -2)) if pos_key is not None else None
+        p2c = torch.matmul(k / self.scale, pos_query.transpose(-1, -2)) if pos_query is not None else None
         return c2p, p2c
 
     def rows(self, queries: int, keys: int) -> Tensor:

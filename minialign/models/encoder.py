@@ -254,13 +254,11 @@ def check_input_ids(input_ids: Tensor, config: Config, host: HostBatch | None = 
         if not isinstance(host, HostBatch) or len(host.lengths) != input_ids.size(0):
             raise ValueError(f"host must be a HostBatch with one length per row of input_ids "
                              f"({input_ids.size(0)}), got {host!r}")
-        lo, hi = host.ids_range
     elif input_ids.numel() and not torch.compiler.is_compiling():
-        lo, hi = torch.stack(torch.aminmax(input_ids)).tolist()  # one host sync
+        host = HostBatch((), tuple(torch.stack(torch.aminmax(input_ids)).tolist()))  # the range: one host sync
     else:
         return
-    if lo < 0 or hi >= config.vocab_size:
-        raise ValueError(f"input_ids hold {lo if lo < 0 else hi}, outside the vocabulary [0, {config.vocab_size})")
+    host.check_vocabulary(config.vocab_size)
 
 
 def head_scales(config: Config, head_mask: Tensor, x: Tensor) -> list[Tensor]:

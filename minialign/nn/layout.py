@@ -113,6 +113,13 @@ class HostBatch:
         lo, hi = torch.aminmax(input_ids) if input_ids.numel() else (torch.tensor(0), torch.tensor(0))
         return cls(lengths, (int(lo), int(hi)))
 
+    def check_vocabulary(self, vocab_size: int) -> None:
+        """A ValueError naming the first id outside [0, vocab_size), if the batch holds one (the Encoder's check,
+        models/encoder.py check_input_ids, and the engine's before its copy, in the same words)."""
+        lo, hi = self.ids_range
+        if lo < 0 or hi >= vocab_size:
+            raise ValueError(f"input_ids hold {lo if lo < 0 else hi}, outside the vocabulary [0, {vocab_size})")
+
 
 class Layout:
     """A padded batch (B, L), or its real tokens packed end to end into one row (1, T)."""

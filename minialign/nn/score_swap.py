@@ -61,5 +61,5 @@ def with_score_function(model: nn.Module, score_fn: str) -> nn.Module:
     for name in set(theirs) & set(mine):  # the very tensors (a fused qkv too), not copies through a state dict
         owner, _, leaf = name.rpartition(".")
         setattr(other.get_submodule(owner), leaf, theirs[name])
-    other.compute_dtype = model.compute_dtype
+    other.precision = model.precision  # PLAIN or a mixed precision, with the layers it takes (int8 refused above)
     return other.train(model.training)

@@ -96,21 +96,7 @@ def test_the_all_projections_recipe_is_every_declared_layer():
     assert INT8.takes(PRECISION_LAYERS) == PRECISION_LAYERS[Int8Linear] and PLAIN.takes(PRECISION_LAYERS) == ()
 
 
-# DeBERTa's position terms multiply q (bf16 from a mixed attention.qkv) by position tables projected in fp32
-# (models/deberta_v2.py Disentangled.position_tables): a dtype mismatch until those tables follow q's dtype.
-MIXED_QKV_FAILS = {"deberta-v2": "DeBERTa's position tables stay fp32 beside a bf16 q (Disentangled.position_tables)"}
-
-
-def _all_families():
-    for arch in FAMILIES:
-        if not supported(arch):
-            continue
-        reason = MIXED_QKV_FAILS.get(arch)
-        yield pytest.param(arch, marks=pytest.mark.xfail(raises=RuntimeError, strict=True, reason=reason)
-                           if reason else ())
-
-
-@pytest.mark.parametrize("arch", list(_all_families()))
+@pytest.mark.parametrize("arch", [name for name in FAMILIES if supported(name)])
 def test_mixed_on_all_projections_of_every_family(arch):
     """mixed(bf16, layers="all") swaps exactly the four projections of every layer, leaving the embeddings', the
     pooler's and the head's Linear layers as they are; its outputs are fp32, within the error of the model cast to

@@ -175,7 +175,7 @@ def test_dtype_names_as_the_command_line_takes_them(cls, sources):
         assert {p.dtype for p in runner.model.parameters()} == {expected}, name
     for bad in ("int4", "float64x", 3, torch.int8):
         with pytest.raises(ValueError, match=r"dtype.*use one of 'fp32', 'bf16', 'fp16', 'float32', 'bfloat16', "
-                                             r"'float16', 'auto', 'int8' or a floating torch.dtype"):
+                                             r"'float16', 'auto', 'auto-all', 'int8' or a floating torch.dtype"):
             cls.from_pretrained(src, dtype=bad, **own)
 
 
