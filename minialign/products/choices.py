@@ -44,3 +44,8 @@ QA_TOP_K = 1  # QuestionAnswerer.predict's: one answer, its own dict (QuestionAn
 QA_HANDLE_IMPOSSIBLE_ANSWER = False
 QA_ALIGN_TO_WORDS = True
 ZERO_SHOT_MULTI_LABEL = False  # ZeroShotClassifier.predict's: a softmax over the labels
+
+# torch.compile's modes, a runner's `compile` by name (runner.py compile_mode; True is "default"), and those that
+# replay CUDA graphs (the batching engine pads each batch's rows to a power of two for them: BatchEngine cuda_graphs)
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")

@@ -32,6 +32,7 @@ from torch import Tensor, nn
 from minialign.loading import parse_dtype
 from minialign.nn import int8, precision
 from minialign.loading import calibration_cache
+from minialign.products.choices import COMPILE_MODES, CUDA_GRAPH_MODES
 from minialign.runtime.engine import BatchEngine, Results, Truncation
 from minialign.text.tokenizer import Tokenizer
 from minialign.text.validation import check_texts, value_problem
@@ -49,7 +50,7 @@ class Loading(TypedDict, total=False):
     device: str | torch.device | None
     dtype: torch.dtype | str | None
     attn_backend: str
-    compile: bool
+    compile: bool | str
     unpad: bool | None
     batch_size: int
     max_tokens: int | None
@@ -72,7 +73,8 @@ class LoadOptions:
     device: str | torch.device | None = None  # cpu (default), cuda, cuda:N, mps (loading.resolve_device)
     dtype: torch.dtype | str | None = None  # the weights' dtype (loading.parse_dtype: fp32 default, "auto", "int8")
     attn_backend: str = "sdpa"  # nn/attention.py's table
-    compile: bool = False  # torch.compile the model (batch lengths rounded to COMPILE_BUCKET)
+    compile: bool | str = False  # torch.compile the model (batch lengths rounded to COMPILE_BUCKET): True in
+    # torch.compile's default mode, or a mode of COMPILE_MODES by name (compile_mode)
     unpad: bool | None = None  # batches run packed, on real tokens only (None: packs_by_default)
     batch_size: int = 32  # most sequences in one forward
     max_tokens: int | None = None  # most tokens in one forward (default: the engine's)
@@ -84,6 +86,9 @@ class LoadOptions:
     adapter: str | None = None  # the task adapter merged into the weights, for a checkpoint carrying them (jina's
     # `task`: not named so, since `task` is the per-call query / document choice of the retrieval products)
     # (jina-embeddings-v3's: loading.read_checkpoint); None: none
+
+    def __post_init__(self):
+        compile_mode(self.compile)  # a bad value refused before anything loads
 
     def engine(self) -> dict[str, Any]:
         """The keywords of the batching engine (Runner._start, each runner's constructor)."""
@@ -104,6 +109,19 @@ class LoadOptions:
         if do_lower_case:
             lowercase(tokenizer)
         return tokenizer
+
+
+def compile_mode(compile: bool | str) -> str | None:
+    """The torch.compile mode a runner's `compile` asks for: None for False, "default" for True, else the mode it
+    names, one of COMPILE_MODES (torch/__init__.py torch.compile's `mode`): "reduce-overhead" replays CUDA graphs
+    (compile's cudagraph trees; the batching engine then rounds each batch's rows up to a power of two, BatchEngine
+    cuda_graphs), "max-autotune" tunes kernels and replays CUDA graphs, "max-autotune-no-cudagraphs" only tunes.
+    Off CUDA, torch runs no graphs: the modes compile as their kernels say."""
+    if compile is False or compile is True:
+        return "default" if compile else None
+    if isinstance(compile, str) and compile in COMPILE_MODES:
+        return compile
+    raise ValueError(f"compile must be False, True or one of {', '.join(map(repr, COMPILE_MODES))}, got {compile!r}")
 
 
 def lowercase(tokenizer: Tokenizer) -> None:
@@ -167,27 +185,30 @@ class Runner:
     source: str | None = None  # what from_pretrained loaded (recorded with file outputs)
 
     def _start(self, model: nn.Module, tokenizer: Tokenizer, *, max_length: int | None = None, batch_size: int = 32,
-               max_tokens: int | None = None, unpad: bool | None = None, compile: bool = False,
+               max_tokens: int | None = None, unpad: bool | None = None, compile: bool | str = False,
                bucket: int = COMPILE_BUCKET, workers: int = 1, threads: int | None = None,
                truncation: str = "only_first") -> None:
         """The runner's model (in eval mode), tokenizer and engine. The window is the smallest of
         max_length, the tokenizer's and the model's. unpad: batches run packed, on real tokens only (None: where
         that is the faster layout, `packs_by_default`).
-        compile: torch.compile the model, batch lengths rounded up to a multiple of `bucket` (no
-        packing). workers: model processes on the CPU; threads: the intra-op threads of the forwards (default:
-        the CPUs this process may use, runtime/threads.py), each worker taking threads / workers."""
-        if compile and workers > 1:
+        compile: torch.compile the model (True, or a mode by name: compile_mode), batch lengths rounded up to a
+        multiple of `bucket` (no packing), and under CUDA graphs each batch's rows to a power of two. workers: model
+        processes on the CPU; threads: the intra-op threads of the forwards (default: the CPUs this process may use,
+        runtime/threads.py), each worker taking threads / workers."""
+        mode = compile_mode(compile)
+        if mode and workers > 1:
             raise ValueError("compile and workers > 1 do not mix: each worker would compile its own model")
         self.model, self.tokenizer = model.eval(), tokenizer
-        self.unpad = (packs_by_default(model) if unpad is None else unpad) and not compile
+        self.unpad = (packs_by_default(model) if unpad is None else unpad) and not mode
         window = min(max_length or tokenizer.model_max_length, model.config.max_seq_len)
         self.engine = BatchEngine.for_model(tokenizer, model, batch_size=batch_size, max_tokens=max_tokens,
-                                            packed=self.unpad, bucket=bucket if compile else 1, max_length=window,
-                                            truncation=truncation, workers=workers, threads=threads)
+                                            packed=self.unpad, bucket=bucket if mode else 1, max_length=window,
+                                            truncation=truncation, workers=workers, threads=threads,
+                                            cuda_graphs=mode in CUDA_GRAPH_MODES)
         if getattr(model, "int8", False):
             self._calibrate_on_loading()
-        if compile:
-            self.model.compile()
+        if mode:
+            self.model.compile(mode=mode)
 
     def _calibrate_on_loading(self) -> None:
         """dtype="int8": the statistics of the built-in calibration text, read from the calibration cache where an
