@@ -27,7 +27,8 @@ def _common(p: argparse.ArgumentParser, *, batch: str, int8: bool = True) -> Non
     p.add_argument("--id-field", default="id", help="row id field (default: id; else the line number)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run after its last row")
     p.add_argument("--skip-invalid", action="store_true", help="skip malformed rows instead of stopping")
-    p.add_argument("--batch-size", type=int, default=32, help=f"most {batch} in one forward pass")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help=f"most {batch} in one forward pass (default: 32 on CPU; on a GPU the token budget decides)")
     p.add_argument("--max-tokens", type=int, default=None,
                    help="most tokens in one forward pass (default: 2048 on CPU, 65536 on GPU)")
     p.add_argument("--device", default=None, help="cpu (default), cuda, cuda:N or mps")

@@ -136,6 +136,8 @@ class Encoder(Pretrained):
             attention_mask (a 2-D padding mask, row i lengths[i] ones then zeros, or None with every length L)
             and input_ids, which the caller vouches for.
         """
+        if torch.compiler.is_compiling():
+            host = None  # a compiled forward depends on shapes alone (dynamo would guard on each length it read)
         check_input_ids(input_ids, self.config, host)
         plan = self._plan(input_ids, attention_mask, unpad=unpad, final_tokens=final_tokens, host=host,
                           output_hidden_states=output_hidden_states, output_attentions=output_attentions,

@@ -85,8 +85,8 @@ class AlignScorer(PairScorer):
     truncation_unit, truncation_like = "(chunk, sentence) pair(s)", "the original AlignScore"
     progress_label = "scoring"
 
-    def __init__(self, model: AlignModel, tokenizer: Tokenizer, *, mode: str = DEFAULT_MODE, batch_size: int = 32,
-                 splitter: Callable[[str], list[str]] | None = None, unpad: bool | None = None, compile: bool = False,
+    def __init__(self, model: AlignModel, tokenizer: Tokenizer, *, mode: str = DEFAULT_MODE, batch_size: int | None = None,
+                 splitter: Callable[[str], list[str]] | None = None, unpad: bool | None = None, compile: bool | str = False,
                  bucket: int = 64, max_tokens: int | None = None, workers: int = 1,
                  threads: int | None = None):
         """A batch holds at most batch_size pairs and at most max_tokens tokens (default: 2048 on CPU,

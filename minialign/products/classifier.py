@@ -71,9 +71,9 @@ class Classifier(Runner):
     progress_label = "classifying"
     calibration_pairs = True  # rerankers and pair classifiers read pairs
 
-    def __init__(self, model: ClassifierModel, tokenizer: Tokenizer, *, batch_size: int = 32,
+    def __init__(self, model: ClassifierModel, tokenizer: Tokenizer, *, batch_size: int | None = None,
                  max_tokens: int | None = None, max_length: int | None = None, unpad: bool | None = None,
-                 saved_activation: str | None = None, workers: int = 1, compile: bool = False,
+                 saved_activation: str | None = None, workers: int = 1, compile: bool | str = False,
                  threads: int | None = None):
         """saved_activation: the activation a sentence-transformers CrossEncoder saved with the model
         (its class path), used by activation="auto". The other options: Runner._start."""

@@ -74,8 +74,8 @@ class SentenceEncoder(Runner):
     def __init__(self, encoder: Encoder, tokenizer: Tokenizer, *, pooling: Sequence[str] = ("mean",),
                  dense: Sequence[Dense] = (), normalize: bool = False, max_seq_length: int | None = None,
                  prompts: dict[str, str] | None = None, default_prompt_name: str | None = None,
-                 include_prompt: bool = True, truncate_dim: int | None = None, batch_size: int = 32,
-                 max_tokens: int | None = None, unpad: bool | None = None, workers: int = 1, compile: bool = False,
+                 include_prompt: bool = True, truncate_dim: int | None = None, batch_size: int | None = None,
+                 max_tokens: int | None = None, unpad: bool | None = None, workers: int = 1, compile: bool | str = False,
                  threads: int | None = None):
         """pooling: modes of products/pooling.py, concatenated in order; dense: Dense modules after it;
         normalize: a Normalize module last. prompts (name -> text), default_prompt_name: as

@@ -55,9 +55,9 @@ class FillMask(Runner):
     truncation_unit, truncation_like = "text(s)", "transformers' fill-mask pipeline with truncation=True"
     progress_label = "filling masks"
 
-    def __init__(self, model: MaskedLMModel, tokenizer: Tokenizer, *, batch_size: int = 32,
+    def __init__(self, model: MaskedLMModel, tokenizer: Tokenizer, *, batch_size: int | None = None,
                  max_tokens: int | None = None, max_length: int | None = None, unpad: bool | None = None, workers: int = 1,
-                 compile: bool = False, threads: int | None = None):
+                 compile: bool | str = False, threads: int | None = None):
         """A MaskedLMModel and a tokenizer that has a mask token. The other options: Runner._start."""
         if not isinstance(model, MaskedLMModel):
             raise ValueError(f"FillMask runs a MaskedLMModel, got {type(model).__name__}")

@@ -49,7 +49,7 @@ from minialign.loading import build, read_checkpoint, resolve_device
 from minialign.models.encoder import Encoder
 from minialign.nn.linear import Linear
 from minialign.products.choices import M3_RETURN_COLBERT_VECS, M3_RETURN_DENSE, M3_RETURN_SPARSE
-from minialign.products.runner import LoadOptions, Loading, Runner
+from minialign.products.runner import LoadOptions, Loading, Runner, batch_lengths
 from minialign.runtime.engine import Truncation
 from minialign.sources import resolve
 from minialign.text.tokenizer import Tokenizer
@@ -88,8 +88,8 @@ class M3Encoder(Runner):
 
     def __init__(self, encoder: Encoder, tokenizer: Tokenizer, *, sparse_linear: nn.Linear | None = None,
                  colbert_linear: nn.Linear | None = None, max_length: int | None = None,
-                 heads_from: str | None = None, batch_size: int = 32, max_tokens: int | None = None,
-                 unpad: bool | None = None, workers: int = 1, compile: bool = False, threads: int | None = None):
+                 heads_from: str | None = None, batch_size: int | None = None, max_tokens: int | None = None,
+                 unpad: bool | None = None, workers: int = 1, compile: bool | str = False, threads: int | None = None):
         """sparse_linear: Linear(hidden, 1), each token's weight; colbert_linear: Linear(hidden, dim), each
         token's vector (None: that output is not offered). heads_from: where the heads were looked for, named
         by the error a call for a missing head raises. The other options: Runner._start."""
@@ -221,7 +221,7 @@ class M3Encoder(Runner):
         if not (sparse or colbert):
             return entries
         mask = batch["attention_mask"][:, :hidden.size(1)].bool()  # (B, L), right-padded
-        lengths = mask.sum(dim=1).tolist()
+        lengths = batch_lengths(batch)
         if sparse:
             weights = torch.relu(one_column(self.sparse_linear, hidden[mask]))  # (T,)
             for entry, ids, w in zip(entries, batch["input_ids"][mask].split(lengths), weights.split(lengths)):

@@ -102,8 +102,8 @@ class MultiVectorEncoder(Runner):
                  query_length: int | None = None, document_length: int | None = None,
                  query_expansion: dict | None = None, max_seq_length: int | None = None,
                  prompts: dict[str, str] | None = None, default_prompt_name: str | None = None,
-                 similarity_fn_name: str | None = None, batch_size: int = 32, max_tokens: int | None = None,
-                 unpad: bool | None = None, workers: int = 1, compile: bool = False, threads: int | None = None):
+                 similarity_fn_name: str | None = None, batch_size: int | None = None, max_tokens: int | None = None,
+                 unpad: bool | None = None, workers: int = 1, compile: bool | str = False, threads: int | None = None):
         """dense: Dense modules on every token; mask: a MultiVectorMask module follows (without one, a text keeps the
         tokens the encoder attended, expansion positions only with attend=True, and nothing is skipped);
         skiplist_words, skiplist_tasks, keep_only_token_ids: its config; normalize: a Normalize module last.

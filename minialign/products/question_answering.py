@@ -62,7 +62,7 @@ from minialign.products.choices import QA_ALIGN_TO_WORDS as ALIGN_TO_WORDS
 from minialign.products.choices import QA_HANDLE_IMPOSSIBLE_ANSWER as HANDLE_IMPOSSIBLE
 from minialign.products.choices import QA_MAX_ANSWER_LEN as MAX_ANSWER_LEN, QA_MAX_QUESTION_LEN as MAX_QUESTION_LEN
 from minialign.products.choices import QA_TOP_K as TOP_K
-from minialign.products.runner import LoadOptions, Loading, OptionError, Runner
+from minialign.products.runner import LoadOptions, Loading, OptionError, Runner, batch_lengths
 from minialign.sources import resolve
 from minialign.text.tokenizer import Encoded, Tokenizer
 from minialign.text.validation import value_problem
@@ -79,9 +79,9 @@ class QuestionAnswerer(Runner):
     truncation_unit, truncation_like = "pair(s)", "transformers 4's question-answering pipeline"
     progress_label = "answering"
 
-    def __init__(self, model: QuestionAnsweringModel, tokenizer: Tokenizer, *, batch_size: int = 32,
+    def __init__(self, model: QuestionAnsweringModel, tokenizer: Tokenizer, *, batch_size: int | None = None,
                  max_tokens: int | None = None, max_length: int | None = None, unpad: bool | None = None, workers: int = 1,
-                 compile: bool = False, threads: int | None = None):
+                 compile: bool | str = False, threads: int | None = None):
         """The options: Runner._start. max_length bounds the windows (max_seq_len) a call may ask for."""
         self._start(model, tokenizer, max_length=max_length, batch_size=batch_size, max_tokens=max_tokens,
                     unpad=unpad, compile=compile, workers=workers, threads=threads)
@@ -212,7 +212,7 @@ class QuestionAnswerer(Runner):
         """float32 (start, end) logits of each sequence's tokens, (n_i, 2) each (a ragged forward: runtime/engine.py)."""
         out = self.model(**batch, unpad=self.unpad)
         logits = torch.stack([out.start_logits, out.end_logits], dim=-1).float()  # (B, L, 2)
-        lengths = batch["attention_mask"].sum(dim=1).tolist()
+        lengths = batch_lengths(batch)
         return [row[:n] for row, n in zip(logits, lengths)]
 
     # -- preprocess --

@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from minialign.loading import parse_dtype
 from minialign.nn import int8, precision
+from minialign.nn.attention import BACKENDS
 from minialign.loading import calibration_cache
 from minialign.products.choices import COMPILE_MODES, CUDA_GRAPH_MODES
 from minialign.runtime.engine import BatchEngine, Results, Truncation
@@ -52,7 +53,7 @@ class Loading(TypedDict, total=False):
     attn_backend: str
     compile: bool | str
     unpad: bool | None
-    batch_size: int
+    batch_size: int | None
     max_tokens: int | None
     workers: int
     threads: int | None
@@ -76,7 +77,8 @@ class LoadOptions:
     compile: bool | str = False  # torch.compile the model (batch lengths rounded to COMPILE_BUCKET): True in
     # torch.compile's default mode, or a mode of COMPILE_MODES by name (compile_mode)
     unpad: bool | None = None  # batches run packed, on real tokens only (None: packs_by_default)
-    batch_size: int = 32  # most sequences in one forward
+    batch_size: int | None = None  # most sequences in one forward (None: 32 on the CPU, elsewhere the token budget
+    # decides: runtime/engine.py BatchEngine.batch_size)
     max_tokens: int | None = None  # most tokens in one forward (default: the engine's)
     workers: int = 1  # model processes on the CPU (runtime/process_pool.py)
     threads: int | None = None  # intra-op threads of the forwards, shared out among the workers (default:
@@ -124,6 +126,13 @@ def compile_mode(compile: bool | str) -> str | None:
     raise ValueError(f"compile must be False, True or one of {', '.join(map(repr, COMPILE_MODES))}, got {compile!r}")
 
 
+def batch_lengths(batch: dict[str, Any]) -> list[int]:
+    """Each sequence's real tokens in a right-padded batch: the host's count where the batch carries it (nn/layout.py
+    HostBatch, under "host": the engine's batches), else read from the attention mask (one host sync)."""
+    host = batch.get("host")
+    return list(host.lengths) if host is not None else batch["attention_mask"].sum(dim=1).tolist()
+
+
 def lowercase(tokenizer: Tokenizer) -> None:
     """Lowercase input first (sentence_bert_config do_lower_case), as sentence-transformers does."""
     existing = tokenizer.backend.normalizer
@@ -158,15 +167,17 @@ def inputs_of(texts: Sequence[str], pairs: Sequence[str | None] | None) -> list[
 
 def packs_by_default(model: nn.Module) -> bool:
     """Whether a runner packs its batches when `unpad` is not given: on the CPU always (the padding's work
-    skipped: BENCHMARKS.md "Encoder forward"); on a GPU only with the flex backend, whose document mask runs a
-    packed row in one call. sdpa and eager run a packed row as one padded call per length bucket, which a GPU
-    pays in launches: roberta-base, bf16, 64 texts of mixed lengths on an H200 (scripts/gpu_suite.sh,
-    BENCHMARKS.md "GPU"): padded sdpa 0.95x transformers' sdpa, packed sdpa 0.38x, packed flex 0.99x."""
+    skipped: BENCHMARKS.md "Encoder forward"); on a GPU only with a backend that runs a packed row in one call
+    (`Backend.packed`: flex's document mask, varlen's cumulative lengths). sdpa and eager run a packed row as one
+    padded call per length bucket, which a GPU pays in launches: roberta-base, bf16, 64 texts of mixed lengths on an
+    H200 (scripts/gpu_suite.sh, BENCHMARKS.md "GPU"): padded sdpa 0.95x transformers' sdpa, packed sdpa 0.38x,
+    packed flex 0.99x."""
     parameter = next(model.parameters(), None)
     if parameter is None or parameter.device.type == "cpu":
         return True
     encoder = getattr(model, "encoder", model)
-    return getattr(encoder, "attn_backend", None) == "flex"
+    row = BACKENDS.get(getattr(encoder, "attn_backend", None))
+    return row is not None and row.packed
 
 
 class Runner:
@@ -184,7 +195,8 @@ class Runner:
     unpad: bool
     source: str | None = None  # what from_pretrained loaded (recorded with file outputs)
 
-    def _start(self, model: nn.Module, tokenizer: Tokenizer, *, max_length: int | None = None, batch_size: int = 32,
+    def _start(self, model: nn.Module, tokenizer: Tokenizer, *, max_length: int | None = None,
+               batch_size: int | None = None,
                max_tokens: int | None = None, unpad: bool | None = None, compile: bool | str = False,
                bucket: int = COMPILE_BUCKET, workers: int = 1, threads: int | None = None,
                truncation: str = "only_first") -> None:

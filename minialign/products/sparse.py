@@ -55,7 +55,7 @@ from minialign import convert
 from minialign.loading import build, read_checkpoint
 from minialign.models.head_models import MaskedLMModel
 from minialign.products.embeddings import model_prompts, resolve_prompt
-from minialign.products.runner import LoadOptions, Loading, Runner
+from minialign.products.runner import LoadOptions, Loading, Runner, batch_lengths
 from minialign.runtime.engine import Truncation
 from minialign.sources import resolve
 from minialign.text.tokenizer import Tokenizer
@@ -119,8 +119,8 @@ class SparseEncoder(Runner):
                  similarity_fn_name: str | None = None, max_seq_length: int | None = None,
                  prompts: dict[str, str] | None = None, default_prompt_name: str | None = None,
                  chunk_tokens: int | None = None, query: StaticQuery | None = None, default_route: str = "document",
-                 batch_size: int = 32, max_tokens: int | None = None,
-                 unpad: bool | None = None, workers: int = 1, compile: bool = False, threads: int | None = None):
+                 batch_size: int | None = None, max_tokens: int | None = None,
+                 unpad: bool | None = None, workers: int = 1, compile: bool | str = False, threads: int | None = None):
         """pooling_strategy, activation_function: SpladePooling's; max_active_dims: the default of every call (None:
         no limit); similarity_fn_name: "dot" (None: dot) or "cosine"; prompts, default_prompt_name: as
         config_sentence_transformers.json saves them; chunk_tokens: the most tokens whose logits are made at once
@@ -368,7 +368,7 @@ class SparseEncoder(Runner):
         k = int(batch.pop("max_active_dims", 0)) or None
         mask = batch["attention_mask"]
         hidden = self.model.encoder(**batch, unpad=self.unpad).last_hidden_state  # (B, L, C)
-        lengths = mask.sum(dim=1).tolist()
+        lengths = batch_lengths(batch)
         tokens = hidden[mask.bool()]  # (T, C): each sequence's real tokens in turn (right padding)
         word = self.model.encoder.embeddings.word.weight
         head = self.model.mlm_head

@@ -42,7 +42,7 @@ from torch import Tensor
 from minialign.loading import build, read_checkpoint
 from minialign.models.head_models import TokenClassifierModel
 from minialign.products.choices import AGGREGATIONS, NER_AGGREGATION
-from minialign.products.runner import LoadOptions, Loading, OptionError, Runner
+from minialign.products.runner import LoadOptions, Loading, OptionError, Runner, batch_lengths
 from minialign.runtime.engine import Truncation
 from minialign.sources import resolve
 from minialign.text.tokenizer import Encoded, Tokenizer
@@ -59,9 +59,9 @@ class TokenClassifier(Runner):
     truncation_unit, truncation_like = "text(s)", "transformers' token-classification pipeline"
     progress_label = "tagging"
 
-    def __init__(self, model: TokenClassifierModel, tokenizer: Tokenizer, *, batch_size: int = 32,
+    def __init__(self, model: TokenClassifierModel, tokenizer: Tokenizer, *, batch_size: int | None = None,
                  max_tokens: int | None = None, max_length: int | None = None, unpad: bool | None = None, workers: int = 1,
-                 compile: bool = False, threads: int | None = None):
+                 compile: bool | str = False, threads: int | None = None):
         """The options: Runner._start."""
         self._start(model, tokenizer, max_length=max_length, batch_size=batch_size, max_tokens=max_tokens,
                     unpad=unpad, compile=compile, workers=workers, threads=threads)
@@ -147,7 +147,7 @@ class TokenClassifier(Runner):
     def forward(self, batch: dict[str, Tensor]) -> list[Tensor]:
         """float32 logits of each sequence's tokens, (n_i, num_labels) each (a ragged forward: runtime/engine.py)."""
         logits = self.model(**batch, unpad=self.unpad).logits.float()
-        lengths = batch["attention_mask"].sum(dim=1).tolist()
+        lengths = batch_lengths(batch)
         return [row[:n] for row, n in zip(logits, lengths)]
 
     __call__ = predict  # as the pipeline is called: ner(texts, aggregation_strategy=...)

@@ -2,10 +2,10 @@
 
 One engine for every command: a Job says which fields it reads (rows.Fields), how a block of rows becomes output
 records, and what makes two runs comparable. Every input row is validated before any model work (rows.py). Results
-are written block by block (a block is 8 x batch_size rows), each row whole and flushed (writer.py), so an
-interrupted run leaves only complete rows. `resume` continues after the last complete row, after checking that the
-output holds the first rows of this input, made with the same settings (settings.py, recorded beside the output when
-it is created). Outputs: .jsonl (any job), .csv (jobs with flat columns), .safetensors (jobs that say how their
+are written block by block (a block is 8 x batch_size rows, at most MAX_BLOCK_ROWS), each row whole and flushed
+(writer.py), so an interrupted run leaves only complete rows. `resume` continues after the last complete row, after
+checking that the output holds the first rows of this input, made with the same settings (settings.py, recorded
+beside the output when it is created). Outputs: .jsonl (any job), .csv (jobs with flat columns), .safetensors (jobs that say how their
 records become named tensors, `Job.tensors`: written whole at the end, under a temporary name, so never half; the
 layouts are tensors.py's). formats.check_output is the one check of where a command writes.
 """
@@ -26,6 +26,8 @@ from minialign.apps.files.formats import InputError, check_output
 from minialign.apps.files.rows import Fields, Row, problem_listing, read_rows, refuse_malformed
 from minialign.apps.files.writer import ResultWriter
 
+
+MAX_BLOCK_ROWS = 4096  # the most rows of a block, written and flushed together (8 x batch_size below it)
 
 @dataclass(kw_only=True)
 class Job(Fields):
@@ -49,7 +51,7 @@ class Job(Fields):
     tensors: Callable[[list[dict[str, Any]]], dict[str, torch.Tensor]] | None = None
     tensor_metadata: dict[str, str] = field(default_factory=dict)
     finish: Callable[[], None] = lambda: None
-    batch_size: int = 32
+    batch_size: int = 32  # the runner's (on a GPU its token budget: a block is then MAX_BLOCK_ROWS rows)
     outputs: tuple[str, ...] | None = None  # None: jsonl, and csv with columns, safetensors with tensors
     nested: tuple[str, ...] = ()
 
@@ -121,7 +123,7 @@ def _check_continues(done: list[str], rows: list[Row], input_path: Path, output_
 
 def _blocks(job: Job, rows: list[Row], block_rows: int | None, progress: bool):
     """(block, its records) for consecutive blocks of rows, with a progress bar over rows."""
-    block_rows = block_rows or job.batch_size * 8
+    block_rows = block_rows or min(job.batch_size * 8, MAX_BLOCK_ROWS)
     bar = None
     if progress:
         from tqdm.auto import tqdm
