@@ -295,11 +295,15 @@ class Runner:
         self.engine.set_budget(max_tokens=max_tokens, batch_size=batch_size)
 
     def settings(self, **options) -> dict:
-        """What a resumed file run must share with the run that made the file (with the call's options);
-        for the quantized mode also its scheme and calibration (nn/int8.py, fingerprint)."""
+        """What a resumed file run must share with the run that made the file (with the call's options): the weights'
+        dtype and a mixed precision's recipe; for the quantized mode its scheme and calibration (nn/int8.py,
+        fingerprint)."""
         if self.dtype_name == "int8":
             return {"dtype": "int8", "int8": int8.fingerprint(self.model)}
-        return {"dtype": self.dtype_name}
+        mixed = getattr(self.model, "precision", precision.PLAIN)
+        # a mixed precision (dtype="auto" / "auto-all" where bf16 is native) gives other scores than its weights'
+        # dtype alone: recorded, so a file is not resumed under another
+        return {"dtype": self.dtype_name, **({"precision": str(mixed)} if mixed != precision.PLAIN else {})}
 
     def close(self) -> None:
         """Stop the worker processes, if any (a later call starts new ones)."""

@@ -261,3 +261,9 @@ def test_mode_per_call_equals_a_scorer_built_with_that_mode(tiny_alignscore):
     with pytest.raises(ValueError, match="one per example"):
         scorer.score(contexts, claims, mode=["nli"])
     assert scorer.settings(mode="bin") == {"mode": "bin", "dtype": "float32"}
+    from minialign.nn.precision import PLAIN, mixed
+
+    scorer.model.precision = mixed(torch.bfloat16, layers="all")  # recorded: a file is not resumed under another
+    assert scorer.settings(mode="bin") == {"mode": "bin", "dtype": "float32",
+                                           "precision": "mixed bfloat16 (all projections)"}
+    scorer.model.precision = PLAIN
