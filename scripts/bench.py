@@ -1,14 +1,19 @@
 """Benchmarks: minialign against transformers and the original AlignScore pipeline, in one process.
 
     python scripts/bench.py [--quick] [--out BENCHMARKS.md] [--device cuda --models roberta-base roberta-large]
-                            [--mpnet DIR] [--only families|int8|retrieval|heads|encoder|scoring|embeddings [--dry-run]]
+                            [--mpnet DIR] [--only families|int8|retrieval|heads|encoder|scoring|embeddings]
                             [--only encoder --dtypes fp32 bf16]
+    python scripts/bench.py --suite encoder|scoring|embeddings|drift --data FILE [--device cuda] [--dry-run]
+    python scripts/bench.py --render [--check]      # BENCHMARKS.md's GPU block from docs/benchmarks/*.json
+    python scripts/bench.py --render-files FILE...  # those files' tables, printed
 
 A tool beside the package, not part of it: run it from a checkout with the `test` extra installed
 (transformers). Random weights at real shapes (roberta-base); speed does not depend on the values.
 Prints markdown tables; --out writes them with the machine description into the file's section for
 this kind of CPU. The sections are modules of scripts/benchmarks/, the report's prose is
-scripts/benchmarks/report.md.
+scripts/benchmarks/report.md. --suite is the GPU suite's method (scripts/gpu_suite.sh runs each section in its own
+process): medians of interleaved repetitions with their spread, host, device and wall time, syncs and kernels per
+call, written as rows of a run's file (scripts/benchmarks/data.py) as they are measured.
 """
 
 from __future__ import annotations
@@ -26,9 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ and the 
 from minialign.loading import auto_compute_dtype, cpu_has_native  # noqa: E402
 from minialign.nn.config import Config  # noqa: E402
 
-from benchmarks import (embeddings, encoder, families, heads, int8, kernels, loading_memory,  # noqa: E402
-                        parity, precision, retrieval, scoring, service, workers)
+from benchmarks import (data, embeddings, encoder, families, heads, int8, kernels, loading_memory,  # noqa: E402
+                        offered, parity, precision, retrieval, scoring, service, workers)
 from benchmarks.machine import cpu_kind_label, machine  # noqa: E402
+from benchmarks import render as generated  # noqa: E402  (the tables made from run files)
 from benchmarks.report import render, table, write_section  # noqa: E402
 
 # Sizes of a full run and of --quick: examples, rounds and requests per section.
@@ -43,20 +49,21 @@ SIZES = {
            "retrieval_memory_texts": 64, "heads_texts": 16, "heads_rounds": 1},
 }
 CLIENTS = 16  # concurrent clients of the service benchmark
-DRY_RUN_SECTIONS = ("encoder", "scoring", "embeddings")  # the sections --only runs with --dry-run
 
 
 def dtypes_for(device: str, *, quick: bool) -> tuple[list[str], list[str]]:
     """(the encoder's dtypes, the scorer's): on a GPU bf16 and fp32 (bf16 alone if quick; the scorer fp32 too,
     TF32 off as torch's default for matmuls); on a CPU fp32, and bf16
     where bf16 is native and the run is not quick (emulated bf16 is several times slower than fp32: not
-    a choice to time); dtype="auto" for the scorer where it means bf16 matmuls, unless quick."""
+    a choice to time); dtype="auto" and "auto-all" for the scorer where they mean bf16 matmuls, unless quick."""
     gpu = torch.device(device).type == "cuda"
     native = gpu or cpu_has_native(torch.bfloat16, unknown=False)
     dtypes = (["bf16"] if quick else ["bf16", "fp32"]) if gpu else ["fp32"] if quick or not native else ["fp32", "bf16"]
     scoring = ["fp32", *dtypes] if gpu else list(dtypes)
     if auto_compute_dtype(torch.device(device)) is not None and not quick:
         scoring.insert(1, "auto")  # dtype="auto": fp32 weights, some matmuls bf16 (Precision)
+        if offered.dtype_word("auto-all"):
+            scoring.insert(2, "auto-all")  # the same on all four projections
     return dtypes, scoring
 
 
@@ -109,12 +116,14 @@ def int8_section(*, quick: bool = False, device: str = "cpu", echo=print) -> str
         speed_queries=size["speed_queries"], speed_table=table(result["speed"], int8.SPEED_TABLE))
 
 
-# --dry-run: every step of a section at toy sizes, to check the pipeline on a CPU in seconds (scripts/gpu_suite.sh
-# --device cpu --dry-run; tests/test_gpu_suite.py). Its figures mean nothing.
-DRY_RUN = {"encoder_reps": 1, "scoring_examples": 1, "scoring_rounds": 1, "peer_sizes": (8,), "peer_reps": 1,
-           "batches": {"2x16": [16, 16], "mixed 3": [16, 9, 4]}, "backends": ("eager", "sdpa"),
-           "ceiling_shape": (256, 256, 256),
+# The GPU suite's sizes (--suite), and a dry run's (--dry-run): every step at toy sizes, to check the pipeline on a
+# CPU in seconds (scripts/gpu_suite.sh --device cpu --dry-run; tests/test_gpu_suite.py). A dry run's figures mean
+# nothing. The scorer's throughput case repeats fewer times: the original pipeline takes seconds a run.
+SUITE = {"reps": 20, "corpus_reps": 3, "texts": 1000, "corpus_pairs": 1000, "latency_examples": 12}
+DRY_RUN = {"reps": 2, "corpus_reps": 2, "texts": 4, "corpus_pairs": 8, "latency_examples": 1,
+           "batches": {"2 x 16": [16, 16], "mixed 3": [16, 9, 4]}, "ceiling_shape": (256, 256, 256),
            "config": Config(vocab_size=500, hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128)}
+SUITE_SECTIONS = ("encoder", "scoring", "embeddings", "drift")
 
 
 def dry_config(config: Config) -> Config:
@@ -126,26 +135,23 @@ def dry_config(config: Config) -> Config:
 
 
 def encoder_sections(*, quick: bool = False, device: str = "cpu", models: tuple[str, ...] = ("roberta-base",),
-                     dry_run: bool = False, dtypes: tuple[str, ...] | None = None, echo=print) -> tuple[str, str]:
+                     dtypes: tuple[str, ...] | None = None, echo=print) -> tuple[str, str]:
     """(the machine section with the matmul ceilings, the encoder section): each of `models` against
     transformers, per dtype of `dtypes` (None: `dtypes_for`'s), the ceiling timed in the same rounds."""
     size = SIZES[quick]
     info = machine()
     echo("machine: " + ", ".join(f"{k} {v}" for k, v in info.items()))
     if dtypes is None:
-        dtypes, _ = dtypes_for(device, quick=quick or dry_run)
+        dtypes, _ = dtypes_for(device, quick=quick)
     encoder_rows, ceilings = [], {}
     for name in models:
-        options = dict(config=DRY_RUN["config"], batches=DRY_RUN["batches"], backends=DRY_RUN["backends"],
-                       ceiling_shape=DRY_RUN["ceiling_shape"]) if dry_run else dict(config=Config.from_name(name))
-        rows, model_ceilings = encoder.measure(reps=DRY_RUN["encoder_reps"] if dry_run else size["encoder_reps"],
-                                               dtypes=list(dtypes), model_name=f"{name} (dry run: toy size)" if dry_run
-                                               else name, device=device, echo=echo, **options)
+        rows, model_ceilings = encoder.measure(reps=size["encoder_reps"], dtypes=list(dtypes), model_name=name,
+                                               config=Config.from_name(name), device=device, echo=echo)
         encoder_rows += rows
         for dtype_name, rates in model_ceilings.items():
             best = ceilings.setdefault(dtype_name, {})
             best.update({label: max(rate, best.get(label, 0.0)) for label, rate in rates.items()})
-    m, k, n = DRY_RUN["ceiling_shape"] if dry_run else encoder.CEILING_SHAPE[torch.device(device).type]
+    m, k, n = encoder.CEILING_SHAPE[torch.device(device).type]
     machine_md = render("machine", machine="\n".join(f"- {k}: {v}" for k, v in info.items()), device=device,
                         shape=f"{m}x{k} @ {k}x{n}",
                         ceilings="; ".join(f"{dtype} " + ", ".join(f"{label} {rate:.1f} GFLOP/s"
@@ -155,22 +161,77 @@ def encoder_sections(*, quick: bool = False, device: str = "cpu", models: tuple[
                               table=table(encoder_rows, encoder.TABLE))
 
 
-def scoring_section(*, quick: bool = False, device: str = "cpu", dry_run: bool = False, echo=print) -> str:
+def scoring_section(*, quick: bool = False, device: str = "cpu", echo=print) -> str:
     """AlignScorer against the original pipeline, per dtype of `dtypes_for`."""
-    size = DRY_RUN if dry_run else SIZES[quick]
-    _, scoring_dtypes = dtypes_for(device, quick=quick or dry_run)
+    size = SIZES[quick]
+    _, scoring_dtypes = dtypes_for(device, quick=quick)
     rows = scoring.measure(examples=size["scoring_examples"], dtypes=scoring_dtypes, rounds=size["scoring_rounds"],
-                           device=device, config=dry_config(DRY_RUN["config"]) if dry_run else None, echo=echo)
+                           device=device, echo=echo)
     return render("scoring", examples=size["scoring_examples"], rounds=size["scoring_rounds"],
                   table=table(rows, scoring.TABLE))
 
 
-def embeddings_section(*, quick: bool = False, device: str = "cpu", dry_run: bool = False, echo=print) -> str:
+def embeddings_section(*, quick: bool = False, device: str = "cpu", echo=print) -> str:
     """SentenceEncoder and Classifier against sentence-transformers."""
-    size = DRY_RUN if dry_run else SIZES[quick]
+    size = SIZES[quick]
     rows = embeddings.measure(sizes=size["peer_sizes"], reps=size["peer_reps"], device=device, echo=echo)
     return render("embeddings", rounds=size["peer_reps"],
                   table=table(rows, embeddings.TABLE) if rows else render("embeddings-skipped"))
+
+
+def suite(section: str, *, data_file: Path, device: str = "cuda", dry_run: bool = False,
+          models: tuple[str, ...] = ("roberta-base",), dtypes: tuple[str, ...] | None = None, reps: int | None = None,
+          echo=print) -> list[dict]:
+    """One section of the GPU suite (SUITE_SECTIONS; scripts/gpu_suite.sh runs each in its own process): its rows,
+    each case's added to `data_file` as it is measured (the file started, for this machine, where it is missing).
+    encoder: each of `models` per dtype of `dtypes` (default bf16 on a GPU, fp32 on a CPU); drift: the encoder's
+    64 x 512 eager / sdpa rows again (DRIFT_IMPLS), each with its speed over the encoder stage's row in the file."""
+    size = {**SUITE, **(DRY_RUN if dry_run else {}), **({"reps": reps} if reps else {})}
+    path = Path(data_file)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data.write(path, {"machine": data.machine_entry(device, dry_run=dry_run), "rows": []})
+    add = functools.partial(data.add, path)
+    if section == "scoring":
+        return scoring.suite_rows(reps=size["reps"], corpus_reps=size["corpus_reps"], device=device,
+                                  latency_examples=size["latency_examples"], corpus_pairs=size["corpus_pairs"],
+                                  config=dry_config(DRY_RUN["config"]) if dry_run else None, add=add, echo=echo)
+    if section == "embeddings":
+        return embeddings.suite_rows(reps=size["reps"], texts=size["texts"], device=device, add=add, echo=echo)
+    rows = []
+    for name in models:
+        model_name = f"{name} (dry run: toy size)" if dry_run else name
+        config = DRY_RUN["config"] if dry_run else Config.from_name(name)
+        batches = DRY_RUN["batches"] if dry_run else encoder.suite_batches(device)
+        options = dict(reps=size["reps"], config=config, model_name=model_name, device=device, add=add, echo=echo,
+                       ceiling_shape=DRY_RUN["ceiling_shape"] if dry_run else None)
+        for dtype_name in dtypes or (["bf16"] if torch.device(device).type == "cuda" else ["fp32"]):
+            if section == "encoder":
+                rows += encoder.suite_rows(dtype_name=dtype_name, batches=batches,
+                                           impls=encoder.DRY_RUN_IMPLS if dry_run else None, **options)
+                continue
+            batch = next(iter(batches))  # drift: the first case again (64 x 512)
+            case = encoder.case_name(model_name, dtype_name, batch)
+            first = {(batch, row["impl"]): row["median_ms"] for row in data.read(path)["rows"]
+                     if row["section"] == encoder.SECTION and row["case"] == case and "median_ms" in row}
+            rows += encoder.suite_rows(
+                dtype_name=dtype_name, batches={batch: batches[batch]}, case_suffix=encoder.DRIFT_CASE, first=first,
+                peers=[i for i in encoder.DRIFT_IMPLS if i in encoder.PEERS],
+                impls=[i for i in encoder.DRIFT_IMPLS if i not in encoder.PEERS], **options)
+    return rows
+
+
+def render_docs(*, check: bool = False, path: Path = Path(__file__).resolve().parents[1] / "BENCHMARKS.md") -> int:
+    """BENCHMARKS.md's GPU block generated from docs/benchmarks/*.json (render.py); with check, only whether it is
+    current (1: it is not)."""
+    text = path.read_text(encoding="utf-8")
+    new = generated.update(text, generated.gpu_files())
+    if check:
+        state = "current" if new == text else "stale: python scripts/bench.py --render"
+        print(f"{path.name}: the GPU block is {state}")
+        return int(new != text)
+    path.write_text(new, encoding="utf-8")
+    return 0
 
 
 def retrieval_section(*, quick: bool = False, device: str = "cpu", echo=print, **options) -> str:
@@ -264,26 +325,51 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=["roberta-base"],
                         help="presets to time the encoder at, e.g. roberta-base roberta-large")
     parser.add_argument("--dtypes", nargs="+", choices=["fp32", "bf16"],
-                        help="with --only encoder: time these dtypes alone (default: fp32 and bf16 where bf16 is "
-                             "native, bf16 alone with --quick on a GPU)")
+                        help="with --only encoder or --suite encoder|drift: time these dtypes alone (default: fp32 and "
+                             "bf16 where bf16 is native, bf16 alone with --quick on a GPU; the suite's: bf16 on a GPU)")
     parser.add_argument("--mpnet", default=None, metavar="DIR",
                         help=f"the real all-mpnet-base-v2 (sentence-transformers directory) for the Encoder families "
                              f"section's embeddings row (default ${families.MPNET_ENV}; skipped without)")
-    parser.add_argument("--only", choices=["families", "int8", "retrieval", "heads", *DRY_RUN_SECTIONS],
+    parser.add_argument("--only", choices=["families", "int8", "retrieval", "heads", "encoder", "scoring",
+                                           "embeddings"],
                         help="run this section alone and print it (not with --out: a file's section is a whole run); "
                              "encoder prints the machine section too; progress goes to stderr")
+    parser.add_argument("--suite", choices=SUITE_SECTIONS,
+                        help="one section of the GPU suite's method, its rows added to --data FILE as measured and "
+                             "printed as tables (scripts/gpu_suite.sh)")
+    parser.add_argument("--data", metavar="FILE", help="with --suite: the run's file (scripts/benchmarks/data.py)")
+    parser.add_argument("--reps", type=int, help=f"with --suite: repetitions per row (default {SUITE['reps']})")
     parser.add_argument("--dry-run", action="store_true",
-                        help="with --only encoder|scoring|embeddings: every step at toy sizes, to check the pipeline "
-                             "(scripts/gpu_suite.sh --dry-run); the figures mean nothing")
+                        help="with --suite: every step at toy sizes, to check the pipeline (scripts/gpu_suite.sh "
+                             "--dry-run); the figures mean nothing")
+    parser.add_argument("--render", action="store_true",
+                        help="generate BENCHMARKS.md's GPU block from docs/benchmarks/*.json (with --check: only "
+                             "say whether it is current, exit 1 if not)")
+    parser.add_argument("--check", action="store_true", help="with --render")
+    parser.add_argument("--render-files", nargs="+", metavar="FILE", help="print these run files' tables")
     args = parser.parse_args(argv)
+    if args.render or args.render_files:
+        if args.render_files:
+            print(generated.report([(Path(f).name, data.read(Path(f))) for f in args.render_files]))
+            return 0
+        return render_docs(check=args.check)
     try:
         import transformers  # noqa: F401
     except ImportError:
         parser.error("needs transformers: pip install -e '.[test]'")
-    if args.dtypes and args.only != "encoder":
-        parser.error("--dtypes goes with --only encoder")
-    if args.dry_run and args.only not in DRY_RUN_SECTIONS:
-        parser.error(f"--dry-run needs --only {' | '.join(DRY_RUN_SECTIONS)}")
+    if args.dtypes and args.only != "encoder" and args.suite not in ("encoder", "drift"):
+        parser.error("--dtypes goes with --only encoder or --suite encoder|drift")
+    if (args.dry_run or args.data or args.reps) and not args.suite:
+        parser.error("--dry-run, --data and --reps go with --suite")
+    if args.suite:
+        if not args.data:
+            parser.error("--suite needs --data FILE")
+        progress = functools.partial(print, file=sys.stderr, flush=True)  # stdout holds the tables alone
+        rows = suite(args.suite, data_file=Path(args.data), device=args.device, dry_run=args.dry_run,
+                     models=tuple(args.models), dtypes=tuple(args.dtypes) if args.dtypes else None, reps=args.reps,
+                     echo=progress)
+        print(generated.sections(rows)[0] if rows else f"(no {args.suite} rows)")
+        return 0
     if args.only:
         if args.out:
             parser.error("--only prints one section; --out writes a whole run")
@@ -298,12 +384,12 @@ def main(argv: list[str] | None = None) -> int:
         elif args.only == "families":
             print(families_section(mpnet=args.mpnet, **options))
         elif args.only == "encoder":
-            print("\n\n".join(encoder_sections(models=tuple(args.models), dry_run=args.dry_run,
+            print("\n\n".join(encoder_sections(models=tuple(args.models),
                                                 dtypes=tuple(args.dtypes) if args.dtypes else None, **options)))
         elif args.only == "scoring":
-            print(scoring_section(dry_run=args.dry_run, **options))
+            print(scoring_section(**options))
         else:
-            print(embeddings_section(dry_run=args.dry_run, **options))
+            print(embeddings_section(**options))
         return 0
     run(quick=args.quick, out=args.out, device=args.device, models=tuple(args.models), mpnet=args.mpnet)
     return 0

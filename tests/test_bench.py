@@ -433,7 +433,8 @@ def test_precision_section_runs_every_recipe_on_a_tiny_scorer(tiny_alignscore):
     claims = ["The tower opened in 1889.", "The company shrank."] * 2
     rows = precision.precision_rows(scorer.model, scorer.tokenizer, contexts, claims, label="tiny", echo=lambda *a: None)
     recipes = {row["recipe"] for row in rows}
-    assert {"fp32", "bf16 weights", "int8 dynamic (Linear layers)"} <= recipes
+    assert {"fp32", "auto (bf16 attention output + FFN down)", "auto-all (bf16 all four projections)", "bf16 weights",
+            "int8 dynamic (Linear layers)"} <= recipes
     fp32 = [row for row in rows if row["recipe"] == "fp32"]
     assert len(fp32) == 6 and all(row["max abs dev"] == 0 for row in fp32)
     int8_rows = [row for row in rows if row["recipe"].startswith("int8")]
@@ -442,15 +443,18 @@ def test_precision_section_runs_every_recipe_on_a_tiny_scorer(tiny_alignscore):
 
 @pytest.mark.slow
 def test_the_sections_without_a_test_of_their_own_run_on_tiny_sizes():
-    """loading memory, parity, the service and the worker processes, each measured on a handful of inputs: every
-    section of a full run is exercised by some test (the others: encoder, families, kernels, int8, precision above;
-    scoring and embeddings through scripts/gpu_suite.sh's dry run), so none breaks unseen."""
-    from benchmarks import loading_memory, parity, service, workers
+    """loading memory, parity, the service, the worker processes and the CPU report's scoring table, each measured on
+    a handful of inputs: every section of a full run is exercised by some test (the others: encoder, families,
+    kernels, int8, precision, embeddings here; the GPU suite's rows through scripts/gpu_suite.sh's dry run), so none
+    breaks unseen."""
+    from benchmarks import loading_memory, parity, scoring, service, workers
 
     quiet = lambda *a: None  # noqa: E731
     for module, rows in ((loading_memory, loading_memory.measure(echo=quiet)), (parity, parity.measure(echo=quiet)),
                          (service, service.measure(requests=16, clients=4, echo=quiet)),
-                         (workers, workers.measure(examples=2, texts=8, echo=quiet))):
+                         (workers, workers.measure(examples=2, texts=8, echo=quiet)),
+                         (scoring, scoring.measure(examples=1, dtypes=["fp32"], rounds=1, echo=quiet,
+                                                   config=bench.dry_config(bench.DRY_RUN["config"])))):
         assert rows, module.__name__
         assert all(set(module.TABLE) <= set(row) for row in rows), module.__name__
 

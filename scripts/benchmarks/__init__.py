@@ -1,4 +1,8 @@
-"""The benchmark's pieces, run by scripts/bench.py: machine.py (the machine and the timer), corpus.py
-(seeded texts), fixtures.py (models made by code), report.py and report.md (the report's prose and
+"""The benchmark's pieces, run by scripts/bench.py: machine.py (the machine and the CPU report's timer), corpus.py
+(seeded texts), fixtures.py (models made by code), report.py and report.md (the CPU report's prose and
 tables), and one module per section (kernels, encoder, families, scoring, loading_memory, embeddings,
-precision, service, workers, parity). Tools beside the package: nothing here is installed."""
+precision, service, workers, parity, ...). The GPU suite's method (scripts/gpu_suite.sh, bench.py --suite):
+timing.py (interleaved repetitions: median, spread, host, device and wall time), syncs.py (syncs, kernels and
+compiles per call), offered.py (the new paths it runs where they exist), data.py (the one schema of a run's file,
+docs/benchmarks/<machine>.json) and render.py (the tables generated from those files). Tools beside the package:
+nothing here is installed."""

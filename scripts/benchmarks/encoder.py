@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import tempfile
 import warnings
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -183,3 +184,144 @@ def without_packing(call):
         return call()
     finally:
         Linear.prepack = True
+
+
+# -- the GPU suite's rows (scripts/gpu_suite.sh: bench.py --suite encoder / drift; the method: timing.py) ----------
+
+@dataclass(frozen=True)
+class Impl:
+    """One minialign run of the suite: the model's attention backend, packed (unpad=True) or padded, compiled
+    (model.compile()) or eager."""
+
+    backend: str
+    packed: bool = False
+    compiled: bool = False
+
+    @property
+    def compiles(self) -> bool:
+        """Whether its warm-up compiles: the model compiled, or the flex backend (its kernel compiled per shape)."""
+        return self.compiled or self.backend == "flex"
+
+
+SECTION = "encoder"
+BASELINE = "transformers sdpa"  # every ratio of the section is against transformers' sdpa, uncompiled
+PEERS = ("transformers eager", BASELINE)
+# minialign's runs (padded flex left out: on 64 x 512 it is packed flex's layout, and each flex shape compiles)
+SUITE_IMPLS = {"minialign eager": Impl("eager"), "minialign sdpa": Impl("sdpa"),
+               "minialign packed (sdpa)": Impl("sdpa", packed=True),
+               "minialign packed varlen": Impl("varlen", packed=True),
+               "minialign sdpa compiled": Impl("sdpa", compiled=True),
+               "minialign packed flex": Impl("flex", packed=True)}
+DRY_RUN_IMPLS = ("minialign eager", "minialign sdpa", "minialign packed (sdpa)", "minialign packed varlen",
+                 "minialign sdpa compiled")  # a dry run's: flex compiles for minutes on a CPU
+# The rows repeated at the end of the suite's call: the 64 x 512 eager / sdpa rows, to tell a slower machine (its
+# clocks, its host) from a slower path when they move between calls.
+DRIFT_IMPLS = ("transformers eager", BASELINE, "minialign eager", "minialign sdpa", "minialign packed (sdpa)")
+DRIFT_CASE = "again at the end"
+
+
+def suite_batches(device: str) -> dict[str, list[int]]:
+    """The suite's cases: 64 sequences of 512 tokens, and 64 of the seeded length mix (24-512 tokens)."""
+    return {"64 x 512": [512] * 64, "64 mixed": mixed_lengths(64)}
+
+
+def case_name(model_name: str, dtype_name: str, batch: str) -> str:
+    return f"{model_name} {dtype_name} {batch}"
+
+
+def offered_impls(names) -> dict[str, Impl]:
+    """SUITE_IMPLS of `names` this checkout has: a backend the attention table lacks (one still being added) left
+    out."""
+    from benchmarks import offered
+
+    return {name: SUITE_IMPLS[name] for name in names
+            if name in SUITE_IMPLS and offered.backend(SUITE_IMPLS[name].backend)}
+
+
+def suite_rows(*, reps: int, dtype_name: str, config: Config = ROBERTA_BASE, model_name: str = "roberta-base",
+               device: str = "cuda", batches: dict[str, list[int]] | None = None, impls=None, peers=PEERS,
+               case_suffix: str = "", first: dict[tuple[str, str], float] | None = None,
+               ceiling_shape: tuple[int, int, int] | None = None, add=lambda rows: None, echo=print) -> list[dict]:
+    """The section's rows (data.py), each case's rows passed to `add` as soon as they are measured: per batch of
+    `batches` (default suite_batches), transformers' `peers` and minialign's `impls` (names of SUITE_IMPLS; default
+    all this checkout offers) timed by timing.repeat in `reps` interleaved repetitions (in timing.phases' groups:
+    an impl that compiles apart) beside the matmul ceiling, then one call each counted (syncs, kernels, the backend it
+    ran on). first: (batch, impl) -> median_ms measured
+    earlier in the same call, for the rows' vs_first (the drift rows)."""
+    from benchmarks import data
+    from benchmarks.syncs import backend_of, counted, per_call
+    from benchmarks.timing import phases, repeat
+
+    from minialign.nn.layout import HostBatch
+
+    dtype = DTYPES[dtype_name]
+    impls = offered_impls(SUITE_IMPLS if impls is None else impls)
+    torch.manual_seed(0)
+    ours = Encoder(config).eval()
+    hf_weights = convert.minialign_to_hf({f"encoder.{k}": v for k, v in ours.state_dict().items()}, config.arch)
+    runners = {name: hf_encoder(config, name.split()[1], dtype, hf_weights, device) for name in peers}
+    models = {}
+    for impl in impls.values():
+        if (impl.backend, impl.compiled) not in models:
+            model = Encoder(config, attn_backend=impl.backend)
+            model.load_state_dict(ours.state_dict())
+            models[impl.backend, impl.compiled] = model.to(device=device, dtype=dtype).eval()
+            if impl.compiled:
+                model.compile()
+    ceiling_calls, ceiling_flops = ceiling_matmul(dtype, device, ceiling_shape)
+    m, k, n = ceiling_shape or CEILING_SHAPE[torch.device(device).type]
+    rows = []
+    for batch, lengths in (batches or suite_batches(device)).items():
+        case = case_name(model_name, dtype_name, batch) + (f", {case_suffix}" if case_suffix else "")
+        ids, mask = inputs(config, lengths)
+        host = HostBatch.of(ids, lengths)  # what the batching engine hands the forward: no host sync for its layout
+        ids, mask = ids.to(device), mask.to(device)
+        raw = {name: (lambda r=r: r(input_ids=ids, attention_mask=mask)) for name, r in runners.items()}
+        raw.update({name: (lambda m=models[impl.backend, impl.compiled], p=impl.packed:
+                           m(ids, attention_mask=mask, unpad=p, host=host)) for name, impl in impls.items()})
+        compiled = {name for name, impl in impls.items() if impl.compiles}
+        recompiles, best = {}, None
+        for index, group in enumerate(phases(list(raw), BASELINE, compiled)):
+            echo(f"{SECTION} | {case}: timing {', '.join(group)} ({reps} reps after a warm-up)")
+            calls = {name: counted(raw[name], recompiles, name) if name in compiled else raw[name] for name in group}
+            if index == 0:  # the ceiling timed beside the first group
+                calls.update({f"matmul {label}": call for label, call in ceiling_calls.items()})
+            with torch.inference_mode():
+                times = repeat(calls, reps=reps, device=device,
+                               warm_up={label: raw.get(label, call) for label, call in calls.items()})
+                matmuls = {label: times.pop(f"matmul {label}") for label in ceiling_calls if f"matmul {label}" in times}
+                case_rows = [data.row(SECTION, case, f"matmul ceiling ({label})", baseline=None, ratio=None,
+                                      **t.figures(), gflop_s=ceiling_flops / t.median / 1e9, shape=f"{m}x{k} @ {k}x{n}")
+                             for label, t in matmuls.items()]
+                best = best or max(row["gflop_s"] for row in case_rows)
+                base = times.get(BASELINE)
+                for name, t in times.items():
+                    if name == BASELINE and index > 0:
+                        continue  # the baseline's row is its first group's
+                    impl = impls.get(name)
+                    backend = None
+                    if impl is not None and not impl.compiled:
+                        _, backend = backend_of(raw[name], impl.backend)
+                    flops = encoder_flops(config, lengths)
+                    earlier, figures = (first or {}).get((batch, name)), t.figures()
+                    case_rows.append(data.row(
+                        SECTION, case, name, baseline=BASELINE if base else None,
+                        ratio=base.median / t.median if base else None, **figures,
+                        tokens_per_s=sum(lengths) / t.median, gflop_s=flops / t.median / 1e9,
+                        of_ceiling=flops / t.median / 1e9 / best, inputs=len(lengths),
+                        **per_call(raw[name], device, compiles=name in compiled, echo=echo), backend=backend,
+                        compile_s=t.compile_s() if name in compiled else None,
+                        recompiles=recompiles.get(name, 0) if name in compiled else None,
+                        vs_first=earlier / figures["median_ms"] if earlier else None))
+            for row in case_rows:
+                echo(row_line(row))
+            add(case_rows)
+            rows += case_rows
+    return rows
+
+
+def row_line(row: dict) -> str:
+    """One row as a progress line (stderr while a stage runs)."""
+    figures = ", ".join(f"{key} {value:.4g}" if isinstance(value, float) else f"{key} {value}"
+                        for key, value in row.items() if key not in ("section", "case", "impl", "baseline"))
+    return f"{row['section']} | {row['case']} | {row['impl']}: {figures}"

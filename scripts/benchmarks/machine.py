@@ -1,4 +1,5 @@
-"""The machine a run measures, and the one timer every section uses."""
+"""The machine a run measures, and the timer of the CPU report's sections (best of interleaved rounds; the GPU
+suite's method is timing.py's)."""
 
 from __future__ import annotations
 

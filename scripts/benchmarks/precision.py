@@ -11,9 +11,10 @@ from pathlib import Path
 
 import torch
 
-from minialign.loading import auto_compute_dtype
+from minialign.loading import auto_compute_dtype, parse_dtype
 from minialign.nn.linear import Linear, MixedPrecisionLinear, swap
 
+from benchmarks import offered
 from benchmarks.corpus import scoring_corpus
 from benchmarks.fixtures import alignscore_fixture, minilm_dir
 from benchmarks.machine import sync
@@ -24,6 +25,7 @@ TABLE = {"model": "", "recipe": "", "mode": "", "max abs dev": ".1e", "mean abs 
 PRECISION_RECIPES = {
     "fp32": "fp32",
     "auto (bf16 attention output + FFN down)": "auto",
+    "auto-all (bf16 all four projections)": "auto-all",
     "bf16 FFN up + down": ("ffn.up", "ffn.down"),
     "bf16 every layer matmul": ("attention.qkv", "attention.output", "ffn.up", "ffn.down"),
     "bf16 weights": "bf16 weights",
@@ -48,15 +50,16 @@ def agreement(got: list[float], ref: list[float]) -> dict[str, float]:
 
 
 def precision_variant(model, recipe: str | tuple[str, ...], device: str):
-    """The fp32 model as a recipe runs it: "auto" as dtype="auto" loads it (the layers nn/layers.py
-    PRECISION_LAYERS declares in bf16 where bf16 is native, else fp32), "bf16 weights" casts everything, "int8"
+    """The fp32 model as a recipe runs it: "auto" and "auto-all" as dtype="auto" / "auto-all" load it (parse_dtype's
+    precision on the device: the layers nn/layers.py PRECISION_LAYERS declares for mixed precision, or all four
+    projections, in bf16 where bf16 is native, else fp32), "bf16 weights" casts everything, "int8"
     swaps every Linear for torch.ao's dynamic int8 one, and a tuple names the matmuls of each layer that run in
     bf16 (a MixedPrecisionLinear swapped in) with everything else fp32."""
     if recipe == "fp32":
         return model
     variant = copy.deepcopy(model)
-    if recipe == "auto":
-        variant.encoder.compute_dtype = auto_compute_dtype(torch.device(device))
+    if recipe in ("auto", "auto-all"):
+        variant.precision = parse_dtype(recipe).precision_on(torch.device(device))  # as from_pretrained applies it
         return variant
     if recipe == "bf16 weights":
         return variant.to(torch.bfloat16)
@@ -78,8 +81,9 @@ def precision_rows(model, tokenizer, contexts: list[str], claims: list[str], *, 
     details = {}
     for name, recipe in PRECISION_RECIPES.items():
         if (recipe == "int8" and torch.device(device).type != "cpu") or (
-                isinstance(recipe, tuple) and auto_compute_dtype(torch.device(device)) is None):
-            continue  # int8 is CPU only; bf16 matmuls only where they are native
+                isinstance(recipe, tuple) and auto_compute_dtype(torch.device(device)) is None) or (
+                recipe == "auto-all" and not offered.dtype_word("auto-all")):
+            continue  # int8 is CPU only; bf16 matmuls only where they are native; auto-all where offered
         variant = precision_variant(model, recipe, device)
         scorer, whole = AlignScorer(variant, tokenizer), AlignScorer(variant, tokenizer, mode="nli")
         scorer.score(contexts[:2], claims[:2], warn_truncation=False)  # warm-up
