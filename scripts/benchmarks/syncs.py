@@ -41,10 +41,13 @@ def kernels(call: Callable, device: str = "cpu") -> int:
         call()
         if cuda:
             torch.cuda.synchronize()
+    events = prof.events()
     if cuda:
-        return sum(1 for e in prof.events() if e.device_type == DeviceType.CUDA
-                   and not e.name.lower().startswith(("memcpy", "memset")))
-    return sum(1 for e in prof.events() if e.name.startswith("aten::") and not _under_aten(e))
+        device_side = [e for e in events if e.device_type == DeviceType.CUDA]
+        if not device_side:  # a profiler that lists them under the CPU ops that launched them instead
+            device_side = [k for e in events for k in e.kernels]
+        return sum(1 for e in device_side if not e.name.lower().startswith(("memcpy", "memset")))
+    return sum(1 for e in events if e.name.startswith("aten::") and not _under_aten(e))
 
 
 def _under_aten(event) -> bool:
