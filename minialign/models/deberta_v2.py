@@ -124,7 +124,8 @@ def log_bucket(offset: Tensor, buckets: int, max_position: int) -> Tensor:
     the bucket boundaries, where the ceil of a rounded log decides, are the same."""
     sign = torch.sign(offset)
     mid = buckets // 2
-    abs_pos = torch.where((offset < mid) & (offset > -mid), torch.tensor(mid - 1).type_as(offset), offset.abs())
+    # mid - 1 as a Python number (transformers' torch.tensor(mid - 1).type_as(offset) is a blocking copy to a GPU)
+    abs_pos = torch.where((offset < mid) & (offset > -mid), mid - 1, offset.abs())
     log_pos = torch.ceil(torch.log(abs_pos / mid) / torch.log(torch.tensor((max_position - 1) / mid)) * (mid - 1)) + mid
     return torch.where(abs_pos <= mid, offset.type_as(log_pos), log_pos * sign).long()
 

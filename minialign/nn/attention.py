@@ -130,6 +130,7 @@ class Backend:
     whole: bool = False  # the forward runs every token of every layer, padded (a recording row: whole maps)
     padded: bool = True  # takes padded batches (a row that does not never records: `recording` reads them)
     refuses: Callable[[AttentionInputs], str | None] | None = None  # why it cannot run a forward; None: never
+    runs_on: Callable[[torch.device, torch.dtype], bool] | None = None  # whether it has a kernel there; None: always
 
 
 BACKENDS: dict[str, Backend] = {
@@ -139,7 +140,7 @@ BACKENDS: dict[str, Backend] = {
     "flex": Backend("flex", flex.run, flex.prepare, packed=True, query_subset=False,
                     score_forms=frozenset({DOT, OFFSET, DISENTANGLED}), dropout=False),
     "varlen": Backend("varlen", varlen.run, varlen.prepare, packed=True, dropout=False, padded=False,
-                      refuses=varlen.refuses),
+                      refuses=varlen.refuses, runs_on=varlen.runs_on),
 }
 
 

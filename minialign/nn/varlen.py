@@ -90,10 +90,24 @@ def per_document(q: Tensor, k: Tensor, v: Tensor, mask: VarlenMask, scale: float
 
 
 def kernel(device: torch.device, dtype: torch.dtype) -> Callable | None:
-    """The variable-length kernel for this device and dtype, or None where torch has none."""
-    if device.type == "cuda" and dtype in DTYPES:
+    """The variable-length kernel for this device and dtype, or None where torch has none: flash attention needs
+    fp16 / bf16, a torch built with it, and an Ampere GPU or newer (flash_api.cpp: "FlashAttention only supports
+    Ampere GPUs or newer")."""
+    if device.type == "cuda" and dtype in DTYPES and _flash_on(device.index):
         return flash_varlen
     return None
+
+
+@functools.cache
+def _flash_on(index: int | None) -> bool:
+    if not torch.backends.cuda.is_flash_attention_available():
+        return False
+    return torch.cuda.get_device_capability(index) >= (8, 0)
+
+
+def runs_on(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether the row has a kernel for a model on `device` whose states are in `dtype` (attention.Backend.runs_on)."""
+    return kernel(device, dtype) is not None
 
 
 # -- the backend's row: run, prepare and refuses, with the signatures of attention.py's Backend ----------

@@ -177,7 +177,8 @@ def packs_by_default(model: nn.Module) -> bool:
         return True
     encoder = getattr(model, "encoder", model)
     row = BACKENDS.get(getattr(encoder, "attn_backend", None))
-    return row is not None and row.packed
+    # a row without a kernel for the model's device and dtype (varlen on fp32 weights) runs on sdpa: padded then
+    return row is not None and row.packed and (row.runs_on is None or row.runs_on(parameter.device, parameter.dtype))
 
 
 class Runner:
@@ -216,7 +217,8 @@ class Runner:
         self.engine = BatchEngine.for_model(tokenizer, model, batch_size=batch_size, max_tokens=max_tokens,
                                             packed=self.unpad, bucket=bucket if mode else 1, max_length=window,
                                             truncation=truncation, workers=workers, threads=threads,
-                                            cuda_graphs=mode in CUDA_GRAPH_MODES)
+                                            cuda_graphs=mode in CUDA_GRAPH_MODES
+                                            and next(model.parameters()).device.type == "cuda")
         if getattr(model, "int8", False):
             self._calibrate_on_loading()
         if mode:

@@ -20,10 +20,12 @@ by `Truncation` (one TruncationWarning per call, or per run of many calls).
 On an accelerator the host works ahead of the device (`overlap`): a forward returns once its kernels are queued,
 so the next batch is collated in a background thread (prefetch.py), into pinned memory on CUDA, and copied with
 `non_blocking=True` while the device computes; the outputs stay on the device and are copied to the host together
-at the end of the run (`Gathered`: one wait for the device per run). A batch there is bounded by its tokens alone
-(the default batch_size is the token budget). With CUDA graphs (`cuda_graphs`, torch.compile's "reduce-overhead"
-and "max-autotune" modes) each batch's rows are also rounded up to a power of two, so that few graphs are
-recorded. On the CPU each batch runs and is placed in turn, as the same bits.
+at the end of the run (`Gathered`: the engine waits for the device once per run; a forward that reads its own
+output on the host, such as the boolean indexing of the SPLADE, M3 and multi-vector forwards, still waits once per
+batch). A batch there is bounded by its tokens alone (the default batch_size is the token budget). With CUDA graphs
+(`cuda_graphs`, torch.compile's "reduce-overhead" and "max-autotune" modes on CUDA) each batch's rows are also
+rounded up to a power of two, so that few graphs are recorded. On the CPU each batch runs and is placed in turn, as
+the same bits.
 """
 
 from __future__ import annotations
@@ -120,7 +122,7 @@ def _nbytes(out: Tensor | list) -> int:
 def host_entries(entries: list) -> list:
     """A ragged forward's entries (each a tensor or a dict of tensors) on the host, as process_pool.ragged makes
     them (floating tensors float32, integer ones as they are), copied with one transfer per device and dtype: their
-    tensors flattened and joined where they are, copied, and split again (each entry a view of the copy)."""
+    tensors flattened and joined where they are, copied, and split again (each entry a copy of its part)."""
     leaves = [t for entry in entries for t in (entry.values() if isinstance(entry, dict) else (entry,))]
     groups: dict[tuple, list[int]] = {}
     for i, t in enumerate(leaves):
@@ -131,7 +133,7 @@ def host_entries(entries: list) -> list:
         if flat.is_floating_point():
             flat = flat.float()
         for i, part in zip(members, flat.split([leaves[i].numel() for i in members])):
-            host[i] = part.view(leaves[i].shape)
+            host[i] = part.view(leaves[i].shape).clone()  # each entry its own memory, as on the CPU path
     placed = iter(host)
     return [{name: next(placed) for name in entry} if isinstance(entry, dict) else next(placed) for entry in entries]
 

@@ -33,7 +33,7 @@ class _Failed:
 def ahead(items: Iterable[T], depth: int = 2) -> Iterator[T]:
     """`items` in their order, each made in a background thread up to `depth` items before the consumer asks for
     it. An exception while making an item is raised to the consumer when it reaches that item; closing the
-    iterator (contextlib.closing, or the consumer's loop left by an exception) stops the producer."""
+    iterator (contextlib.closing, as the engine does, or its collection) stops the producer."""
     made: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
 

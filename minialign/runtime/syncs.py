@@ -9,10 +9,14 @@ and device take turns instead of overlapping, and a CUDA graph cannot be capture
 need one are those whose result the host must read (a tensor's value as a Python number: `.item()`, `.tolist()`,
 `bool(t)`, each through aten's `_local_scalar_dense`), or whose output size depends on the values (`nonzero`,
 boolean-mask indexing, `masked_select`, `unique`, `repeat_interleave` without `output_size`), or a copy from the
-device to the host. They are counted by op, on any device, at the dispatcher (a TorchDispatchMode sees each aten
-op a forward runs): on the CPU, where a "sync" costs nothing, the count is still the number the same forward makes
-on a GPU, which is how a test without a GPU checks that a path makes none (pattern: torch's
-`torch.cuda.set_sync_debug_mode`, which warns on the syncs of CUDA ops only).
+device to the host, or a blocking one from the host to the device (torch's Copy.cu: memcpy_and_sync). They are
+counted by op, on any device, at the dispatcher (a TorchDispatchMode sees each aten op a forward runs): on the CPU,
+where a "sync" costs nothing, the count is still the number the same forward makes on a GPU, which is how a test
+without a GPU checks that a path makes none (pattern: torch's `torch.cuda.set_sync_debug_mode`, which warns on the
+syncs of CUDA ops only). One kind it sees only where a GPU is: a copy from the host to the device
+(`torch.tensor(data, device=...)`, `.to(device)` from memory that is not pinned), which on a CPU is no copy at all;
+code that may run on a GPU builds such tensors on the host and copies them through pinned memory, asynchronously
+(nn/layout.py host_tensor). Compiled code (torch.compile, flex attention) does not run under the counter.
 """
 
 from __future__ import annotations

@@ -175,3 +175,20 @@ def test_torch_flash_kernel_matches_the_per_document_reference_on_cuda(arch, dty
             out = ours(ids, mask, unpad=True, final_tokens=final, host=host).last_hidden_state.float()
             expected = ref(ids, mask, unpad=True, final_tokens=final).last_hidden_state.float()
             torch.testing.assert_close(out, expected, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("flash, capability, expected", [(False, (9, 0), False), (True, (7, 5), False),
+                                                         (True, (8, 0), True), (True, (9, 0), True)])
+def test_the_kernel_needs_flash_attention_and_an_ampere_gpu(monkeypatch, flash, capability, expected):
+    """torch's flash attention exists only in builds with it and runs only on Ampere or newer (flash_api.cpp); a GPU
+    without it gets no kernel, so its forwards run on sdpa instead of failing."""
+    monkeypatch.setattr(torch.backends.cuda, "is_flash_attention_available", lambda: flash)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: capability)
+    varlen._flash_on.cache_clear()
+    try:
+        cuda = torch.device("cuda")
+        assert (varlen.kernel(cuda, torch.bfloat16) is not None) == expected
+        assert varlen.runs_on(cuda, torch.float16) == expected
+        assert varlen.kernel(cuda, torch.float32) is None and not varlen.runs_on(torch.device("cpu"), torch.bfloat16)
+    finally:
+        varlen._flash_on.cache_clear()

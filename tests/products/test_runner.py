@@ -203,19 +203,23 @@ def test_one_string_in_one_result_out(sources):
         reranker.predict("a", ["b", "c"])
 
 
-def test_runners_pack_by_default_on_the_cpu_and_on_a_gpu_only_with_a_one_call_backend(minilm_dir):
+def test_runners_pack_by_default_on_the_cpu_and_on_a_gpu_only_with_a_one_call_backend(minilm_dir, monkeypatch):
     """unpad=None (every runner's default): packed on the CPU; off the CPU only when the backend runs a packed row in
     one call, flex or varlen (the H200 figures in products/runner.py packs_by_default). A model on the meta device
     stands in for a GPU's."""
     from family_builders import random_encoder
 
+    from minialign.nn import varlen
     from minialign.products.runner import packs_by_default
 
     assert packs_by_default(random_encoder("bert", "sdpa")) and packs_by_default(random_encoder("bert", "eager"))
     assert not packs_by_default(random_encoder("bert", "sdpa").to("meta"))
     assert not packs_by_default(random_encoder("bert", "eager").to("meta"))
     assert packs_by_default(random_encoder("bert", "flex").to("meta"))
-    assert packs_by_default(random_encoder("bert", "varlen").to("meta"))  # one call per packed row too
+    # varlen: one call per packed row too, where it has a kernel for the model's device and dtype
+    assert not packs_by_default(random_encoder("bert", "varlen").to("meta"))  # fp32 weights: none
+    monkeypatch.setattr(varlen, "kernel", lambda device, dtype: varlen.per_document)
+    assert packs_by_default(random_encoder("bert", "varlen").to("meta"))
     assert ma.SentenceEncoder.from_pretrained(minilm_dir).unpad
     assert not ma.SentenceEncoder.from_pretrained(minilm_dir, unpad=False).unpad
     assert not ma.SentenceEncoder.from_pretrained(minilm_dir, compile=True).unpad
