@@ -6,6 +6,9 @@ weights sit, which of a checkpoint's modules it owns, and what may be initialise
 
 from __future__ import annotations
 
+import difflib
+import inspect
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 import torch
@@ -50,9 +53,11 @@ class Pretrained(nn.Module):
     @classmethod
     def from_pretrained(cls, src, **kwargs):
         """Load from a local HF dir, a hub id, a minialign dir or an AlignScore .ckpt, in eval mode
-        (keywords: loading.weights.load)."""
+        (keywords: loading.weights.load; an unknown one is a TypeError naming it and the accepted ones, raised
+        here rather than from inside the loader)."""
         from minialign.loading.weights import load
 
+        check_keywords(f"{cls.__name__}.from_pretrained", kwargs, keywords_of(load, skip=2))
         return load(cls, src, **kwargs)
 
     def save_pretrained(self, directory, *, layout: str = "native", dtype: torch.dtype | None = None):
@@ -124,6 +129,27 @@ class Pretrained(nn.Module):
         if self.precision.kind == "mixed":
             raise one_at_a_time(self.precision, "int8 = True")
         self.precision = INT8
+
+
+def keywords_of(fn, *, skip: int = 0) -> tuple[str, ...]:
+    """The keyword parameters `fn` accepts, after its first `skip` parameters (load's cls and src)."""
+    params = list(inspect.signature(fn).parameters.values())[skip:]
+    return tuple(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+
+
+def check_keywords(entry: str, given: Iterable[str], accepted: Iterable[str]) -> None:
+    """At an entry point (a from_pretrained): a keyword outside `accepted` is a TypeError naming it, the closest
+    accepted one where there is one (backend -> attn_backend), and every accepted one, before anything loads."""
+    accepted = tuple(accepted)
+    unknown = [k for k in given if k not in accepted]
+    if not unknown:
+        return
+    hints = []
+    for k in unknown:
+        close = difflib.get_close_matches(k, accepted, n=1, cutoff=0.5) or [a for a in accepted if k in a]
+        hints.append(f"{k!r} (did you mean {close[0]!r}?)" if close else repr(k))
+    raise TypeError(f"{entry}() got an unexpected keyword argument {', '.join(hints)}; it accepts "
+                    f"{', '.join(accepted)}")
 
 
 def one_at_a_time(precision: Precision, request: str) -> ValueError:
