@@ -119,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--score-fn", choices=[s for s in SCORE_FUNCTIONS if s != "scaled_dot"],
                    help="also run with this alignment-score function (its parameters initialised: general and "
                         "bilinear start equal to the scaled dot product)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="with --score-fn: the seed its parameters are drawn from (default: with_score_function's "
+                        "fixed seed, so the page is the same every run)")
     p.add_argument("--max-length", type=int, default=None, help="token window (default: the model's)")
     p.add_argument("--output", default="explore.html")
     p.set_defaults(run=run_explore)

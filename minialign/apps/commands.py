@@ -226,13 +226,16 @@ def run_explore(args: argparse.Namespace) -> int:
     from minialign.apps.explore.data import explore
     from minialign.loading import build, read_checkpoint
     from minialign.models.auto import model_class
-    from minialign.nn.score_swap import with_score_function
+    from minialign.nn.score_swap import SEED, with_score_function
     from minialign.text.tokenizer import Tokenizer
 
     ckpt = read_checkpoint(args.model, backbone=args.backbone)
     model = build(model_class(ckpt), ckpt)
     tokenizer = Tokenizer.from_pretrained(args.tokenizer or ckpt.tokenizer_dir or args.model)
-    compare_model = with_score_function(model, args.score_fn) if args.score_fn else None
+    if args.seed is not None and not args.score_fn:
+        raise ValueError("--seed draws the parameters of --score-fn's function: give --score-fn too")
+    seed = SEED if args.seed is None else args.seed
+    compare_model = with_score_function(model, args.score_fn, seed=seed) if args.score_fn else None
     compare_mask, labels = None, None
     if args.mask:
         batch = tokenizer([args.text], None if args.pair is None else [args.pair],

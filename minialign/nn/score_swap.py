@@ -12,6 +12,7 @@ import dataclasses
 import torch
 from torch import nn
 
+from minialign.nn.init import init_parameter
 from minialign.nn.score_functions import SCORE_FUNCTIONS
 
 
@@ -32,11 +33,23 @@ def has_relative_bias(model: nn.Module) -> bool:
         return encoder.family.relative_bias(encoder, 1) is not None
 
 
-def with_score_function(model: nn.Module, score_fn: str) -> nn.Module:
+SEED = 0  # with_score_function's default: the same call gives the same twin
+
+
+def with_score_function(model: nn.Module, score_fn: str, *, seed: int | None = SEED) -> nn.Module:
     """A twin of `model` whose attention uses another alignment-score function (score_functions.py):
     every weight shared with `model` (the same tensors: training one trains the other), the new function's
-    own parameters from their initialisation (general and bilinear start equal to the scaled dot product);
-    on the same device, in the same dtype, mode (train / eval), attention backend and mixed precision.
+    own parameters from their initialisation (nn/init.py init_parameter: general and bilinear start equal to the
+    scaled dot product, additive and location draw normal(0, initializer_range)); on the same device, in the same
+    dtype, mode (train / eval), attention backend and mixed precision.
+
+    seed: where the new function's random draws come from. Default SEED (0), fixed: two identical calls give the
+    same twin, so a comparison, a training run or the explorer's page is the same every time without the caller
+    seeding anything, as a researcher comparing a model with its twin expects; another int gives another draw (a
+    spread over initialisations). The draws are made on the CPU in float32, then moved to the model's device and
+    dtype (the same values on every device), and leave torch's global RNG as it was. None: drawn from torch's
+    global RNG (torch.manual_seed decides), as a module constructor draws.
+
     A family that adds a relative-position bias (MPNet) takes the scaled dot product only; an int8 model is
     refused (its quantized layers are not shared state)."""
     if score_fn not in SCORE_FUNCTIONS:
@@ -50,9 +63,8 @@ def with_score_function(model: nn.Module, score_fn: str) -> nn.Module:
     weight = next(model.parameters())
     _, encoder = encoder_of(model)
     config = dataclasses.replace(model.config, score_fn=score_fn)
-    with torch.device(weight.device):
-        other = type(model)(config, attn_backend=encoder.attn_backend)
-    other.to(weight.dtype)  # the new function's own parameters, in the model's dtype
+    with torch.random.fork_rng(devices=[], enabled=seed is not None), torch.device(weight.device):
+        other = type(model)(config, attn_backend=encoder.attn_backend)  # its own draws replaced or shared below
     theirs = {**dict(model.named_parameters()), **dict(model.named_buffers())}
     mine = {**dict(other.named_parameters()), **dict(other.named_buffers())}
     stray = sorted(n for n in set(theirs) ^ set(mine) if ".score." not in n)
@@ -61,5 +73,20 @@ def with_score_function(model: nn.Module, score_fn: str) -> nn.Module:
     for name in set(theirs) & set(mine):  # the very tensors (a fused qkv too), not copies through a state dict
         owner, _, leaf = name.rpartition(".")
         setattr(other.get_submodule(owner), leaf, theirs[name])
+    _initialise(other, [n for n in dict(other.named_parameters()) if n not in theirs], config, seed, weight)
     other.precision = model.precision  # PLAIN or a mixed precision, with the layers it takes (int8 refused above)
     return other.train(model.training)
+
+
+def _initialise(model: nn.Module, names: list[str], config, seed: int | None, like: torch.Tensor) -> None:
+    """The new score function's parameters `names` (in the model's order), drawn on the CPU in float32 from `seed`
+    (None: the global RNG), then put on `like`'s device and dtype."""
+    with torch.random.fork_rng(devices=[], enabled=seed is not None), torch.no_grad():
+        if seed is not None:
+            torch.manual_seed(seed)
+        for name in names:
+            owner_name, _, leaf = name.rpartition(".")
+            owner = model.get_submodule(owner_name)
+            value = torch.empty(getattr(owner, leaf).shape, dtype=torch.float32, device="cpu")
+            init_parameter(owner, leaf, value, config)
+            setattr(owner, leaf, nn.Parameter(value.to(device=like.device, dtype=like.dtype)))

@@ -176,6 +176,21 @@ def test_score_function_swap(minilm):
     assert torch.tensor(same["cosine"]).min() > 0.9999
 
 
+def test_a_score_function_page_is_the_same_every_run_and_seeded(tmp_path, minilm_dir, capsys):
+    """`explore --score-fn additive` draws the additive function's weights from with_score_function's fixed seed:
+    two runs write the same page; --seed draws others (another page); --seed without --score-fn is refused."""
+    pages = []
+    for name, seed in (("a", []), ("b", []), ("c", ["--seed", "1"])):
+        out = tmp_path / f"{name}.html"
+        assert main(["explore", "--model", str(minilm_dir), "--text", "The bank raised its rates.",
+                     "--score-fn", "additive", *seed, "--output", str(out)]) == 0
+        pages.append(out.read_bytes())
+    assert pages[0] == pages[1] and pages[0] != pages[2]
+    assert main(["explore", "--model", str(minilm_dir), "--text", "A.", "--seed", "1",
+                 "--output", str(tmp_path / "d.html")]) == 2
+    assert "give --score-fn too" in capsys.readouterr().err
+
+
 def test_a_512_token_input_on_12x12_heads_stays_under_the_page_limit(minilm_dir):
     config = ma.Config(vocab_size=30522, hidden_size=96, num_layers=12, num_heads=12, intermediate_size=96)
     model = ma.Encoder(config).eval()
