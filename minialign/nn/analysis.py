@@ -23,6 +23,7 @@ against its definition (tests/nn/test_analysis.py).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -30,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from minialign.nn.capture import Capture, capture, patch
+from minialign.nn.score_swap import encoder_of
 
 
 def head_entropy(probs: Tensor, attention_mask: Tensor | None = None) -> Tensor:
@@ -160,20 +162,38 @@ def _spread(norm: nn.Module, total: Tensor, parts: dict[str, Tensor], bias_name:
     return out
 
 
-def residual_decomposition(model: nn.Module, cap: Capture) -> dict[str, Tensor]:
+def residual_decomposition(model: nn.Module, cap: Capture, *, prefix: str | None = None,
+                           detach: bool = True) -> dict[str, Tensor]:
     """The last hidden state of a forward captured in eval mode as a sum of parts (B, L, C) (module docstring):
     "embeddings", "layers.i.attention", "layers.i.ffn", and "norm biases". Post-LN families (BERT's layer: a
-    LayerNorm after each residual sum) and pre-LN ones (ModernBERT: sums, then its final norm). `model`: the
-    Encoder the capture recorded (an AlignModel's or classifier's `.encoder`, with the capture's names bare)."""
-    if model.training:
+    LayerNorm after each residual sum) and pre-LN ones (ModernBERT: sums, then its final norm).
+
+    model: the Encoder, or a model holding one (AlignModel, ClassifierModel, MaskedLMModel: its `.encoder`), whose
+    whole forward `cap` recorded. prefix: where the encoder's names start in `cap`; default: the encoder's path in
+    `model` ("" for an Encoder, "encoder." for a head model), so a head model's own capture needs no second forward.
+    detach (default): the parts are computed under no_grad and hold no autograd graph (no memory of a backward
+    pass, whatever the capture kept); False: they stay in the graph of a `capture(detach=False)` forward and of the
+    norms' weights, for a gradient through the decomposition."""
+    name, encoder = encoder_of(model)
+    prefix = (f"{name}." if name else "") if prefix is None else prefix
+    if encoder.training:
         raise ValueError("residual_decomposition reads an eval-mode forward (dropout would add parts it cannot see)")
-    layers = len(model.layers)
-    if any(getattr(layer, "conv", None) is not None for layer in model.layers):  # DebertaV2Layer.conv: v2's ConvLayer
+    layers = len(encoder.layers)
+    if any(getattr(layer, "conv", None) is not None for layer in encoder.layers):  # DebertaV2Layer.conv: v2's ConvLayer
         raise ValueError("residual_decomposition does not cover DeBERTa-v2's convolution after the first layer")
-    missing = [n for n in ("layers.0.input", f"layers.{layers - 1}.output") if n not in cap]
+    missing = [n for n in (f"{prefix}layers.0.input", f"{prefix}layers.{layers - 1}.output") if n not in cap]
     if missing:
-        raise ValueError(f"the capture lacks {missing}: capture the model's whole forward (names=None), and pass "
-                         f"the encoder it recorded")
+        found = ", ".join(repr(p) for p in sorted({n.split("layers.")[0] for n in cap if "layers." in n}))
+        raise ValueError(f"the capture lacks {missing}: capture the model's whole forward (names=None) and pass the "
+                         f"model it recorded, or the prefix its encoder's names start with in the capture "
+                         f"({found or 'none recorded'})")
+    with torch.no_grad() if detach else contextlib.nullcontext():
+        return _decomposition(encoder, {n.removeprefix(prefix): cap[n] for n in cap if n.startswith(prefix)})
+
+
+def _decomposition(model: nn.Module, cap: dict[str, Tensor]) -> dict[str, Tensor]:
+    """residual_decomposition over the Encoder `model` and its capture's names, bare."""
+    layers = len(model.layers)
     pre_ln = "layers.0.ffn_norm" in cap
     parts = {"embeddings": cap["layers.0.input"].float()}
     for i, layer in enumerate(model.layers):

@@ -74,6 +74,40 @@ def test_the_decomposition_refuses_deberta_v2s_convolution():
         analysis.residual_decomposition(model, cap)
 
 
+@pytest.mark.parametrize("head", ["ClassifierModel", "MaskedLMModel"])
+def test_a_head_models_own_capture_decomposes_under_its_encoders_prefix(head):
+    """A head model's capture (the encoder's names under "encoder.") decomposes without a second forward: passed the
+    head model (the prefix found) or its encoder with prefix="encoder.", the parts of a capture of the bare encoder."""
+    config = ma.Config(vocab_size=100, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=40)
+    model = getattr(ma, head)(config, seed=0).eval()
+    ids = torch.randint(5, 100, (2, 6))
+    with torch.no_grad(), ma.capture(model) as cap:
+        model(ids)
+    with torch.no_grad(), ma.capture(model.encoder) as bare:
+        model.encoder(ids)
+    expected = analysis.residual_decomposition(model.encoder, bare)
+    for parts in (analysis.residual_decomposition(model, cap),
+                  analysis.residual_decomposition(model.encoder, cap, prefix="encoder.")):
+        assert parts.keys() == expected.keys()
+        assert all(torch.equal(parts[n], expected[n]) for n in parts)
+    with pytest.raises(ValueError, match=r"lacks .*'encoder\.'"):
+        analysis.residual_decomposition(model.encoder, cap)  # the bare names are not in a head model's capture
+
+
+def test_the_parts_are_detached_unless_asked():
+    """Default: computed under no_grad, no graph (the norms' weights require grad; a capture(detach=False) forward
+    keeps its records in the graph). detach=False: the parts stay in the graph, and a gradient reaches the weights."""
+    config = ma.Config(vocab_size=100, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=40)
+    model = ma.Encoder(config, seed=0).eval()
+    with ma.capture(model, detach=False) as cap:
+        model(torch.randint(5, 100, (1, 6)))
+    assert not any(p.requires_grad for p in analysis.residual_decomposition(model, cap).values())
+    parts = analysis.residual_decomposition(model, cap, detach=False)
+    assert all(p.requires_grad for n, p in parts.items() if n != "norm biases")
+    parts["layers.1.attention"].sum().backward()
+    assert model.layers[1].attention.qkv.weight.grad is not None
+
+
 def test_logit_lens_ends_in_the_models_own_predictions():
     config = ma.Config(vocab_size=120, hidden_size=32, num_layers=3, num_heads=4, intermediate_size=48,
                        tie_word_embeddings=False)
