@@ -136,10 +136,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", choices=tuple(DTYPES), help="cast floating weights (default: keep)")
     p.set_defaults(run=run_convert)
 
-    p = sub.add_parser("parity", help="compare minialign with transformers on a checkpoint")
+    p = sub.add_parser("parity", help="compare minialign with transformers on a checkpoint",
+                       description="Run one checkpoint in minialign and in transformers on the same inputs and print "
+                                   "the max abs difference per layer. It compares two implementations of the same "
+                                   "weights, not the weights: a perturbed or wrong weight passes by design (both "
+                                   "sides compute with it); a NaN or infinity in a weight fails, named first.")
     p.add_argument("src")
     p.add_argument("--backbone")
-    p.add_argument("--tolerance", type=float, default=1e-4)
+    p.add_argument("--tolerance", type=float, default=1e-4,
+                   help="largest max abs difference that passes (default %(default)g: the tests hold the small "
+                        "models they name to 1e-5; a deeper, wider checkpoint's fp32 rounding adds up further; "
+                        "docs/parity.md)")
     p.add_argument("--backend", choices=("all", "eager", "sdpa", "flex"), default="all",
                    help="minialign's attention backend(s) to compare (default: all three)")
     p.add_argument("--layout", choices=("all", "padded", "packed"), default="all",

@@ -1,6 +1,7 @@
 """apps/parity.py and `minialign parity`: the comparison against transformers, what it prints, and its
 error without transformers."""
 
+import re
 import sys
 
 import pytest
@@ -66,8 +67,11 @@ def test_a_nan_on_either_side_fails_and_is_named(tmp_path, capsys, save_hf):
     model.save_pretrained(directory)
     assert cli(["parity", str(directory)]) == 1
     out = capsys.readouterr().out
-    assert "FAIL eager: pooler_output: non-finite values (reference " in out and out.rstrip().endswith("FAIL")
-    assert "FAIL flex packed: pooler_output: non-finite values" in out and "non-finite" in out.splitlines()[-6]
+    assert "FAIL minialign's weights: pooler.dense.weight: 1 NaN" in out  # the weight first, then what it reaches
+    assert "FAIL eager: pooled: non-finite values (reference " in out
+    assert out.rstrip().endswith("FAIL (non-finite weights)")
+    assert "FAIL flex packed: pooled: non-finite values" in out
+    assert [line.split()[0] for line in out.splitlines() if "non-finite" in line and line.startswith(" ")] == ["pooled"]
     assert "max abs difference inf" in out
     ones = torch.ones(2, 3)
     for a, b in ((ones, ones * float("nan")), (ones * float("inf"), ones), (ones * float("nan"), ones * float("nan"))):
@@ -85,3 +89,71 @@ def test_a_nan_on_either_side_fails_and_is_named(tmp_path, capsys, save_hf):
 
     diffs = compare(Out, Ours, torch.ones(1, 2, dtype=torch.bool))
     assert diffs == {"last_hidden_state": 0.0, "pooler_output": float("inf")}
+
+
+def test_fail_lines_number_layers_as_the_table_does(capsys, save_hf):
+    """A NaN that enters at layer 1 (the table's row "1", transformers' hidden_states[2]): the FAIL lines say
+    "layer 1", the row the table marks non-finite first, never hidden_2; the attention of that layer is
+    "layer 1 attention", the table's attention column on row "1"."""
+    import torch
+
+    model, directory = save_hf("bert")
+    with torch.no_grad():
+        model.encoder.layer[1].attention.self.query.weight[0, 0] = float("nan")  # layer 1's probabilities on
+    model.save_pretrained(directory)
+    assert cli(["parity", str(directory), "--backend", "eager", "--layout", "padded"]) == 1
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith(" ")}
+    assert "non-finite" not in rows["0"] and "non-finite" in rows["1"]
+    fails = [line for line in out.splitlines() if line.startswith("FAIL eager:")]
+    assert fails[0].startswith("FAIL eager: layer 1: non-finite values"), fails
+    assert "FAIL eager: layer 1 attention: non-finite values" in out
+    assert not any(re.search(r"(hidden|attention)_\d", line) for line in fails), fails
+
+
+def test_a_non_finite_weight_is_named_before_any_comparison(capsys, save_hf):
+    """Both sides read the same file, so a NaN or infinity in a weight is the checkpoint's, named as the file
+    names it and by each side, before the table; the command fails even where no output reaches the weight
+    (a position past the inputs' length)."""
+    import torch
+
+    model, directory = save_hf("bert")
+    with torch.no_grad():
+        model.embeddings.position_embeddings.weight[-1, 0] = float("nan")  # a position no input reaches
+        model.embeddings.position_embeddings.weight[-1, 1] = float("inf")
+    model.save_pretrained(directory)
+    assert cli(["parity", str(directory), "--backend", "sdpa"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    said = "embeddings.position_embeddings.weight: 1 NaN, 1 infinity"
+    assert lines[1] == f"FAIL minialign's weights: {said}" and lines[2] == f"FAIL transformers' weights: {said}"
+    assert lines[3].split()[0] == "layer"  # the table after them
+    assert all("non-finite" not in line for line in lines[3:-1])  # no output reaches it ...
+    assert lines[-1].endswith("FAIL (non-finite weights)")  # ... and still no pass
+    # the check itself: floating tensors only, each named through `name`
+    from minialign.apps.parity import non_finite_weights
+
+    tensors = {"a": torch.ones(2), "ids": torch.arange(3), "b": torch.tensor([1.0, float("-inf")])}
+    assert non_finite_weights(tensors) == ["b: 1 infinity"]
+    assert non_finite_weights(tensors, name=lambda key: f"bert.{key}") == ["bert.b: 1 infinity"]
+
+
+def test_the_help_says_what_parity_compares_and_why_its_tolerance(capsys, monkeypatch):
+    """`minialign parity` compares two implementations of the same weights; its default tolerance is the one
+    the CLI guide prints and docs/parity.md explains beside the tests' bound."""
+    from pathlib import Path
+
+    from minialign.apps import cli as cli_module
+
+    seen = {}
+    monkeypatch.setattr(cli_module, "run_parity", lambda args: seen.setdefault("tolerance", args.tolerance) and 0)
+    cli(["parity", "somewhere"])
+    default = seen["tolerance"]
+    docs = Path(__file__).parents[2] / "docs"
+    assert float(re.search(r"\[--tolerance ([^]]+)\]", (docs / "guides" / "cli.md").read_text())[1]) == default
+    text = " ".join((docs / "parity.md").read_text().split())
+    assert float(re.search(r"default tolerance is ([0-9.e-]+[0-9])", text)[1]) == default
+    assert "1e-5" in text and "same weights" in text
+    with pytest.raises(SystemExit):
+        cli(["parity", "--help"])
+    helped = " ".join(capsys.readouterr().out.split())
+    assert "same weights" in helped and f"default {default:g}" in helped and "1e-5" in helped

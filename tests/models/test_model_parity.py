@@ -188,5 +188,5 @@ def test_compare_reports_each_field_and_refuses_shape_mismatches():
     diffs = compare(base, other, real)
     assert diffs["hidden_1"] == pytest.approx(0.5) and diffs["attention_1"] == pytest.approx(0.25)
     assert diffs["hidden_0"] == diffs["attention_0"] == diffs["last_hidden_state"] == 0.0
-    with pytest.raises(ValueError, match="pooler_output: shapes differ"):
+    with pytest.raises(ValueError, match="pooled: shapes differ"):  # as `minialign parity` names it
         compare(base, EncoderOutput(base.last_hidden_state, base.pooler_output[:1]), real)
