@@ -24,13 +24,18 @@ FAMILY_PRESETS = {"bert": "bert-base-uncased", "roberta": "roberta-base", "xlm-r
                   "eurobert": "eurobert-210m",
                   "jina_embeddings_v3": "jina-embeddings-v3"}
 TINY = dict(vocab_size=120, hidden_size=16, num_layers=3, num_heads=2, intermediate_size=24)
+# A family's optional modules switched on, so the table lists what they record: DeBERTa-v2's convolution after the
+# first layer (conv_kernel_size > 0, as deberta-v2-xlarge's config.json; v3's presets have none), whose
+# `layers.0.conv.output` is transformers' hidden_states[1]
+OPTIONAL = {"deberta-v2": dict(conv_kernel_size=3)}
 PAIR_TYPES = 2  # the input is a pair of segments where the family has token types
 
 
 def names(family: str) -> list[str]:
-    """Every name one forward of a tiny `family` model records, in order, `layers.<n>` folded to `layers.{i}`."""
+    """Every name one forward of a tiny `family` model records, in order: `layers.<n>.<rest>` folded to
+    `layers.{i}.<rest>` where every layer records it; a name only some layers record keeps its index."""
     config = ma.Config.from_name(FAMILY_PRESETS[family])
-    tiny = dict(TINY)
+    tiny = {**TINY, **OPTIONAL.get(family, {})}
     if getattr(config, "embedding_size", None) is not None:
         tiny["embedding_size"] = 8
     if config.pad_token_id >= tiny["vocab_size"]:
@@ -42,19 +47,34 @@ def names(family: str) -> list[str]:
     types = torch.tensor([[0] * 6 + [1] * 6]) if config.type_vocab_size >= PAIR_TYPES else None
     with torch.no_grad(), ma.capture(model) as cap:
         model(ids, token_type_ids=types)
-    return list(dict.fromkeys(re.sub(r"^layers\.\d+\.", "layers.{i}.", name) for name in cap))
+    layers = {}  # <rest> -> the layers that record it
+    for name in cap:
+        if (m := re.match(r"^layers\.(\d+)\.(.*)$", name)):
+            layers.setdefault(m[2], set()).add(int(m[1]))
+    every = {rest for rest, seen in layers.items() if len(seen) == tiny["num_layers"]}
+    return list(dict.fromkeys(re.sub(r"^layers\.\d+\.", "layers.{i}.", name)
+                              if re.sub(r"^layers\.\d+\.", "", name) in every else name for name in cap))
 
 
 def table() -> str:
     """The markdown block: one row per family, its names grouped by where they are recorded."""
-    lines = ["| family | `embeddings.` | every layer, `layers.{i}.` | the encoder's own, outside the layers |",
+    lines = ["| family | `embeddings.` | every layer, `layers.{i}.` (then those of one layer: `layers.<n>.`) "
+             "| the encoder's own, outside the layers |",
              "|---|---|---|---|"]
+    listed = lambda group: ", ".join(f"`{n}`" for n in group)  # noqa: E731
     for family in FAMILY_PRESETS:
         found = names(family)
         embeddings = [n.removeprefix("embeddings.") for n in found if n.startswith("embeddings.")]
-        layers = [n.removeprefix("layers.{i}.") for n in found if n.startswith("layers.{i}.")]
-        rest = [n for n in found if not n.startswith(("embeddings.", "layers.{i}."))]
-        cells = [", ".join(f"`{n}`" for n in group) or "-" for group in (embeddings, layers, rest)]
+        layers = listed(n.removeprefix("layers.{i}.") for n in found if n.startswith("layers.{i}."))
+        one = {}  # layer index -> the names only it records
+        for n in found:
+            if (m := re.match(r"^layers\.(\d+)\.(.*)$", n)):
+                one.setdefault(m[1], []).append(m[2])
+        for index, own in one.items():
+            options = ", ".join(f"{k} > 0" for k in OPTIONAL.get(family, {}))
+            layers += f"; layer {index}" + (f" ({options})" if options else "") + f": {listed(own)}"
+        rest = [n for n in found if not n.startswith(("embeddings.", "layers."))]
+        cells = [listed(embeddings) or "-", layers or "-", listed(rest) or "-"]
         lines.append(f"| {family} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

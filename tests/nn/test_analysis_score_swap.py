@@ -49,5 +49,6 @@ def test_seed_none_draws_from_the_global_rng(model):
 
 def test_the_draws_are_the_same_in_another_dtype(model):
     half = ma.Encoder(model.config, seed=0).to(torch.bfloat16).eval()
-    a, b = score_parameters(with_score_function(model, "additive")), score_parameters(with_score_function(half, "additive"))
+    a = score_parameters(with_score_function(model, "additive"))
+    b = score_parameters(with_score_function(half, "additive"))
     assert all(b[n].dtype == torch.bfloat16 and torch.equal(a[n].to(torch.bfloat16), b[n]) for n in a)
