@@ -216,14 +216,16 @@ def logit_lens(model: nn.Module, cap: Capture, *, prefix: str = "encoder.") -> T
     """The logit lens (nostalgebraist 2020) with the model's own pieces: every layer's output (capture names
     `{prefix}layers.{i}.output`) through the family's finish (ModernBERT's final norm; nothing for a post-LN
     family, whose layers end in a norm) and the masked-LM head -> (layers, B, L, vocabulary). The last layer's
-    equals the model's own prediction_logits. `model`: a model with an MLM head (AlignModel, MaskedLMModel)."""
+    equals the model's own prediction_logits. `model`: a model with an MLM head (AlignModel, MaskedLMModel). A layer
+    ending in DeBERTa-v2's convolution is read after it (`layers.0.conv.output`, transformers' hidden_states[1])."""
     head = getattr(model, "mlm_head", None)
     if head is None:
         raise ValueError(f"{type(model).__name__} has no masked-LM head to read the residual stream through")
     encoder = model.encoder
     outputs = []
     for i in range(len(encoder.layers)):
-        name = f"{prefix}layers.{i}.output"
+        conv = getattr(encoder.layers[i], "conv", None) is not None  # DebertaV2Layer.conv: the layer's last step
+        name = f"{prefix}layers.{i}.conv.output" if conv else f"{prefix}layers.{i}.output"
         if name not in cap:
             raise ValueError(f"the capture lacks {name}: capture the whole forward of `model`")
         state = encoder.family.finish(encoder, cap[name])

@@ -123,6 +123,20 @@ def test_logit_lens_ends_in_the_models_own_predictions():
         analysis.logit_lens(ma.Encoder(config, seed=0), cap)
 
 
+def test_logit_lens_reads_deberta_v2s_first_layer_after_its_convolution():
+    """The convolution is the first layer's last step (transformers' hidden_states[1]): a one-layer DeBERTa-v2's lens
+    is the model's own prediction, which the state before the convolution would not give."""
+    config = ma.Config(arch="deberta-v2", vocab_size=100, hidden_size=32, num_layers=1, num_heads=4,
+                       intermediate_size=40, relative_attention=True, pos_att_type=("p2c", "c2p"), conv_kernel_size=3)
+    model = ma.MaskedLMModel(config, seed=0).eval()
+    with torch.no_grad(), ma.capture(model) as cap:
+        out = model(torch.randint(5, 100, (2, 7)))
+        lens = analysis.logit_lens(model, cap)
+        before = model.mlm_head(cap["encoder.layers.0.output"], model.encoder.embeddings.word.weight)
+    torch.testing.assert_close(lens[-1], out.logits, atol=1e-5, rtol=0)
+    assert (before - out.logits).abs().max() > 1e-3  # the state before the convolution reads otherwise
+
+
 def test_attention_flow_is_the_max_flow_of_the_attention_graph():
     """Against its definition (Abnar & Zuidema 2020, sec. 3), solved by networkx (torch's own dependency) on the
     same graph: node (l, t), edge (l - 1, j) -> (l, i) of capacity A_l[i, j], heads averaged, residual mixed in."""
