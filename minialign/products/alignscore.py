@@ -110,7 +110,7 @@ class AlignScorer(PairScorer):
         """`src`: anything AlignModel.from_pretrained takes, or `AlignScore-base` / `AlignScore-large`
         (downloaded from the hub once, converted to minialign's format in the cache, then reused).
         The keywords every runner takes are products/runner.py's (Loading)."""
-        load = LoadOptions(**keywords)
+        load = LoadOptions.of(keywords, f"{cls.__name__}.from_pretrained")
         refuse_int8(load.dtype, "AlignScorer")
         if str(src) in PUBLISHED and not Path(src).exists():
             src = published_checkpoint(str(src), cache_dir=load.cache_dir)

@@ -87,7 +87,7 @@ class Classifier(Runner):
                         **keywords: Unpack[Loading]) -> Classifier:
         """A transformers *ForSequenceClassification directory or hub id (a CrossEncoder dir too),
         or a minialign directory of one. The keywords every runner takes are products/runner.py's (Loading)."""
-        load = LoadOptions(**keywords)
+        load = LoadOptions.of(keywords, f"{cls.__name__}.from_pretrained")
         source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)  # every file below is read from it
         ckpt = read_checkpoint(source, task=load.adapter)
         model = build(ClassifierModel, ckpt, require=TRAINED, advice=NO_HEAD, **load.only("device", "dtype",

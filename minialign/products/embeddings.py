@@ -98,7 +98,7 @@ class SentenceEncoder(Runner):
         carrying task adapters, jina-embeddings-v3's): its adapter merged into the weights, and the prompt of that
         name (config_sentence_transformers.json) the default one unless the directory names a default.
         The keywords every runner takes are products/runner.py's (Loading)."""
-        load = LoadOptions(**keywords)
+        load = LoadOptions.of(keywords, f"{cls.__name__}.from_pretrained")
         source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)  # every file below is read from it
         modules = convert.read_modules(source)
         pooling, dense, normalize, model, settings, include_prompt = ["mean"], [], False, source, {}, True

@@ -76,7 +76,7 @@ class FillMask(Runner):
         """A transformers *ForMaskedLM directory or hub id (every family: models/head_models.py MaskedLMModel, its decoder
         tied to the word embeddings as the checkpoint has it), or a minialign directory of one. max_length: a window
         shorter than the model's. The keywords every runner takes are products/runner.py's (Loading)."""
-        load = LoadOptions(**keywords)
+        load = LoadOptions.of(keywords, f"{cls.__name__}.from_pretrained")
         source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)
         ckpt = read_checkpoint(source, task=load.adapter)
         model = build(MaskedLMModel, ckpt, require=("mlm_head.",), advice=NO_HEAD,

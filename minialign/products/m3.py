@@ -111,7 +111,7 @@ class M3Encoder(Runner):
         model.safetensors or pytorch_model.bin, tokenizer.json), with FlagEmbedding's sparse_linear.pt and
         colbert_linear.pt beside it (either may be absent: the module docstring). max_length: the window
         (default: the model's). The keywords every runner takes are products/runner.py's (Loading)."""
-        load = LoadOptions(**keywords)
+        load = LoadOptions.of(keywords, f"{cls.__name__}.from_pretrained")
         source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)
         ckpt = read_checkpoint(source, task=load.adapter)
         encoder = build(Encoder, ckpt, **load.only("device", "dtype", "attn_backend"))

@@ -133,7 +133,7 @@ class MultiVectorEncoder(Runner):
     def from_pretrained(cls, src: str | Path, **keywords: Unpack[Loading]) -> MultiVectorEncoder:
         """A sentence-transformers MultiVectorEncoder directory, a PyLate one, or a Stanford-NLP ColBERT one (the
         module docstring). The keywords every runner takes are products/runner.py's (Loading)."""
-        load = LoadOptions(**keywords)
+        load = LoadOptions.of(keywords, f"{cls.__name__}.from_pretrained")
         source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)
         parts = read_directory(source)
         stanford = parts.pop("stanford")

@@ -30,6 +30,7 @@ from tokenizers import normalizers
 from torch import Tensor, nn
 
 from minialign.loading import parse_dtype
+from minialign.loading.pretrained import check_keywords
 from minialign.nn import int8, precision
 from minialign.nn.attention import BACKENDS
 from minialign.loading import calibration_cache
@@ -68,7 +69,8 @@ LOAD_KEYWORDS = tuple(Loading.__annotations__)  # the faces pass these through t
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class LoadOptions:
     """A from_pretrained call's Loading keywords with their defaults (declared here once): each runner's
-    from_pretrained starts with `load = LoadOptions(**keywords)` (an unknown keyword is a TypeError naming it)."""
+    from_pretrained starts with `load = LoadOptions.of(keywords, entry)` (an unknown keyword is a TypeError naming
+    it, the closest accepted one and every accepted one: loading.pretrained.check_keywords)."""
 
     tokenizer: str | Path | Tokenizer | None = None  # a tokenizer directory or hub id (default: beside the model)
     device: str | torch.device | None = None  # cpu (default), cuda, cuda:N, mps (loading.resolve_device)
@@ -88,6 +90,12 @@ class LoadOptions:
     adapter: str | None = None  # the task adapter merged into the weights, for a checkpoint carrying them (jina's
     # `task`: not named so, since `task` is the per-call query / document choice of the retrieval products)
     # (jina-embeddings-v3's: loading.read_checkpoint); None: none
+
+    @classmethod
+    def of(cls, keywords: dict[str, Any], entry: str) -> LoadOptions:
+        """The options of a call to `entry` (e.g. "SentenceEncoder.from_pretrained"), its keywords checked first."""
+        check_keywords(entry, keywords, [f.name for f in dataclasses.fields(cls)])
+        return cls(**keywords)
 
     def __post_init__(self):
         compile_mode(self.compile)  # a bad value refused before anything loads

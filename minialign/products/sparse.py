@@ -163,7 +163,7 @@ class SparseEncoder(Runner):
         relu). max_active_dims: every call's default (None: the model's); chunk_tokens: the most tokens whose logits
         are made at once (the constructor's). The keywords every runner takes are
         products/runner.py's (Loading)."""
-        load = LoadOptions(**keywords)
+        load = LoadOptions.of(keywords, f"{cls.__name__}.from_pretrained")
         source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)
         modules = convert.read_modules(source)
         splade_config, model, settings = {"pooling_strategy": "max", "activation_function": "relu"}, source, {}

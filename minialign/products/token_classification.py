@@ -71,7 +71,7 @@ class TokenClassifier(Runner):
                         **keywords: Unpack[Loading]) -> TokenClassifier:
         """A transformers *ForTokenClassification directory or hub id, or a minialign directory of one. The keywords
         every runner takes are products/runner.py's (Loading)."""
-        load = LoadOptions(**keywords)
+        load = LoadOptions.of(keywords, f"{cls.__name__}.from_pretrained")
         source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)
         ckpt = read_checkpoint(source, task=load.adapter)
         model = build(TokenClassifierModel, ckpt, require=TRAINED, advice=NO_HEAD,

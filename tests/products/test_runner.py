@@ -223,3 +223,11 @@ def test_runners_pack_by_default_on_the_cpu_and_on_a_gpu_only_with_a_one_call_ba
     assert ma.SentenceEncoder.from_pretrained(minilm_dir).unpad
     assert not ma.SentenceEncoder.from_pretrained(minilm_dir, unpad=False).unpad
     assert not ma.SentenceEncoder.from_pretrained(minilm_dir, compile=True).unpad
+
+
+def test_an_unknown_loading_keyword_is_named_with_the_closest_accepted_one():
+    """Every runner's from_pretrained checks its keywords before anything loads (LoadOptions.of)."""
+    for cls in (ma.SentenceEncoder, ma.Classifier, ma.AlignScorer):
+        with pytest.raises(TypeError, match=rf"{cls.__name__}.from_pretrained\(\) got an unexpected keyword argument "
+                                            r"'backend' \(did you mean 'attn_backend'\?\); it accepts .*attn_backend"):
+            cls.from_pretrained("/nonexistent/model", backend="eager")
