@@ -146,8 +146,11 @@ BACKENDS: dict[str, Backend] = {
 
 @functools.cache
 def recording(row: Backend) -> Backend:
-    """`row` under `capture`: its own output, and beside it the eager formulas, each step recorded
-    (scores_raw, scores_masked, probs) for the record only, so a capture changes no result. Padded
+    """`row` under `capture`: beside its kernel, the eager formulas, each step recorded (scores_raw,
+    scores_masked, probs). The output is the row's own (a capture changes no result), except where eager's
+    formula makes it from the recorded probabilities (softmax(scores) @ v, dropout between as eager has it):
+    where a patch (capture.patch) ran on the scores or probabilities, and under capture(detach=False), whose
+    records are on the autograd graph: the recorded probabilities then get the output's gradient. Padded
     layout, every query (`whole`): every layer records full (B, H, L, L) maps."""
 
     def prepare(inputs: AttentionInputs):
@@ -162,8 +165,9 @@ def recording(row: Backend) -> Backend:
             scores = scores + bias.to(q.dtype)  # not in place: scores_raw is kept
         scores = record("scores_masked", scores)
         probs = record("probs", torch.softmax(scores, dim=-1))
-        if session is not None and session.applied != applied:  # a patch (capture.patch) ran on one of them:
-            # the output comes from the patched scores / probabilities, by eager's formula
+        if session is not None and (session.applied != applied or not session.detach):
+            # a patch ran on the scores / probabilities, or the records are kept on the graph (detach=False):
+            # the output comes from the recorded probabilities, by eager's formula
             return torch.matmul(F.dropout(probs, p=dropout_p) if dropout_p > 0.0 else probs, v), probs
         return row.run(q, k, v, _matching(value, q), score, dropout_p)
 

@@ -28,9 +28,16 @@ layer projects; MPNet's `relative_position_bias.by_offset` its bias per head and
 
 Attention scores and probabilities are recorded from the eager formulas, run beside the model's own
 backend (attention.recording: while a capture is active, choose_backend hands out that row's
-recording twin), so results do not change. That row runs the padded layout for every token (unpad
-and final_tokens="first" are ignored while capturing), so every layer records full (B, H, L, L)
-scores. `choose_backend` is the one place that asks whether a capture is active.
+recording twin), so results do not change. Where the records are kept on the autograd graph
+(capture(detach=False)) or a patch changed the scores or probabilities, the attention's output is instead
+eager's formula from the recorded probabilities (probs @ v), so they are what the output is made of, and
+get its gradient. That row runs the padded layout for every token (unpad and final_tokens="first" are
+ignored while capturing), so every layer records full (B, H, L, L) scores. `choose_backend` is the one
+place that asks whether a capture is active.
+
+A session also holds its forward's real tokens (`real_tokens` of the attention_mask the Encoder or a head
+model is called with), which a patch function reads (ablate_mean averages over them alone), and the name of
+the activation a patch function is called on (`Capture.patching`; ablate_mean reads its layout from it).
 
 A capture is scoped to its caller (a `contextvars.ContextVar`, as asyncio and threads each see their own):
 another thread's forward, even of the same model, runs as if no capture were open (its kernels, its
@@ -44,10 +51,12 @@ import contextlib
 import contextvars
 import difflib
 import functools
+import inspect
 import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 
+import torch
 import torch.nn as nn
 import torch.nn.modules.module as torch_module
 from torch import Tensor
@@ -89,19 +98,25 @@ class Capture:
              as "layers.*.attention.probs"); None: every one
     patches: name or pattern -> fn(tensor) -> tensor of the same shape, put in place of the activation (patch)
     keep:    whether to record at all (a patch session alone records nothing)
+    asked:   the names and patterns this session checks at its end (`check_names`); default: names and patches
+             (a session nested in another checks what its own opener gave, the outer one the rest)
     """
 
     def __init__(self, *, detach: bool = True, names: Sequence[str] | None = None,
                  patches: dict[str, Callable[[Tensor], Tensor]] | None = None, keep: bool = True,
-                 tensors: dict[str, Tensor] | None = None):
+                 tensors: dict[str, Tensor] | None = None, asked: Sequence[str] | None = None):
         self.tensors: dict[str, Tensor] = {} if tensors is None else tensors
         self.detach, self.keep = detach, keep
         self.names = None if names is None else tuple(names)
         self.patches = dict(patches or {})
+        self.asked = tuple(dict.fromkeys([*(self.names or ()), *self.patches] if asked is None else asked))
         self.seen: dict[str, None] = {}  # every name a forward reached (for messages), in order
         self.matched: set[str] = set()  # the names / patterns that matched something
         self.applied = 0  # patches applied so far (attention.recording asks whether one ran in its call)
         self.owner = threading.get_ident()  # the thread that opened the session
+        self.model: nn.Module | None = None  # the model whose forwards it records (set when opened)
+        self.real: Tensor | None = None  # (B|1, L) bool, the current forward's real tokens (`real_tokens`); None: all
+        self.patching: str | None = None  # the name of the activation a patch function is being called on
         self._scope: list[str] = []
 
     def __getitem__(self, name: str) -> Tensor:
@@ -130,7 +145,11 @@ class Capture:
                                  f"inside the attention scores): patch the scores it adds to "
                                  f"({scope}.scores_raw) instead")
             self.matched.add(pattern)
-            patched = fn(tensor)
+            self.patching = name
+            try:
+                patched = fn(tensor)
+            finally:
+                self.patching = None
             if not isinstance(patched, Tensor) or patched.shape != tensor.shape:
                 got = tuple(patched.shape) if isinstance(patched, Tensor) else type(patched).__name__
                 raise ValueError(f"the patch of {name} returned {got}; it must return a tensor of the activation's "
@@ -157,8 +176,7 @@ class Capture:
         is an error listing the close ones (a typo would otherwise record or change nothing, silently)."""
         if not self.seen:
             return  # no forward of the model ran inside the block: nothing to say
-        asked = [*(self.names or ()), *self.patches]
-        for pattern in dict.fromkeys(asked):
+        for pattern in self.asked:
             if pattern not in self.matched:
                 close = difflib.get_close_matches(pattern, list(self.seen), n=5, cutoff=0.5)
                 raise ValueError(f"no activation of {type(model).__name__}'s forward is named {pattern!r}"
@@ -193,12 +211,24 @@ def record(role: str, tensor: Tensor, *, patchable: bool = True) -> Tensor:
 def capture(model: nn.Module, *, detach: bool = True, names: Sequence[str] | None = None) -> Iterator[Capture]:
     """Record the named intermediates of every forward pass of `model` inside the block, in this thread
     (or asyncio task) only; the forwards of other models and of other threads are left alone.
-    detach (default): the records hold no autograd graph (they cost no memory of the backward pass);
-    detach=False keeps each one in the graph of a forward run with gradients, so a loss on an intermediate
-    (attention supervision) or gradient x activation attribution backpropagates through it.
+    detach (default): the records hold no autograd graph (they cost no memory of the backward pass), and the
+    attention's output is the model's own backend's, bit for bit as without a capture (the probabilities are
+    recorded from eager's formulas beside it). detach=False keeps each one in the graph of a forward run with
+    gradients, so a loss on an intermediate (attention supervision) or gradient x activation attribution
+    backpropagates through it; the attention's output is then eager's formula from the recorded probabilities
+    (probs @ v, attention.recording), so they get the output's gradient too (equal to the backend's output to
+    rounding, not bit for bit).
     names: record only these (exact names or patterns: `matches`, e.g. "layers.*.attention.probs"), which bounds
-    the memory a long input takes to what they hold; one that matches nothing is an error naming close ones."""
-    with _session(model, Capture(detach=detach, names=names)) as cap:
+    the memory a long input takes to what they hold; one that matches nothing is an error naming close ones.
+    Opened inside an `ma.patch` of the same model, it records the patched forward (as a patch inside a capture
+    does); a capture inside a capture is an error."""
+    outer = current()
+    if outer is not None and outer.keep:
+        raise RuntimeError("a capture is already open in this thread: one capture records every name asked of it "
+                           "(names=), patches open inside or around it")
+    patches = outer.patches if outer is not None else None  # inside a patch: the forward goes on patched
+    with _session(model, Capture(detach=detach, names=names, patches=patches, asked=names or ()),
+                  outer=outer) as cap:
         yield cap
 
 
@@ -211,24 +241,61 @@ def patch(model: nn.Module, patches: dict[str, Callable[[Tensor], Tensor]], *,
     probs}` (B, H, L, L); ablate_heads, ablate_mean and replace_with build such functions). Like capture, the
     forward then runs the path that computes every activation (the eager formulas beside the backend, padded,
     every token): a patched score or probability makes the attention's output come from it. Scoped as capture
-    is (this thread, this model); nested in an open capture, the capture records the patched forward. A key
-    that matches nothing is an error naming the close names. Yields the session (what a capture inside records)."""
+    is (this thread, this model). A capture open around it, or opened inside it, records the patched forward
+    (either order: the same records and outputs); patches nested in patches add up. A key that matches nothing
+    is an error naming the close names. Yields the session (what a capture around it records)."""
     outer = current()
-    if outer is not None:  # inside a capture: its records go on, with these patches applied
+    if outer is not None:  # inside a capture (or a patch): its records go on, with these patches applied
         session = Capture(detach=outer.detach, names=outer.names, patches={**outer.patches, **patches},
-                          tensors=outer.tensors, keep=outer.keep)
+                          tensors=outer.tensors, keep=outer.keep, asked=tuple(patches))
     else:
         session = Capture(detach=detach, patches=patches, keep=False)
-    with _session(model, session, nested=outer is not None) as cap:
+    with _session(model, session, outer=outer) as cap:
         yield cap
 
 
+@functools.cache
+def _mask_argument(cls: type) -> tuple[bool, int | None]:
+    """Whether `cls.forward` takes an `attention_mask` argument, and its index among the positional arguments
+    (None: keyword-only): the Encoder's and every head model's (models/encoder.py, head_models.py)."""
+    try:
+        parameters = list(inspect.signature(cls.forward).parameters.values())[1:]  # after self
+    except (TypeError, ValueError):
+        return False, None
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    for index, parameter in enumerate(parameters):
+        if parameter.name == "attention_mask":
+            return True, index if parameter.kind in positional else None
+    return False, None
+
+
+def real_tokens(mask: Tensor | None) -> Tensor | None:
+    """(B|1, L) bool, the tokens of a forward's `attention_mask` (any layout of masks.keep_mask) that some query
+    attends: a (B, L) padding mask's ones, a (B, L, L) or 4-D mask's keys attended by any query (an additive 4-D
+    mask: any entry above half the dtype's lowest); None (no mask): every token."""
+    if not isinstance(mask, Tensor):
+        return None
+    if mask.dim() == 4 and mask.is_floating_point():
+        keep = mask > torch.finfo(mask.dtype).min / 2
+    else:
+        keep = mask != 0
+    if keep.dim() == 3:  # (B, L, L): query, key
+        return keep.any(dim=1)
+    if keep.dim() == 4:  # (B|1, H|1, L, L)
+        return keep.any(dim=2).any(dim=1)
+    return keep
+
+
 @contextlib.contextmanager
-def _session(model: nn.Module, cap: Capture, *, nested: bool = False) -> Iterator[Capture]:
-    """Open `cap` for `model`'s forwards in this thread (the one mechanism of capture and patch)."""
-    if (open_ := current()) is not None and not nested:
-        raise RuntimeError(f"a {'capture' if open_.keep else 'patch'} is already open in this thread: open "
-                           f"ma.patch inside ma.capture, not the other way round")
+def _session(model: nn.Module, cap: Capture, *, outer: Capture | None = None) -> Iterator[Capture]:
+    """Open `cap` for `model`'s forwards in this thread (the one mechanism of capture and patch); `outer`: the
+    session it is nested in (which gets back what this one saw, for its own check of names)."""
+    if outer is None and (open_ := current()) is not None:
+        raise RuntimeError(f"a {'capture' if open_.keep else 'patch'} is already open in this thread")
+    if outer is not None and outer.model is not model:
+        raise ValueError(f"a capture and a patch nested in one another name one model: {type(model).__name__} "
+                         f"inside a session of another {type(outer.model).__name__}")
+    cap.model = model
 
     # The hooks are the modules' own, so they fire in every thread: each acts for this session's caller only.
     def enter(name):
@@ -241,9 +308,19 @@ def _session(model: nn.Module, cap: Capture, *, nested: bool = False) -> Iterato
         if current() is cap:
             cap._scope.pop()  # returns None: the output is left alone
 
+    def reads_mask(position):  # a forward that takes the attention mask: its real tokens, for the patches
+        def hook(module, args, kwargs):
+            if current() is cap:
+                given = len(args) > position if position is not None else False
+                cap.real = real_tokens(kwargs.get("attention_mask", args[position] if given else None))
+        return hook
+
     handles = []
     for name, module in model.named_modules():  # the model itself too (name ""): its scope is the bare names
         handles += [module.register_forward_pre_hook(enter(name)), module.register_forward_hook(leave)]
+        takes_mask, position = _mask_argument(type(module))
+        if takes_mask:
+            handles.append(module.register_forward_pre_hook(reads_mask(position), with_kwargs=True))
     global _open
     token = _active.set(cap)
     with _open_lock:
@@ -262,9 +339,29 @@ def _session(model: nn.Module, cap: Capture, *, nested: bool = False) -> Iterato
         _active.reset(token)
         if not failed:
             cap.check_names(model)
+            if outer is not None:  # what the forwards inside reached counts for the outer session's names too
+                outer.seen.update(cap.seen)
+                outer.matched.update(cap.matched)
 
 
 # -- patch functions (each returns a tensor of its input's shape) --------------------------------------------
+
+# How an activation's axes read, from its name (README "Capture names"; docs/internals/index.md): the per-head
+# attention tensors (B, H, L, ...), the pooler's (B, C), the tables every sequence shares (no batch axis); every
+# other name (B, L, ...).
+_PER_HEAD = re.compile(r"(?:^|\.)attention\.(?:q|k|v|context|scores_raw|scores_masked|probs|c2p|p2c)$")
+_PER_SEQUENCE = re.compile(r"(?:^|\.)pooler\.output$")
+_SHARED = re.compile(r"(?:^|\.)(?:relative\.table|relative_position_bias\.by_offset)$")
+
+
+def activation_layout(name: str) -> str:
+    """"head" (B, H, L, ...), "token" (B, L, ...), "sequence" (B, C) or "shared" (no batch axis), for a name."""
+    if _PER_HEAD.search(name):
+        return "head"
+    if _PER_SEQUENCE.search(name):
+        return "sequence"
+    return "shared" if _SHARED.search(name) else "token"
+
 
 def ablate_heads(*heads: int) -> Callable[[Tensor], Tensor]:
     """Zero these heads of a per-head activation (B, H, ...): head ablation (patch "layers.3.attention.context")."""
@@ -276,12 +373,40 @@ def ablate_heads(*heads: int) -> Callable[[Tensor], Tensor]:
 
 
 def ablate_mean(*heads: int) -> Callable[[Tensor], Tensor]:
-    """Replace these heads of (B, H, L, ...) (every head when none is named; any (B, L, ...) activation then)
-    by their mean over the batch and the tokens: mean ablation."""
+    """Mean ablation: replace an activation by its mean over the batch and the real tokens, at every position.
+    The layout is read from the activation's name (`activation_layout`): a per-head one (B, H, L, ...)
+    (`attention.{q,k,v,context,scores_*,probs}`) gets each head's own mean, of the heads named (every head when
+    none is); a (B, L, ...) one its mean over the batch and the real tokens (no head may be named); the pooler's
+    (B, C) its mean over the batch. The real tokens are the forward's (`real_tokens` of its attention_mask), so
+    the padding's values never enter a mean. Called outside a patch (no name): (B, H, L, ...) when heads are
+    named, else (B, L, ...), every token counting."""
     def fn(t: Tensor) -> Tensor:
+        session = current()
+        name = session.patching if session is not None else None
+        layout = activation_layout(name) if name is not None else ("head" if heads else "token")
+        if layout == "shared":
+            raise ValueError(f"{name} has no batch axis (one table every sequence shares): there is no mean to put")
+        if heads and layout != "head":
+            raise ValueError(f"{name} is {'(B, C)' if layout == 'sequence' else '(B, L, ...)'}: it has no heads; "
+                             f"ablate_mean() with none named takes its mean")
         out = t.clone()
-        part = out[:, list(heads)] if heads else out
-        mean = part.mean(dim=(0, 2) if heads else (0, 1), keepdim=True)
+        if layout == "sequence":
+            out[:] = t.mean(dim=0, keepdim=True)
+            return out
+        axis = 2 if layout == "head" else 1  # the token axis
+        part = t[:, list(heads)] if heads else t
+        real = session.real if session is not None else None
+        if real is None:
+            mean = part.mean(dim=(0, axis), keepdim=True)
+        else:
+            if real.size(-1) != part.size(axis):
+                raise ValueError(f"{name} has {part.size(axis)} tokens and its forward's attention_mask "
+                                 f"{real.size(-1)}: the real tokens of its mean cannot be told")
+            where = real.to(t.device).expand(part.size(0), -1)  # (B, L)
+            where = where.view(where.size(0), *([1] * (axis - 1)), where.size(1), *([1] * (part.dim() - axis - 1)))
+            total = torch.where(where, part, 0).sum(dim=(0, axis), keepdim=True)
+            count = where.expand_as(part).sum(dim=(0, axis), keepdim=True).clamp_min(1)
+            mean = (total / count).to(t.dtype)
         if heads:
             out[:, list(heads)] = mean.expand_as(part)
         else:
