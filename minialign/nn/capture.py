@@ -14,6 +14,9 @@ the default path pays nothing and compiles without graph breaks. Names are the m
   layers.i.attention.{q,k,v}                       per-head projections (B, H, L, D)
   layers.i.attention.{scores_raw,scores_masked,probs}   (B, H, L, L), before and after the mask, softmax
   layers.i.attention.{context,output}              per-head weighted sums (B, H, L, D); after Wo (B, L, C)
+  layers.i.attention.head_outputs                  each head's write, its context through its columns of Wo
+                                                   (B, H, L, C), summing (+ bias) to output; on request only:
+                                                   named in `names` or patched (`asks`), never in a capture of all
   layers.i.{attention_residual,attention_norm}     x + attention (before LN), after LN
   layers.i.ffn.intermediate                        activation of the feed-forward's first layer (B, L, I)
   layers.i.{ffn_output,ffn_residual,output}        feed-forward output, x + ffn (before LN), after LN
@@ -196,6 +199,18 @@ def unobserved(*modules: nn.Module) -> bool:
         return False
     return not (getattr(torch_module, "_global_forward_hooks", None)
                 or getattr(torch_module, "_global_forward_pre_hooks", None))
+
+
+def asks(role: str) -> bool:
+    """Whether an open session names the activation `role` of the module now running: by a capture's `names`, or by
+    a patch. A capture of every name (names=None) does not ask for it: for an activation recorded only on request,
+    whose making costs what no other record does (SelfAttention's `head_outputs`, H times the output's size)."""
+    cap = current()
+    if cap is None or not cap._scope:
+        return False
+    scope = cap._scope[-1]
+    name = f"{scope}.{role}" if scope else role
+    return any(matches(name, pattern) for pattern in (*(cap.names or ()), *cap.patches))
 
 
 def record(role: str, tensor: Tensor, *, patchable: bool = True) -> Tensor:

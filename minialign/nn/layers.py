@@ -18,7 +18,7 @@ from torch import Tensor
 
 from minialign.nn.activations import activation
 from minialign.nn.attention import PreparedMask, attention
-from minialign.nn.capture import capturing, record, unobserved
+from minialign.nn.capture import asks, capturing, record, unobserved
 from minialign.nn.config import Config
 from minialign.nn.int8 import Int8Linear
 from minialign.nn.linear import Linear, MixedPrecisionLinear
@@ -88,6 +88,12 @@ class SelfAttention(nn.Module):
         y, probs = attention(q, k, v, mask, score=self.score if score is None else score,
                              dropout_p=self.dropout_p if self.training else 0.0)
         y = record("context", y)  # (B, H, Lq, D)
+        if asks("head_outputs"):  # each head's write, on request only: (B, H, Lq, C), H times the output's size
+            writes = head_writes(y, self.output.weight)
+            patched = record("head_outputs", writes)
+            if patched is not writes:  # a patch changed a head's write: the output is the sum of the writes
+                out = patched.sum(1) + (self.output.bias if self.output.bias is not None else 0)
+                return record("output", out.to(y.dtype)), probs
         # y (or the copy reshape makes of it) is read again only by a capture or a hook
         out = self.output(y.transpose(1, 2).reshape(B, q.size(2), inner), scratch=unobserved(self.output))  # (B, Lq, C)
         out = record("output", out)
@@ -121,6 +127,16 @@ class SelfAttention(nn.Module):
                                                        requires_grad=parameter.requires_grad))
         self.heads = tuple(self.heads[i] for i in keep)
         self.num_heads = self.num_kv_heads = len(keep)
+
+
+def head_writes(context: Tensor, weight: Tensor) -> Tensor:
+    """Each head's write into the residual stream: its context (B, H, Lq, D) through its D columns of the output
+    projection's weight (C, H * D) -> (B, H, Lq, C); their sum over heads plus the projection's bias is the
+    attention's output (TransformerLens' hook_result; Elhage et al. 2021, "A Mathematical Framework for Transformer
+    Circuits": the output projection split by head)."""
+    H, D = context.size(1), context.size(-1)
+    per_head = weight.to(context.dtype).view(weight.size(0), H, D)  # (C, H, D)
+    return torch.einsum("bhld,chd->bhlc", context, per_head)
 
 
 QKV = ("query", "key", "value")
