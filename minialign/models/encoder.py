@@ -25,11 +25,12 @@ from minialign.models.family import family_of
 from minialign.nn import layout as layouts
 from minialign.nn import masks
 from minialign.nn.attention import BACKENDS, Backend, PreparedMask, choose_backend, prepare_mask
+from minialign.nn.capture import forward_mask
 from minialign.nn.inputs import AttentionInputs, ForwardInputs
 from minialign.nn.config import Config
 from minialign.nn.init import init_weights
 from minialign.nn.layers import Pooler
-from minialign.nn.layout import FINAL_TOKENS, HostBatch, Layout
+from minialign.nn.layout import FINAL_TOKENS, HostBatch, Layout, check_id_range
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,7 @@ class Encoder(Pretrained):
         if torch.compiler.is_compiling():
             host = None  # a compiled forward depends on shapes alone (dynamo would guard on each length it read)
         check_input_ids(input_ids, self.config, host)
+        forward_mask(attention_mask)  # an open capture's real tokens (nn/capture.py), before anything is recorded
         plan = self._plan(input_ids, attention_mask, unpad=unpad, final_tokens=final_tokens, host=host,
                           output_hidden_states=output_hidden_states, output_attentions=output_attentions,
                           windows_over_custom_mask=windows_over_custom_mask)
@@ -256,11 +258,10 @@ def check_input_ids(input_ids: Tensor, config: Config, host: HostBatch | None = 
         if not isinstance(host, HostBatch) or len(host.lengths) != input_ids.size(0):
             raise ValueError(f"host must be a HostBatch with one length per row of input_ids "
                              f"({input_ids.size(0)}), got {host!r}")
+        host.check_vocabulary(config.vocab_size)
     elif input_ids.numel() and not torch.compiler.is_compiling():
-        host = HostBatch((), tuple(torch.stack(torch.aminmax(input_ids)).tolist()))  # the range: one host sync
-    else:
-        return
-    host.check_vocabulary(config.vocab_size)
+        lo, hi = torch.stack(torch.aminmax(input_ids)).tolist()  # one host sync
+        check_id_range(lo, hi, config.vocab_size)
 
 
 def head_scales(config: Config, head_mask: Tensor, x: Tensor) -> list[Tensor]:

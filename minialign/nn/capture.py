@@ -38,8 +38,8 @@ get its gradient. That row runs the padded layout for every token (unpad and fin
 ignored while capturing), so every layer records full (B, H, L, L) scores. `choose_backend` is the one
 place that asks whether a capture is active.
 
-A session also holds its forward's real tokens (`real_tokens` of the attention_mask the Encoder or a head
-model is called with), which a patch function reads (ablate_mean averages over them alone), and the name of
+A session also holds its forward's real tokens (`real_tokens` of the attention_mask the Encoder hands it,
+`forward_mask`), which a patch function reads (ablate_mean averages over them alone), and the name of
 the activation a patch function is called on (`Capture.patching`; ablate_mean reads its layout from it).
 
 A capture is scoped to its caller (a `contextvars.ContextVar`, as asyncio and threads each see their own):
@@ -54,7 +54,6 @@ import contextlib
 import contextvars
 import difflib
 import functools
-import inspect
 import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -269,19 +268,11 @@ def patch(model: nn.Module, patches: dict[str, Callable[[Tensor], Tensor]], *,
         yield cap
 
 
-@functools.cache
-def _mask_argument(cls: type) -> tuple[bool, int | None]:
-    """Whether `cls.forward` takes an `attention_mask` argument, and its index among the positional arguments
-    (None: keyword-only): the Encoder's and every head model's (models/encoder.py, head_models.py)."""
-    try:
-        parameters = list(inspect.signature(cls.forward).parameters.values())[1:]  # after self
-    except (TypeError, ValueError):
-        return False, None
-    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    for index, parameter in enumerate(parameters):
-        if parameter.name == "attention_mask":
-            return True, index if parameter.kind in positional else None
-    return False, None
+def forward_mask(mask: Tensor | None) -> None:
+    """The Encoder's forward hands its attention_mask to an open session, before anything is recorded: the real
+    tokens a mean ablation averages over (`real_tokens`). With no session open, one global read."""
+    if (cap := current()) is not None:
+        cap.real = real_tokens(mask)
 
 
 def real_tokens(mask: Tensor | None) -> Tensor | None:
@@ -323,19 +314,9 @@ def _session(model: nn.Module, cap: Capture, *, outer: Capture | None = None) ->
         if current() is cap:
             cap._scope.pop()  # returns None: the output is left alone
 
-    def reads_mask(position):  # a forward that takes the attention mask: its real tokens, for the patches
-        def hook(module, args, kwargs):
-            if current() is cap:
-                given = len(args) > position if position is not None else False
-                cap.real = real_tokens(kwargs.get("attention_mask", args[position] if given else None))
-        return hook
-
     handles = []
     for name, module in model.named_modules():  # the model itself too (name ""): its scope is the bare names
         handles += [module.register_forward_pre_hook(enter(name)), module.register_forward_hook(leave)]
-        takes_mask, position = _mask_argument(type(module))
-        if takes_mask:
-            handles.append(module.register_forward_pre_hook(reads_mask(position), with_kwargs=True))
     global _open
     token = _active.set(cap)
     with _open_lock:

@@ -114,11 +114,15 @@ class HostBatch:
         return cls(lengths, (int(lo), int(hi)))
 
     def check_vocabulary(self, vocab_size: int) -> None:
-        """A ValueError naming the first id outside [0, vocab_size), if the batch holds one (the Encoder's check,
-        models/encoder.py check_input_ids, and the engine's before its copy, in the same words)."""
-        lo, hi = self.ids_range
-        if lo < 0 or hi >= vocab_size:
-            raise ValueError(f"input_ids hold {lo if lo < 0 else hi}, outside the vocabulary [0, {vocab_size})")
+        """A ValueError naming an id outside [0, vocab_size), if the batch holds one (check_id_range)."""
+        check_id_range(*self.ids_range, vocab_size)
+
+
+def check_id_range(lo: int, hi: int, vocab_size: int) -> None:
+    """A ValueError naming an id outside [0, vocab_size), for ids from lo to hi: the one wording of the vocabulary
+    check (the Encoder's, models/encoder.py check_input_ids, and the engine's before its copy)."""
+    if lo < 0 or hi >= vocab_size:
+        raise ValueError(f"input_ids hold {lo if lo < 0 else hi}, outside the vocabulary [0, {vocab_size})")
 
 
 class Layout:
