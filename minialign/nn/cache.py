@@ -4,6 +4,7 @@ tokens, and a dataset's activations streamed to shards of tokens for probes and 
     save(cap, "run.safetensors", real_only=True)     # one file: tensors by name, the masks, what they are
     cap = load("run.safetensors")                     # a Capture holding the same bits
     stacked(cap, "layers.*.output")                   # (layers, B, L, C), layers.10 after layers.9
+    residual_stream(cap)                              # (layers + 1, B, L, C): each layer's input, the last output
     real_only(cap, "layers.3.output")                 # (T, C): the real tokens of every text, in order
 
     cache_dataset(model, batches, ["layers.*.output"], "acts/", shard_size=65536)
@@ -151,6 +152,20 @@ def stacked(cap: Capture, pattern: str = "layers.*.output") -> Tensor:
             raise ValueError(f"{pattern!r} matches activations of different shapes: {names[0]} "
                              f"{tuple(first.shape)}, {name} {tuple(cap.tensors[name].shape)}")
     return torch.stack([cap.tensors[name] for name in names])
+
+
+def residual_stream(cap: Capture, *, prefix: str = "") -> Tensor:
+    """The residual stream entering each layer and leaving the last: (layers + 1, ...), TransformerLens'
+    `ActivationCache.accumulated_resid` (each block's resid_pre, then the last resid_post; no final norm applied).
+    Read from the names every family records: `layers.{i}.input`, then the last layer's `output` (DeBERTa-v2's
+    `layers.0.conv.output` where a one-layer model's convolution ends it). prefix: the encoder's path in a head
+    model ("encoder."). Capture "layers.*.input" and "layers.*.output" (or every name) for it."""
+    inputs = matching(cap, f"{prefix}layers.*.input")
+    last = inputs[-1].removesuffix(".input")
+    end = next((name for name in (f"{last}.conv.output", f"{last}.output") if name in cap.tensors), None)
+    if end is None:
+        raise ValueError(f"the capture holds no {last}.output: capture the last layer's output too")
+    return torch.stack([cap.tensors[name] for name in [*inputs, end]])
 
 
 # -- one capture, one file ----------------------------------------------------------------------------------------

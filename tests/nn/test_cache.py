@@ -132,6 +132,23 @@ def test_stacked_in_numeric_layer_order():
         cache.stacked(cap, "layers.**")
 
 
+@pytest.mark.parametrize("arch", ["bert", "modernbert"])
+def test_the_residual_stream_is_each_layers_input_then_the_last_output(arch):
+    model = random_encoder(arch, num_layers=3)
+    ids, mask = _padded()
+    cap = _capture(model, ids, mask, names=["layers.*.input", "layers.*.output"])
+    stream = cache.residual_stream(cap)
+    assert stream.shape == (4, 2, 6, 32)
+    for i in range(3):
+        assert torch.equal(stream[i], cap[f"layers.{i}.input"])
+        if i:
+            assert torch.equal(stream[i], cap[f"layers.{i - 1}.output"])  # what leaves one layer enters the next
+    assert torch.equal(stream[3], cap["layers.2.output"])
+    only_inputs = _capture(model, ids, mask, names=["layers.*.input"])
+    with pytest.raises(ValueError, match="layers.2.output"):
+        cache.residual_stream(only_inputs)
+
+
 def _texts_batches(n=5, seed=0):
     """5 padded batches of 2-3 texts of different lengths."""
     g = torch.Generator().manual_seed(seed)
