@@ -122,6 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=None,
                    help="with --score-fn: the seed its parameters are drawn from (default: with_score_function's "
                         "fixed seed, so the page is the same every run)")
+    p.add_argument("--corrupted", metavar="TEXT",
+                   help="a corrupted text of the same token count: run beside the clean one, with activation "
+                        "patching's maps (residual stream per layer and position, heads per layer)")
+    p.add_argument("--corrupted-pair", metavar="TEXT",
+                   help="with --corrupted: the corrupted input's pair (default: --pair)")
     p.add_argument("--max-length", type=int, default=None, help="token window (default: the model's)")
     p.add_argument("--output", default="explore.html")
     p.set_defaults(run=run_explore)

@@ -229,11 +229,20 @@ def run_explore(args: argparse.Namespace) -> int:
     from minialign.nn.score_swap import SEED, with_score_function
     from minialign.text.tokenizer import Tokenizer
 
+    from minialign.models.encoder import Encoder
+
     ckpt = read_checkpoint(args.model, backbone=args.backbone)
     model = build(model_class(ckpt), ckpt)
     tokenizer = Tokenizer.from_pretrained(args.tokenizer or ckpt.tokenizer_dir or args.model)
     if args.seed is not None and not args.score_fn:
         raise ValueError("--seed draws the parameters of --score-fn's function: give --score-fn too")
+    if args.corrupted_pair is not None and args.corrupted is None:
+        raise ValueError("--corrupted-pair is the corrupted input's pair: give --corrupted too")
+    if args.corrupted is not None and (args.mask or args.score_fn):
+        raise ValueError("--corrupted is the page's second run: it does not mix with --mask or --score-fn")
+    metric, metric_name = None, None  # default: patching.metric_for (AlignScore's probability, mean-pooled cosine)
+    if args.corrupted is not None and type(model) is Encoder and _sentence_modules(args.model):
+        metric, metric_name = _pooled_metric(args, model, tokenizer)
     seed = SEED if args.seed is None else args.seed
     compare_model = with_score_function(model, args.score_fn, seed=seed) if args.score_fn else None
     compare_mask, labels = None, None
@@ -252,12 +261,47 @@ def run_explore(args: argparse.Namespace) -> int:
         labels = (f"bidirectional, {model.config.score_fn}",
                   f"{args.mask or 'bidirectional'}, {args.score_fn or model.config.score_fn}")
     page = explore(model, tokenizer, args.text, pair=args.pair, compare_model=compare_model, compare_mask=compare_mask,
-                   labels=labels, max_length=args.max_length)
+                   labels=labels, max_length=args.max_length, corrupted=args.corrupted,
+                   corrupted_pair=args.corrupted_pair, metric=metric, metric_name=metric_name)
     if page.cut_note:  # one line, never the text: the page shows what the model saw
         print(f"explore: {page.cut_note}", file=sys.stderr)
     path = page.save(args.output)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB); open it in a browser", file=sys.stderr)
     return 0
+
+
+def _sentence_modules(model: str) -> bool:
+    """Whether `model` is a sentence-transformers directory (a modules.json SentenceEncoder reads)."""
+    from minialign import convert
+    from minialign.sources import resolve
+
+    try:
+        return convert.read_modules(resolve(model)) is not None
+    except (convert.CheckpointError, OSError, ValueError):  # a single checkpoint file, or modules it cannot read
+        return False
+
+
+def _pooled_metric(args: argparse.Namespace, model, tokenizer):
+    """explore --corrupted on a sentence-transformers directory: the cosine of its own embedding (its pooling, dense
+    layers and normalisation: products/probes.py pooled_cosine) of the patched run against the clean run's."""
+    import torch
+
+    from minialign.products import probes
+    from minialign.products.embeddings import SentenceEncoder
+    from minialign.text.tokenizer import pad
+
+    runner = SentenceEncoder.from_pretrained(args.model, tokenizer=tokenizer)
+    runner.model = model  # the page's own model: the patches apply to it
+    window = min(args.max_length or tokenizer.model_max_length, model.config.max_seq_len)
+    encoded = tokenizer.encode_ids([args.text], None if args.pair is None else [args.pair], max_length=window)
+    clean = pad(encoded.ids, encoded.type_ids, pad_id=tokenizer.pad_token_id, token_types=tokenizer.return_token_type_ids)
+    with torch.no_grad():
+        reference = probes.embedding_of(runner, model(**clean), clean["attention_mask"])
+    steps = [f"{'+'.join(runner.pooling)} pooling", *(f"Dense to {d.linear.out_features}" for d in runner.dense),
+             *(["Normalize"] if runner.normalize else [])]
+    said = (f"the cosine between the clean run's sentence embedding and the patched run's, as the model's "
+            f"sentence-transformers modules make it ({', '.join(steps)})")
+    return probes.pooled_cosine(runner, reference, clean["attention_mask"]), said
 
 
 def run_parity(args: argparse.Namespace) -> int:

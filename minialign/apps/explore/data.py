@@ -20,6 +20,9 @@ with the projection: the parts' norms and the "emb" cosines at the embedding wid
 against each part mapped by the projection's weight (W p, no bias), the residual stream from the
 projection's output (what the first layer reads). `Exploration.data["embedding"]["note"]` says which.
 
+A corrupted input of the same token count (`corrupted=`) is the second run instead, beside the clean one, with
+activation patching's maps (patching.py: the residual stream per layer and position, the heads per layer).
+
 A second run may use another score function (nn/score_swap.py `with_score_function`, the research tool that
 replaces the alignment score q.k / sqrt(d); not for a family adding a relative-position bias, MPNet's).
 
@@ -56,6 +59,7 @@ from __future__ import annotations
 import array
 import base64
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -320,7 +324,9 @@ class Exploration:
 
 def explore(model: nn.Module, tokenizer, text: str, pair: str | None = None, attention_mask: Tensor | None = None, *,
             compare_model: nn.Module | None = None, compare_mask: Tensor | None = None,
-            labels: tuple[str, str] | None = None, max_length: int | None = None) -> Exploration:
+            labels: tuple[str, str] | None = None, max_length: int | None = None, corrupted: str | None = None,
+            corrupted_pair: str | None = None, metric: Callable | None = None,
+            metric_name: str | None = None) -> Exploration:
     """The page's data for one input through an Encoder or AlignModel (the model's own tokenizer).
 
     attention_mask: a custom (T, T) or (1, T, T) boolean mask (True = attend, e.g. masks.left_only_mask),
@@ -328,12 +334,23 @@ def explore(model: nn.Module, tokenizer, text: str, pair: str | None = None, att
     compare_model / compare_mask: a second run of the same input (another model, e.g. another score
     function, or another mask); the page then shows both and the cosine of each token's states.
     A text longer than the window (max_length, default the model's) loses its end, as in scoring: the
-    page holds the part the model saw and says how many tokens were cut from which text (`cut_note`)."""
+    page holds the part the model saw and says how many tokens were cut from which text (`cut_note`).
+    corrupted (and corrupted_pair, default the pair): a corrupted input of the same token count, run second and shown
+    beside the clean one, with activation patching's maps (patching.py): `metric(output) -> scalar` scores each run
+    (default: patching.metric_for), `metric_name` says what it is on the page."""
     from minialign.text.tokenizer import pad
     from minialign.text.validation import text_problem
 
-    for name, value in (("text", text), ("pair", pair)):
-        if value is None and name == "pair":
+    if corrupted is None and (corrupted_pair is not None or metric is not None):
+        raise ValueError("corrupted_pair and metric score a corrupted input: give corrupted= too")
+    if corrupted is not None and (compare_model is not None or compare_mask is not None):
+        raise ValueError("corrupted= is the page's second run: it does not mix with compare_model / compare_mask")
+    if corrupted is not None and corrupted_pair is None:
+        corrupted_pair = pair
+    if corrupted is not None and (pair is None) != (corrupted_pair is None):
+        raise ValueError("the clean and corrupted inputs must both be pairs or both single texts")
+    for name, value in (("text", text), ("pair", pair), ("corrupted", corrupted), ("corrupted_pair", corrupted_pair)):
+        if value is None and name != "text":
             continue
         if not isinstance(value, str):  # "" is its special tokens alone, as on every face (README, "Empty text")
             raise ValueError(f"{name} must be a string, got {type(value).__name__}")
@@ -345,15 +362,20 @@ def explore(model: nn.Module, tokenizer, text: str, pair: str | None = None, att
                 token_types=tokenizer.return_token_type_ids)
     ids = encoded.ids[0]
     T = len(ids)
+    if corrupted is not None:  # token i of one input is token i of the other: checked before any forward
+        other = tokenizer.encode_ids([corrupted], None if corrupted_pair is None else [corrupted_pair], max_length=window)
+        if len(other.ids[0]) != T:
+            raise ValueError(f"the clean and corrupted inputs must have the same number of tokens (token i of one is "
+                             f"token i of the other): the clean input is {T} tokens, the corrupted one "
+                             f"{len(other.ids[0])}")
     seen, cut = _seen(tokenizer, ids, text, pair)
     cut["window"] = window
     for name, mask in (("attention_mask", attention_mask), ("compare_mask", compare_mask)):
         if mask is not None and tuple(mask.shape[-2:]) != (T, T):
             raise ValueError(f"{name} must be ({T}, {T}) for this input's {T} tokens, got {tuple(mask.shape)}")
-    tokens = [tokenizer.decode([i], skip_special_tokens=False) or tokenizer.backend.id_to_token(i) or f"#{i}"
-              for i in ids]
-    second = compare_model is not None or compare_mask is not None
-    names = labels or (("run A", "run B") if second else ("run",))
+    tokens = _tokens(tokenizer, ids)
+    second = compare_model is not None or compare_mask is not None or corrupted is not None
+    names = labels or (("clean", "corrupted") if corrupted is not None else ("run A", "run B") if second else ("run",))
     first, raw_first = _run(model, batch, attention_mask, names[0])
     config = model.config
     data = {"model": {"class": type(model).__name__, "arch": config.arch, "layers": config.num_layers,
@@ -364,13 +386,50 @@ def explore(model: nn.Module, tokenizer, text: str, pair: str | None = None, att
             "truncated": int(encoded.truncated[0]), "cut": cut,
             "cut_note": _cut_note(cut, "the model's window" if max_length is None else "the window (max_length)"),
             "runs": [first]}
-    if second:
+    if corrupted is not None:
+        data.update(_corrupted(model, tokenizer, batch, other, attention_mask, corrupted, corrupted_pair, metric,
+                               metric_name))
+        run, raw = _run(model, data.pop("corrupted_batch"), attention_mask, names[1])
+        run["tokens"] = data["corrupted_tokens"]
+        data["runs"].append(run)
+        data["cosine"] = _rounded(torch.stack([F.cosine_similarity(a.float(), b.float(), dim=-1)
+                                               for a, b in zip(raw_first["states"], raw["states"])]))
+    elif second:
         other = compare_model if compare_model is not None else model
         run, raw = _run(other, batch, compare_mask if compare_mask is not None else attention_mask, names[1])
         data["runs"].append(run)
         data["cosine"] = _rounded(torch.stack([F.cosine_similarity(a.float(), b.float(), dim=-1)
                                                for a, b in zip(raw_first["states"], raw["states"])]))
     return Exploration(data)
+
+
+def _tokens(tokenizer, ids: list[int]) -> list[str]:
+    """Each token as the page labels it."""
+    return [tokenizer.decode([i], skip_special_tokens=False) or tokenizer.backend.id_to_token(i) or f"#{i}"
+            for i in ids]
+
+
+def _corrupted(model: nn.Module, tokenizer, batch: dict, encoded, attention_mask: Tensor | None, text: str,
+               pair: str | None, metric: Callable | None, metric_name: str | None) -> dict:
+    """The corrupted input's part of the page (its text as the model saw it, its tokens, activation patching's maps:
+    patching.py) and its batch, under "corrupted_batch", for the second run."""
+    from minialign.apps.explore.patching import metric_for, patching_maps
+    from minialign.text.tokenizer import pad
+
+    other = pad(encoded.ids, encoded.type_ids, pad_id=tokenizer.pad_token_id,
+                token_types=tokenizer.return_token_type_ids)
+    seen, cut = _seen(tokenizer, encoded.ids[0], text, pair)
+    clean, corrupted = dict(batch), dict(other)
+    if attention_mask is not None:  # the custom mask both runs use, as _run hands it to the model
+        mask = attention_mask.bool()
+        clean["attention_mask"] = corrupted["attention_mask"] = mask if mask.dim() == 3 else mask[None]
+    if metric is None:
+        metric, said = metric_for(model, clean, batch["attention_mask"])
+    else:
+        said = metric_name or "the metric given (ma.explore's metric=)"
+    return {"corrupted": {"text": seen[0], "pair": seen[1], "cut": cut},
+            "corrupted_tokens": _tokens(tokenizer, encoded.ids[0]), "corrupted_batch": other,
+            "patching": patching_maps(model, _encoder_prefix(model), clean, corrupted, metric, said)}
 
 
 def _seen(tokenizer, ids: list[int], text: str, pair: str | None) -> tuple[tuple[str, str | None], dict]:

@@ -62,12 +62,13 @@ for (let h = 0; h < M.heads; h++) {
 let focus = -1;
 function drawHeads() {
   const c = el("head-canvas"), ROW = 16, W = 560, x0 = 150, x1 = W - 150, run = D.runs[+runSel.value], layer = +layerSel.value;
+  const tokens = run.tokens || D.tokens;  // a corrupted run's own tokens
   c.width = W; c.height = T * ROW + 10; const g = c.getContext("2d");
   g.fillStyle = "#fff"; g.fillRect(0, 0, c.width, c.height); g.font = "12px monospace"; g.textBaseline = "middle";
   for (let q = 0; q < T; q++) {
     g.fillStyle = q === focus ? "#000" : "#444";
-    g.textAlign = "right"; g.fillText(label(D.tokens[q]).slice(0, 18), x0 - 6, 5 + q * ROW + ROW / 2);
-    g.textAlign = "left"; g.fillText(label(D.tokens[q]).slice(0, 18), x1 + 6, 5 + q * ROW + ROW / 2);
+    g.textAlign = "right"; g.fillText(label(tokens[q]).slice(0, 18), x0 - 6, 5 + q * ROW + ROW / 2);
+    g.textAlign = "left"; g.fillText(label(tokens[q]).slice(0, 18), x1 + 6, 5 + q * ROW + ROW / 2);
   }
   g.lineWidth = 2;
   for (const h of heads) {
@@ -258,6 +259,23 @@ function drawDiff() {
     (x, t, v) => `${label(D.tokens[t])}, ${x === 0 ? "embeddings" : "after layer " + (x - 1)}: cos(${D.runs[0].label}, ${D.runs[1].label}) = ${v.toFixed(5)}`,
     {CW: 46, RH: 16, digits: 3});
 }
+function drawPatching() {  // activation patching (patching.py): restored fractions, layers x positions and layers x heads
+  const P = D.patching; if (!P) { el("patching-section").style.display = "none"; return; }
+  el("patching-metric").textContent = `Metric: ${P.metric}; clean run ${P.clean.toFixed(4)}, corrupted run ` +
+    `${P.corrupted.toFixed(4)}.`;
+  const swap = t => D.tokens[t] === D.corrupted_tokens[t] ? label(D.tokens[t]) : `${label(D.tokens[t])}\u2192${label(D.corrupted_tokens[t])}`;
+  const rows = D.tokens.map((_, t) => short(swap(t), 18)), heads = Array.from({length: M.heads}, (_, h) => `head ${h}`);
+  for (const [key, canvas, names, corner, what] of [
+      ["residual", "residual-patch", rows, "token \\ layer", (l, i) => `layers.${l}.output at ${i} ${swap(i)}`],
+      ["heads", "heads-patch", heads, "head \\ layer", (l, h) => `layer ${l}, head ${h} (layers.${l}.attention.context)`]]) {
+    const S = P[key]; el(`${key}-note`).textContent = S.note ? `This map is ${S.note}.` : "";
+    if (!S.restored) { el(canvas).style.display = "none"; continue; }
+    const m = Math.max(1, ...S.restored.map(r => Math.max(...r.map(Math.abs))));
+    heatmap(canvas, `${canvas}-readout`, S.restored, t => ramp(RDBU, t), -m, m, "restored fraction:",
+      (l, i, v) => `${what(l, i)}: restores ${v.toFixed(4)} of the clean metric`,
+      {CW: 40, RH: 16, digits: 2, rows: names, cols: S.restored.map((_, l) => `L${l}`), corner});
+  }
+}
 // -- score terms (DeBERTa's disentangled attention): c2c + c2p + p2c = the raw scores, before the mask -----
 const TERM_COLORS = {c2c: "#4363d8", c2p: "#f58231", p2c: "#3cb44b"};
 function drawTermTable() {  // each term's mean |value| per layer (over heads and the pairs the mask lets through)
@@ -333,5 +351,5 @@ if (HAS_TERMS) {
   ON_RUN.push(drawTermTable, drawTerms);
 }
 drawHeads(); drawGrid(); zoom(0, 0); drawEntropy(); drawRollout(); drawNorms(); drawParts(); drawDecomposition(); drawProbs();
-drawDiff(); if (HAS_TERMS) { drawTermTable(); drawTerms(); }
+drawDiff(); drawPatching(); if (HAS_TERMS) { drawTermTable(); drawTerms(); }
 document.body.dataset.ready = "1";

@@ -7,7 +7,10 @@ position terms (DeBERTa's c2p / p2c: data.py `terms`) gets one more section (ter
 other models' pages hold no such section. The analysis sections (data.py `analysis`, from ma.analysis) draw every
 head's entropy as a layers x heads map, the attention rollout (or flow) as a tokens x tokens map labelled as the
 enlarged attention map is (one function draws both), and, for the token clicked, the residual decomposition's parts
-as bars of their shares of the last hidden state, with the shares' sum; or the reason the decomposition is refused."""
+as bars of their shares of the last hidden state, with the shares' sum; or the reason the decomposition is refused.
+A page of a clean and a corrupted input (data.py `corrupted`) shows both texts and activation patching's two maps
+(patching.py), each restored fraction on a scale symmetric about 0, with the metric named; other pages hide that
+section."""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from importlib import resources
 # In page.html, what render puts in its place: the style and the script inlined (the Content-Security-Policy forbids
 # fetching them), and the page's parts (the texts, the cut note, the terms section, the data).
 _SLOTS = re.compile(r'<link rel="stylesheet" href="page\.css">|<script src="page\.js"></script>'
-                    r"|\{(cut|text|pair|terms|data)\}")
+                    r"|\{(cut|text|pair|corrupted|terms|data)\}")
 
 
 @cache
@@ -42,8 +45,13 @@ def render(data: dict) -> str:
     note = f'<p class="cut" id="cut">{html.escape(data["cut_note"], quote=False)}.</p>\n' if data["cut_note"] else ""
     pair = _text_block("Pair", data["pair"], cut["pair"]) if data.get("pair") is not None else ""
     terms = _asset("terms.html") if "terms" in data["runs"][0] else ""  # only a model whose scores have position terms
-    parts = {"cut": note, "text": _text_block("Text", data["text"], cut["text"]), "pair": pair, "terms": terms,
-             "data": payload}
+    corrupted = ""
+    if (other := data.get("corrupted")) is not None:  # the clean / corrupted view: the corrupted input below the clean
+        corrupted = _text_block("Corrupted text", other["text"], other["cut"]["text"])
+        if other["pair"] is not None:
+            corrupted += _text_block("Corrupted pair", other["pair"], other["cut"]["pair"])
+    parts = {"cut": note, "text": _text_block("Text", data["text"], cut["text"]), "pair": pair,
+             "corrupted": corrupted, "terms": terms, "data": payload}
 
     def fill(slot: re.Match) -> str:
         if slot.group(1):
