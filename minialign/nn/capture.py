@@ -38,9 +38,17 @@ get its gradient. That row runs the padded layout for every token (unpad and fin
 ignored while capturing), so every layer records full (B, H, L, L) scores. `choose_backend` is the one
 place that asks whether a capture is active.
 
-A session also holds its forward's real tokens (`real_tokens` of the attention_mask the Encoder hands it,
-`forward_mask`), which a patch function reads (ablate_mean averages over them alone), and the name of
-the activation a patch function is called on (`Capture.patching`; ablate_mean reads its layout from it).
+A session also holds its forward's attention_mask and real tokens (`real_tokens` of the mask the Encoder hands
+it, `forward_mask`; `reals`: every forward's, in order). A patch function may take a second parameter, the `Site`
+it is called at (its name, layer, heads, that mask and those real tokens, its layout): the patch functions of
+nn/interventions.py read it (ablate_mean averages over the real tokens alone).
+
+Besides the recorded names, any module's first positional input and its output can be read and patched by its
+path in `model.named_modules()`: "layers.2.ffn.up:input", "layers.*.attention.output:output" (nnsight's
+`model.layers[2].ffn.up.input` / `.output`; a tuple output's first element, as the layers return (x, probs)).
+Their hooks are registered, for the modules the paths match only, while the session is open. A capture may stop
+the forward after one module (`stop_after`, nnsight's tracer.stop()): an exception of the session's own, which
+it swallows, ends the block there.
 
 A capture is scoped to its caller (a `contextvars.ContextVar`, as asyncio and threads each see their own):
 another thread's forward, even of the same model, runs as if no capture were open (its kernels, its
@@ -62,6 +70,9 @@ import torch
 import torch.nn as nn
 import torch.nn.modules.module as torch_module
 from torch import Tensor
+
+from minialign.nn import hooks
+from minialign.nn.interventions import Site, activation_layout, takes_site
 
 # The caller's open capture, if any (each thread and asyncio task sees its own; a new thread sees none).
 _active: contextvars.ContextVar[Capture | None] = contextvars.ContextVar("minialign_capture", default=None)
@@ -93,22 +104,36 @@ def matches(name: str, pattern: str) -> bool:
     return _pattern(pattern).fullmatch(name) is not None
 
 
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)(?=[.:]|$)")  # the layer an activation belongs to
+
+
+class _Stop(Exception):
+    """Raised after the module a capture's `stop_after` names; only the session that raised it swallows it."""
+
+    def __init__(self, session: Capture):
+        super().__init__("the forward stops here (capture stop_after)")
+        self.session = session
+
+
 class Capture:
     """What one `capture` (or `patch`) session holds: the records by name (`tensors`), and the patches it applies.
 
     names:   record only the activations whose name matches one of these (exact names or patterns (`matches`) such
-             as "layers.*.attention.probs"); None: every one
-    patches: name or pattern -> fn(tensor) -> tensor of the same shape, put in place of the activation (patch)
+             as "layers.*.attention.probs", or module paths "layers.2.ffn.up:output"); None: every recorded name
+    patches: name or pattern -> fn(tensor) or fn(tensor, site) -> a tensor of the same shape, put in place of the
+             activation (patch)
     keep:    whether to record at all (a patch session alone records nothing)
     asked:   the names and patterns this session checks at its end (`check_names`); default: names and patches
              (a session nested in another checks what its own opener gave, the outer one the rest)
+    stop:    the module path (or the encoder's layer index) after whose forward the forward stops (capture)
     """
 
     def __init__(self, *, detach: bool = True, names: Sequence[str] | None = None,
-                 patches: dict[str, Callable[[Tensor], Tensor]] | None = None, keep: bool = True,
-                 tensors: dict[str, Tensor] | None = None, asked: Sequence[str] | None = None):
+                 patches: dict[str, Callable[..., Tensor]] | None = None, keep: bool = True,
+                 tensors: dict[str, Tensor] | None = None, asked: Sequence[str] | None = None,
+                 stop: str | int | None = None):
         self.tensors: dict[str, Tensor] = {} if tensors is None else tensors
-        self.detach, self.keep = detach, keep
+        self.detach, self.keep, self.stop = detach, keep, stop
         self.names = None if names is None else tuple(names)
         self.patches = dict(patches or {})
         self.asked = tuple(dict.fromkeys([*(self.names or ()), *self.patches] if asked is None else asked))
@@ -117,8 +142,12 @@ class Capture:
         self.applied = 0  # patches applied so far (attention.recording asks whether one ran in its call)
         self.owner = threading.get_ident()  # the thread that opened the session
         self.model: nn.Module | None = None  # the model whose forwards it records (set when opened)
+        self.mask: Tensor | None = None  # the current forward's attention_mask, as the Encoder was called with it
         self.real: Tensor | None = None  # (B|1, L) bool, the current forward's real tokens (`real_tokens`); None: all
-        self.patching: str | None = None  # the name of the activation a patch function is being called on
+        self.reals: list[Tensor | None] = []  # every forward's `real`, in order (nn/cache.py keeps real tokens only)
+        self.stopped = False  # whether a forward stopped at `stop` (names after it are then not errors)
+        self._modules: dict[str, nn.Module] = {}  # the model's modules by path (set when opened)
+        self._site_taken: dict[int, bool] = {}  # id(patch fn) -> takes_site, decided once per fn
         self._scope: list[str] = []
 
     def __getitem__(self, name: str) -> Tensor:
@@ -135,10 +164,14 @@ class Capture:
         if not self._scope:  # outside the named model's forward (another model run inside the block)
             return tensor
         scope = self._scope[-1]
-        name = f"{scope}.{role}" if scope else role
+        return self.apply(f"{scope}.{role}" if scope else role, tensor, scope=scope, patchable=patchable)
+
+    def apply(self, name: str, tensor: Tensor, *, scope: str, patchable: bool = True) -> Tensor:
+        """Patch and record the activation `name` (a recorded name, made in module `scope`, or a module path's)."""
         self.seen[name] = None
+        path = ":" in name  # a module path's input or output: only keys of module paths name it
         for pattern, fn in self.patches.items():
-            if not matches(name, pattern):
+            if (":" in pattern) != path or not matches(name, pattern):
                 continue
             if not patchable and pattern != name:  # a pattern passes over a read-only record
                 continue
@@ -147,18 +180,16 @@ class Capture:
                                  f"inside the attention scores): patch the scores it adds to "
                                  f"({scope}.scores_raw) instead")
             self.matched.add(pattern)
-            self.patching = name
-            try:
-                patched = fn(tensor)
-            finally:
-                self.patching = None
+            if (takes := self._site_taken.get(id(fn))) is None:
+                takes = self._site_taken[id(fn)] = takes_site(fn)
+            patched = fn(tensor, self.site(name, scope, tensor)) if takes else fn(tensor)
             if not isinstance(patched, Tensor) or patched.shape != tensor.shape:
                 got = tuple(patched.shape) if isinstance(patched, Tensor) else type(patched).__name__
                 raise ValueError(f"the patch of {name} returned {got}; it must return a tensor of the activation's "
                                  f"shape {tuple(tensor.shape)}")
             tensor = patched
             self.applied += 1
-        if self.keep and (self.names is None or self._wanted(name)):
+        if self.keep and self._wanted(name, path):
             key = name
             if key in self.tensors:  # the same module called twice in one capture: number the calls
                 n = 1
@@ -168,16 +199,28 @@ class Capture:
             self.tensors[key] = tensor.detach() if self.detach else tensor
         return tensor
 
-    def _wanted(self, name: str) -> bool:
-        hits = [p for p in self.names if matches(name, p)]
+    def site(self, name: str, scope: str, tensor: Tensor) -> Site:
+        """The Site a patch function of `name` (made in module `scope`) is told."""
+        layout = activation_layout(name)
+        layer = int(found.group(1)) if (found := _LAYER.search(name)) else None
+        heads = None
+        if layout == "head":
+            heads = getattr(self._modules.get(scope), "heads", None) or tuple(range(tensor.size(1)))
+        return Site(name, layer, heads, self.mask, self.real, layout)
+
+    def _wanted(self, name: str, path: bool) -> bool:
+        if self.names is None:
+            return not path  # a capture of every name records the module paths it is asked for only
+        hits = [p for p in self.names if (":" in p) == path and matches(name, p)]
         self.matched.update(hits)
         return bool(hits)
 
     def check_names(self, model: nn.Module) -> None:
         """After the block: a name or pattern (of `names` or `patches`) that matched nothing the forward reached
-        is an error listing the close ones (a typo would otherwise record or change nothing, silently)."""
-        if not self.seen:
-            return  # no forward of the model ran inside the block: nothing to say
+        is an error listing the close ones (a typo would otherwise record or change nothing, silently). After a
+        forward stopped (`stop`), the names it did not reach are not errors."""
+        if not self.seen or self.stopped:
+            return  # no forward of the model ran inside the block, or it stopped before some: nothing to say
         for pattern in self.asked:
             if pattern not in self.matched:
                 close = difflib.get_close_matches(pattern, list(self.seen), n=5, cutoff=0.5)
@@ -222,7 +265,8 @@ def record(role: str, tensor: Tensor, *, patchable: bool = True) -> Tensor:
 
 
 @contextlib.contextmanager
-def capture(model: nn.Module, *, detach: bool = True, names: Sequence[str] | None = None) -> Iterator[Capture]:
+def capture(model: nn.Module, *, detach: bool = True, names: Sequence[str] | None = None,
+            stop_after: str | int | None = None) -> Iterator[Capture]:
     """Record the named intermediates of every forward pass of `model` inside the block, in this thread
     (or asyncio task) only; the forwards of other models and of other threads are left alone.
     detach (default): the records hold no autograd graph (they cost no memory of the backward pass), and the
@@ -234,6 +278,11 @@ def capture(model: nn.Module, *, detach: bool = True, names: Sequence[str] | Non
     rounding, not bit for bit).
     names: record only these (exact names or patterns: `matches`, e.g. "layers.*.attention.probs"), which bounds
     the memory a long input takes to what they hold; one that matches nothing is an error naming close ones.
+    Module paths read a module's first positional input or its output: "layers.2.ffn.up:input" (`matches`'
+    patterns over the paths of model.named_modules(); a path no module has is an error naming close ones).
+    stop_after: a module path ("layers.3", "encoder.layers.3") or the encoder's layer index: the forward stops
+    once that module has run (an exception of this session's, swallowed by it, ends the block there, as nnsight's
+    tracer.stop() does), so the layers after it never run; the names it did not reach are then not errors.
     Opened inside an `ma.patch` of the same model, it records the patched forward (as a patch inside a capture
     does); a capture inside a capture is an error."""
     outer = current()
@@ -241,18 +290,20 @@ def capture(model: nn.Module, *, detach: bool = True, names: Sequence[str] | Non
         raise RuntimeError("a capture is already open in this thread: one capture records every name asked of it "
                            "(names=), patches open inside or around it")
     patches = outer.patches if outer is not None else None  # inside a patch: the forward goes on patched
-    with _session(model, Capture(detach=detach, names=names, patches=patches, asked=names or ()),
+    with _session(model, Capture(detach=detach, names=names, patches=patches, asked=names or (), stop=stop_after),
                   outer=outer) as cap:
         yield cap
 
 
 @contextlib.contextmanager
-def patch(model: nn.Module, patches: dict[str, Callable[[Tensor], Tensor]], *,
+def patch(model: nn.Module, patches: dict[str, Callable[..., Tensor]], *,
           detach: bool = True) -> Iterator[Capture]:
     """Intervene on `model`'s forward inside the block: each activation whose name matches a key (the names
-    `capture` records, or patterns: `matches`) is replaced by fn(activation), which must keep its shape (per head
+    `capture` records, module paths "layers.2.ffn.up:output", or patterns: `matches`) is replaced by
+    fn(activation), or fn(activation, site) where fn's second parameter has no default or is named `site` (`Site`:
+    its name, layer, heads, the forward's mask and real tokens, its layout), which must keep its shape (per head
     where it has heads: `attention.{q,k,v,context}` are (B, H, L, D), `attention.{scores_raw,scores_masked,
-    probs}` (B, H, L, L); ablate_heads, ablate_mean and replace_with build such functions). Like capture, the
+    probs}` (B, H, L, L); nn/interventions.py builds such functions). Like capture, the
     forward then runs the path that computes every activation (the eager formulas beside the backend, padded,
     every token): a patched score or probability makes the attention's output come from it. Scoped as capture
     is (this thread, this model). A capture open around it, or opened inside it, records the patched forward
@@ -261,7 +312,8 @@ def patch(model: nn.Module, patches: dict[str, Callable[[Tensor], Tensor]], *,
     outer = current()
     if outer is not None:  # inside a capture (or a patch): its records go on, with these patches applied
         session = Capture(detach=outer.detach, names=outer.names, patches={**outer.patches, **patches},
-                          tensors=outer.tensors, keep=outer.keep, asked=tuple(patches))
+                          tensors=outer.tensors, keep=outer.keep, asked=tuple(patches), stop=outer.stop)
+        session.reals = outer.reals  # one list of masks for the records they share
     else:
         session = Capture(detach=detach, patches=patches, keep=False)
     with _session(model, session, outer=outer) as cap:
@@ -272,7 +324,8 @@ def forward_mask(mask: Tensor | None) -> None:
     """The Encoder's forward hands its attention_mask to an open session, before anything is recorded: the real
     tokens a mean ablation averages over (`real_tokens`). With no session open, one global read."""
     if (cap := current()) is not None:
-        cap.real = real_tokens(mask)
+        cap.mask, cap.real = mask, real_tokens(mask)
+        cap.reals.append(cap.real)
 
 
 def real_tokens(mask: Tensor | None) -> Tensor | None:
@@ -314,9 +367,25 @@ def _session(model: nn.Module, cap: Capture, *, outer: Capture | None = None) ->
         if current() is cap:
             cap._scope.pop()  # returns None: the output is left alone
 
+    cap._modules = dict(model.named_modules())
+    paths = hooks.module_paths([*(cap.names or ()), *cap.patches], cap._modules, model, matches)
+    stop = hooks.stop_path(cap.stop, cap._modules, model) if cap.stop is not None else None
     handles = []
-    for name, module in model.named_modules():  # the model itself too (name ""): its scope is the bare names
+    for name, module in cap._modules.items():  # the model itself too (name ""): its scope is the bare names
         handles += [module.register_forward_pre_hook(enter(name)), module.register_forward_hook(leave)]
+    def active() -> bool:
+        return current() is cap
+
+    for name, (reads_input, reads_output) in paths.items():  # only the modules a module path matches
+        if reads_input:
+            handles.append(cap._modules[name].register_forward_pre_hook(hooks.read_input(name, active, cap.apply)))
+        if reads_output:
+            handles.append(cap._modules[name].register_forward_hook(hooks.read_output(name, active, cap.apply)))
+    if stop is not None:
+        def halt(module, args, output):
+            if current() is cap:
+                raise _Stop(cap)
+        handles.append(cap._modules[stop].register_forward_hook(halt))
     global _open
     token = _active.set(cap)
     with _open_lock:
@@ -324,6 +393,12 @@ def _session(model: nn.Module, cap: Capture, *, outer: Capture | None = None) ->
     failed = False
     try:
         yield cap
+    except _Stop as stopped:
+        if stopped.session is not cap:
+            failed = True
+            raise
+        cap.stopped = True
+        cap._scope.clear()  # the modules the exception left by did not pop theirs
     except BaseException:
         failed = True
         raise
@@ -338,79 +413,5 @@ def _session(model: nn.Module, cap: Capture, *, outer: Capture | None = None) ->
             if outer is not None:  # what the forwards inside reached counts for the outer session's names too
                 outer.seen.update(cap.seen)
                 outer.matched.update(cap.matched)
+                outer.stopped |= cap.stopped
 
-
-# -- patch functions (each returns a tensor of its input's shape) --------------------------------------------
-
-# How an activation's axes read, from its name (README "Capture names"; docs/internals/index.md): the per-head
-# attention tensors (B, H, L, ...), the pooler's (B, C), the tables every sequence shares (no batch axis); every
-# other name (B, L, ...).
-_PER_HEAD = re.compile(r"(?:^|\.)attention\.(?:q|k|v|context|scores_raw|scores_masked|probs|c2p|p2c)$")
-_PER_SEQUENCE = re.compile(r"(?:^|\.)pooler\.output$")
-_SHARED = re.compile(r"(?:^|\.)(?:relative\.table|relative_position_bias\.by_offset)$")
-
-
-def activation_layout(name: str) -> str:
-    """"head" (B, H, L, ...), "token" (B, L, ...), "sequence" (B, C) or "shared" (no batch axis), for a name."""
-    if _PER_HEAD.search(name):
-        return "head"
-    if _PER_SEQUENCE.search(name):
-        return "sequence"
-    return "shared" if _SHARED.search(name) else "token"
-
-
-def ablate_heads(*heads: int) -> Callable[[Tensor], Tensor]:
-    """Zero these heads of a per-head activation (B, H, ...): head ablation (patch "layers.3.attention.context")."""
-    def fn(t: Tensor) -> Tensor:
-        out = t.clone()
-        out[:, list(heads)] = 0
-        return out
-    return fn
-
-
-def ablate_mean(*heads: int) -> Callable[[Tensor], Tensor]:
-    """Mean ablation: replace an activation by its mean over the batch and the real tokens, at every position.
-    The layout is read from the activation's name (`activation_layout`): a per-head one (B, H, L, ...)
-    (`attention.{q,k,v,context,scores_*,probs}`) gets each head's own mean, of the heads named (every head when
-    none is); a (B, L, ...) one its mean over the batch and the real tokens (no head may be named); the pooler's
-    (B, C) its mean over the batch. The real tokens are the forward's (`real_tokens` of its attention_mask), so
-    the padding's values never enter a mean. Called outside a patch (no name): (B, H, L, ...) when heads are
-    named, else (B, L, ...), every token counting."""
-    def fn(t: Tensor) -> Tensor:
-        session = current()
-        name = session.patching if session is not None else None
-        layout = activation_layout(name) if name is not None else ("head" if heads else "token")
-        if layout == "shared":
-            raise ValueError(f"{name} has no batch axis (one table every sequence shares): there is no mean to put")
-        if heads and layout != "head":
-            raise ValueError(f"{name} is {'(B, C)' if layout == 'sequence' else '(B, L, ...)'}: it has no heads; "
-                             f"ablate_mean() with none named takes its mean")
-        out = t.clone()
-        if layout == "sequence":
-            out[:] = t.mean(dim=0, keepdim=True)
-            return out
-        axis = 2 if layout == "head" else 1  # the token axis
-        part = t[:, list(heads)] if heads else t
-        real = session.real if session is not None else None
-        if real is None:
-            mean = part.mean(dim=(0, axis), keepdim=True)
-        else:
-            if real.size(-1) != part.size(axis):
-                raise ValueError(f"{name} has {part.size(axis)} tokens and its forward's attention_mask "
-                                 f"{real.size(-1)}: the real tokens of its mean cannot be told")
-            where = real.to(t.device).expand(part.size(0), -1)  # (B, L)
-            where = where.view(where.size(0), *([1] * (axis - 1)), where.size(1), *([1] * (part.dim() - axis - 1)))
-            total = torch.where(where, part, 0).sum(dim=(0, axis), keepdim=True)
-            count = where.expand_as(part).sum(dim=(0, axis), keepdim=True).clamp_min(1)
-            mean = (total / count).to(t.dtype)
-        if heads:
-            out[:, list(heads)] = mean.expand_as(part)
-        else:
-            out[:] = mean.expand_as(out)
-        return out
-    return fn
-
-
-def replace_with(tensor: Tensor) -> Callable[[Tensor], Tensor]:
-    """Put `tensor` (another run's activation, e.g. a clean run's capture) in place: activation patching."""
-    return lambda t: tensor.to(device=t.device, dtype=t.dtype)
