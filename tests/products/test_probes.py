@@ -153,3 +153,28 @@ def test_a_runner_with_worker_processes_is_refused(wordpiece_dir):
     probes.check_in_process(tiny_encoder(wordpiece_dir))
     with pytest.raises(ValueError, match="workers=1"):
         probes.check_in_process(tiny_encoder(wordpiece_dir, workers=2))
+
+
+def _steer():
+    try:
+        return ma.steer
+    except (AttributeError, ImportError):
+        return None
+
+
+@pytest.mark.skipif(_steer() is None, reason="ma.steer (nn/interventions.py) is not in this tree yet")
+def test_ma_steer_around_encode_is_the_vector_added_at_the_positions(wordpiece_dir):
+    runner = tiny_encoder(wordpiece_dir)
+    vector = probes.steering_vector(runner, ["wonderful great"], ["terrible awful"], "layers.0.output")
+
+    def by_hand(state):
+        out = state.clone()
+        out[:, [1, 2]] += 3.0 * vector.to(state.dtype)
+        return out
+
+    with ma.patch(runner.model, {"layers.0.output": ma.steer(vector, positions=[1, 2], scale=3.0)}):
+        steered = runner.encode(TEXTS)
+    with ma.patch(runner.model, {"layers.0.output": by_hand}):
+        expected = runner.encode(TEXTS)
+    assert (steered - runner.encode(TEXTS)).abs().max() > 1e-3
+    torch.testing.assert_close(steered, expected, atol=1e-6, rtol=0)
