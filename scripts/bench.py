@@ -1,9 +1,9 @@
 """Benchmarks: minialign against transformers and the original AlignScore pipeline, in one process.
 
     python scripts/bench.py [--quick] [--out BENCHMARKS.md] [--device cuda --models roberta-base roberta-large]
-                            [--mpnet DIR] [--only families|int8|retrieval|heads|encoder|scoring|embeddings]
+                            [--mpnet DIR] [--only families|int8|retrieval|heads|encoder|scoring|embeddings|internals]
                             [--only encoder --dtypes fp32 bf16]
-    python scripts/bench.py --suite encoder|scoring|embeddings|drift --data FILE [--device cuda] [--dry-run]
+    python scripts/bench.py --suite encoder|scoring|embeddings|drift|internals --data FILE [--device cuda] [--dry-run]
     python scripts/bench.py --render [--check]      # BENCHMARKS.md's GPU block from docs/benchmarks/*.json
     python scripts/bench.py --render-files FILE...  # those files' tables, printed
 
@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ and the 
 from minialign.loading import auto_compute_dtype, cpu_has_native  # noqa: E402
 from minialign.nn.config import Config  # noqa: E402
 
-from benchmarks import (data, embeddings, encoder, families, heads, int8, kernels, loading_memory,  # noqa: E402
-                        offered, parity, precision, retrieval, scoring, service, workers)
+from benchmarks import (data, embeddings, encoder, families, heads, int8, internals, kernels,  # noqa: E402
+                        loading_memory, offered, parity, precision, retrieval, scoring, service, workers)
 from benchmarks.machine import cpu_kind_label, machine  # noqa: E402
 from benchmarks import render as generated  # noqa: E402  (the tables made from run files)
 from benchmarks.report import render, table, write_section  # noqa: E402
@@ -42,11 +42,11 @@ SIZES = {
     False: {"kernel_rounds": 4, "encoder_reps": 4, "scoring_examples": 12, "scoring_rounds": 2, "requests": 320,
             "precision_examples": 30, "worker_examples": 12, "worker_texts": 256, "peer_sizes": (32, 256),
             "peer_reps": 3, "family_reps": 5, "family_texts": 64, "retrieval_texts": 64, "retrieval_rounds": 3,
-            "retrieval_memory_texts": 256, "heads_texts": 64, "heads_rounds": 3},
+            "retrieval_memory_texts": 256, "heads_texts": 64, "heads_rounds": 3, "internals_reps": 10},
     True: {"kernel_rounds": 2, "encoder_reps": 1, "scoring_examples": 6, "scoring_rounds": 1, "requests": 64,
            "precision_examples": 9, "worker_examples": 6, "worker_texts": 64, "peer_sizes": (32,), "peer_reps": 1,
            "family_reps": 2, "family_texts": 16, "retrieval_texts": 16, "retrieval_rounds": 1,
-           "retrieval_memory_texts": 64, "heads_texts": 16, "heads_rounds": 1},
+           "retrieval_memory_texts": 64, "heads_texts": 16, "heads_rounds": 1, "internals_reps": 3},
 }
 CLIENTS = 16  # concurrent clients of the service benchmark
 
@@ -123,7 +123,7 @@ SUITE = {"reps": 20, "corpus_reps": 3, "texts": 1000, "corpus_pairs": 1000, "lat
 DRY_RUN = {"reps": 2, "corpus_reps": 2, "texts": 4, "corpus_pairs": 8, "latency_examples": 1,
            "batches": {"2 x 16": [16, 16], "mixed 3": [16, 9, 4]}, "ceiling_shape": (256, 256, 256),
            "config": Config(vocab_size=500, hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128)}
-SUITE_SECTIONS = ("encoder", "scoring", "embeddings", "drift")
+SUITE_SECTIONS = ("encoder", "scoring", "embeddings", "drift", "internals")
 
 
 def dry_config(config: Config) -> Config:
@@ -198,6 +198,8 @@ def suite(section: str, *, data_file: Path, device: str = "cuda", dry_run: bool 
                                   config=dry_config(DRY_RUN["config"]) if dry_run else None, add=add, echo=echo)
     if section == "embeddings":
         return embeddings.suite_rows(reps=size["reps"], texts=size["texts"], device=device, add=add, echo=echo)
+    if section == "internals":
+        return internals.suite_rows(reps=size["reps"], device=device, dry_run=dry_run, add=add, echo=echo)
     rows = []
     for name in models:
         model_name = f"{name} (dry run: toy size)" if dry_run else name
@@ -331,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"the real all-mpnet-base-v2 (sentence-transformers directory) for the Encoder families "
                              f"section's embeddings row (default ${families.MPNET_ENV}; skipped without)")
     parser.add_argument("--only", choices=["families", "int8", "retrieval", "heads", "encoder", "scoring",
-                                           "embeddings"],
+                                           "embeddings", "internals"],
                         help="run this section alone and print it (not with --out: a file's section is a whole run); "
                              "encoder prints the machine section too; progress goes to stderr")
     parser.add_argument("--suite", choices=SUITE_SECTIONS,
@@ -388,6 +390,9 @@ def main(argv: list[str] | None = None) -> int:
                                                 dtypes=tuple(args.dtypes) if args.dtypes else None, **options)))
         elif args.only == "scoring":
             print(scoring_section(**options))
+        elif args.only == "internals":  # the suite's rows, printed (not written: --suite internals --data FILE)
+            rows = internals.suite_rows(reps=SIZES[args.quick]["internals_reps"], device=args.device, echo=progress)
+            print(generated.sections(rows)[0])
         else:
             print(embeddings_section(**options))
         return 0

@@ -536,3 +536,18 @@ def test_speed_rows_give_the_share_of_the_matmul_ceiling_measured_in_the_same_ro
     assert [(r["task"], r["impl"]) for r in speed] == [(t, i) for t in ("embeddings", "rerank")
                                                       for i in (int8.ST if t == "embeddings" else int8.CE, int8.FP32)]
     assert all(set(int8.SPEED_TABLE) <= set(r) and 0 < r["of fp32 ceiling"] < math.inf for r in speed)
+
+
+def test_the_internals_suite_writes_its_rows_as_data_at_toy_size(tmp_path):
+    """--suite internals --dry-run: activation patching's serial and batched rows on a toy BERT, in a checked run
+    file, the batched effects equal to the serial ones (the deviation figure)."""
+    from benchmarks import data
+
+    path = tmp_path / "run.json"
+    rows = bench.suite("internals", data_file=path, device="cpu", dry_run=True, echo=lambda *a, **k: None)
+    written = data.read(path)
+    assert written["rows"] == rows and written["machine"]["dry_run"] is True
+    serial, batched = rows
+    assert serial["impl"] == serial["baseline"] == batched["baseline"] == "copies=1 (a forward per patch)"
+    assert serial["ratio"] == 1.0 and batched["reps"] == bench.DRY_RUN["reps"] and batched["inputs"] == 2 * 4
+    assert batched["deviation"] < 1e-5 and batched["deviation_from"] == serial["impl"]

@@ -14,23 +14,28 @@ against its definition (tests/nn/test_analysis.py).
                                     biases): every LayerNorm distributed over its input's parts with that input's
                                     own mean and deviation, so the parts sum to the state exactly (a linearised
                                     view: a part's share depends on the others through the deviation)
-  activation_patching(model, clean, corrupted, metric, names)
-                                    causal tracing / activation patching (Meng et al. 2022, "Locating and
-                                    Editing Factual Associations in GPT"; TransformerLens patching.py): each named
-                                    activation of a clean run put into the corrupted run, whole, per position or
-                                    per head, and the metric of each patched run
+  activation_patching, path_patching, attribution_patching, integrated_gradients (and their results Patching,
+  IntegratedGradients)              live in nn/patching.py, re-exported here: patching at scale
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
 
-from minialign.nn.capture import Capture, capture, patch
+from minialign.nn.capture import Capture, capture
+from minialign.nn.patching import (  # noqa: F401  re-exported: ma.analysis.activation_patching and the rest
+    PER,
+    IntegratedGradients,
+    Patching,
+    activation_patching,
+    attribution_patching,
+    integrated_gradients,
+    path_patching,
+)
 from minialign.nn.score_swap import encoder_of
 
 
@@ -231,107 +236,3 @@ def logit_lens(model: nn.Module, cap: Capture, *, prefix: str = "encoder.") -> T
         state = encoder.family.finish(encoder, cap[name])
         outputs.append(head(state, encoder.embeddings.word.weight))
     return torch.stack(outputs)
-
-
-# -- activation patching -----------------------------------------------------------------------------------
-
-PER = (None, "position", "head")
-
-
-@dataclass
-class Patching:
-    """What activation_patching measured: the metric of the clean run, of the corrupted run, and of the corrupted
-    run with each activation patched in (`effects`: name -> a 0-d tensor, or (L,) per position, or (H,) per head)."""
-
-    clean: float
-    corrupted: float
-    effects: dict[str, Tensor]
-    per: str | None
-
-    def restored(self) -> dict[str, Tensor]:
-        """Each effect as the fraction of the clean behaviour it restores: (patched - corrupted) / (clean -
-        corrupted); 1: the patch alone brings the clean metric back, 0: it changes nothing."""
-        gap = self.clean - self.corrupted
-        if gap == 0:
-            raise ValueError("the clean and corrupted runs have the same metric: there is nothing to restore")
-        return {name: (effect - self.corrupted) / gap for name, effect in self.effects.items()}
-
-
-def activation_patching(model: nn.Module, clean: dict[str, Tensor], corrupted: dict[str, Tensor],
-                        metric: Callable[[object], Tensor | float], names: Sequence[str], *,
-                        per: str | None = None) -> Patching:
-    """Activation patching in one call: run `model` on the `clean` inputs (its keyword arguments: input_ids,
-    attention_mask, ...), recording `names` (names or patterns, as ma.capture takes them); then, for each recorded
-    activation, run it on the `corrupted` inputs with the clean activation put in its place (ma.patch), and score
-    every run with `metric(output) -> scalar`.
-
-    per: None patches the whole activation (one forward per name); "position" one token at a time (its position
-    axis: 1 of a (B, L, ...) activation, the query axis 2 of a per-head (B, H, L, ...) one; one forward per name
-    and position); "head" one head at a time (per-head activations (B, H, ...) only; one forward per name and head).
-    The clean and corrupted inputs must have the same shapes (token i of one is token i of the other), as in
-    Meng et al.'s and TransformerLens's patching. Runs without gradients, in the model's current mode."""
-    if per not in PER:
-        raise ValueError(f"per must be one of {PER}, got {per!r}")
-    for key in clean.keys() | corrupted.keys():
-        a, b = clean.get(key), corrupted.get(key)
-        if not (isinstance(a, Tensor) and isinstance(b, Tensor) and a.shape == b.shape):
-            raise ValueError(f"clean and corrupted inputs must have the same shapes (token i of one is token i of the "
-                             f"other): {key} is {_shape(a)} and {_shape(b)}")
-    with torch.no_grad():
-        with capture(model, names=list(names)) as recorded:
-            clean_score = _scalar(metric(model(**clean)), "clean")
-        corrupted_score = _scalar(metric(model(**corrupted)), "corrupted")
-        effects = {}
-        for name in recorded:
-            source = recorded[name]
-            effects[name] = torch.tensor([_scalar(metric(_patched_run(model, corrupted, name, fn)), name)
-                                          for fn in _patches(name, source, per)]).reshape(_effect_shape(source, per))
-    return Patching(clean_score, corrupted_score, effects, per)
-
-
-def _patches(name: str, source: Tensor, per: str | None) -> list[Callable[[Tensor], Tensor]]:
-    """The patch of each forward: the whole clean activation, or one position / head of it."""
-    if per is None:
-        return [lambda t: source.to(device=t.device, dtype=t.dtype)]
-    if per == "head" and source.dim() != 4:
-        raise ValueError(f"{name} is {tuple(source.shape)}, not a per-head (B, H, L, ...) activation: patch it whole "
-                         f"or per position")
-    axis = 1 if per == "head" else (2 if source.dim() == 4 else 1)
-    if source.dim() <= axis:
-        raise ValueError(f"{name} is {tuple(source.shape)}: it has no {per} axis")
-
-    def one(index: int) -> Callable[[Tensor], Tensor]:
-        def fn(t: Tensor) -> Tensor:
-            out = t.clone()
-            where = (slice(None),) * axis + (index,)
-            out[where] = source[where].to(device=t.device, dtype=t.dtype)
-            return out
-        return fn
-    return [one(i) for i in range(source.size(axis))]
-
-
-def _effect_shape(source: Tensor, per: str | None) -> tuple[int, ...]:
-    if per is None:
-        return ()
-    return (source.size(1),) if per == "head" or source.dim() != 4 else (source.size(2),)
-
-
-def _patched_run(model: nn.Module, inputs: dict[str, Tensor], name: str, fn: Callable[[Tensor], Tensor]):
-    with patch(model, {name: fn}):
-        return model(**inputs)
-
-
-def _scalar(value: Tensor | float, run: str) -> float:
-    if isinstance(value, Tensor):
-        if value.numel() != 1:
-            raise ValueError(f"the metric must return one number; on the {run} run it returned a tensor of shape "
-                             f"{tuple(value.shape)}")
-        value = value.item()
-    value = float(value)
-    if value != value:  # NaN: a comparison that passes NaN is worse than none
-        raise ValueError(f"the metric returned NaN on the {run} run")
-    return value
-
-
-def _shape(value) -> str:
-    return str(tuple(value.shape)) if isinstance(value, Tensor) else ("missing" if value is None else type(value).__name__)

@@ -9,7 +9,6 @@ from family_builders import random_encoder
 
 import minialign as ma
 from minialign.nn import analysis
-from minialign.nn.config import families
 
 
 def test_head_entropy_of_known_maps():
@@ -162,96 +161,3 @@ def test_attention_flow_is_the_max_flow_of_the_attention_graph():
     torch.testing.assert_close(one, layers[0].mean(1))
     with pytest.raises(ValueError, match="at least one layer"):
         analysis.attention_flow([])
-
-
-def _patching_model():
-    config = ma.Config(vocab_size=300, hidden_size=32, num_layers=3, num_heads=4, intermediate_size=48,
-                       hidden_dropout=0.0, attention_dropout=0.0)
-    return ma.Encoder(config, seed=0).eval()
-
-
-def _clean_and_corrupted():
-    torch.manual_seed(3)
-    ids = torch.randint(5, 300, (1, 8))
-    corrupted = ids.clone()
-    corrupted[0, 3] = 7  # one token differs
-    return {"input_ids": ids}, {"input_ids": corrupted}
-
-
-def test_activation_patching_against_its_definition():
-    """The last layer's clean output restores the clean metric; a token's embedding patched where the two inputs
-    agree changes nothing, where they differ it restores; one head is ma.patch of that head alone."""
-    model = _patching_model()
-    clean, corrupted = _clean_and_corrupted()
-
-    def metric(out):
-        return out.last_hidden_state[0, 0, :4].sum()
-
-    whole = analysis.activation_patching(model, clean, corrupted, metric, ["layers.*.output"])
-    assert list(whole.effects) == [f"layers.{i}.output" for i in range(3)] and whole.per is None
-    assert abs(whole.clean - whole.corrupted) > 1e-3
-    assert whole.effects["layers.2.output"].item() == pytest.approx(whole.clean, abs=1e-5)
-    assert whole.restored()["layers.2.output"].item() == pytest.approx(1.0, abs=1e-4)
-
-    per_position = analysis.activation_patching(model, clean, corrupted, metric, ["layers.0.input"], per="position")
-    effect = per_position.effects["layers.0.input"]
-    assert effect.shape == (8,)
-    same = [i for i in range(8) if i != 3]
-    torch.testing.assert_close(effect[same], torch.full((7,), per_position.corrupted), atol=1e-5, rtol=0)
-    assert abs(effect[3] - per_position.corrupted) > 1e-4
-
-    per_head = analysis.activation_patching(model, clean, corrupted, metric, ["layers.1.attention.context"], per="head")
-    with torch.no_grad(), ma.capture(model, names=["layers.1.attention.context"]) as cap:
-        model(**clean)
-    source = cap["layers.1.attention.context"]
-
-    def head_two(t):
-        out = t.clone()
-        out[:, 2] = source[:, 2]
-        return out
-
-    with torch.no_grad(), ma.patch(model, {"layers.1.attention.context": head_two}):
-        expected = metric(model(**corrupted)).item()
-    assert per_head.effects["layers.1.attention.context"].shape == (4,)
-    assert per_head.effects["layers.1.attention.context"][2].item() == pytest.approx(expected, abs=1e-6)
-
-
-def test_activation_patching_names_bad_input():
-    model = _patching_model()
-    clean, corrupted = _clean_and_corrupted()
-    metric = lambda out: out.last_hidden_state[0, 0, 0]  # noqa: E731
-    with pytest.raises(ValueError, match=r"input_ids is \(1, 8\) and \(1, 9\)"):
-        analysis.activation_patching(model, clean, {"input_ids": torch.randint(5, 300, (1, 9))}, metric, ["layers.0.output"])
-    with pytest.raises(ValueError, match="not a per-head"):
-        analysis.activation_patching(model, clean, corrupted, metric, ["layers.0.output"], per="head")
-    with pytest.raises(ValueError, match="metric must return one number"):
-        analysis.activation_patching(model, clean, corrupted, lambda out: out.last_hidden_state, ["layers.0.output"])
-    with pytest.raises(ValueError, match="NaN on the clean run"):
-        analysis.activation_patching(model, clean, corrupted, lambda out: float("nan"), ["layers.0.output"])
-    with pytest.raises(ValueError, match="close: layers.0.output"):
-        analysis.activation_patching(model, clean, corrupted, metric, ["layers.0.outptu"])
-
-
-# every family on eager and sdpa; flex (a compile per case) on a post-LN and the pre-LN family
-FAMILY_BACKENDS = [(arch, backend) for arch in families() for backend in ("eager", "sdpa")] + [
-    pytest.param("bert", "flex", marks=pytest.mark.slow), pytest.param("modernbert", "flex", marks=pytest.mark.slow)]
-
-
-@pytest.mark.parametrize("arch,backend", FAMILY_BACKENDS)
-def test_activation_patching_on_every_family_and_backend(arch, backend):
-    """Padded inputs on any backend: the clean last state restores the clean metric exactly, a token's state
-    patched where the inputs agree (before any layer mixed them) changes nothing."""
-    model = random_encoder(arch, backend, num_layers=2)
-    clean, corrupted = _clean_and_corrupted()
-    mask = torch.tensor([[1, 1, 1, 1, 1, 1, 1, 0]])  # the last token is padding
-    clean, corrupted = {**clean, "attention_mask": mask}, {**corrupted, "attention_mask": mask}
-
-    def metric(out):
-        return out.last_hidden_state[0, 1, :4].sum()
-
-    last = "final_norm" if "final_norm" in dict(model.named_modules()) else "layers.1.output"
-    result = analysis.activation_patching(model, clean, corrupted, metric, [last, "layers.0.input"], per="position")
-    assert result.effects[last][1].item() == pytest.approx(result.clean, abs=1e-5)
-    unchanged = [i for i in range(7) if i != 3]
-    torch.testing.assert_close(result.effects["layers.0.input"][unchanged], torch.full((6,), result.corrupted),
-                               atol=1e-5, rtol=0)
