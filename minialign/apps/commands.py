@@ -294,7 +294,8 @@ def _pooled_metric(args: argparse.Namespace, model, tokenizer):
     runner.model = model  # the page's own model: the patches apply to it
     window = min(args.max_length or tokenizer.model_max_length, model.config.max_seq_len)
     encoded = tokenizer.encode_ids([args.text], None if args.pair is None else [args.pair], max_length=window)
-    clean = pad(encoded.ids, encoded.type_ids, pad_id=tokenizer.pad_token_id, token_types=tokenizer.return_token_type_ids)
+    clean = pad(encoded.ids, encoded.type_ids, pad_id=tokenizer.pad_token_id,
+                token_types=tokenizer.return_token_type_ids)
     with torch.no_grad():
         reference = probes.embedding_of(runner, model(**clean), clean["attention_mask"])
     steps = [f"{'+'.join(runner.pooling)} pooling", *(f"Dense to {d.linear.out_features}" for d in runner.dense),

@@ -65,10 +65,12 @@ def embedding_of(runner: SentenceEncoder, output, attention_mask: Tensor, *, pro
     the runner's Pooling module leaves them out). Differentiable: no gradient is stopped."""
     hidden = output if isinstance(output, Tensor) else output.last_hidden_state  # (B, L, C)
     if hidden.dim() != 3:
-        raise ValueError(f"embedding_of reads a last hidden state (B, L, C), got a tensor of shape {tuple(hidden.shape)}")
+        raise ValueError(f"embedding_of reads a last hidden state (B, L, C), got a tensor of shape "
+                         f"{tuple(hidden.shape)}")
     mask = attention_mask[:, :hidden.size(1)].to(hidden.device)
     if mask.dim() != 2 or mask.size(0) != hidden.size(0):
-        raise ValueError(f"attention_mask must be (B, L) = {tuple(hidden.shape[:2])}, got {tuple(attention_mask.shape)}")
+        raise ValueError(f"attention_mask must be (B, L) = {tuple(hidden.shape[:2])}, got "
+                         f"{tuple(attention_mask.shape)}")
     # SentenceEncoder.forward after the encoder, then SentenceEncoder.encode after the engine
     x = pooling.pool(hidden, mask, runner.pooling, prompt_length=_prompt_length(runner, prompt_name, prompt))
     for layer in runner.dense:

@@ -115,7 +115,8 @@ def test_a_metric_given_is_used_and_named(minilm):
     P = ma.explore(model, tokenizer, CLEAN, corrupted=CORRUPTED, metric=metric,
                    metric_name="the runner's cosine").data["patching"]
     assert P["metric"] == "the runner's cosine"
-    assert abs(P["corrupted"] - float(F.cosine_similarity(runner.encode([CORRUPTED]), runner.encode([CLEAN]))[0])) < 1e-5
+    expected = F.cosine_similarity(runner.encode([CORRUPTED]), runner.encode([CLEAN]))[0]
+    assert abs(P["corrupted"] - float(expected)) < 1e-5
 
 
 def test_the_cli_writes_the_page_with_the_model_s_own_pooling(tmp_path, minilm_dir, capsys):

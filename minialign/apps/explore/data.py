@@ -363,7 +363,8 @@ def explore(model: nn.Module, tokenizer, text: str, pair: str | None = None, att
     ids = encoded.ids[0]
     T = len(ids)
     if corrupted is not None:  # token i of one input is token i of the other: checked before any forward
-        other = tokenizer.encode_ids([corrupted], None if corrupted_pair is None else [corrupted_pair], max_length=window)
+        other = tokenizer.encode_ids([corrupted], None if corrupted_pair is None else [corrupted_pair],
+                                     max_length=window)
         if len(other.ids[0]) != T:
             raise ValueError(f"the clean and corrupted inputs must have the same number of tokens (token i of one is "
                              f"token i of the other): the clean input is {T} tokens, the corrupted one "

@@ -52,7 +52,8 @@ def metric_for(model: nn.Module, clean: dict[str, Tensor], real: Tensor) -> tupl
 
     def cosine(output) -> Tensor:
         return F.cosine_similarity(pooled(output), reference, dim=0)
-    return cosine, "the cosine between the clean run's embedding and the patched run's (the last hidden state mean-pooled over the tokens)"
+    return cosine, ("the cosine between the clean run's embedding and the patched run's (the last hidden state "
+                    "mean-pooled over the tokens)")
 
 
 def patching_maps(model: nn.Module, prefix: str, clean: dict[str, Tensor], corrupted: dict[str, Tensor],
