@@ -6,7 +6,7 @@ of it for activation patching and attribution, and steering vectors.
     metric = probes.pooled_cosine(runner, embedding, inputs["attention_mask"])
     ma.analysis.activation_patching(runner.model, clean, corrupted, metric, ["layers.*.output"], per="position")
     vector = probes.steering_vector(runner, positive_texts, negative_texts, "layers.3.output")
-    with ma.patch(runner.model, {"layers.3.output": lambda state: state + 4.0 * vector}):
+    with ma.patch(runner.model, {"layers.3.output": ma.steer(vector, scale=4.0)}):
         steered = runner.encode(texts)
 
 `embedding_of` is the runner's pipeline after the encoder (SentenceEncoder.forward: the pooling of products/pooling.py,

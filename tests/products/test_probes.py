@@ -155,14 +155,6 @@ def test_a_runner_with_worker_processes_is_refused(wordpiece_dir):
         probes.check_in_process(tiny_encoder(wordpiece_dir, workers=2))
 
 
-def _steer():
-    try:
-        return ma.steer
-    except (AttributeError, ImportError):
-        return None
-
-
-@pytest.mark.skipif(_steer() is None, reason="ma.steer (nn/interventions.py) is not in this tree yet")
 def test_ma_steer_around_encode_is_the_vector_added_at_the_positions(wordpiece_dir):
     runner = tiny_encoder(wordpiece_dir)
     vector = probes.steering_vector(runner, ["wonderful great"], ["terrible awful"], "layers.0.output")
