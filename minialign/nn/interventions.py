@@ -36,7 +36,7 @@ _LAYOUTS = {"head": "per head (B, H, L, ...)", "sequence": "one vector per seque
             "shared": "one table every sequence shares", "token": "(B, L, ...)", "module": "a module's"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Site:
     """Where a patch function is called, handed to one that takes a second parameter (`takes_site`; TransformerLens'
     hook functions take (activation, hook) alike).
