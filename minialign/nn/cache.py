@@ -16,7 +16,7 @@ activation over layers; here `stacked` takes any pattern of `capture.matches`) a
 (sae_lens/cache_activations_runner.py: a model run once over a dataset, each hook's activations per token written to
 disk, then read in shuffled batches by the training store; here safetensors shards beside an index.json).
 
-The token axis of an activation is read from its name (capture.activation_layout): (B, L, ...) and per head
+The token axis of an activation is read from its name (interventions.activation_layout): (B, L, ...) and per head
 (B, H, L, ...) have one; the pooler's (B, C) and the tables every sequence shares do not, and are kept whole. Real
 tokens are those of the forward's attention_mask (capture.real_tokens: `cap.reals`, one mask per forward); a
 per-head activation's real tokens are (T, H, ...). Attention maps (B, H, L, L) keep their key axis whole (padded
@@ -38,7 +38,8 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
-from minialign.nn.capture import Capture, activation_layout, capture, matches
+from minialign.nn.capture import Capture, capture, matches
+from minialign.nn.interventions import activation_layout
 
 RESERVED = "__"  # names starting with it are the file's own (masks, token indices), never an activation's
 CAPTURE_FORMAT = "minialign.capture"  # a saved capture's metadata "format"
@@ -63,12 +64,6 @@ def _base(name: str) -> str:
 def _call(name: str) -> int:
     """Which forward recorded `name`: "x" the first (0), "x#n" the n-th after it (a capture numbers repeats)."""
     return int(name.split("#", 1)[1]) if "#" in name else 0
-
-
-def _reals(cap: Capture) -> list[Tensor | None]:
-    """The capture's real-token masks, one per forward in order ((B|1, L) bool, None: every token)."""
-    reals = getattr(cap, "reals", None)  # a capture of nn/capture.py before `reals`: only the last forward's mask
-    return list(reals) if reals is not None else [cap.real]
 
 
 def _token_axis(name: str) -> int | None:
@@ -102,7 +97,7 @@ def _get(cap: Capture, name: str) -> Tensor:
 
 
 def _real_of(cap: Capture, name: str) -> Tensor | None:
-    reals, n = _reals(cap), _call(name)
+    reals, n = cap.reals, _call(name)
     if n >= len(reals):
         raise ValueError(f"{name} is the record of forward {n} and the capture holds {len(reals)} forwards' masks")
     return reals[n]
@@ -202,7 +197,7 @@ def save(cap: Capture, path: str | Path, *, real_only: bool = False) -> None:
             tensor = _cut(tensor, axis, _mask(_real_of(cap, name), tensor, axis, name))
             cut_names.append(name)
         tensors[name] = _owned(tensor, storages)
-    reals = _reals(cap)
+    reals = cap.reals
     for i, real in enumerate(reals):
         if real is not None:
             tensors[REAL.format(i)] = _owned(real.to(torch.bool), storages)
