@@ -101,6 +101,15 @@ def test_real_only_round_trip_of_two_padded_texts(tmp_path, wordpiece_dir):
     assert (back["layers.0.attention.probs"][1, :, lengths[1]:] == 0).all()
 
 
+def test_each_heads_write_is_cut_per_head():
+    model = _tiny()
+    ids, mask = _padded(lengths=(6, 3))
+    cap = _capture(model, ids, mask, names=["layers.1.attention.head_outputs"])
+    rows = cache.real_only(cap, "layers.1.attention.head_outputs")  # (B, H, L, C) -> (T, H, C)
+    assert rows.shape == (9, 2, 8)
+    assert torch.equal(rows[6:], cap["layers.1.attention.head_outputs"][1, :, :3].transpose(0, 1))
+
+
 def test_the_nth_forward_reads_its_own_mask():
     model = _tiny()
     ids, mask = _padded(lengths=(6, 3))
