@@ -23,6 +23,7 @@ import importlib
 _HOMES = {
     "CheckpointError": "minialign.convert",
     "analysis": "minialign.nn.analysis",
+    "cache": "minialign.nn.cache",
     "masks": "minialign.nn.masks",
     "attention": "minialign.nn.attention",
     "attention_bias": "minialign.nn.masks",
@@ -56,7 +57,7 @@ _HOMES = {
     **dict.fromkeys(["Exploration", "explore"], "minialign.apps.explore"),
     "with_score_function": "minialign.nn.score_swap",
 }
-_MODULES = ("analysis", "masks")
+_MODULES = ("analysis", "cache", "masks")
 _FOLDERS = ("nn", "sources", "loading", "models", "text", "runtime", "products", "apps", "convert")
 
 __version__ = "0.3.0"
