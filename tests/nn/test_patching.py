@@ -329,3 +329,13 @@ def test_integrated_gradients_completeness():
     assert abs(coarse.completeness) > abs(fine.completeness)
     with pytest.raises(ValueError, match="one activation by its exact name"):
         patching.integrated_gradients(model, clean, _metric, "layers.*.output")
+
+
+@pytest.mark.parametrize("arch", ["modernbert", "deberta-v2"])
+def test_path_patching_on_a_pre_ln_and_a_relative_family(arch):
+    model = random_encoder(arch, "sdpa", num_layers=3)
+    clean, corrupted = _padded_pair()
+    receivers = [(1, 2, "k"), (2, 0, "q"), (2, 3, "v")]
+    got = patching.path_patching(model, clean, corrupted, _metric, sender=(0, 1), receivers=receivers)
+    expected = _path_by_hand(model, clean, corrupted, _metric, (0, 1), receivers)
+    assert got.effects["layers.0.attention.head_outputs"].item() == pytest.approx(expected, abs=1e-5)
