@@ -193,3 +193,20 @@ def test_a_mean_ablation_of_the_heads_writes_takes_each_heads_own_mean():
     mean = writes[:, 1][mask.bool()].mean(0)  # (C,): head 1's mean over the real tokens
     torch.testing.assert_close(cap[name][:, 1], mean.expand_as(writes[:, 1]))
     assert torch.equal(cap[name][:, [0, 2, 3]], writes[:, [0, 2, 3]])
+
+
+def test_a_stop_inside_or_around_a_patch_ends_the_forward_and_leaves_its_names_unchecked():
+    model = random_encoder("bert")
+    ids, mask = _batch()
+    late = {"layers.2.attention.context": ma.ablate_heads(0)}  # after the stop: never reached, not an error
+    with torch.no_grad(), ma.capture(model, names=["layers.*.output"], stop_after=0) as cap:
+        with ma.patch(model, late):
+            model(ids, mask)
+    assert list(cap) == ["layers.0.output"] and cap.stopped
+    with torch.no_grad(), ma.patch(model, late):
+        with ma.capture(model, names=["layers.*.output"], stop_after="layers.1") as cap:
+            model(ids, mask)
+    assert list(cap) == ["layers.0.output", "layers.1.output"]
+    with torch.no_grad(), pytest.raises(RuntimeError, match="boom"):  # another exception is not swallowed
+        with ma.capture(model, stop_after=0):
+            raise RuntimeError("boom")
