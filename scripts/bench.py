@@ -4,7 +4,7 @@
                             [--mpnet DIR] [--only families|int8|retrieval|heads|encoder|scoring|embeddings|internals]
                             [--only encoder --dtypes fp32 bf16]
     python scripts/bench.py --suite encoder|scoring|embeddings|drift|internals --data FILE [--device cuda] [--dry-run]
-    python scripts/bench.py --render [--check]      # BENCHMARKS.md's GPU block from docs/benchmarks/*.json
+    python scripts/bench.py --render [--check]      # BENCHMARKS.md's blocks from docs/benchmarks/*.json
     python scripts/bench.py --render-files FILE...  # those files' tables, printed
 
 A tool beside the package, not part of it: run it from a checkout with the `test` extra installed
@@ -224,13 +224,15 @@ def suite(section: str, *, data_file: Path, device: str = "cuda", dry_run: bool 
 
 
 def render_docs(*, check: bool = False, path: Path = Path(__file__).resolve().parents[1] / "BENCHMARKS.md") -> int:
-    """BENCHMARKS.md's GPU block generated from docs/benchmarks/*.json (render.py); with check, only whether it is
-    current (1: it is not)."""
+    """BENCHMARKS.md's generated blocks (one per kind of machine: render.MARKERS) from docs/benchmarks/*.json
+    (render.py); with check, only whether they are current (1: one is not)."""
     text = path.read_text(encoding="utf-8")
-    new = generated.update(text, generated.gpu_files())
+    new = text
+    for kind in generated.MARKERS:
+        new = generated.update(new, generated.machine_files(kind), kind)
     if check:
         state = "current" if new == text else "stale: python scripts/bench.py --render"
-        print(f"{path.name}: the GPU block is {state}")
+        print(f"{path.name}: the generated blocks are {state}")
         return int(new != text)
     path.write_text(new, encoding="utf-8")
     return 0
@@ -345,8 +347,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --suite: every step at toy sizes, to check the pipeline (scripts/gpu_suite.sh "
                              "--dry-run); the figures mean nothing")
     parser.add_argument("--render", action="store_true",
-                        help="generate BENCHMARKS.md's GPU block from docs/benchmarks/*.json (with --check: only "
-                             "say whether it is current, exit 1 if not)")
+                        help="generate BENCHMARKS.md's blocks (GPU machines, CPU machines) from docs/benchmarks/*.json "
+                             "(with --check: only say whether they are current, exit 1 if not)")
     parser.add_argument("--check", action="store_true", help="with --render")
     parser.add_argument("--render-files", nargs="+", metavar="FILE", help="print these run files' tables")
     args = parser.parse_args(argv)

@@ -272,7 +272,7 @@ def test_benchmarks_md_gpu_block_is_what_the_committed_files_give():
     """The GPU block of BENCHMARKS.md is generated (`python scripts/bench.py --render`): regenerated from
     docs/benchmarks/*.json it is byte for byte what is committed, so it cannot drift from the data."""
     text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
-    files = render.gpu_files()
+    files = render.machine_files("gpu")
     assert [name for name, _ in files] == ["docs/benchmarks/nvidia-h200.json"]
     assert render.update(text, files) == text
     h200 = files[0][1]

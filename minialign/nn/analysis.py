@@ -21,12 +21,12 @@ against its definition (tests/nn/test_analysis.py).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
 
-from minialign.nn.capture import Capture, capture
+from minialign.nn.capture import Capture
 from minialign.nn.patching import (  # noqa: F401  re-exported: ma.analysis.activation_patching and the rest
     PER,
     IntegratedGradients,
@@ -37,6 +37,8 @@ from minialign.nn.patching import (  # noqa: F401  re-exported: ma.analysis.acti
     path_patching,
 )
 from minialign.nn.score_swap import encoder_of
+
+NORM_BIASES = "norm biases"  # the part every norm's bias (beta) goes to (spread_norm)
 
 
 def head_entropy(probs: Tensor, attention_mask: Tensor | None = None) -> Tensor:
@@ -151,7 +153,7 @@ def _max_flow(capacity: list[list[list[float]]], *, source: int, sink: int, eps:
 
 
 
-def _spread(norm: nn.Module, total: Tensor, parts: dict[str, Tensor], bias_name: str) -> dict[str, Tensor]:
+def spread_norm(norm: nn.Module, total: Tensor, parts: dict[str, Tensor]) -> dict[str, Tensor]:
     """A LayerNorm of `total` (= the sum of `parts`) distributed over them: gamma * (part - mean(part)) / sigma(total),
     and beta as a part of its own; the results sum to norm(total). An RMSNorm (EuroBERT's, nn/layers.py): gamma * part
     / rms(total), no mean and no bias."""
@@ -163,7 +165,7 @@ def _spread(norm: nn.Module, total: Tensor, parts: dict[str, Tensor], bias_name:
     sigma = (total.var(dim=-1, unbiased=False, keepdim=True) + norm.eps).sqrt()
     out = {name: weight * (p - p.mean(dim=-1, keepdim=True)) / sigma for name, p in parts.items()}
     if norm.bias is not None:
-        out[bias_name] = out.get(bias_name, 0) + norm.bias.float().expand_as(total)
+        out[NORM_BIASES] = out.get(NORM_BIASES, 0) + norm.bias.float().expand_as(total)
     return out
 
 
@@ -193,27 +195,30 @@ def residual_decomposition(model: nn.Module, cap: Capture, *, prefix: str | None
                          f"model it recorded, or the prefix its encoder's names start with in the capture "
                          f"({found or 'none recorded'})")
     with torch.no_grad() if detach else contextlib.nullcontext():
-        return _decomposition(encoder, {n.removeprefix(prefix): cap[n] for n in cap if n.startswith(prefix)})
+        return decompose(encoder, {n.removeprefix(prefix): cap[n] for n in cap if n.startswith(prefix)})
 
 
-def _decomposition(model: nn.Module, cap: dict[str, Tensor]) -> dict[str, Tensor]:
-    """residual_decomposition over the Encoder `model` and its capture's names, bare."""
+def decompose(model: nn.Module, cap: dict[str, Tensor], *,
+              attention_parts: Callable[[int, nn.Module, dict[str, Tensor]], dict[str, Tensor]] | None = None,
+              ) -> dict[str, Tensor]:
+    """residual_decomposition over the Encoder `model` and its capture's names, bare: the walk of the forward, each
+    norm spread over the parts so far (`spread_norm`). attention_parts(i, layer, cap) -> the parts layer i's attention
+    output is split into (default: one, "layers.{i}.attention"; nn/attribution.py: each head's write and the bias)."""
     layers = len(model.layers)
     pre_ln = "layers.0.ffn_norm" in cap
     parts = {"embeddings": cap["layers.0.input"].float()}
     for i, layer in enumerate(model.layers):
-        attention = cap[f"layers.{i}.attention.output"].float()
-        ffn = cap[f"layers.{i}.ffn_output"].float()
-        if pre_ln:
-            parts[f"layers.{i}.attention"] = attention
-            parts[f"layers.{i}.ffn"] = ffn
-            continue
-        parts[f"layers.{i}.attention"] = attention
-        parts = _spread(layer.attention_norm, cap[f"layers.{i}.attention_residual"].float(), parts, "norm biases")
-        parts[f"layers.{i}.ffn"] = ffn
-        parts = _spread(layer.ffn_norm, cap[f"layers.{i}.ffn_residual"].float(), parts, "norm biases")
+        if attention_parts is None:
+            parts[f"layers.{i}.attention"] = cap[f"layers.{i}.attention.output"].float()
+        else:
+            parts.update(attention_parts(i, layer, cap))
+        if not pre_ln:
+            parts = spread_norm(layer.attention_norm, cap[f"layers.{i}.attention_residual"].float(), parts)
+        parts[f"layers.{i}.ffn"] = cap[f"layers.{i}.ffn_output"].float()
+        if not pre_ln:
+            parts = spread_norm(layer.ffn_norm, cap[f"layers.{i}.ffn_residual"].float(), parts)
     if pre_ln:
-        parts = _spread(model.final_norm, cap[f"layers.{layers - 1}.output"].float(), parts, "norm biases")
+        parts = spread_norm(model.final_norm, cap[f"layers.{layers - 1}.output"].float(), parts)
     return parts
 
 

@@ -4,8 +4,8 @@ head, each attention's output bias, each feed-forward and the norms' biases (Tra
 Circuits", sec. "Direct path terms").
 
 The last hidden state h (B, L, C) is the sum of parts written into the residual stream, each LayerNorm on the way
-distributed over its input's parts with the scale of the forward's own input (analysis._spread: gamma * (part -
-mean(part)) / sigma(total), beta a part of its own), so the parts sum to h exactly. A metric f's attribution to a part
+distributed over its input's parts with the scale of the forward's own input (analysis.spread_norm: gamma *
+(part - mean(part)) / sigma(total), beta a part of its own), so the parts sum to h exactly. A metric f's attribution to a part
 p is its linearisation at the forward's own state:
 
     attribution(p) = <df/dh (h), p>            rest = f(h) - sum_p attribution(p)
@@ -23,11 +23,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from minialign.nn.analysis import _spread
+from minialign.nn.analysis import decompose
 from minialign.nn.capture import capture
 from minialign.nn.score_swap import encoder_of
 
-NORM_BIASES = "norm biases"  # residual_decomposition's name for the norms' biases (analysis._decomposition)
 
 # What the decomposition reads of the forward (nn/capture.py names); "layers.0.*_norm": layer 0's norm outputs, whose
 # `ffn_norm` says a pre-LN layer (ModernBERT, EuroBERT: the norm before the feed-forward), as _decomposition reads it.
@@ -123,21 +122,10 @@ def direct_attribution(model: nn.Module, inputs: dict[str, Tensor],
 
 
 def _parts(encoder: nn.Module, cap: dict[str, Tensor]) -> dict[str, Tensor]:
-    """The last hidden state as parts (B, L, C), each norm spread over them (analysis._spread) in the order of the
-    forward: analysis._decomposition's walk, with each attention split into its heads' writes and its bias."""
-    pre_ln = "layers.0.ffn_norm" in cap
-    parts = {"embeddings": cap["layers.0.input"].float()}
-    for i, layer in enumerate(encoder.layers):
-        parts.update(_attention_parts(layer.attention, cap[f"layers.{i}.attention.head_outputs"], f"layers.{i}"))
-        if not pre_ln:
-            parts = _spread(layer.attention_norm, cap[f"layers.{i}.attention_residual"].float(), parts, NORM_BIASES)
-        parts[f"layers.{i}.ffn"] = cap[f"layers.{i}.ffn_output"].float()
-        if not pre_ln:
-            parts = _spread(layer.ffn_norm, cap[f"layers.{i}.ffn_residual"].float(), parts, NORM_BIASES)
-    if pre_ln:
-        last = cap[f"layers.{len(encoder.layers) - 1}.output"].float()
-        parts = _spread(encoder.final_norm, last, parts, NORM_BIASES)
-    return parts
+    """The last hidden state as parts (B, L, C): analysis.decompose's walk, each attention split into its heads'
+    writes and its bias."""
+    return decompose(encoder, cap, attention_parts=lambda i, layer, cap: _attention_parts(
+        layer.attention, cap[f"layers.{i}.attention.head_outputs"], f"layers.{i}"))
 
 
 def _attention_parts(attention: nn.Module, writes: Tensor, layer: str) -> dict[str, Tensor]:

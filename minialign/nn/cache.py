@@ -5,7 +5,7 @@ tokens, and a dataset's activations streamed to shards of tokens for probes and 
     cap = load("run.safetensors")                     # a Capture holding the same bits
     stacked(cap, "layers.*.output")                   # (layers, B, L, C), layers.10 after layers.9
     residual_stream(cap)                              # (layers + 1, B, L, C): each layer's input, the last output
-    real_only(cap, "layers.3.output")                 # (T, C): the real tokens of every text, in order
+    real_rows(cap, "layers.3.output")                 # (T, C): the real tokens of every text, in order
 
     cache_dataset(model, batches, ["layers.*.output"], "acts/", shard_size=65536)
     acts = Activations("acts/")                       # read shard by shard (safetensors' safe_open)
@@ -26,7 +26,6 @@ keys included): (T, H, L).
 from __future__ import annotations
 
 import difflib
-import importlib.metadata
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -38,6 +37,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
+from minialign import __version__
 from minialign.nn.capture import Capture, capture, matches
 from minialign.nn.interventions import activation_layout
 
@@ -47,13 +47,6 @@ SHARDS_FORMAT = "minialign.activations"  # a cache_dataset directory's index.jso
 INDEX = "index.json"
 REAL = "__real__.{}"  # a saved capture's mask of forward {} ((B|1, L) bool)
 TOKENS = "__tokens__"  # a shard's (n, 2) int64: each row's document (counted over the dataset) and position
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("minialign")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def _base(name: str) -> str:
@@ -103,7 +96,7 @@ def _real_of(cap: Capture, name: str) -> Tensor | None:
     return reals[n]
 
 
-def real_only(cap: Capture, name: str) -> Tensor:
+def real_rows(cap: Capture, name: str) -> Tensor:
     """The real tokens of one activation: (B, L, ...) -> (T, ...), per head (B, H, L, ...) -> (T, H, ...), text by
     text and in position order, T the real tokens of the forward that recorded it ("name#n": the n-th forward after
     the first; its mask in `cap.reals`). An activation without a token axis (pooler.output, relative.table) is an
@@ -117,7 +110,7 @@ def real_only(cap: Capture, name: str) -> Tensor:
 
 
 def token_index(cap: Capture, name: str) -> Tensor:
-    """(T, 2) int64, the document (row of the batch) and position of each row of `real_only(cap, name)`."""
+    """(T, 2) int64, the document (row of the batch) and position of each row of `real_rows(cap, name)`."""
     tensor = _get(cap, name)
     axis = _token_axis(name)
     if axis is None:
@@ -201,7 +194,7 @@ def save(cap: Capture, path: str | Path, *, real_only: bool = False) -> None:
     for i, real in enumerate(reals):
         if real is not None:
             tensors[REAL.format(i)] = _owned(real.to(torch.bool), storages)
-    metadata = {"format": CAPTURE_FORMAT, "version": _version(), "names": json.dumps(list(cap.tensors)),
+    metadata = {"format": CAPTURE_FORMAT, "version": __version__, "names": json.dumps(list(cap.tensors)),
                 "model": type(cap.model).__name__ if cap.model is not None else "", "detach": json.dumps(cap.detach),
                 "shapes": json.dumps(shapes), "layouts": json.dumps(layouts), "real_only": json.dumps(cut_names),
                 "reals": json.dumps([real is not None for real in reals])}
@@ -209,7 +202,7 @@ def save(cap: Capture, path: str | Path, *, real_only: bool = False) -> None:
     save_file(tensors, str(path), metadata=metadata)
 
 
-def _open(path: Path, want: str):
+def _open_file(path: Path, want: str):
     """safe_open of a file this module wrote in format `want`; a missing, corrupt or foreign file named."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
@@ -226,11 +219,11 @@ def _open(path: Path, want: str):
 def load(path: str | Path) -> Capture:
     """A saved capture: the same names in the same order, equal bits, each forward's mask (`cap.reals`, `cap.real`
     the last). An activation saved real_only is rebuilt padded, (B, L, ...) with zeros at the padding: the loaded
-    capture reads as the one saved (`real_only(load(path), name)` gives back the saved rows bit for bit); its
+    capture reads as the one saved (`real_rows(load(path), name)` gives back the saved rows bit for bit); its
     padding's values were not saved. The records hold no graph (`detach` is True; `info(path)` says what the
     saved capture's was, and the model's class)."""
     path = Path(path)
-    with _open(path, CAPTURE_FORMAT) as f:
+    with _open_file(path, CAPTURE_FORMAT) as f:
         meta = f.metadata()
         names, shapes = json.loads(meta["names"]), json.loads(meta["shapes"])
         cut = set(json.loads(meta["real_only"]))
@@ -257,7 +250,7 @@ def info(path: str | Path) -> dict:
     detach, names (in order), shapes and layouts (as recorded), real_only (the names stored as real tokens only),
     reals (whether each forward had a mask)."""
     path = Path(path)
-    with _open(path, CAPTURE_FORMAT) as f:
+    with _open_file(path, CAPTURE_FORMAT) as f:
         meta = f.metadata()
     return {key: value if key in ("format", "version", "model") else json.loads(value) for key, value in meta.items()}
 
@@ -354,7 +347,7 @@ def cache_dataset(model: nn.Module, batches: Iterable[Mapping[str, Tensor]], nam
             write(shard_size)
     if pending:
         write(pending)
-    index = {"format": SHARDS_FORMAT, "version": _version(), "model": model_name, "names": list(rows),
+    index = {"format": SHARDS_FORMAT, "version": __version__, "model": model_name, "names": list(rows),
              "shapes": shapes, "dtypes": dtypes,
              "real_only": real_only, "shard_size": shard_size, "tokens": sum(s["tokens"] for s in shards),
              "documents": documents, "shards": shards}
@@ -390,8 +383,9 @@ class Activations:
         self.files = [self.directory / shard["file"] for shard in index["shards"]]
         for number, (file, shard) in enumerate(zip(self.files, index["shards"])):
             if not file.is_file():
-                raise FileNotFoundError(f"{file}: shard {number} of {len(self.files)} listed in {index_file} is missing")
-            with _open(file, SHARDS_FORMAT) as f:
+                raise FileNotFoundError(f"{file}: shard {number} of {len(self.files)} listed in {index_file} "
+                                        f"is missing")
+            with _open_file(file, SHARDS_FORMAT) as f:
                 meta = f.metadata()
                 count = f.get_slice(TOKENS).get_shape()[0]
             if (meta.get("model") != self.model or meta.get("shard") != str(number)

@@ -146,6 +146,7 @@ class Capture:
         self.real: Tensor | None = None  # (B|1, L) bool, the current forward's real tokens (`real_tokens`); None: all
         self.reals: list[Tensor | None] = []  # every forward's `real`, in order (nn/cache.py keeps real tokens only)
         self.stopped = False  # whether a forward stopped at `stop` (names after it are then not errors)
+        self.stop_owner: Capture | None = None  # a patch nested in a stopping capture: that capture (its block ends)
         self._modules: dict[str, nn.Module] = {}  # the model's modules by path (set when opened)
         self._site_taken: dict[int, bool] = {}  # id(patch fn) -> takes_site, decided once per fn
         self._scope: list[str] = []
@@ -218,15 +219,26 @@ class Capture:
     def check_names(self, model: nn.Module) -> None:
         """After the block: a name or pattern (of `names` or `patches`) that matched nothing the forward reached
         is an error listing the close ones (a typo would otherwise record or change nothing, silently). After a
-        forward stopped (`stop`), the names it did not reach are not errors."""
-        if not self.seen or self.stopped:
-            return  # no forward of the model ran inside the block, or it stopped before some: nothing to say
+        forward stopped (`stop`), the names of modules it never entered are not errors (`_unreached`)."""
+        if not self.seen:
+            return  # no forward of the model ran inside the block: nothing to say
         for pattern in self.asked:
-            if pattern not in self.matched:
+            if pattern not in self.matched and not (self.stopped and self._unreached(pattern)):
                 close = difflib.get_close_matches(pattern, list(self.seen), n=5, cutoff=0.5)
                 raise ValueError(f"no activation of {type(model).__name__}'s forward is named {pattern!r}"
                                  + (f"; close: {', '.join(close)}" if close else "")
                                  + " (README, \"Capture names\")")
+
+
+    def _unreached(self, pattern: str) -> bool:
+        """Whether `pattern` names an activation of a module a stopped forward never entered: a module path's (checked
+        against the model's modules when the session opened), or a name whose module (all but its last part, the
+        role) is one of the model's and recorded nothing. A typo in a module the forward reached is still an error."""
+        if ":" in pattern:
+            return True
+        scope = pattern.rpartition(".")[0]
+        return (bool(scope) and any(matches(module, scope) for module in self._modules)
+                and not any(matches(name, f"{scope}.*") for name in self.seen))
 
 
 def capturing() -> bool:
@@ -314,6 +326,7 @@ def patch(model: nn.Module, patches: dict[str, Callable[..., Tensor]], *,
         session = Capture(detach=outer.detach, names=outer.names, patches={**outer.patches, **patches},
                           tensors=outer.tensors, keep=outer.keep, asked=tuple(patches), stop=outer.stop)
         session.reals = outer.reals  # one list of masks for the records they share
+        session.stop_owner = outer.stop_owner or outer  # the capture that asked to stop ends its own block
     else:
         session = Capture(detach=detach, patches=patches, keep=False)
     with _session(model, session, outer=outer) as cap:
@@ -384,7 +397,7 @@ def _session(model: nn.Module, cap: Capture, *, outer: Capture | None = None) ->
     if stop is not None:
         def halt(module, args, output):
             if current() is cap:
-                raise _Stop(cap)
+                raise _Stop(cap.stop_owner or cap)
         handles.append(cap._modules[stop].register_forward_hook(halt))
     global _open
     token = _active.set(cap)
@@ -394,11 +407,10 @@ def _session(model: nn.Module, cap: Capture, *, outer: Capture | None = None) ->
     try:
         yield cap
     except _Stop as stopped:
-        if stopped.session is not cap:
-            failed = True
-            raise
         cap.stopped = True
         cap._scope.clear()  # the modules the exception left by did not pop theirs
+        if stopped.session is not cap:  # an outer capture's stop: its block ends (after this one's checks below)
+            raise
     except BaseException:
         failed = True
         raise

@@ -57,8 +57,6 @@ class Site:
     layout: str
 
 
-
-
 def takes_site(fn: Callable) -> bool:
     """Whether a patch function is called fn(activation, site): its second positional parameter has no default, or is
     named `site` (a module's: its forward's). One parameter, or a second with a default, is called fn(activation)."""
@@ -161,29 +159,47 @@ def steer(vector: Tensor, *, positions: Sequence[int] | Tensor | None = None,
 
 
 def reconstruct(sae: Callable[[Tensor], Tensor], *, positions: Sequence[int] | Tensor | None = None,
-                keep_error: bool = False) -> Callable[..., Tensor]:
+                keep_error: bool = False, edit: Callable[[Tensor], Tensor] | None = None) -> Callable[..., Tensor]:
     """Replace a (B, L, C) activation by a sparse autoencoder's reconstruction of it, `sae(x)` (any callable or
     module mapping (..., C) to (..., C): its encode then decode), at the token `positions` or, with None, at every
     real token of the forward (`Site.real`); the padding is left as it was, so no padding enters the SAE's
-    features (SAELens' HookedSAETransformer splices an SAE in alike). keep_error=True adds back the reconstruction's
-    error x - sae(x), with no gradient of its own through the SAE (SAELens `SAE.forward` with use_error_term: the
-    error computed under no_grad; the "error node" of Marks et al. 2024's sparse feature circuits): the forward's
-    values are then x's, bit for bit, while the SAE is in the graph, so its features get the output's gradient."""
+    features (SAELens' HookedSAETransformer splices an SAE in alike).
+
+    edit: a function of the SAE's features (`sae.encode(x)` -> `edit(features)` -> `sae.decode`; the SAE must have
+    both methods), to ablate or steer features. keep_error=True adds back the reconstruction's error of the
+    unedited features, x - sae.decode(sae.encode(x)), without a gradient (SAELens `SAE.forward` with use_error_term:
+    sae_out + no_grad(x - x_reconstruct_clean); the "error node" of Marks et al. 2024's sparse feature circuits):
+    without `edit` the forward's values are x's, bit for bit, and the gradient reaching x is the SAE's own (its
+    features get the output's gradient); with `edit` the values are x's plus what the edit changed of the
+    reconstruction, so an edit is not cancelled by the error term."""
+    if edit is not None and not (callable(getattr(sae, "encode", None)) and callable(getattr(sae, "decode", None))):
+        raise ValueError(f"reconstruct(edit=) edits the SAE's features: the SAE needs encode and decode methods, and "
+                         f"{type(sae).__name__} lacks them")
+
     def fn(t: Tensor, site: Site | None = None) -> Tensor:
         name = site.name if site is not None else "the activation"
         if site is not None and site.layout not in ("token", "module") or t.dim() != 3:
             raise ValueError(f"reconstruct replaces each token of a (B, L, C) activation; {name} is {tuple(t.shape)}"
                              + (f", {_LAYOUTS[site.layout]}" if site is not None else ""))
         where = _positions(positions, t) if positions is not None else _real_tokens(site, t, 1)
-        rebuilt = sae(t)
-        if not isinstance(rebuilt, Tensor) or rebuilt.shape != t.shape:
-            got = tuple(rebuilt.shape) if isinstance(rebuilt, Tensor) else type(rebuilt).__name__
-            raise ValueError(f"the SAE mapped {name} {tuple(t.shape)} to {got}: it must give back its shape")
-        rebuilt = rebuilt.to(t.dtype)
-        if keep_error:  # x + (sae(x) - sae(x)): x's value bit for bit, and the SAE's path in the graph
-            rebuilt = t + (rebuilt - rebuilt.detach())
+        if edit is None:
+            rebuilt = clean = _checked(sae(t), t, name)
+        else:
+            features = sae.encode(t)
+            rebuilt = _checked(sae.decode(edit(features)), t, name)
+            clean = _checked(sae.decode(features), t, name) if keep_error else rebuilt
+        if keep_error:  # x + (edited - clean): x's value bit for bit when nothing is edited; the SAE's path in the graph
+            rebuilt = t.detach() + (rebuilt - clean.detach())
         return rebuilt if where is None else torch.where(where.unsqueeze(-1), rebuilt, t)
     return fn
+
+
+def _checked(rebuilt, t: Tensor, name: str) -> Tensor:
+    """The SAE's reconstruction of `t` in t's dtype, or an error naming its shape."""
+    if not isinstance(rebuilt, Tensor) or rebuilt.shape != t.shape:
+        got = tuple(rebuilt.shape) if isinstance(rebuilt, Tensor) else type(rebuilt).__name__
+        raise ValueError(f"the SAE mapped {name} {tuple(t.shape)} to {got}: it must give back its shape")
+    return rebuilt.to(t.dtype)
 
 
 def _real_tokens(site: Site | None, t: Tensor, axis: int) -> Tensor | None:

@@ -49,7 +49,8 @@ _NOT_PER_ROW = ("head_mask",)  # inputs that hold no batch axis, never repeated 
 class Patching:
     """What a patching measured: the metric of the clean run, of the corrupted run, and of the corrupted run with
     each activation patched in (`effects`: name -> a 0-d tensor whole, (L,) per position, (H,) per head, (H, L) per
-    head and position). attribution_patching's effects are estimates of the same; path_patching's are keyed by the
+    head and position; the H axis holds the layer's heads in order, the unpruned numbers of a pruned layer's in
+    `attention.heads`). attribution_patching's effects are estimates of the same; path_patching's are keyed by the
     sender's head_outputs."""
 
     clean: float
@@ -159,6 +160,9 @@ def _chunks(items: list, sources: dict[str, Tensor], batch: int, copies: int):
     group = []
     for item in items:
         if _layout(item[0], sources[item[0]]) == "shared" or sources[item[0]].size(0) != batch:
+            if group:  # the scores come back in the items' order: the group before it first
+                yield group
+                group = []
             yield [item]
             continue
         group.append(item)
@@ -235,17 +239,21 @@ def _rows(output, start: int, stop: int, total: int):
 
 def path_patching(model: nn.Module, clean: dict[str, Tensor], corrupted: dict[str, Tensor],
                   metric: Callable[[object], Tensor | float], *, sender: tuple[int, int] | int,
-                  receivers: Sequence[tuple[int, int, str]]) -> Patching:
+                  receivers: Sequence[tuple[int, int, str]], freeze_ffn: bool = False) -> Patching:
     """Path patching (Wang et al. 2022, section 3.1; TransformerLens' path patching): the effect on `metric` of the
-    sender head's clean write reaching the receivers' queries, keys or values through the residual stream alone.
+    sender head's clean write reaching the receivers' queries, keys or values through the residual stream, every
+    other head's write frozen on the way (and, with freeze_ffn, every feed-forward output: the direct path alone).
 
     sender: (layer, head); or a layer, every head of it a sender of its own (effects (H,), the heads batched as
-    copies). receivers: (layer, head, "q" | "k" | "v"), each in a layer after the sender's. Four runs:
+    copies). receivers: (layer, head, "q" | "k" | "v"), each in a layer after the sender's. Heads are numbered as in
+    the unpruned layer (`attention.heads`; a pruned head is an error). Four runs:
       1. clean, recording the sender's write (layers.{s}.attention.head_outputs);
-      2. corrupted, recording every head's write after the sender's layer and every feed-forward output from it on;
-      3. corrupted with the sender head's write clean and those writes and outputs frozen at run 2's values,
-         recording the receivers' q / k / v: what reaches them is the sender's write through the residual (and the
-         norms on it) alone;
+      2. corrupted, recording every head's write after the sender's layer (freeze_ffn: and every feed-forward
+         output from it on);
+      3. corrupted with the sender head's write clean and those writes (and outputs) frozen at run 2's values,
+         recording the receivers' q / k / v: what reaches them is the sender's write through the residual, the norms
+         and the feed-forwards recomputed on it (Wang et al.'s recipe, and ARENA's: heads frozen, MLPs not), or
+         through the residual and the norms alone (freeze_ffn);
       4. corrupted with only the receivers' q / k / v (their head's slice) set to run 3's: its metric is the effect.
     Returns a Patching whose `effects` holds {sender's head_outputs name: 0-d, or (H,)}. What a family writes into
     the residual besides head writes and feed-forward outputs (DeBERTa-v2's convolution after layer 0) is not frozen.
@@ -264,12 +272,12 @@ def path_patching(model: nn.Module, clean: dict[str, Tensor], corrupted: dict[st
         if not layer < r_layer < layers:
             raise ValueError(f"receiver ({r_layer}, {r_head}, {role!r}) must be in a layer after the sender's "
                              f"({layer}) and before {layers}")
-        parts.setdefault(f"{prefix}layers.{r_layer}.attention.{role}", []).append(r_head)
+        parts.setdefault(f"{prefix}layers.{r_layer}.attention.{role}", []).append(_head_index(encoder, r_layer, r_head))
     if not parts:
         raise ValueError("path patching needs at least one receiver")
     send = f"{prefix}layers.{layer}.attention.head_outputs"
     frozen = ([f"{prefix}layers.{i}.attention.head_outputs" for i in range(layer + 1, layers)]
-              + [f"{prefix}layers.{i}.ffn_output" for i in range(layer, layers)])
+              + ([f"{prefix}layers.{i}.ffn_output" for i in range(layer, layers)] if freeze_ffn else []))
     with torch.no_grad():
         with capture(model, names=[send]) as run:  # 1
             clean_score = _scalar(metric(model(**clean)), "clean")
@@ -277,9 +285,9 @@ def path_patching(model: nn.Module, clean: dict[str, Tensor], corrupted: dict[st
         with capture(model, names=[send, *frozen]) as run:  # 2
             corrupted_score = _scalar(metric(model(**corrupted)), "corrupted")
         values = dict(run.tensors)
-        senders = list(range(clean_write.size(1))) if heads is None else [heads]
-        if not all(0 <= h < clean_write.size(1) for h in senders):
-            raise ValueError(f"the sender's head {heads} is not one of layer {layer}'s {clean_write.size(1)}")
+        # heads by their number in the unpruned layer (SelfAttention.heads, as Site.heads and direct attribution
+        # number them), each at its index on the H axis
+        senders = list(range(clean_write.size(1))) if heads is None else [_head_index(encoder, layer, heads)]
         K = len(senders)
         repeated = _repeat(corrupted, K, batch)
         mask = torch.zeros(K, 1, clean_write.size(1), 1, 1, dtype=torch.bool, device=clean_write.device)
@@ -304,6 +312,15 @@ def path_patching(model: nn.Module, clean: dict[str, Tensor], corrupted: dict[st
     return Patching(clean_score, corrupted_score, {send: effect}, "head" if heads is None else None)
 
 
+def _head_index(encoder: nn.Module, layer: int, head: int) -> int:
+    """Head `head` of layer `layer` (its number in the unpruned layer) as an index on the layer's H axis."""
+    heads = tuple(encoder.layers[layer].attention.heads)
+    if head not in heads:
+        raise ValueError(f"head {head} is not one of layer {layer}'s heads {heads}"
+                         + (" (the others were pruned)" if len(heads) < encoder.config.num_heads else ""))
+    return heads.index(head)
+
+
 # -- attribution patching -----------------------------------------------------------------------------------
 
 def attribution_patching(model: nn.Module, clean: dict[str, Tensor], corrupted: dict[str, Tensor],
@@ -324,9 +341,11 @@ def attribution_patching(model: nn.Module, clean: dict[str, Tensor], corrupted: 
     axes = {name: _axes(name, source, per) for name, source in sources.items()}
     leaves: dict[str, Tensor] = {}
 
-    def leaf(name: str) -> Callable[[Tensor], Tensor]:  # the activation as a leaf of the graph the metric is on
+    def leaf(name: str) -> Callable[[Tensor], Tensor]:  # the activation as a node of its own on the metric's graph
         def fn(t: Tensor) -> Tensor:
-            leaves[name] = x = t.detach().requires_grad_(True)
+            # on the graph already (an earlier name's node, or the weights'): a view of it, so the gradient reaching
+            # it is the whole metric's and an earlier name's still flows through it; else a leaf of its own
+            leaves[name] = x = t.view_as(t) if t.requires_grad else t.detach().requires_grad_(True)
             return x
         return fn
 
@@ -431,4 +450,6 @@ def _scalar(value: Tensor | float, run: str) -> float:
 
 
 def _shape(value) -> str:
-    return str(tuple(value.shape)) if isinstance(value, Tensor) else ("missing" if value is None else type(value).__name__)
+    if isinstance(value, Tensor):
+        return str(tuple(value.shape))
+    return "missing" if value is None else type(value).__name__

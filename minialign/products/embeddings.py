@@ -241,10 +241,7 @@ class SentenceEncoder(Runner):
             values = results.values
         else:
             values = torch.empty(0, self.full_dimension)
-        if truncate_dim is not None:
-            values = values[:, :truncate_dim]
-        if normalize_embeddings:
-            values = F.normalize(values, p=2, dim=1)
+        values = finish(values, truncate_dim=truncate_dim, normalize_embeddings=normalize_embeddings)
         if precision == "float32":
             return values
         return quantize_embeddings(values, precision, ranges=ranges, calibration_embeddings=calibration_embeddings)
@@ -282,13 +279,26 @@ class SentenceEncoder(Runner):
         final = pooling_modes.final_tokens(self.pooling, prompt_length=skip)
         with lora.chosen(self.model, batch.pop("adapter", None)):
             hidden = self.model(**batch, unpad=self.unpad, final_tokens=final).last_hidden_state
-        mask = batch["attention_mask"][:, :hidden.size(1)]
-        x = pooling_modes.pool(hidden, mask, self.pooling, prompt_length=skip)
+        return self.embed_state(hidden, batch["attention_mask"][:, :hidden.size(1)], prompt_length=skip)
+
+    def embed_state(self, hidden: Tensor, mask: Tensor, *, prompt_length: int = 0) -> Tensor:
+        """(B, D) float32: the pipeline after the encoder, on a last hidden state (B, L, C) and its mask (B, L): the
+        pooling (less `prompt_length` leading tokens where the Pooling module leaves the prompt out), each Dense, then
+        Normalize. Differentiable (products/probes.py reads a forward's embedding through it)."""
+        x = pooling_modes.pool(hidden, mask, self.pooling, prompt_length=prompt_length)
         for layer in self.dense:
             x = layer(x)
         if self.normalize:
             x = F.normalize(x, p=2, dim=1)
         return x.float()
+
+
+def finish(values: Tensor, *, truncate_dim: int | None, normalize_embeddings: bool) -> Tensor:
+    """encode's last steps on the pipeline's embeddings: the first `truncate_dim` dimensions kept, then each row
+    normalised where asked (sentence-transformers' order: truncate, then normalize)."""
+    if truncate_dim is not None:
+        values = values[:, :truncate_dim]
+    return F.normalize(values, p=2, dim=1) if normalize_embeddings else values
 
 
 def model_prompts(prompts: dict[str, str] | None, default_prompt_name: str | None) -> dict[str, str]:

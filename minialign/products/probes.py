@@ -23,7 +23,8 @@ real tokens, averaged over the texts of each set, positive minus negative.
 `runner.encode` under `ma.patch(runner.model, ...)` is steered because the batching engine runs every forward on the
 calling thread (runtime/engine.py `_here`: only the next batch's collation runs ahead in a background thread), where
 the patch is open (a session belongs to the thread that opened it: nn/capture.py). A runner loaded with workers > 1
-runs its forwards in other processes, where no patch is open: `check_in_process` refuses it.
+runs its batches in its worker processes, except while a capture or patch is open on the calling thread: then
+every batch runs here (BatchEngine.execute), so the session sees them.
 """
 
 from __future__ import annotations
@@ -35,9 +36,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from minialign.nn.capture import capture
-from minialign.products import pooling
 from minialign.products.choices import EMBED_NORMALIZE
-from minialign.products.embeddings import SentenceEncoder
+from minialign.products.embeddings import SentenceEncoder, finish
 from minialign.products.quantization import check_truncate_dim
 from minialign.text.tokenizer import pad
 from minialign.text.validation import check_texts
@@ -72,16 +72,9 @@ def embedding_of(runner: SentenceEncoder, output, attention_mask: Tensor, *, pro
         raise ValueError(f"attention_mask must be (B, L) = {tuple(hidden.shape[:2])}, got "
                          f"{tuple(attention_mask.shape)}")
     # SentenceEncoder.forward after the encoder, then SentenceEncoder.encode after the engine
-    x = pooling.pool(hidden, mask, runner.pooling, prompt_length=_prompt_length(runner, prompt_name, prompt))
-    for layer in runner.dense:
-        x = layer(x)
-    if runner.normalize:
-        x = F.normalize(x, p=2, dim=1)
-    x = x.float()
+    x = runner.embed_state(hidden, mask, prompt_length=_prompt_length(runner, prompt_name, prompt))
     truncate_dim = check_truncate_dim(truncate_dim if truncate_dim is not None else runner.truncate_dim)
-    if truncate_dim is not None:
-        x = x[:, :truncate_dim]
-    return F.normalize(x, p=2, dim=1) if normalize_embeddings else x
+    return finish(x, truncate_dim=truncate_dim, normalize_embeddings=normalize_embeddings)
 
 
 def pooled_cosine(runner: SentenceEncoder, reference: Tensor, attention_mask: Tensor, *, reduce: bool = True,
@@ -124,14 +117,6 @@ def steering_vector(source: SentenceEncoder | nn.Module, positive, negative, nam
                              f"texts need a SentenceEncoder, got {type(inputs).__name__}")
         means.append(_mean_activation(model, dict(inputs), name, which))
     return means[0] - means[1]
-
-
-def check_in_process(runner) -> None:
-    """A ValueError where the runner's forwards run in other processes (workers > 1: runtime/process_pool.py), where
-    a patch or capture this thread opened does not apply; nothing otherwise (the module docstring)."""
-    if runner.engine.workers > 1:
-        raise ValueError(f"this runner runs its forwards in {runner.engine.workers} worker processes, where a patch or "
-                         f"capture opened here does not apply: load it with workers=1")
 
 
 def _mean_activation(model: nn.Module, inputs: dict[str, Tensor], name: str, which: str) -> Tensor:

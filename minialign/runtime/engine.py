@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from minialign.nn import capture
 from minialign.nn.layout import HostBatch
 from minialign.runtime.memory import release_free_memory
 from minialign.runtime.prefetch import ahead
@@ -340,7 +341,9 @@ class BatchEngine:
 
     def execute(self, forward, batches):
         """(index, forward(batch)) for each (index, batch): here, or in the worker processes."""
-        if self.workers == 1:
+        if self.workers == 1 or capture.current() is not None:
+            # a capture or patch applies to the forwards of the thread that opened it (nn/capture.py): while one is
+            # open here, every batch runs here, so a patched encode is patched whatever its workers
             return self._here(forward, batches)
         if self._pool is None or self._pool.forward != forward:
             self.close()

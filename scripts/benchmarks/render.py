@@ -1,5 +1,6 @@
-"""The tables people read, generated from the benchmark files (data.py): BENCHMARKS.md's GPU block, written between
-its markers from every GPU machine's docs/benchmarks/<machine>.json, and the GPU suite's own report. Nothing in the
+"""The tables people read, generated from the benchmark files (data.py): BENCHMARKS.md's blocks, one per kind of
+machine (MARKERS: the GPU machines' and the CPU machines'), each written between its markers from every such
+machine's docs/benchmarks/<machine>.json, and the GPU suite's own report. Nothing in the
 block is typed by hand: a run's file replaced, the block is generated again (`python scripts/bench.py --render`);
 tests/test_gpu_suite.py checks that the committed block is what the committed files give.
 
@@ -16,6 +17,10 @@ from benchmarks import data
 
 BEGIN = "<!-- generated from docs/benchmarks/*.json: do not edit -->"
 END = "<!-- end generated -->"
+# each kind of machine's block in BENCHMARKS.md: its markers (the GPU block's were the first, kept as they were)
+MARKERS = {"gpu": (BEGIN, END),
+           "cpu": ("<!-- generated from docs/benchmarks/*.json, CPU machines: do not edit -->",
+                   "<!-- end generated, CPU machines -->")}
 SPREAD = "p10-p90 ms"  # p10_ms and p90_ms in one column, after median_ms
 RATIO_SPEC = ".2f"
 
@@ -101,20 +106,22 @@ def report(files: list[tuple[str, dict]], level: str = "##") -> str:
     return "\n\n".join(parts + [legend(shown)])
 
 
-def gpu_files(folder: Path = data.DOCS) -> list[tuple[str, dict]]:
-    """Every GPU machine's file in `folder`, by name, as (path from the repository's top, content)."""
+def machine_files(kind: str, folder: Path = data.DOCS) -> list[tuple[str, dict]]:
+    """Every file in `folder` of a machine of this kind ("gpu", "cpu"; a dry run's left out), by name, as (path from
+    the repository's top, content)."""
     top = data.DOCS.parents[1]
     found = []
     for path in sorted(Path(folder).glob("*.json")):
         content = data.read(path)
-        if content["machine"]["kind"] == "gpu" and not content["machine"].get("dry_run"):
+        if content["machine"]["kind"] == kind and not content["machine"].get("dry_run"):
             found.append((str(path.relative_to(top)) if path.is_relative_to(top) else path.name, content))
     return found
 
 
-def update(text: str, files: list[tuple[str, dict]]) -> str:
-    """`text` (BENCHMARKS.md) with the block between BEGIN and END generated from `files`."""
-    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
-        raise ValueError(f"BENCHMARKS.md needs one {BEGIN} and one {END} after it")
-    head, tail = text[:text.index(BEGIN)], text[text.index(END) + len(END):]
-    return f"{head}{BEGIN}\n{report(files)}\n{END}{tail}"
+def update(text: str, files: list[tuple[str, dict]], kind: str = "gpu") -> str:
+    """`text` (BENCHMARKS.md) with the block of this kind of machine (between its MARKERS) generated from `files`."""
+    begin, end = MARKERS[kind]
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+        raise ValueError(f"BENCHMARKS.md needs one {begin} and one {end} after it")
+    head, tail = text[:text.index(begin)], text[text.index(end) + len(end):]
+    return f"{head}{begin}\n{report(files)}\n{end}{tail}"

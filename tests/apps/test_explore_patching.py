@@ -101,9 +101,9 @@ def test_mismatched_token_counts_are_refused_before_any_forward(minilm, monkeypa
 
 def test_the_position_map_is_left_out_past_the_budget_and_the_page_says_so(minilm, monkeypatch):
     model, tokenizer = minilm
-    monkeypatch.setattr(patching, "POSITION_FORWARDS", 10)
+    monkeypatch.setattr(patching, "POSITION_PATCHES", 10)
     P = ma.explore(model, tokenizer, CLEAN, corrupted=CORRUPTED).data["patching"]
-    assert "restored" not in P["residual"] and "66 patched forwards, over the page's 10" in P["residual"]["note"]
+    assert "restored" not in P["residual"] and "66 patched runs, over the page's 10" in P["residual"]["note"]
     assert len(P["heads"]["restored"]) == model.config.num_layers
 
 

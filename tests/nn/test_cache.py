@@ -76,17 +76,17 @@ def test_real_only_round_trip_of_two_padded_texts(tmp_path, wordpiece_dir):
     names = ["layers.1.output", "layers.0.attention.context", "layers.0.attention.probs", "pooler.output"]
     with torch.no_grad(), ma.capture(model, names=names) as cap:
         model(**batch)
-    rows = cache.real_only(cap, "layers.1.output")
+    rows = cache.real_rows(cap, "layers.1.output")
     assert rows.shape == (sum(lengths), 32)
     assert torch.equal(rows[: lengths[0]], cap["layers.1.output"][0, : lengths[0]])
     assert torch.equal(rows[lengths[0]:], cap["layers.1.output"][1, : lengths[1]])
-    heads = cache.real_only(cap, "layers.0.attention.context")  # (B, H, L, D) -> (T, H, D)
+    heads = cache.real_rows(cap, "layers.0.attention.context")  # (B, H, L, D) -> (T, H, D)
     assert heads.shape == (sum(lengths), 4, 8)
     assert torch.equal(heads[lengths[0] + 1], cap["layers.0.attention.context"][1, :, 1])
     index = cache.token_index(cap, "layers.1.output")
     assert index.tolist() == [[0, p] for p in range(lengths[0])] + [[1, p] for p in range(lengths[1])]
     with pytest.raises(ValueError, match="no token axis"):
-        cache.real_only(cap, "pooler.output")
+        cache.real_rows(cap, "pooler.output")
 
     cache.save(cap, tmp_path / "real.safetensors", real_only=True)
     meta = cache.info(tmp_path / "real.safetensors")
@@ -95,7 +95,7 @@ def test_real_only_round_trip_of_two_padded_texts(tmp_path, wordpiece_dir):
     for name in names:
         assert back[name].shape == cap[name].shape, name
     for name in names[:3]:  # the real tokens equal bit for bit; the padding rebuilt as zeros
-        assert torch.equal(cache.real_only(back, name), cache.real_only(cap, name)), name
+        assert torch.equal(cache.real_rows(back, name), cache.real_rows(cap, name)), name
     assert torch.equal(back["pooler.output"], cap["pooler.output"])  # no token axis: stored whole
     assert (back["layers.1.output"][1, lengths[1]:] == 0).all()
     assert (back["layers.0.attention.probs"][1, :, lengths[1]:] == 0).all()
@@ -105,7 +105,7 @@ def test_each_heads_write_is_cut_per_head():
     model = _tiny()
     ids, mask = _padded(lengths=(6, 3))
     cap = _capture(model, ids, mask, names=["layers.1.attention.head_outputs"])
-    rows = cache.real_only(cap, "layers.1.attention.head_outputs")  # (B, H, L, C) -> (T, H, C)
+    rows = cache.real_rows(cap, "layers.1.attention.head_outputs")  # (B, H, L, C) -> (T, H, C)
     assert rows.shape == (9, 2, 8)
     assert torch.equal(rows[6:], cap["layers.1.attention.head_outputs"][1, :, :3].transpose(0, 1))
 
@@ -116,8 +116,8 @@ def test_the_nth_forward_reads_its_own_mask():
     with torch.no_grad(), ma.capture(model, names=["layers.0.output"]) as cap:
         model(ids, attention_mask=mask)
         model(ids, attention_mask=masks.padding_mask([2, 5], 6).long())
-    assert cache.real_only(cap, "layers.0.output").shape[0] == 9
-    second = cache.real_only(cap, "layers.0.output#1")
+    assert cache.real_rows(cap, "layers.0.output").shape[0] == 9
+    second = cache.real_rows(cap, "layers.0.output#1")
     assert second.shape[0] == 7
     assert torch.equal(second[:2], cap["layers.0.output#1"][0, :2])
 
@@ -181,7 +181,7 @@ def test_a_streamed_dataset_equals_its_plain_captures(tmp_path):
     for batch in batches:
         cap = _capture(model, batch["input_ids"], batch["attention_mask"], names=names)
         for name in names:
-            expected[name].append(cache.real_only(cap, name))
+            expected[name].append(cache.real_rows(cap, name))
         index = cache.token_index(cap, "layers.1.output")
         documents.append(index + torch.tensor([seen, 0]))
         seen += batch["input_ids"].size(0)

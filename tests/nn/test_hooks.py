@@ -157,6 +157,60 @@ def test_reconstruct_splices_an_sae_in_and_keep_error_leaves_the_forward_unchang
     assert sae[0].weight.grad.abs().sum() > 0  # and the SAE in the graph
 
 
+class _SAE(torch.nn.Module):
+    """A tiny SAE with encode / decode (what reconstruct(edit=) needs)."""
+
+    def __init__(self, width: int, features: int):
+        super().__init__()
+        torch.manual_seed(0)
+        self.enc, self.dec = torch.nn.Linear(width, features), torch.nn.Linear(features, width)
+
+    def encode(self, x):
+        return torch.relu(self.enc(x))
+
+    def decode(self, f):
+        return self.dec(f)
+
+    def forward(self, x):
+        return self.decode(self.encode(x))
+
+
+def test_keep_error_passes_the_sae_s_gradient_alone_and_an_edit_is_not_cancelled():
+    """SAELens' use_error_term: sae_out + no_grad(x - clean reconstruction). An identity SAE: the gradient reaching
+    the input is the plain model's (not twice it); an SAE giving zeros: none; an edit of the features changes the
+    forward by what it changed of the reconstruction."""
+    model = random_encoder("bert")
+    ids, mask = _batch()
+    name = "layers.1.input"
+
+    def input_grad(patches):
+        captured = {}
+
+        def keep(t):
+            captured["x"] = t
+            return t
+        with ma.patch(model, {"layers.0.output": keep, **patches}):
+            out = model(ids, mask).last_hidden_state
+        return torch.autograd.grad(out[mask.bool()].pow(2).sum(), captured["x"])[0]
+
+    plain = input_grad({})
+    identity = input_grad({name: ma.reconstruct(torch.nn.Identity(), keep_error=True)})
+    torch.testing.assert_close(identity, plain)
+    zero = input_grad({name: ma.reconstruct(lambda x: x * 0, keep_error=True)})
+    assert zero.abs().max() == 0
+    sae = _SAE(32, 64)
+    with torch.no_grad():
+        base = model(ids, mask).last_hidden_state
+        with ma.patch(model, {name: ma.reconstruct(sae, keep_error=True, edit=lambda f: f)}):
+            unedited = model(ids, mask).last_hidden_state
+        with ma.patch(model, {name: ma.reconstruct(sae, keep_error=True, edit=torch.zeros_like)}):
+            ablated = model(ids, mask).last_hidden_state
+    assert torch.equal(unedited, base)
+    assert (ablated - base)[mask.bool()].abs().max() > 1e-3  # every feature ablated: the forward moves
+    with pytest.raises(ValueError, match="encode and decode"):
+        ma.reconstruct(torch.nn.Identity(), edit=lambda f: f)
+
+
 def test_every_forward_keeps_its_real_tokens():
     model = random_encoder("bert")
     ids, mask = _batch()
@@ -199,10 +253,12 @@ def test_a_stop_inside_or_around_a_patch_ends_the_forward_and_leaves_its_names_u
     model = random_encoder("bert")
     ids, mask = _batch()
     late = {"layers.2.attention.context": ma.ablate_heads(0)}  # after the stop: never reached, not an error
+    after_patch = False
     with torch.no_grad(), ma.capture(model, names=["layers.*.output"], stop_after=0) as cap:
         with ma.patch(model, late):
             model(ids, mask)
-    assert list(cap) == ["layers.0.output"] and cap.stopped
+        after_patch = True  # the stop is the capture's: its block ends, not only the patch's
+    assert list(cap) == ["layers.0.output"] and cap.stopped and not after_patch
     with torch.no_grad(), ma.patch(model, late):
         with ma.capture(model, names=["layers.*.output"], stop_after="layers.1") as cap:
             model(ids, mask)
@@ -210,3 +266,19 @@ def test_a_stop_inside_or_around_a_patch_ends_the_forward_and_leaves_its_names_u
     with torch.no_grad(), pytest.raises(RuntimeError, match="boom"):  # another exception is not swallowed
         with ma.capture(model, stop_after=0):
             raise RuntimeError("boom")
+
+
+def test_a_stopped_forward_still_checks_the_names_of_the_modules_it_ran():
+    """Names of the layers a stop skipped are not errors; a typo in a layer that ran (or in a module the model lacks)
+    still is, for names and patches alike."""
+    model = random_encoder("bert")
+    ids, mask = _batch()
+    with torch.no_grad(), ma.capture(model, names=["layers.0.output", "layers.2.output", "pooler.output"],
+                                     stop_after=1) as cap:
+        model(ids, mask)
+    assert list(cap) == ["layers.0.output"]
+    for names, patches in ((["layers.0.ouptut"], {}), ([], {"layers.0.ffn_outptu": ma.ablate_mean()}),
+                           (["layres.3.output"], {})):
+        with pytest.raises(ValueError, match="no activation"):
+            with torch.no_grad(), ma.capture(model, names=names, stop_after=1), ma.patch(model, patches):
+                model(ids, mask)

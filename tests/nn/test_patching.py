@@ -190,13 +190,13 @@ def test_bad_per_and_copies():
 
 # -- path patching ------------------------------------------------------------------------------------------
 
-def _path_by_hand(model, clean, corrupted, metric, sender, receivers):
+def _path_by_hand(model, clean, corrupted, metric, sender, receivers, freeze_ffn=False):
     """The serial definition: Wang et al. 2022's four runs with ma.capture / ma.patch."""
     layer, head = sender
     layers = len(model.layers)
     send = f"layers.{layer}.attention.head_outputs"
     frozen = ([f"layers.{i}.attention.head_outputs" for i in range(layer + 1, layers)]
-              + [f"layers.{i}.ffn_output" for i in range(layer, layers)])
+              + ([f"layers.{i}.ffn_output" for i in range(layer, layers)] if freeze_ffn else []))
     names = sorted({f"layers.{r}.attention.{role}" for r, _, role in receivers})
     with torch.no_grad():
         with ma.capture(model, names=[send]) as run1:
@@ -232,10 +232,12 @@ def test_path_patching_is_its_four_runs():
     every = [(r, h, role) for r in (1, 2) for h in range(4) for role in "qkv"]
     some = [(1, 2, "k"), (2, 0, "q"), (2, 3, "v")]
     for receivers in (every, some):
-        got = patching.path_patching(model, clean, corrupted, _metric, sender=(0, 1), receivers=receivers)
-        assert got.per is None and list(got.effects) == ["layers.0.attention.head_outputs"]
-        expected = _path_by_hand(model, clean, corrupted, _metric, (0, 1), receivers)
-        assert got.effects["layers.0.attention.head_outputs"].item() == pytest.approx(expected, abs=1e-5)
+        for freeze_ffn in (False, True):
+            got = patching.path_patching(model, clean, corrupted, _metric, sender=(0, 1), receivers=receivers,
+                                         freeze_ffn=freeze_ffn)
+            assert got.per is None and list(got.effects) == ["layers.0.attention.head_outputs"]
+            expected = _path_by_hand(model, clean, corrupted, _metric, (0, 1), receivers, freeze_ffn)
+            assert got.effects["layers.0.attention.head_outputs"].item() == pytest.approx(expected, abs=1e-5)
     # every head of the layer a sender: the heads batched, each equal to its own call
     layer = patching.path_patching(model, clean, corrupted, _metric, sender=0, receivers=some)
     assert layer.per == "head" and layer.effects["layers.0.attention.head_outputs"].shape == (4,)
@@ -243,6 +245,37 @@ def test_path_patching_is_its_four_runs():
         expected = _path_by_hand(model, clean, corrupted, _metric, (0, h), some)
         assert layer.effects["layers.0.attention.head_outputs"][h].item() == pytest.approx(expected, abs=1e-5)
     assert abs(got.clean - got.corrupted) > 1e-3
+
+
+def test_batched_copies_keep_their_names_beside_a_shared_table():
+    """MPNet: a name without a batch axis (its relative bias table, patched whole in a forward of its own) between
+    batched ones: every effect stays under its own name, equal to copies=1."""
+    model = random_encoder("mpnet", "eager", num_layers=2)
+    clean, corrupted = _padded_pair()
+    clean["input_ids"] %= model.config.vocab_size
+    corrupted["input_ids"] %= model.config.vocab_size
+    names = ["embeddings.sum", "relative_position_bias.by_offset", "layers.0.output", "layers.1.output"]
+    serial = patching.activation_patching(model, clean, corrupted, _metric, names, copies=1)
+    batched = patching.activation_patching(model, clean, corrupted, _metric, names, copies=32)
+    assert list(batched.effects) == list(serial.effects) == names
+    for name in names:
+        torch.testing.assert_close(batched.effects[name], serial.effects[name], atol=1e-5, rtol=0)
+
+
+def test_path_patching_numbers_heads_as_the_unpruned_layer():
+    """After pruning head 1 of layer 0 (heads 0, 2, 3 left) and head 0 of layer 1: head 3 is the third on the H
+    axis, as patching it by hand there gives; a pruned head is an error."""
+    model = _patching_model()
+    model.prune_heads({0: [1], 1: [0]})
+    clean, corrupted = _padded_pair()
+    receivers = [(1, 2, "q"), (2, 1, "v")]
+    got = patching.path_patching(model, clean, corrupted, _metric, sender=(0, 3), receivers=receivers)
+    expected = _path_by_hand(model, clean, corrupted, _metric, (0, 2), [(1, 1, "q"), (2, 1, "v")])
+    assert got.effects["layers.0.attention.head_outputs"].item() == pytest.approx(expected, abs=1e-5)
+    with pytest.raises(ValueError, match="pruned"):
+        patching.path_patching(model, clean, corrupted, _metric, sender=(0, 1), receivers=receivers)
+    with pytest.raises(ValueError, match="pruned"):
+        patching.path_patching(model, clean, corrupted, _metric, sender=(0, 3), receivers=[(1, 0, "k")])
 
 
 def test_path_patching_names_bad_receivers():
@@ -292,6 +325,19 @@ def test_attribution_patching_tracks_the_exact_effects_per_head():
     a = estimate.effects[name].flatten() - estimate.corrupted
     b = exact.effects[name].flatten() - exact.corrupted
     assert torch.corrcoef(torch.stack([a, b]))[0, 1] > 0.9
+
+
+def test_attribution_patching_of_several_names_is_each_name_s_alone():
+    """Names on one residual path in one call (each later one computed from the earlier): each name's estimates are
+    those of a call naming it alone (the gradient of the whole metric reaches every one)."""
+    model = _patching_model()
+    clean, corrupted = _padded_pair()
+    names = ["layers.0.output", "layers.1.output", "layers.2.output"]
+    together = patching.attribution_patching(model, clean, corrupted, _metric, names, per="position")
+    for name in names:
+        alone = patching.attribution_patching(model, clean, corrupted, _metric, [name], per="position")
+        torch.testing.assert_close(together.effects[name], alone.effects[name], atol=1e-6, rtol=0)
+    assert (together.effects["layers.0.output"] - together.corrupted).abs().max() > 1e-4
 
 
 # -- integrated gradients -----------------------------------------------------------------------------------

@@ -149,10 +149,21 @@ def test_encode_under_a_patch_is_steered_and_equals_the_manual_forward(wordpiece
     torch.testing.assert_close(runner.encode(TEXTS), plain, atol=0, rtol=0)  # scoped to the block
 
 
-def test_a_runner_with_worker_processes_is_refused(wordpiece_dir):
-    probes.check_in_process(tiny_encoder(wordpiece_dir))
-    with pytest.raises(ValueError, match="workers=1"):
-        probes.check_in_process(tiny_encoder(wordpiece_dir, workers=2))
+def test_a_runner_with_worker_processes_runs_here_under_a_patch(wordpiece_dir):
+    """workers=2: the batches go to worker processes, except while a patch is open on this thread (the engine
+    runs them here, so the patch applies): steered as a workers=1 runner is, and plain again after the block."""
+    one, two = tiny_encoder(wordpiece_dir), tiny_encoder(wordpiece_dir, workers=2)
+    try:
+        vector = probes.steering_vector(one, ["wonderful great"], ["terrible awful"], "layers.0.output")
+        with ma.patch(one.model, {"layers.0.output": ma.steer(vector, scale=4.0)}):
+            expected = one.encode(TEXTS)
+        with ma.patch(two.model, {"layers.0.output": ma.steer(vector, scale=4.0)}):
+            steered = two.encode(TEXTS)
+        torch.testing.assert_close(steered, expected, atol=1e-6, rtol=0)
+        torch.testing.assert_close(two.encode(TEXTS), one.encode(TEXTS), atol=1e-6, rtol=0)
+        assert (steered - two.encode(TEXTS)).abs().max() > 1e-3
+    finally:
+        two.close()
 
 
 def test_ma_steer_around_encode_is_the_vector_added_at_the_positions(wordpiece_dir):

@@ -13,8 +13,9 @@ last hidden state over the real tokens, or the one a caller's `metric` computes 
 sentence-transformers directory's own pooling, dense layers and normalisation: products/probes.pooled_cosine). The
 page says which.
 
-Cost: one forward per patch, so the position map is left out where layers x tokens passes POSITION_FORWARDS, and the
-head map where layers x heads passes HEAD_FORWARDS; the page says which was left out and why.
+Cost: one patched run of the input per patch (activation_patching batches them, patching.COPIES runs a forward: the
+time is the runs' work, not the forwards' count), so the position map is left out where layers x tokens passes
+POSITION_PATCHES, and the head map where layers x heads passes HEAD_PATCHES; the page says which was left out and why.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from torch import Tensor, nn
 
 from minialign.nn import analysis
 
-POSITION_FORWARDS = 768  # the residual map's forwards (layers x tokens): 12 layers x 64 tokens
-HEAD_FORWARDS = 576  # the head map's forwards (layers x heads): 24 layers x 24 heads
+POSITION_PATCHES = 768  # the residual map's patched runs (layers x tokens): 12 layers x 64 tokens
+HEAD_PATCHES = 576  # the head map's patched runs (layers x heads): 24 layers x 24 heads
 ALIGNED = 0  # the tri head's "aligned" (data.py ALIGN_LABELS)
 
 
@@ -64,12 +65,12 @@ def patching_maps(model: nn.Module, prefix: str, clean: dict[str, Tensor], corru
     layers, heads = config.num_layers, config.num_heads
     data: dict = {"metric": said}
     maps = {"residual": ([f"{prefix}layers.{i}.output" for i in range(layers)], "position", layers * T,
-                         POSITION_FORWARDS, f"{layers} layers x {T} tokens"),
+                         POSITION_PATCHES, f"{layers} layers x {T} tokens"),
             "heads": ([f"{prefix}layers.{i}.attention.context" for i in range(layers)], "head", layers * heads,
-                      HEAD_FORWARDS, f"{layers} layers x {heads} heads")}
-    for key, (names, per, forwards, budget, size) in maps.items():
-        if forwards > budget:
-            data[key] = {"note": f"left out: {size} = {forwards:,} patched forwards, over the page's {budget:,}; "
+                      HEAD_PATCHES, f"{layers} layers x {heads} heads")}
+    for key, (names, per, runs, budget, size) in maps.items():
+        if runs > budget:
+            data[key] = {"note": f"left out: {size} = {runs:,} patched runs, over the page's {budget:,}; "
                                  f"ma.analysis.activation_patching computes it outside the page"}
             continue
         result = analysis.activation_patching(model, clean, corrupted, metric, names, per=per)
