@@ -21,7 +21,6 @@ loading within 2 s").
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
 import random
 import sys
@@ -34,6 +33,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/, beside this file
 
 from benchmarks import human_text  # noqa: E402
+from benchmarks.machine import busy  # noqa: E402
 
 REFERENCE = {"embed": "sentence-transformers fp32", "rerank": "sentence-transformers CrossEncoder fp32",
              "load": "sentence-transformers fp32 load"}
@@ -59,21 +59,6 @@ def texts(n: int, *, seed: int = 0) -> list[str]:
             start = rng.randrange(len(words) - k)
             windows.append(" ".join(words[start:start + k]))
     return human_text.sample(human_text.passages(), n - len(windows), seed=seed) + windows
-
-
-def _spin(deadline: float) -> None:
-    while time.monotonic() < deadline:
-        pass
-
-
-def busy(count: int, seconds: float) -> list[multiprocessing.Process]:
-    """`count` processes spinning until their deadline (bounded however the run ends)."""
-    deadline = time.monotonic() + seconds
-    procs = [multiprocessing.get_context("spawn").Process(target=_spin, args=(deadline,), daemon=True)
-             for _ in range(count)]
-    for p in procs:
-        p.start()
-    return procs
 
 
 def implementations(model_dir: str, threads: list[int]) -> dict:

@@ -110,7 +110,8 @@ class Encoder(Pretrained):
         self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
         position_ids: Tensor | None = None, *, output_hidden_states: bool = False, output_attentions: bool = False,
         unpad: bool = False, final_tokens: str = "all", windows_over_custom_mask: bool = True,
-        head_mask: Tensor | None = None, host: HostBatch | None = None,
+        head_mask: Tensor | None = None, host: HostBatch | None = None, start_at_layer: int | None = None,
+        residual: Tensor | None = None,
     ) -> EncoderOutput:
         """input_ids (B, L); attention_mask (B, L), (B, L, L) or (B|1, H|1, L, L), True/1 = attend.
 
@@ -136,6 +137,11 @@ class Encoder(Pretrained):
             taken from it, and the forward waits on the device for none of them (no host sync). It must describe
             attention_mask (a 2-D padding mask, row i lengths[i] ones then zeros, or None with every length L)
             and input_ids, which the caller vouches for.
+        start_at_layer, residual: run layers start_at_layer.. on `residual` (B, L, C), the residual stream entering
+            that layer (a capture's `layers.{i}.input` of the same inputs), in place of the embeddings and the layers
+            before it (TransformerLens' forward(start_at_layer=)); input_ids and the mask still give the positions,
+            the mask and the layout. hidden_states then start with `residual`. Activation patching resumes its
+            patched copies at the first layer they patch (nn/patching.py).
         """
         if torch.compiler.is_compiling():
             host = None  # a compiled forward depends on shapes alone (dynamo would guard on each length it read)
@@ -150,7 +156,11 @@ class Encoder(Pretrained):
         if position_ids is None:
             position_ids = self.embeddings.position_ids(input_ids)
         position_ids = layout.pack(position_ids)
-        x = self.embeddings(layout.pack(input_ids), layout.pack(token_type_ids), position_ids)  # (B, L, C) or (1, T, C)
+        if start_at_layer is None:
+            x = self.embeddings(layout.pack(input_ids), layout.pack(token_type_ids), position_ids)  # (B|1, L|T, C)
+            start_at_layer = 0
+        else:
+            x = layout.pack(self._resumed(input_ids, start_at_layer, residual))
         # the family's per-forward inputs, each built once: what every attention backend's prepare reads (the
         # relative bias by offset: (H, 2 span - 1) or None), and the keyword arguments of every layer
         attention_inputs = AttentionInputs(plan.attention_mask, layout, x.dtype, self.config.num_heads,
@@ -163,6 +173,8 @@ class Encoder(Pretrained):
         hidden_states = [layout.unpack(x)] if output_hidden_states else None  # embeddings, then each layer
         attentions = []
         for i, (layer, mask) in enumerate(zip(self.layers, masks, strict=True)):
+            if i < start_at_layer:
+                continue
             final = i == len(self.layers) - 1
             x, probs = layer(x, mask, layout.first_tokens if final and plan.first_only else None, **inputs)
             if output_hidden_states:
@@ -178,6 +190,18 @@ class Encoder(Pretrained):
             hidden_states=tuple(hidden_states) if hidden_states is not None else None,
             attentions=tuple(attentions) if output_attentions else None,
         )
+
+    def _resumed(self, input_ids: Tensor, start_at_layer: int, residual: Tensor | None) -> Tensor:
+        """forward's `residual`, checked: (B, L, C) for input_ids (B, L), and a layer to start at."""
+        layers, width = len(self.layers), self.config.hidden_size
+        if isinstance(start_at_layer, bool) or not isinstance(start_at_layer, int) or not 0 <= start_at_layer < layers:
+            raise ValueError(f"start_at_layer must be a layer index in 0..{layers - 1}, got {start_at_layer!r}")
+        expected = (*input_ids.shape, width)
+        if not isinstance(residual, Tensor) or tuple(residual.shape) != expected:
+            got = tuple(residual.shape) if isinstance(residual, Tensor) else type(residual).__name__
+            raise ValueError(f"start_at_layer={start_at_layer} needs the residual stream entering that layer, "
+                             f"(B, L, C) = {expected}, got {got}")
+        return residual
 
     def _plan(self, input_ids: Tensor, attention_mask: Tensor | None, *, unpad: bool, final_tokens: str,
               output_hidden_states: bool, output_attentions: bool, windows_over_custom_mask: bool,

@@ -28,8 +28,11 @@ rows of one copy: `_rows`) to one number.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import inspect
 import itertools
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -43,6 +46,7 @@ from minialign.nn.score_swap import encoder_of
 PER = (None, "position", "head", "head_position")
 COPIES = 32  # patched copies per forward by default: one forward of 32 x the batch's rows
 _NOT_PER_ROW = ("head_mask",)  # inputs that hold no batch axis, never repeated with the copies
+_LAYER = re.compile(r"layers\.(\d+)(?=[.:])")  # an Encoder's activation name in layer i: "layers.i.<role>"
 
 
 @dataclass
@@ -88,17 +92,27 @@ def activation_patching(model: nn.Module, clean: dict[str, Tensor], corrupted: d
     batch = _check_pair(clean, corrupted)
     if copies < 1:
         raise ValueError(f"copies must be at least 1, got {copies}")
+    resumes = copies > 1 and "start_at_layer" in inspect.signature(model.forward).parameters  # an Encoder
     with torch.no_grad():
         with capture(model, names=list(names)) as recorded:
             clean_score = _scalar(metric(model(**clean)), "clean")
-        corrupted_score = _scalar(metric(model(**corrupted)), "corrupted")
+        with capture(model, names=["layers.*.input"]) if resumes else contextlib.nullcontext() as entering:
+            corrupted_score = _scalar(metric(model(**corrupted)), "corrupted")
         sources = {name: recorded[name] for name in recorded}
         axes = {name: _axes(name, source, per) for name, source in sources.items()}
         items = [(name, index) for name, source in sources.items()
                  for index in itertools.product(*(range(source.size(a)) for a in axes[name]))]
-        scores: list[float] = []
-        for chunk in _chunks(items, sources, batch, copies):
-            scores += _patched_copies(model, corrupted, metric, chunk, sources, axes, batch)
+        # each group of copies starts at the first layer it patches, from the corrupted run's residual entering it
+        # (what every copy computes before it, once): fewer layers run, the same effects to rounding
+        starts = {name: _first_layer(name) if resumes else 0 for name in sources}
+        scored: dict[tuple, float] = {}
+        ordered = sorted(items, key=lambda item: starts[item[0]])
+        for chunk in _chunks(ordered, sources, batch, copies):
+            start = min(starts[name] for name, _ in chunk)
+            residual = entering[f"layers.{start}.input"] if start else None
+            scored.update(zip(chunk, _patched_copies(model, corrupted, metric, chunk, sources, axes, batch,
+                                                     start=start, residual=residual)))
+        scores = [scored[item] for item in items]
     effects, start = {}, 0
     for name, source in sources.items():
         shape = tuple(source.size(a) for a in axes[name])
@@ -173,9 +187,18 @@ def _chunks(items: list, sources: dict[str, Tensor], batch: int, copies: int):
         yield group
 
 
+def _first_layer(name: str) -> int:
+    """The encoder layer an activation of an Encoder's forward is computed in (0 for what precedes the layers: the
+    embeddings, a relative-position table), from its name: a patch of it changes nothing before that layer."""
+    found = _LAYER.match(name)
+    return int(found.group(1)) if found else 0
+
+
 def _patched_copies(model: nn.Module, inputs: dict[str, Tensor], metric, chunk: list, sources: dict[str, Tensor],
-                    axes: dict[str, tuple[int, ...]], batch: int) -> list[float]:
-    """One forward of len(chunk) copies of `inputs`, copy k patched with chunk[k] (name, index); each copy's metric."""
+                    axes: dict[str, tuple[int, ...]], batch: int, *, start: int = 0,
+                    residual: Tensor | None = None) -> list[float]:
+    """One forward of len(chunk) copies of `inputs`, copy k patched with chunk[k] (name, index); each copy's metric.
+    start > 0: the forward starts at that layer from `residual` (B, L, C), the stream entering it, for every copy."""
     K = len(chunk)
     fns = {}
     for name in dict.fromkeys(name for name, _ in chunk):
@@ -193,8 +216,9 @@ def _patched_copies(model: nn.Module, inputs: dict[str, Tensor], metric, chunk: 
                     where[a - 1] = i
                 mask[(k, 0, *where)] = True
         fns[name] = _writer(mask, source.unsqueeze(0), K)
+    resume = {} if not start else {"start_at_layer": start, "residual": residual.repeat(K, 1, 1)}
     with patch(model, fns):
-        output = model(**_repeat(inputs, K, batch))
+        output = model(**_repeat(inputs, K, batch), **resume)
     return [_scalar(metric(_rows(output, k * batch, (k + 1) * batch, K * batch)), chunk[k][0]) for k in range(K)]
 
 

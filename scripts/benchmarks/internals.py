@@ -5,7 +5,8 @@ The case: every head of the six layers (layers.*.attention.context, per="head": 
 clean / corrupted pair ("The bridge is in Paris." / "... Rome."), the metric the corrupted run's mean-pooled state
 against the clean one's. Impls: copies=1 (the serial definition: one forward per patch, the baseline) and the
 default copies (patching.COPIES patched runs per forward), timed rep by rep interleaved (timing.repeat); deviation:
-the largest |difference| of the batched effects from the serial ones. A row of data (data.py), never a test.
+the largest |difference| of the batched effects from the serial ones. Timed with the machine quiet, then beside
+one busy process (machine.busy; a dry run times the quiet case alone). Rows of data (data.py), never a test.
 
     python scripts/bench.py --only internals                                     # printed
     python scripts/bench.py --suite internals --data docs/benchmarks/cpu-<machine>.json --device cpu
@@ -18,6 +19,8 @@ import torch
 SECTION = "internals"
 TEXTS = ("The bridge is in Paris.", "The bridge is in Rome.")  # 8 WordPiece tokens each with [CLS] and [SEP]
 NAMES = ["layers.*.attention.context"]
+BUSY = (0, 1)  # other busy processes beside the timing: none, then one (of the 2 cores' machines it was written on)
+BUSY_SECONDS = 300  # each busy process stops by itself after this, however the run ends
 
 
 def _model(dry_run: bool):
@@ -42,6 +45,7 @@ def suite_rows(*, reps: int, device: str = "cpu", dry_run: bool = False, add=lam
 
     from benchmarks import data
     from benchmarks.encoder import row_line
+    from benchmarks.machine import busy
     from benchmarks.timing import repeat
 
     model, tokenizer, weights = _model(dry_run)
@@ -59,23 +63,30 @@ def suite_rows(*, reps: int, device: str = "cpu", dry_run: bool = False, add=lam
         return torch.cosine_similarity(out.last_hidden_state.mean(1), target).sum()
 
     layers, heads, tokens = model.config.num_layers, model.config.num_heads, clean["input_ids"].size(1)
-    case = f"activation patching per head, {layers} x {heads} heads, {tokens} tokens"
     serial, batched = "copies=1 (a forward per patch)", f"copies={patching.COPIES} (batched)"
     calls = {copies_label: (lambda copies=copies: patching.activation_patching(
         model, clean, corrupted, metric, NAMES, per="head", copies=copies))
         for copies_label, copies in ((serial, 1), (batched, patching.COPIES))}
-    echo(f"{SECTION} | {case}: timing {', '.join(calls)} ({reps} reps after a warm-up)")
-    outputs = {}
-    times = repeat(calls, reps=reps, device=device, outputs=outputs)
-    effects = [torch.stack(list(outputs[label].effects.values())) for label in (serial, batched)]
-    deviation = (effects[0] - effects[1]).abs().max().item()
     rows = []
-    for label in calls:
-        made = data.row(SECTION, case, label, baseline=serial, ratio=times[serial].median / times[label].median,
-                        **times[label].figures(), inputs=layers * heads, weights=weights,
-                        deviation=deviation if label == batched else None,
-                        deviation_from=serial if label == batched else None)
-        echo(row_line(made))
-        rows.append(made)
+    for others in BUSY[:1] if dry_run else BUSY:  # quiet, then beside busy processes (machine.busy: spin loops)
+        case = f"activation patching per head, {layers} x {heads} heads, {tokens} tokens" + (
+            f", beside {others} busy process{'es' if others > 1 else ''}" if others else "")
+        echo(f"{SECTION} | {case}: timing {', '.join(calls)} ({reps} reps after a warm-up)")
+        procs = busy(others, BUSY_SECONDS) if others else []
+        try:
+            outputs = {}
+            times = repeat(calls, reps=reps, device=device, outputs=outputs)
+        finally:
+            for proc in procs:
+                proc.kill()
+        effects = [torch.stack(list(outputs[label].effects.values())) for label in (serial, batched)]
+        deviation = (effects[0] - effects[1]).abs().max().item()
+        for label in calls:
+            made = data.row(SECTION, case, label, baseline=serial, ratio=times[serial].median / times[label].median,
+                            **times[label].figures(), inputs=layers * heads, weights=weights,
+                            deviation=deviation if label == batched else None,
+                            deviation_from=serial if label == batched else None)
+            echo(row_line(made))
+            rows.append(made)
     add(rows)
     return rows

@@ -3,6 +3,7 @@ suite's method is timing.py's)."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import platform
 import time
@@ -94,3 +95,19 @@ def interleaved(calls: dict, *, rounds: int, warm_up: dict | None = None,
             if outputs is not None:
                 outputs[label] = result
     return best
+
+
+def _spin(deadline: float) -> None:
+    while time.monotonic() < deadline:
+        pass
+
+
+def busy(count: int, seconds: float) -> list[multiprocessing.Process]:
+    """`count` processes spinning until their deadline (bounded however the run ends): a busy machine's state for
+    timings beside other work (bench_busy.py; the internals section)."""
+    deadline = time.monotonic() + seconds
+    procs = [multiprocessing.get_context("spawn").Process(target=_spin, args=(deadline,), daemon=True)
+             for _ in range(count)]
+    for p in procs:
+        p.start()
+    return procs

@@ -282,3 +282,34 @@ def test_a_stopped_forward_still_checks_the_names_of_the_modules_it_ran():
         with pytest.raises(ValueError, match="no activation"):
             with torch.no_grad(), ma.capture(model, names=names, stop_after=1), ma.patch(model, patches):
                 model(ids, mask)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_forward_resumed_at_a_layer_is_the_whole_forward(arch):
+    """Encoder.forward(start_at_layer=i, residual=the captured layers.i.input) runs layers i.. alone and gives the
+    whole forward's last hidden state, on a padded batch, packed or not; a capture then records from layer i on."""
+    model = random_encoder(arch)
+    ids, mask = _batch()
+    with torch.no_grad():
+        with ma.capture(model, names=["layers.*.input"]) as cap:
+            whole = model(ids, mask).last_hidden_state
+        for i in range(len(model.layers)):
+            for unpad in (False, True):
+                resumed = model(ids, mask, start_at_layer=i, residual=cap[f"layers.{i}.input"], unpad=unpad)
+                torch.testing.assert_close(resumed.last_hidden_state[mask.bool()], whole[mask.bool()],
+                                           atol=1e-5, rtol=0)
+        with ma.capture(model, names=["layers.*.output"]) as later:
+            model(ids, mask, start_at_layer=1, residual=cap["layers.1.input"])
+    assert list(later) == [f"layers.{i}.output" for i in range(1, len(model.layers))]
+
+
+def test_a_resumed_forward_names_bad_input():
+    model = random_encoder("bert")
+    ids, mask = _batch()
+    good = torch.zeros(*ids.shape, 32)
+    with pytest.raises(ValueError, match="start_at_layer must be a layer index in 0..2"):
+        model(ids, mask, start_at_layer=3, residual=good)
+    with pytest.raises(ValueError, match=r"\(B, L, C\) = \(2, 7, 32\)"):
+        model(ids, mask, start_at_layer=1, residual=good[:, :3])
+    with pytest.raises(ValueError, match="residual stream"):
+        model(ids, mask, start_at_layer=1)
