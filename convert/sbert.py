@@ -46,6 +46,15 @@ from .files import WEIGHT_FILES, Files, as_files, read_json, read_state_dict, wr
 MODULES = ("Transformer", "Pooling", "Dense", "Normalize", "MLMTransformer", "SpladePooling", "Router")
 MULTIVECTOR_MODULES = ("Transformer", "Dense", "MultiVectorMask", "Normalize")
 ROUTED = ("MLMTransformer", "Transformer", "SpladePooling", "SparseStaticEmbedding")  # what a Router's routes may hold
+# A CrossEncoder's modules (sentence-transformers 5.4+ saves a reranker as modules; cross_encoder/model.py): a
+# Transformer, then a head on its tokens (Pooling, Dense, LayerNorm, in modules.json order) whose last Dense writes
+# "scores"; or a causal LM's Transformer and a LogitScore module (cross_encoder/modules/logit_score.py), which
+# products/classifier.py recognises and refuses.
+CROSS_ENCODER_MODULES = ("Transformer", "Pooling", "Dense", "LayerNorm", "LogitScore")
+# A static embedding model's (sentence_transformer/modules/static_embedding.py; model2vec saves the same modules.json).
+STATIC_MODULES = ("StaticEmbedding", "Normalize")
+# Where a module's features go (base/modules/dense.py Dense: module_input_name, module_output_name).
+SENTENCE_EMBEDDING, SCORES = "sentence_embedding", "scores"
 SPLADE_POOLING = ("max", "sum")  # SpladePooling.SPLADE_POOLING_MODES
 SPLADE_ACTIVATIONS = ("relu", "log1p_relu")  # SpladePooling.SPLADE_ACTIVATION
 # sentence_transformers Pooling: legacy boolean keys, in the order it concatenates them.
@@ -158,8 +167,34 @@ def read_dense(where: str | Path | Files, folder: str = "") -> dict[str, Any]:
     expected = (config.get("out_features"), config.get("in_features"))
     if tuple(weight.shape) != expected:
         raise CheckpointError(f"{weights.parent}: linear.weight is {tuple(weight.shape)}, config says {expected}")
+    if config.get("use_residual"):  # Dense.forward adds its input (or residual.weight @ it): not run here
+        raise CheckpointError(f"{config_path}: a Dense with use_residual, which minialign does not run")
     return {"weight": weight, "bias": tensors.get("linear.bias"),
             "activation": config.get("activation_function", "torch.nn.modules.activation.Tanh")}
+
+
+def read_dense_features(where: str | Path | Files, folder: str = "") -> tuple[str, str]:
+    """The features a Dense module reads and writes (its module_input_name, module_output_name; both
+    "sentence_embedding" unless saved: the output defaults to the input, as Dense.__init__ does)."""
+    config = read_json(as_files(where).file(_inside(folder, "config.json")))
+    read = config.get("module_input_name") or SENTENCE_EMBEDDING
+    return str(read), str(config.get("module_output_name") or read)
+
+
+def read_layer_norm(where: str | Path | Files, folder: str = "") -> dict[str, Any]:
+    """A LayerNorm module (sentence_transformer/modules/layer_norm.py: nn.LayerNorm(dimension), torch's eps 1e-5, on
+    "sentence_embedding"): {"weight", "bias"} (dimension,) from its norm.weight / norm.bias."""
+    files = as_files(where)
+    config_path = files.file(_inside(folder, "config.json"))
+    dimension = read_json(config_path).get("dimension")
+    weights = next((p for name in WEIGHT_FILES if (p := files.file(_inside(folder, name), optional=True))), None)
+    if weights is None:
+        raise CheckpointError(f"{config_path.parent}: LayerNorm module without {' or '.join(WEIGHT_FILES)}")
+    tensors = read_state_dict(weights)
+    if set(tensors) != {"norm.weight", "norm.bias"} or any(tuple(t.shape) != (dimension,) for t in tensors.values()):
+        raise CheckpointError(f"{weights}: a LayerNorm of dimension {dimension!r} holds norm.weight and norm.bias of "
+                              f"that size, found { {k: tuple(v.shape) for k, v in tensors.items()} }")
+    return {"weight": tensors["norm.weight"], "bias": tensors["norm.bias"]}
 
 
 def read_model_config(where: str | Path | Files) -> dict[str, Any]:
@@ -289,6 +324,47 @@ def read_static_embedding(where: str | Path | Files, folder: str) -> dict[str, A
     limit = read_json(settings).get("model_max_length") if settings is not None else None
     limit = limit if isinstance(limit, int) and 0 < limit < 1_000_000 else None  # transformers' "no limit" is 1e30
     return {"weight": tensors["weight"], "max_length": limit}
+
+
+def read_static_embeddings(where: str | Path | Files, folder: str = "") -> dict[str, Any]:
+    """A StaticEmbedding module (sentence_transformer/modules/static_embedding.py), as sentence-transformers or model2vec
+    saved it: {"weight": (V, D) one row per token id, "tokenizer": its tokenizer.json}. sentence-transformers saves
+    embedding.weight; model2vec (model2vec/persistence/persistence.py save_pretrained) "embeddings", and after
+    vocabulary quantization a "mapping" (token id -> row) and per-token "weights", folded into one row per token id as
+    StaticEmbedding._fold_model2vec_weights does (embeddings[mapping[id]] * weights[id])."""
+    files = as_files(where)
+    weights = next((p for name in WEIGHT_FILES if (p := files.file(_inside(folder, name), optional=True))), None)
+    if weights is None:
+        raise CheckpointError(f"{folder or '.'}: StaticEmbedding module without {' or '.join(WEIGHT_FILES)}")
+    tensors = read_state_dict(weights)
+    shapes = {k: tuple(v.shape) for k, v in tensors.items()}
+    if set(tensors) == {"embedding.weight"}:
+        table = tensors["embedding.weight"]
+    elif "embeddings" in tensors and set(tensors) <= {"embeddings", "mapping", "weights"}:
+        table, mapping, scale = tensors["embeddings"], tensors.get("mapping"), tensors.get("weights")
+        if mapping is not None:
+            table = table[mapping.long()]
+        if scale is not None:
+            table = table.to(torch.promote_types(table.dtype, torch.float32))
+            table = (table * scale[:, None]).to(table.dtype)
+    else:
+        raise CheckpointError(f"{weights}: a StaticEmbedding holds embedding.weight (sentence-transformers) or "
+                              f"embeddings (+ mapping, weights: model2vec), found {shapes}")
+    if table.dim() != 2:
+        raise CheckpointError(f"{weights}: the embeddings must be (vocabulary, dimension), found {shapes}")
+    return {"weight": table.contiguous(), "tokenizer": files.file(_inside(folder, "tokenizer.json"))}
+
+
+def read_model2vec_config(where: str | Path | Files) -> dict[str, Any] | None:
+    """A model2vec directory's config.json ({"model_type": "model2vec", "normalize", "max_length", ...}), None for any
+    other config.json or none. model2vec writes modules.json beside it (StaticEmbedding at ".", then Normalize
+    where normalize is true: model2vec/persistence/persistence.py save_pretrained); one without is read as if it had
+    that modules.json."""
+    path = as_files(where).file("config.json", optional=True)
+    if path is None:
+        return None
+    config = read_json(path)
+    return config if config.get("model_type") == "model2vec" else None
 
 
 def read_sentence_config(where: str | Path | Files) -> dict[str, Any]:

@@ -5,6 +5,13 @@
     clf.predict(["premise", ...], ["hypothesis", ...])    # (N, num_labels), or (N,) for one label
     clf.rerank("query", ["doc 1", "doc 2"])                # [(index, score), ...] best first
 
+A CrossEncoder saved as modules (sentence-transformers 5.4+, model_type "CrossEncoder" in
+config_sentence_transformers.json: modules.json's Transformer, then a head on its tokens:
+Pooling, Dense, LayerNorm in order, the last Dense writing "scores"; Ettin's rerankers are Pooling(cls) -> Dense(GELU)
+-> LayerNorm -> Dense(1)) runs as CrossEncoderModel: our Encoder, then that head (CrossEncoderHead); its activation is
+the saved one, else CrossEncoder's default (sigmoid for one label, none otherwise: CrossEncoder.get_default_activation_fn).
+A causal LM's LogitScore module is refused by name.
+
 Pairs are cut to the window longest-first, as transformers' tokenizers (truncation=True) and
 CrossEncoder do, and the cut is reported as by every runner (products/runner.py). Batches go through
 the shared batching engine (deduplicated, sorted by length, packed). One call may mix single texts
@@ -14,22 +21,27 @@ and pairs (pairs[i] None); rows come back in input order. The activation is chos
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Unpack
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from minialign import convert
 from minialign.nn.activations import ACTIVATIONS as FUNCTIONS, TORCH_MODULES
 from minialign.products.choices import CLASSIFIER_ACTIVATION as ACTIVATION  # predict's default
 from minialign.products.choices import CLASSIFIER_ACTIVATIONS as ACTIVATIONS  # what predict applies
+from minialign.products import pooling as pooling_modes
+from minialign.products.embeddings import Dense
 from minialign.products.runner import LoadOptions, Loading, Runner, inputs_of
 from minialign.runtime.engine import Results, Truncation
-from minialign.sources import resolve
-from minialign.loading import build, read_checkpoint
-from minialign.models.head_models import ClassifierModel
+from minialign.nn.layout import HostBatch
+from minialign.sources import Source, resolve
+from minialign.loading import build, read_checkpoint, resolve_device
+from minialign.models.encoder import Encoder
+from minialign.models.head_models import ClassifierModel, ClassifierOutput
 from minialign.text.tokenizer import Tokenizer
 from minialign.text.validation import check_texts, value_problem
 
@@ -66,6 +78,98 @@ def crossencoder_activation(path: str | None) -> str | None:
     return TORCH_MODULES[path]
 
 
+# CrossEncoder's activation where none is saved (CrossEncoder.get_default_activation_fn), by num_labels == 1.
+CROSS_ENCODER_DEFAULT = {True: "torch.nn.modules.activation.Sigmoid", False: "torch.nn.modules.linear.Identity"}
+LOGIT_SCORE = ("a LogitScore module scores a causal language model's next-token logits (a Qwen3-style reranker); "
+               "minialign runs encoder CrossEncoders only (a Transformer, then Pooling / Dense / LayerNorm)")
+
+
+class CrossEncoderHead(nn.Module):
+    """A modular CrossEncoder's modules after its Transformer, in order (sentence_transformer/modules/pooling.py
+    Pooling, base/modules/dense.py Dense, sentence_transformer/modules/layer_norm.py LayerNorm): token states (B, L, C)
+    and their mask -> scores (B, num_labels). Pooling is products/pooling.py's; Dense is SentenceEncoder's."""
+
+    def __init__(self, steps: list[nn.Module | list[str]]):
+        """steps: a list of pooling modes (a Pooling module), a Dense or an nn.LayerNorm each, in modules.json order;
+        the first one pools."""
+        super().__init__()
+        if not steps or not isinstance(steps[0], list):
+            raise ValueError("a CrossEncoder head starts with a Pooling module")
+        self.pooling = pooling_modes.check(steps[0])
+        self.steps = nn.ModuleList(steps[1:])
+        if any(isinstance(step, list) for step in self.steps):
+            raise ValueError("a CrossEncoder head pools once, first")
+
+    @property
+    def num_labels(self) -> int:
+        return self.steps[-1].linear.out_features
+
+    def forward(self, hidden: Tensor, mask: Tensor) -> Tensor:
+        x = pooling_modes.pool(hidden, mask, self.pooling)  # (B, C x modes)
+        for step in self.steps:
+            x = step(x)
+        return x
+
+
+class CrossEncoderModel(nn.Module):
+    """A modular CrossEncoder: an Encoder (the Transformer module) and its CrossEncoderHead; called as ClassifierModel
+    is, its logits the head's scores."""
+
+    def __init__(self, encoder: Encoder, head: CrossEncoderHead):
+        super().__init__()
+        self.encoder, self.head = encoder, head
+        labels = encoder.config.labels
+        if len(labels) != head.num_labels:  # a feature-extraction config.json carries no labels of the head's
+            labels = tuple(f"LABEL_{i}" for i in range(head.num_labels))
+        self.config = dataclasses.replace(encoder.config, labels=labels, problem_type=None)
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                position_ids: Tensor | None = None, *, unpad: bool = False, host: HostBatch | None = None
+                ) -> ClassifierOutput:
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        out = self.encoder(input_ids, attention_mask, token_type_ids, position_ids, unpad=unpad, host=host,
+                           final_tokens=pooling_modes.final_tokens(self.head.pooling))
+        hidden = out.last_hidden_state  # (B, L, C), or (B, 1, C) where the head reads the first tokens only
+        return ClassifierOutput(self.head(hidden, attention_mask[:, :hidden.size(1)]), hidden)
+
+
+def read_cross_encoder(source: Source, modules: list[tuple[str, str]], load: LoadOptions) -> tuple[CrossEncoderModel, Source]:
+    """A modular CrossEncoder's model (its modules, convert.read_modules) and the source of its transformer's files;
+    a module it cannot run is a ValueError naming it."""
+    named = f"{source}/modules.json"
+    if [kind for kind, _ in modules].count("Transformer") != 1 or modules[0][0] != "Transformer":
+        raise ValueError(f"{named}: a CrossEncoder's first module, and only it, must be a Transformer")
+    if any(kind == "LogitScore" for kind, _ in modules):
+        raise ValueError(f"{named}: {LOGIT_SCORE}")
+    steps: list[nn.Module | list[str]] = []
+    for i, (kind, folder) in enumerate(modules[1:], start=1):
+        if kind == "Pooling":
+            steps.append(pooling_modes.read(source, folder))
+            continue
+        if kind == "LayerNorm":
+            norm = convert.sbert.read_layer_norm(source, folder)
+            layer = nn.LayerNorm(norm["weight"].numel())  # torch's eps, as the module's nn.LayerNorm(dimension)
+            layer.load_state_dict(norm, assign=True)
+            steps.append(layer)
+            continue
+        reads, writes = convert.sbert.read_dense_features(source, folder)
+        last = i == len(modules) - 1
+        wanted = (convert.sbert.SENTENCE_EMBEDDING, convert.sbert.SCORES if last else convert.sbert.SENTENCE_EMBEDDING)
+        if (reads, writes) != wanted:
+            raise ValueError(f"{named}: Dense module {folder} reads {reads!r} and writes {writes!r}; minialign runs a "
+                             f"head whose Dense modules read and write {wanted[0]!r}, the last writing {wanted[1]!r}")
+        steps.append(Dense(**convert.read_dense(source, folder)))
+    if not steps or not isinstance(steps[-1], Dense):
+        raise ValueError(f"{named}: a CrossEncoder's head must end with a Dense module writing 'scores'")
+    head = CrossEncoderHead(steps)
+    inner = source.subfolder(modules[0][1])  # an old layout keeps the Transformer in 0_Transformer/
+    inner = inner if inner.file("config.json", optional=True) else source
+    encoder = build(Encoder, read_checkpoint(inner), **load.only("device", "dtype", "attn_backend"))
+    head = head.to(device=resolve_device(load.device), dtype=next(encoder.parameters()).dtype)
+    return CrossEncoderModel(encoder, head), inner
+
+
 class Classifier(Runner):
     truncation_unit, truncation_like = "text(s) or pair(s)", "a transformers tokenizer with truncation=True"
     progress_label = "classifying"
@@ -89,11 +193,19 @@ class Classifier(Runner):
         or a minialign directory of one. The keywords every runner takes are products/runner.py's (Loading)."""
         load = LoadOptions.of(keywords, f"{cls.__name__}.from_pretrained")
         source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)  # every file below is read from it
-        ckpt = read_checkpoint(source, task=load.adapter)
-        model = build(ClassifierModel, ckpt, require=TRAINED, advice=NO_HEAD, **load.only("device", "dtype",
-                                                                                            "attn_backend"))
-        tokenizer = load.open_tokenizer(source, ckpt.tokenizer)
         saved = convert.crossencoder_activation(source)  # a CrossEncoder's saved activation, if any
+        modules = None
+        if convert.read_model_config(source).get("model_type") == "CrossEncoder":  # sentence-transformers' own test
+            modules = convert.read_modules(source, supported=convert.sbert.CROSS_ENCODER_MODULES)
+        if modules is not None and [kind for kind, _ in modules] != ["Transformer"]:  # a head saved as modules
+            model, inner = read_cross_encoder(source, modules, load)
+            tokenizer = load.open_tokenizer(inner)
+            saved = saved or CROSS_ENCODER_DEFAULT[model.head.num_labels == 1]
+        else:
+            ckpt = read_checkpoint(source, task=load.adapter)
+            model = build(ClassifierModel, ckpt, require=TRAINED, advice=NO_HEAD, **load.only("device", "dtype",
+                                                                                                "attn_backend"))
+            tokenizer = load.open_tokenizer(source, ckpt.tokenizer)
         classifier = cls(model, tokenizer, max_length=max_length, saved_activation=saved, **load.engine())
         classifier.source = str(src)
         return classifier
