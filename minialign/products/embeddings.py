@@ -20,6 +20,18 @@ A Pooling module with include_prompt=false leaves the prompt's first `prompt_len
 Smaller outputs, as sentence-transformers has them (products/quantization.py): `truncate_dim` (the model's, from
 config_sentence_transformers.json or the constructor, or a call's) keeps a Matryoshka model's first dimensions,
 before `normalize_embeddings`; `precision` ("int8", "uint8", "binary", "ubinary") quantizes the result.
+
+Token embeddings, as sentence-transformers v6 gives them (SentenceTransformer.encode, _inference):
+output_value="token_embeddings" is each text's final hidden states (the Transformer module's output; Pooling, Dense
+and Normalize do not touch them), one (L_i, C) float32 tensor per text over every token it has within the window:
+the special tokens and the prompt's included, padding never; normalize_embeddings, truncate_dim and precision are
+the sentence embeddings' (a precision other than float32 is refused). output_value=None gives each text's dict:
+its token_embeddings, its input_ids, attention_mask (and token_type_ids where the model takes them) over the same
+tokens, and its sentence_embedding (truncate_dim applied, normalize_embeddings not, as sentence-transformers does);
+sentence-transformers' dict rows are padded to their batch's longest text, which minialign cuts to the text's own.
+
+Late chunking (encode_late_chunks; the spans' rule and the windows past the window: products/token_spans.py): one
+forward over a document, then the pipeline after the encoder (embed_state) over each character span's tokens.
 """
 
 from __future__ import annotations
@@ -39,15 +51,19 @@ from minialign.nn import lora
 from minialign.nn.activations import ACTIVATIONS, TORCH_MODULES
 from minialign.nn.linear import Linear
 from minialign.products import pooling as pooling_modes
+from minialign.products import token_spans
 from minialign.products.choices import EMBED_NORMALIZE
 from minialign.products.quantization import check_precision, check_truncate_dim, quantize_embeddings
-from minialign.products.runner import LoadOptions, Loading, Runner
+from minialign.products.runner import LoadOptions, Loading, Runner, batch_lengths
 from minialign.runtime.engine import Truncation
 from minialign.sources import resolve
 from minialign.loading import build, read_checkpoint, resolve_device
 from minialign.models.encoder import Encoder
-from minialign.text.tokenizer import Tokenizer
-from minialign.text.validation import check_texts
+from minialign.text.tokenizer import Encoded, Tokenizer
+from minialign.text.validation import check_texts, text_problem
+
+OUTPUT_VALUES = ("sentence_embedding", "token_embeddings", None)  # encode's output_value (sentence-transformers')
+SPAN_GROUP = 64  # late chunks pooled at once: bounds the (spans, tokens, C) temporary of their masks
 
 
 class Dense(nn.Module):
@@ -203,7 +219,8 @@ class SentenceEncoder(Runner):
                precision: str = "float32", ranges: Tensor | None = None,
                calibration_embeddings: Tensor | None = None, show_progress_bar: bool = False,
                warn_truncation: bool | None = None, tally: Truncation | None = None,
-               adapter: str | None = None) -> Tensor:
+               adapter: str | None = None,
+               output_value: str | None = "sentence_embedding") -> Tensor | list[Tensor] | list[dict] | dict:
         """(N, dimension) float32 embeddings on the CPU, row i for texts[i]; one string gives one vector
         (dimension,), as SentenceTransformer.encode does. prompt_name (one of `prompts`) or prompt (its
         text): put before every text, as sentence-transformers does (resolve_prompt; neither: the default
@@ -214,8 +231,14 @@ class SentenceEncoder(Runner):
         the window is reported as by every runner (warn_truncation, tally: products/runner.py); the prompt counts
         towards the window. adapter: the task adapter this call adds (a checkpoint carrying them, jina-embeddings-v3's,
         loaded without adapter=: nn/lora.py), and the prompt of that name the default one unless the call or the
-        directory names one, as loading with adapter= does."""
+        directory names one, as loading with adapter= does. output_value: "sentence_embedding" (the default), or
+        "token_embeddings" (a list of (L_i, C) tensors) or None (a list of dicts), as the module docstring says."""
         check_precision(precision)
+        if output_value not in OUTPUT_VALUES:
+            raise ValueError(f"output_value must be one of {OUTPUT_VALUES}, got {output_value!r}")
+        if output_value != "sentence_embedding" and precision != "float32":
+            raise ValueError(f"precision {precision!r} quantizes sentence embeddings: output_value={output_value!r} "
+                             f"gives float32 token embeddings")
         if adapter is not None:
             lora.check(self.model, adapter)  # before any text runs
             if prompt_name is None and prompt is None and self.default_prompt_name is None and adapter in self.prompts:
@@ -229,22 +252,73 @@ class SentenceEncoder(Runner):
                                normalize_embeddings=normalize_embeddings, truncate_dim=truncate_dim,
                                precision=precision, ranges=ranges, calibration_embeddings=calibration_embeddings,
                                show_progress_bar=show_progress_bar, warn_truncation=warn_truncation, tally=tally,
-                               adapter=adapter)[0]
+                               adapter=adapter, output_value=output_value)[0]
         prompt = self.resolve_prompt(prompt_name=prompt_name, prompt=prompt)
         texts = check_texts("texts", texts)
         if texts:
             texts, constants = self._prompted(texts, prompt)
             if adapter is not None:  # every batch carries it, to the worker processes too (forward)
                 constants = {**(constants or {}), "adapter": adapter}
+            if output_value != "sentence_embedding":
+                constants = {**(constants or {}), "token_output": 1}
             results = self.run(texts, progress=show_progress_bar, batch_size=batch_size, constants=constants)
             self._count(results.truncated, warn_truncation, tally)
             values = results.values
         else:
-            values = torch.empty(0, self.full_dimension)
+            values = torch.empty(0, self.full_dimension) if output_value == "sentence_embedding" else []
+        if output_value == "token_embeddings":
+            return [entry["token_embeddings"] for entry in values]
+        if output_value is None:
+            for entry in values:
+                entry["sentence_embedding"] = finish(entry["sentence_embedding"][None], truncate_dim=truncate_dim,
+                                                     normalize_embeddings=False)[0]
+            return values
         values = finish(values, truncate_dim=truncate_dim, normalize_embeddings=normalize_embeddings)
         if precision == "float32":
             return values
         return quantize_embeddings(values, precision, ranges=ranges, calibration_embeddings=calibration_embeddings)
+
+    def encode_late_chunks(self, document: str, spans: Sequence[tuple[int, int]], *, prompt_name: str | None = None,
+                           prompt: str | None = None, overlap: int | None = None, batch_size: int | None = None,
+                           normalize_embeddings: bool = EMBED_NORMALIZE, truncate_dim: int | None = None,
+                           adapter: str | None = None) -> Tensor:
+        """(S, dimension) float32: late chunking (Günther et al. 2024): the document runs through the encoder once,
+        and spans[s], a character range [start, end) of the document, gets the model's pipeline after the encoder
+        (embed_state: its pooling, each Dense, Normalize) over the final states of the tokens its range overlaps
+        (products/token_spans.py says which). The pooling is the model's, on each span's tokens: mean (and max,
+        weightedmean, mean_sqrt_len_tokens) over them; cls takes the span's first token and lasttoken its last,
+        which is what they mean on a span, and of little use: late chunking is meant for mean-pooling models.
+        A document past the window is not cut: it runs as overlapping windows (`overlap` tokens; default a quarter
+        of the window's room), each token's state taken from the window where it is farthest from a cut
+        (token_spans). prompt_name / prompt: put before the document, as encode does (its tokens belong to no span).
+        normalize_embeddings, truncate_dim and adapter: as encode's."""
+        if not isinstance(document, str):
+            raise ValueError(f"document must be a string, got {type(document).__name__}")
+        if problem := text_problem(document):
+            raise ValueError(f"document {problem}")
+        spans = token_spans.check_spans(spans, len(document))
+        if adapter is not None:
+            lora.check(self.model, adapter)
+            if prompt_name is None and prompt is None and self.default_prompt_name is None and adapter in self.prompts:
+                prompt_name = adapter
+        truncate_dim = check_truncate_dim(truncate_dim if truncate_dim is not None else self.truncate_dim)
+        prompt = self.resolve_prompt(prompt_name=prompt_name, prompt=prompt) or ""
+        backend = self.tokenizer.backend
+        backend.no_truncation()
+        whole = token_spans.Document.of(backend.encode(prompt + document))
+        masks = token_spans.span_masks(whole, spans, shift=len(prompt))  # (S, L): refused before any model work
+        ids, types, starts, _ = token_spans.windows(whole, self.max_length, overlap)
+        constants = {"token_output": 1, **({"adapter": adapter} if adapter is not None else {})}
+        with torch.inference_mode():
+            results = self.engine.run_encoded(Encoded(ids, types, [0] * len(ids)), self.forward,
+                                              batch_size=batch_size, constants=constants)
+            hidden = token_spans.assemble(whole, [entry["token_embeddings"] for entry in results.values], starts,
+                                          self.max_length)  # (L, C) float32
+            weight = next(self.model.parameters())
+            hidden, masks = hidden.to(device=weight.device, dtype=weight.dtype), masks.to(weight.device)
+            parts = [self.embed_state(hidden[None].expand(len(group), -1, -1), group).cpu()
+                     for group in masks.split(SPAN_GROUP)]
+        return finish(torch.cat(parts).float(), truncate_dim=truncate_dim, normalize_embeddings=normalize_embeddings)
 
     def encode_query(self, texts: Sequence[str] | str, *, prompt_name: str | None = None, prompt: str | None = None,
                      **options) -> Tensor:
@@ -271,15 +345,24 @@ class SentenceEncoder(Runner):
             return next(name for name in ("document", "passage", "corpus") if name in self.prompts)
         raise ValueError(f"task must be 'query' or 'document', got {task!r}")
 
-    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+    def forward(self, batch: dict[str, Tensor]) -> Tensor | list[dict[str, Tensor]]:
         """The embeddings of one padded batch: pooled (less the prompt's tokens when the batch carries
-        a prompt_length), then each Dense, then Normalize."""
+        a prompt_length), then each Dense, then Normalize. A batch carrying token_output: one dict per sequence
+        (a ragged forward, runtime/engine.py) of its real tokens' final states (token_embeddings), input_ids,
+        attention_mask, token_type_ids where the batch has them, and its sentence_embedding."""
         batch = dict(batch)
         skip = int(batch.pop("prompt_length", 0))
-        final = pooling_modes.final_tokens(self.pooling, prompt_length=skip)
+        tokens = bool(batch.pop("token_output", 0))
+        final = "all" if tokens else pooling_modes.final_tokens(self.pooling, prompt_length=skip)
         with lora.chosen(self.model, batch.pop("adapter", None)):
             hidden = self.model(**batch, unpad=self.unpad, final_tokens=final).last_hidden_state
-        return self.embed_state(hidden, batch["attention_mask"][:, :hidden.size(1)], prompt_length=skip)
+        mask = batch["attention_mask"][:, :hidden.size(1)]
+        embedded = self.embed_state(hidden, mask, prompt_length=skip)
+        if not tokens:
+            return embedded
+        names = [name for name in ("input_ids", "attention_mask", "token_type_ids") if name in batch]
+        return [{"token_embeddings": hidden[i, :n].float(), **{name: batch[name][i, :n] for name in names},
+                 "sentence_embedding": embedded[i]} for i, n in enumerate(batch_lengths(batch))]
 
     def embed_state(self, hidden: Tensor, mask: Tensor, *, prompt_length: int = 0) -> Tensor:
         """(B, D) float32: the pipeline after the encoder, on a last hidden state (B, L, C) and its mask (B, L): the
