@@ -356,15 +356,19 @@ def read_static_embeddings(where: str | Path | Files, folder: str = "") -> dict[
 
 
 def read_model2vec_config(where: str | Path | Files) -> dict[str, Any] | None:
-    """A model2vec directory's config.json ({"model_type": "model2vec", "normalize", "max_length", ...}), None for any
-    other config.json or none. model2vec writes modules.json beside it (StaticEmbedding at ".", then Normalize
-    where normalize is true: model2vec/persistence/persistence.py save_pretrained); one without is read as if it had
-    that modules.json."""
+    """A model2vec directory's config.json, None for any other config.json or none: model_type "model2vec" and
+    architectures ["StaticModel"] (model2vec's distill writes them), or no model_type (which every transformers
+    config.json has) and a "normalize" (model2vec's StaticModel.save_pretrained writes max_length, normalize,
+    embedding_dtype). model2vec writes modules.json beside it (StaticEmbedding at ".", then Normalize where normalize
+    is true: model2vec/persistence/persistence.py save_pretrained); one without is read as if it had that modules.json."""
     path = as_files(where).file("config.json", optional=True)
     if path is None:
         return None
     config = read_json(path)
-    return config if config.get("model_type") == "model2vec" else None
+    if (config.get("model_type") == "model2vec" or "StaticModel" in (config.get("architectures") or ())
+            or ("model_type" not in config and "normalize" in config)):
+        return config
+    return None
 
 
 def read_sentence_config(where: str | Path | Files) -> dict[str, Any]:
