@@ -22,12 +22,15 @@ FAMILY_PRESETS = {"bert": "bert-base-uncased", "roberta": "roberta-base", "xlm-r
                   "modernbert": "modernbert-base", "gte": "gte-base-en-v1.5",
                   "nomic_bert": "nomic-embed-text-v1.5",
                   "eurobert": "eurobert-210m",
-                  "jina_embeddings_v3": "jina-embeddings-v3"}
+                  "jina_embeddings_v3": "jina-embeddings-v3",
+                  "gemma3_text": "embeddinggemma-300m"}
 TINY = dict(vocab_size=120, hidden_size=16, num_layers=3, num_heads=2, intermediate_size=24)
 # A family's optional modules switched on, so the table lists what they record: DeBERTa-v2's convolution after the
 # first layer (conv_kernel_size > 0, as deberta-v2-xlarge's config.json; v3's presets have none), whose
 # `layers.0.conv.output` is transformers' hidden_states[1]
-OPTIONAL = {"deberta-v2": dict(conv_kernel_size=3)}
+OPTIONAL = {"deberta-v2": dict(conv_kernel_size=3),
+            # Gemma 3's layer pattern for the tiny model's 3 layers (the preset's names 24), heads 8 wide
+            "gemma3_text": dict(layer_types=("sliding_attention", "full_attention", "sliding_attention"), head_dim=8)}
 PAIR_TYPES = 2  # the input is a pair of segments where the family has token types
 
 

@@ -157,7 +157,11 @@ NEW = [name for name in FAMILIES if name not in ("bert", "roberta") + LONG_CONTE
 # interventions and analysis tests build every family this way): ModernBERT's rotary thetas and window, DeBERTa's
 # relative attention with both position terms.
 OWN_FIELDS = {"modernbert": {"rope_theta": 160000.0, "local_rope_theta": 10000.0, "local_attention": 4},
-              "deberta-v2": {"relative_attention": True, "pos_att_type": ("c2p", "p2c")}}
+              "deberta-v2": {"relative_attention": True, "pos_att_type": ("c2p", "p2c")},
+              # Gemma 3: its own head width (4 x 12 against 32 wide), as many key / value heads as query heads (so
+              # heads prune one by one; tests/models/test_gemma3_text.py groups them); the default layer pattern
+              # (every 6th layer full) makes a small model's layers sliding ones, |i - j| <= 2
+              "gemma3_text": {"num_key_value_heads": 4, "head_dim": 12, "sliding_window": 4}}
 
 
 def random_encoder(arch: str, backend: str = "sdpa", *, num_layers: int = 3, seed: int = 0):
