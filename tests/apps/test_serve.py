@@ -142,7 +142,8 @@ def test_tei_embed_rerank_info_health(server, models):
     assert set(info["models"]) == {"embed", "classify", "alignscore_large"}
     assert info["models"]["embed"] == {"model_id": str(models["embed"]), "model_dtype": "float32", "max_input_length": 256,
                                        "kind": "embedding", "pooling": "mean", "dimension": emb.dimension,
-                                       "routes": ["/embed", "/similarity", "/", "/v1/embeddings", "/v1/models", "/rows/embed"]}
+                                       "routes": ["/embed", "/embed_all", "/similarity", "/", "/v1/embeddings",
+                                                  "/v1/models", "/rows/embed"]}
     assert info["models"]["classify"]["kind"] == "reranker" and info["models"]["classify"]["labels"] == ["LABEL_0"]
     assert info["models"]["alignscore_large"]["kind"] == "alignscore" and \
         info["models"]["alignscore_large"]["routes"] == ["/alignscore_large", "/score", "/rows/alignscore_large"]
@@ -294,8 +295,9 @@ def test_unknown_routes_and_methods_answer_json_and_home_lists_what_is_served(se
                                       "error_type": "MethodNotAllowed"}
     status, text = call(server, "/")
     listed = re.findall(r"(GET|POST) (/[\w/-]*)", text)
-    assert {path for _, path in listed} == {"/", "/alignscore_large", "/score", "/embed", "/similarity", "/predict",
-                                            "/rerank", "/health", "/info", "/rows/alignscore_large", "/rows/embed",
+    assert {path for _, path in listed} == {"/", "/alignscore_large", "/score", "/embed", "/embed_all", "/similarity",
+                                            "/predict", "/rerank", "/health", "/info", "/rows/alignscore_large",
+                                            "/rows/embed",
                                             "/rows/classify", "/v1/embeddings", "/v1/models",
                                             "/pipeline/text-classification"}
     for method, path in listed:  # each one is served: an empty body is refused for what it holds, not for the route
@@ -757,7 +759,7 @@ def test_rows_m3_info_and_bad_requests(retrieval_server, retrieval_dirs):
             ("/embed_all", {"inputs": "a", "prompt_name": 3}, 422, "`prompt_name`"),
             ("/embed_all", {"inputs": "word " * 200}, 413, "`inputs` must have less than"),
             ("/embed", {"inputs": "a"}, 424, "not an embedding model"),
-            ("/embed_all", {"inputs": "a", "model": str(retrieval_dirs["sparse"])}, 200, None),  # model: never read
+            ("/embed_all", {"inputs": "a", "model": str(retrieval_dirs["sparse"])}, 200, None),  # one model: not read
             ("/rows/m3", {"rows": [{"text": "a"}], "options": {"return_dense": False}}, 422, "return_dense"),
             ("/rows/m3", {"rows": [{"txt": "a"}]}, 422, "'text' is missing")):
         status, answer = call(retrieval_server, path, body)

@@ -151,6 +151,11 @@ def _token_vectors(encoder: MultiVectorEncoder, key: tuple[str, str | None], tex
     return encoder.encode(texts, prompt=prompt, task=task, warn_truncation=False)
 
 
+def _token_embeddings(embedder: SentenceEncoder, prompt: str, texts: list[str]) -> list[torch.Tensor]:
+    """Texts -> each one's token embeddings (tokens, hidden), under one prompt text ("" for none)."""
+    return embedder.encode(texts, prompt=prompt, output_value="token_embeddings", warn_truncation=False)
+
+
 def _rows(_, __, items: list[tuple[Any, Any]]) -> list[dict]:
     """Items (a product's job, a row: files.rows.Row) -> the job's records; the items of a call share their job
     (the key is the job's: serve/rows.py)."""
@@ -158,7 +163,7 @@ def _rows(_, __, items: list[tuple[Any, Any]]) -> list[dict]:
 
 
 CALLS = {"score": _score_pairs, "encode": _encode, "logits": _logits, "sparse": _sparse,
-         "token_vectors": _token_vectors, "rows": _rows}
+         "token_vectors": _token_vectors, "token_embeddings": _token_embeddings, "rows": _rows}
 
 
 def _model_run(runner: Runner) -> Callable[[list], list]:

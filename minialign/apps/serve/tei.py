@@ -11,9 +11,15 @@ or reranker, the sparse (SPLADE) encoder and the multi-vector (ColBERT) encoder.
                        per input its non-zero values, ascending index (server.rs embed_sparse: sparsify), from the
                        SparseEncoder (--sparse)
     POST /embed_all    {"inputs": str | [str], "truncate", "prompt_name"} -> [[[float]]]: per input its token
-                       vectors (TEI: the model's raw token embeddings), here the MultiVectorEncoder's (--multivector):
+                       vectors (TEI: the model's raw token embeddings), from the MultiVectorEncoder (--multivector):
                        each kept token's vector after its Dense, skiplist and Normalize modules, as
-                       MultiVectorEncoder.encode gives them
+                       MultiVectorEncoder.encode gives them; or from the embedder (--embed): its final hidden states,
+                       every token within the window (special tokens included), as SentenceEncoder.encode(...,
+                       output_value="token_embeddings") and sentence-transformers give them. With both loaded, the
+                       body's `model` chooses ("multivector" or "embed", or the name a model was loaded by, or its
+                       last part; another name: 404 listing them), and without one the multi-vector model serves
+                       (GET /info lists /embed_all under both); with one loaded, `model` is not read (as TEI, which
+                       serves one model)
                        Both take minialign's extra `task` ("query" | "document": encode_query / encode_document's
                        prompt, window and route; absent: encode's) and TEI's `truncation_direction` "right" (the only
                        one served: "left" is refused, 422)
@@ -31,6 +37,7 @@ import torch
 import minialign.apps.serve.hf_inference as hf_inference
 from minialign.apps.serve.core import (Core, Models, Route, ServiceError, bad_request, dimensions, empty, flag,
                                        parameters, prompt_text, required, text, texts)
+from minialign.apps.serve.openai import served_names
 from minialign.products.choices import TASKS
 from minialign.products.runner import inputs_of
 
@@ -63,7 +70,11 @@ def _token_request(service: Core, kind: str, body: dict):
     direction = body.get("truncation_direction")
     if direction not in (None, "right", "Right"):
         raise bad_request(f"`truncation_direction` {direction!r} is not served: texts are cut at the end (right)")
-    prompt = prompt_text(runner, body.get("prompt_name"), task=task)
+    if kind == "embed":  # a task names the prompt the embedder's encode_query / encode_document would use
+        name = body.get("prompt_name")
+        prompt = prompt_text(runner, runner.task_prompt_name(task) if task is not None and name is None else name)
+    else:
+        prompt = prompt_text(runner, body.get("prompt_name"), task=task)
     window = {"task": task} if kind == "multivector" else {}
     if not flag(body, "truncate", False) and (long := runner.over_window(given, prompt=prompt, **window)):
         limit = runner.window(task) if kind == "multivector" else runner.max_length
@@ -80,10 +91,41 @@ async def embed_sparse(service: Core, body: dict) -> list:
     return [[{"index": i, "value": v} for i, v in zip(indices, values)] for indices, values in rows]
 
 
+EMBED_ALL = ("multivector", "embed")  # /embed_all's models, the first loaded serving a body that names none
+
+
+def _embed_all_kind(service: Core, name: Any) -> str:
+    """The model a /embed_all body asks for (the module docstring), or TEI's 424 when neither is loaded."""
+    loaded = [kind for kind in EMBED_ALL if _loaded(service.models, kind)]
+    if not loaded:
+        raise ServiceError(424, "Backend", "Backend error: /embed_all needs a multi-vector or an embedding model "
+                                           "(start with --multivector or --embed)")
+    if len(loaded) == 1 or name is None:
+        return loaded[0]
+    if not isinstance(name, str):
+        raise bad_request(f"`model` must be a string, got {type(name).__name__}")
+    names = {kind: [kind, *served_names(service.models.names.get(kind))] for kind in loaded}
+    for kind in loaded:
+        if name in names[kind]:
+            return kind
+    listed = "; ".join(f"{kind}: " + ", ".join(repr(n) for n in names[kind]) for kind in loaded)
+    raise ServiceError(404, "NotFound", f"The model {name!r} is not loaded; /embed_all serves {listed}")
+
+
+def _loaded(models: Models, kind: str) -> bool:
+    return (models.multivector if kind == "multivector" else models.embedder) is not None
+
+
 async def embed_all(service: Core, body: dict) -> list:
-    """TEI's /embed_all (server.rs embed_all): per input its token vectors [[float]], the MultiVectorEncoder's."""
-    _, given, key = _token_request(service, "multivector", body)
-    return [v.tolist() for v in await service.run("multivector", "token_vectors", given, key=key)]
+    """TEI's /embed_all (server.rs embed_all): per input its token vectors [[float]], the MultiVectorEncoder's or the
+    embedder's token embeddings (the module docstring)."""
+    kind = _embed_all_kind(service, body.get("model"))
+    _, given, key = _token_request(service, kind, body)
+    if kind == "embed":
+        vectors = await service.run("embed", "token_embeddings", given, key=key[0])
+    else:
+        vectors = await service.run("multivector", "token_vectors", given, key=key)
+    return [v.tolist() for v in vectors]
 
 
 async def embed(service: Core, body: dict) -> list:
@@ -209,7 +251,7 @@ def routes(models: Models) -> list[Route]:
     reranker = (lambda m: classifier(m) if m.classifier is not None and m.classifier.reranker else [])
     return [Route("/embed", embed, embedder, always=True),
             Route("/embed_sparse", embed_sparse, _kind("sparse", "sparse"), always=True),
-            Route("/embed_all", embed_all, _kind("multivector", "multivector"), always=True),
+            Route("/embed_all", embed_all, lambda m: [kind for kind in EMBED_ALL if _loaded(m, kind)], always=True),
             Route("/similarity", similarity, embedder, always=True),
             Route("/predict", predict, classifier, always=True),
             Route("/rerank", rerank, reranker, always=True),
