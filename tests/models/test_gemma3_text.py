@@ -109,6 +109,21 @@ def test_a_text_is_bit_identical_whatever_it_is_batched_with(tmp_path):
             assert torch.equal(together, alone)
 
 
+@pytest.mark.parametrize("backend", ["eager", "sdpa"])
+def test_the_first_tokens_alone_equal_the_full_forward(backend, tmp_path):
+    """final_tokens="first": the last layer's queries are each sequence's first token (Gemma3Attention picks them
+    after the norms, the rotation and the scale), padded and packed."""
+    _, directory = _saved(tmp_path)
+    ours = ma.Encoder.from_pretrained(directory, attn_backend=backend)
+    ids, mask = _batch(ours.config)
+    with torch.no_grad():
+        full = ours(ids, attention_mask=mask).last_hidden_state[:, :1]
+        for unpad in (False, True):
+            first = ours(ids, attention_mask=mask, final_tokens="first", unpad=unpad).last_hidden_state
+            assert first.shape == (len(LENGTHS), 1, 32)
+            torch.testing.assert_close(first, full, **TOL)
+
+
 def test_half_precision_embeddings_scale_in_the_weights_dtype(tmp_path):
     """sqrt(hidden_size) is rounded to the weights' dtype before the product (Gemma3TextScaledWordEmbedding): bf16
     embeddings equal transformers' bit for bit."""
