@@ -118,8 +118,6 @@ def test_what_a_static_model_cannot_take_is_refused(st_dir, tmp_path, minilm_dir
         StaticEncoder.from_pretrained(tmp_path / "m")
 
 
-@pytest.mark.xfail(strict=True, reason="SentenceEncoder.from_pretrained's dispatch to StaticEncoder is requested "
-                                       "of products/embeddings.py's owner; drop this mark when it lands")
 def test_sentence_encoder_and_the_embed_command_load_a_static_directory(st_dir, tmp_path):
     encoder = ma.SentenceEncoder.from_pretrained(st_dir)
     assert isinstance(encoder, StaticEncoder)
@@ -128,3 +126,13 @@ def test_sentence_encoder_and_the_embed_command_load_a_static_directory(st_dir, 
                 "--output", str(tmp_path / "out.jsonl")]) == 0
     rows = [json.loads(line)["embedding"] for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     torch.testing.assert_close(torch.tensor(rows), _st(st_dir).encode(TEXTS[:3], convert_to_tensor=True), **TOL)
+
+
+def test_token_outputs_are_refused(st_dir):
+    """StaticEmbedding writes no token_embeddings (SentenceTransformer.encode(output_value="token_embeddings") fails
+    on it too): a clear error, not an index error."""
+    ours = StaticEncoder.from_pretrained(st_dir)
+    for call in (lambda: ours.encode(TEXTS[:2], output_value="token_embeddings"),
+                 lambda: ours.encode_late_chunks("the tower", [(0, 3)])):
+        with pytest.raises(ValueError, match="no token states"):
+            call()
