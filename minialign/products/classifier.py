@@ -123,6 +123,11 @@ class CrossEncoderModel(nn.Module):
             labels = tuple(f"LABEL_{i}" for i in range(head.num_labels))
         self.config = dataclasses.replace(encoder.config, labels=labels, problem_type=None)
 
+    @property
+    def int8(self) -> bool:
+        """Whether the encoder's layers are int8 (dtype="int8"): the runner calibrates them (Runner._start)."""
+        return getattr(self.encoder, "int8", False)
+
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
                 position_ids: Tensor | None = None, *, unpad: bool = False, host: HostBatch | None = None
                 ) -> ClassifierOutput:

@@ -36,6 +36,8 @@ from minialign.sources import Source, resolve
 from minialign.text.tokenizer import Tokenizer
 
 NO_WINDOW = 1 << 30  # StaticEmbedding.max_seq_length is math.inf: a text is never cut (unless tokenizer.json cuts it)
+NO_TOKENS = ("a static embedding model has no token states (StaticEmbedding writes none): it averages its table's "
+             "rows; token embeddings and late chunking need a transformer")
 NO_OPTION = ("attn_backend", "compile", "adapter")  # Loading keywords a static model has no use for (None / default)
 
 
@@ -147,8 +149,13 @@ class StaticEncoder(SentenceEncoder):
 
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         """The embeddings of one padded batch: each row's mean token row, then Normalize where the model has it."""
+        if batch.get("token_output"):  # encode(output_value="token_embeddings" | None)
+            raise ValueError(NO_TOKENS)
         x = self.model(batch["input_ids"], batch["attention_mask"])
         return (F.normalize(x, p=2, dim=1) if self.normalize else x).float()
 
     def embed_state(self, hidden: Tensor, mask: Tensor, *, prompt_length: int = 0) -> Tensor:
-        raise ValueError("a static embedding model has no token states to pool: it averages its table's rows")
+        raise ValueError(NO_TOKENS)
+
+    def encode_late_chunks(self, document: str, spans, **options) -> Tensor:
+        raise ValueError(NO_TOKENS)

@@ -122,3 +122,12 @@ def test_a_head_minialign_cannot_run_is_refused(ettin, tmp_path, key, value, mes
 
     with pytest.raises(ValueError, match=message):
         ma.Classifier.from_pretrained(_edit(ettin, tmp_path / "m", change))
+
+
+def test_int8_calibrates_the_encoder_of_a_modular_cross_encoder(ettin):
+    """dtype="int8": the encoder's layers are int8 and calibrated on loading, as for every runner; the scores stay
+    close to fp32's."""
+    exact, quantized = ma.Classifier.from_pretrained(ettin), ma.Classifier.from_pretrained(ettin, dtype="int8")
+    assert quantized.dtype_name == "int8" and quantized.settings()["dtype"] == "int8"
+    a, b = map(list, zip(*PAIRS[:3]))
+    torch.testing.assert_close(quantized.predict(a, b), exact.predict(a, b), atol=0.02, rtol=0)
