@@ -20,6 +20,10 @@ Files (sentence-transformers v2 to v6 write them; both the old and the new names
                                       "parameters": {"default_route", "allow_empty_key", "route_mappings"}}
                                       (base/modules/router.py); each route's modules in <folder>/
   <folder>/model.safetensors of a SparseStaticEmbedding   {"weight": (V,)}, its tokenizer beside it
+  <path>/config.json of a LayerNorm   {"dimension"}, weights norm.weight / norm.bias (a CrossEncoder's head)
+  <path>/model.safetensors of a StaticEmbedding   {"embedding.weight": (V, D)}, or model2vec's {"embeddings",
+                                      "mapping"?, "weights"?}, its tokenizer.json beside it; model2vec's config.json
+                                      {"normalize", "max_length", ...}
   config_sentence_transformers.json   {"prompts": {name: prefix}, "default_prompt_name": name | null} (v2.4+);
                                       {"activation_fn": "torch.nn.modules.activation.Sigmoid", ...}
                                       (CrossEncoder, v6); before: config.json
@@ -327,8 +331,8 @@ def read_static_embedding(where: str | Path | Files, folder: str) -> dict[str, A
 
 
 def read_static_embeddings(where: str | Path | Files, folder: str = "") -> dict[str, Any]:
-    """A StaticEmbedding module (sentence_transformer/modules/static_embedding.py), as sentence-transformers or model2vec
-    saved it: {"weight": (V, D) one row per token id, "tokenizer": its tokenizer.json}. sentence-transformers saves
+    """A StaticEmbedding module (sentence_transformer/modules/static_embedding.py), as sentence-transformers or
+    model2vec saved it: {"weight": (V, D) one row per token id, "tokenizer": its tokenizer.json}. sentence-transformers saves
     embedding.weight; model2vec (model2vec/persistence/persistence.py save_pretrained) "embeddings", and after
     vocabulary quantization a "mapping" (token id -> row) and per-token "weights", folded into one row per token id as
     StaticEmbedding._fold_model2vec_weights does (embeddings[mapping[id]] * weights[id])."""
@@ -360,7 +364,8 @@ def read_model2vec_config(where: str | Path | Files) -> dict[str, Any] | None:
     architectures ["StaticModel"] (model2vec's distill writes them), or no model_type (which every transformers
     config.json has) and a "normalize" (model2vec's StaticModel.save_pretrained writes max_length, normalize,
     embedding_dtype). model2vec writes modules.json beside it (StaticEmbedding at ".", then Normalize where normalize
-    is true: model2vec/persistence/persistence.py save_pretrained); one without is read as if it had that modules.json."""
+    is true: model2vec/persistence/persistence.py save_pretrained); one without is read as if it had that
+    modules.json."""
     path = as_files(where).file("config.json", optional=True)
     if path is None:
         return None
@@ -405,10 +410,12 @@ TRANSFORMER_MODULES = ("Transformer", "MLMTransformer")
 # A hub snapshot's folders cannot be listed: what is carried of a module from the hub is what sentence-transformers'
 # own `save` writes for its type (base/modules/dense.py Dense.save: save_config and save_torch_weights,
 # model.safetensors or pytorch_model.bin; sentence_transformer/modules/pooling.py Pooling.save,
-# base/modules/normalize.py Normalize.save (none before v6), sparse_encoder/modules/splade_pooling.py
+# sentence_transformer/modules/layer_norm.py LayerNorm.save (the same two), base/modules/normalize.py Normalize.save
+# (none before v6), sparse_encoder/modules/splade_pooling.py
 # SpladePooling.save and multi_vector_encoder/modules/multi_vector_mask.py MultiVectorMask.save: save_config), each
 # where the repo has it; a module of another type from the hub is refused by name.
-SAVED_FILES = {"Dense": ("config.json", *WEIGHT_FILES), "Pooling": ("config.json",), "Normalize": ("config.json",),
+SAVED_FILES = {"Dense": ("config.json", *WEIGHT_FILES), "LayerNorm": ("config.json", *WEIGHT_FILES),
+               "Pooling": ("config.json",), "Normalize": ("config.json",),
                "SpladePooling": ("config.json",), "MultiVectorMask": ("config.json",)}
 
 

@@ -9,7 +9,8 @@ A CrossEncoder saved as modules (sentence-transformers 5.4+, model_type "CrossEn
 config_sentence_transformers.json: modules.json's Transformer, then a head on its tokens:
 Pooling, Dense, LayerNorm in order, the last Dense writing "scores"; Ettin's rerankers are Pooling(cls) -> Dense(GELU)
 -> LayerNorm -> Dense(1)) runs as CrossEncoderModel: our Encoder, then that head (CrossEncoderHead); its activation is
-the saved one, else CrossEncoder's default (sigmoid for one label, none otherwise: CrossEncoder.get_default_activation_fn).
+the saved one, else CrossEncoder's default (sigmoid for one label, none otherwise:
+CrossEncoder.get_default_activation_fn).
 A causal LM's LogitScore module is refused by name.
 
 Pairs are cut to the window longest-first, as transformers' tokenizers (truncation=True) and
@@ -139,7 +140,8 @@ class CrossEncoderModel(nn.Module):
         return ClassifierOutput(self.head(hidden, attention_mask[:, :hidden.size(1)]), hidden)
 
 
-def read_cross_encoder(source: Source, modules: list[tuple[str, str]], load: LoadOptions) -> tuple[CrossEncoderModel, Source]:
+def read_cross_encoder(source: Source, modules: list[tuple[str, str]],
+                       load: LoadOptions) -> tuple[CrossEncoderModel, Source]:
     """A modular CrossEncoder's model (its modules, convert.read_modules) and the source of its transformer's files;
     a module it cannot run is a ValueError naming it."""
     named = f"{source}/modules.json"

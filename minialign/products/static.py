@@ -131,7 +131,8 @@ class StaticEncoder(SentenceEncoder):
         table = convert.sbert.read_static_embeddings(source, modules[0][1])
         choice = parse_dtype(load.dtype)
         if choice.auto or choice.precision != PLAIN:
-            raise ValueError(f"dtype={load.dtype!r}: a static embedding table is cast to a floating dtype, nothing else")
+            raise ValueError(f"dtype={load.dtype!r}: a static embedding table is cast to a floating dtype, "
+                             f"nothing else")
         model = StaticModel(table["weight"].to(choice.weights)).to(resolve_device(load.device))
         tokenizer = load.tokenizer if isinstance(load.tokenizer, Tokenizer) else static_tokenizer(
             Path(table["tokenizer"]) if load.tokenizer is None else resolve(load.tokenizer).file("tokenizer.json"))
