@@ -162,9 +162,11 @@ class Encoder(Pretrained):
         else:
             x = layout.pack(self._resumed(input_ids, start_at_layer, residual))
         # the family's per-forward inputs, each built once: what every attention backend's prepare reads (the
-        # relative bias by offset: (H, 2 span - 1) or None), and the keyword arguments of every layer
+        # relative bias by offset: (H, 2 span - 1) or None; the mask's kind, causal or not), and the keyword
+        # arguments of every layer
         attention_inputs = AttentionInputs(plan.attention_mask, layout, x.dtype, self.config.num_heads,
-                                           relative=self.family.relative_bias(self, layout.span), device=x.device)
+                                           relative=self.family.relative_bias(self, layout.span), device=x.device,
+                                           causal=self.config.causal)
         masks = self._masks(plan, attention_inputs)
         if head_mask is not None:
             scales = head_scales(self.config, head_mask, x)  # (1, H_i, 1, 1) per layer

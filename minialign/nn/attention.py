@@ -100,10 +100,11 @@ def two_query_rows(q: Tensor) -> tuple[Tensor, bool]:
 
 def additive_bias(inputs: AttentionInputs) -> Tensor | None:
     """What eager and sdpa read: an additive (B|1, H|1, Lq|1, L) bias, or None (attend everywhere):
-    the mask's bias (with a local layer's window materialised in it) plus the relative-position bias
+    the mask's bias (with a local layer's window and a causal model's kind materialised in it) plus the relative-position bias
     materialised (masks.offset_bias)."""
     layout, dtype = inputs.layout, inputs.dtype
-    bias = attention_bias(inputs.mask, layout.batch, layout.length, dtype, window=inputs.window, device=inputs.device)
+    bias = attention_bias(inputs.mask, layout.batch, layout.length, dtype, window=inputs.window,
+                          causal=inputs.causal, device=inputs.device)
     if inputs.relative is not None:
         positions = offset_bias(inputs.relative.to(dtype), layout.length)  # (1, H, L, L)
         bias = positions if bias is None else bias + positions

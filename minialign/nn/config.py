@@ -245,6 +245,13 @@ class Config:
         return self.hidden_size // self.num_heads
 
     @property
+    def causal(self) -> bool:
+        """Whether every query sees the keys at and before it only (a decoder's mask kind, nn/masks.py causal_keep;
+        in a packed row within its own sequence); False, every key, for an encoder. A causal family's config says
+        True, from its own fields."""
+        return False
+
+    @property
     def embedding_width(self) -> int:
         """The embeddings' width (ELECTRA's and DeBERTa's embedding_size; hidden_size elsewhere)."""
         return self.hidden_size

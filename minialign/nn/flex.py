@@ -20,7 +20,7 @@ from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 from torch.nn.attention.flex_attention import flex_attention as _flex_attention
 
 from minialign.nn.inputs import AttentionInputs
-from minialign.nn.masks import keep_mask, right_padded_lengths, window_keep
+from minialign.nn.masks import causal_keep, keep_mask, right_padded_lengths, window_keep
 from minialign.nn.score_functions import DISENTANGLED, OFFSET
 
 BLOCK = 128
@@ -123,11 +123,14 @@ def prepare(inputs: AttentionInputs) -> FlexMask:
     mask for a packed layout, a padding mask for a right-padded 2-D mask, a score_mod bias for a
     floating mask, a looked-up BlockMask for any other boolean one; the relative bias kept for the score_mod.
     The window (a local layer's |i - j| <= window) joins each BlockMask: the blocks out of its reach are
-    not visited; on a floating mask it is blocked in the bias."""
+    not visited; on a floating mask it is blocked in the bias. A causal model's kind (keys j <= i) joins them
+    alike (`causal_prepare`)."""
     mask, layout, dtype, window = inputs.mask, inputs.layout, inputs.dtype, inputs.window
     relative = inputs.relative.to(dtype) if inputs.relative is not None else None
     if window is not None and layout.length - 1 <= window:
         window = None  # the band covers every pair
+    if inputs.causal:
+        return causal_prepare(inputs, window, relative)
     if layout.packed:
         return FlexMask(document_block_mask(layout.document, window), relative=relative)
     B, L = layout.batch, layout.length
@@ -238,15 +241,18 @@ def padding_block_mask(lengths: Tensor, q_len: int, kv_len: int, window: int | N
     return _block_mask(visible & ~full, full, _and(mask_mod, near_or_padding), q_len, kv_len)
 
 
-def document_block_mask(document: Tensor, window: int | None = None) -> BlockMask:
+def document_block_mask(document: Tensor, window: int | None = None, *, causal: bool = False) -> BlockMask:
     """A packed row of T tokens: token i sees token j iff both belong to the same sequence (and, with a
-    `window`, |i - j| <= window: a sequence's tokens are contiguous, so that is its own offset).
-    `document` (T,) holds non-decreasing sequence indices."""
+    `window`, |i - j| <= window: a sequence's tokens are contiguous, so that is its own offset; `causal`: and
+    j <= i, so a token sees the earlier tokens of its own sequence). `document` (T,) holds non-decreasing
+    sequence indices."""
     length = document.numel()
 
     def same(b, h, q_idx, kv_idx):
         return document[q_idx] == document[kv_idx]
     mask_mod = _and(same, _band_mod(window))
+    if causal:
+        mask_mod = _and(mask_mod, _causal_mod)
 
     padded = torch.nn.functional.pad(document, (0, -length % BLOCK), value=-1)  # -1: no sequence
     blocks = padded.view(-1, BLOCK)
@@ -259,6 +265,9 @@ def document_block_mask(document: Tensor, window: int | None = None) -> BlockMas
     if window is not None:
         near, inside = _window_blocks(length, length, window, document.device)
         overlap, full = overlap & near, full & inside
+    if causal:
+        before, inside = _causal_blocks(length, length, document.device)
+        overlap, full = overlap & before, full & inside
     return _block_mask((overlap & ~full)[None, None], full[None, None], mask_mod, length, length)
 
 
@@ -276,3 +285,55 @@ def boolean_block_mask(keep: Tensor, batch: int, length: int) -> BlockMask:
             return keep[b, h, q_idx, kv_idx]
 
     return create_block_mask(mask_mod, batch, heads, length, length, device=keep.device)
+
+
+# -- the causal kind (a decoder's mask: key j <= query i) ----------------------------------------------------
+
+def causal_prepare(inputs: AttentionInputs, window: int | None, relative: Tensor | None) -> FlexMask:
+    """Flex's `prepare` for a causal model: a packed row as documents each causal within itself, no mask as the
+    causal band's BlockMask, a floating mask as a bias with the later keys blocked, any other boolean mask (a
+    padding mask, right or left) looked up with the later keys dropped; the window joins each. A query left with no
+    key at all (a left padding query: no real key at or before it) is given itself, as flex's output for an empty
+    row poisons the next layer's values (that row's output is discarded)."""
+    mask, layout, dtype = inputs.mask, inputs.layout, inputs.dtype
+    if layout.packed:
+        return FlexMask(document_block_mask(layout.document, window, causal=True), relative=relative)
+    B, L = layout.batch, layout.length
+    keep = keep_mask(mask, B, L)
+    device = keep.device if keep is not None else inputs.device
+    band = causal_keep(L, device)
+    if window is not None:
+        band = band & window_keep(L, window, device)
+    if keep is None:
+        return FlexMask(causal_block_mask(L, window, device), relative=relative)
+    if keep.is_floating_point():
+        bias = keep.to(dtype).masked_fill(~band, torch.finfo(dtype).min)
+        return FlexMask(score_bias=bias.expand(B, inputs.num_heads, L, L), relative=relative)
+    keep = keep & band
+    keep = keep | (~keep.any(-1, keepdim=True) & torch.eye(L, dtype=torch.bool, device=device))
+    return FlexMask(boolean_block_mask(keep, B, L), relative=relative)
+
+
+def _causal_blocks(q_len: int, kv_len: int, device) -> tuple[Tensor, Tensor]:
+    """(Qb, Kb) booleans for j <= i: blocks holding some such pair (visible), and blocks every pair of which is one
+    and inside the keys (full)."""
+    q0, q_end = _block_starts(q_len, device)
+    k0, k_end = _block_starts(kv_len, device)
+    visible = k0[None, :] <= (q_end - 1)[:, None]
+    full = ((k_end - 1)[None, :] <= q0[:, None]) & (k_end <= kv_len)[None, :]
+    return visible, full
+
+
+def _causal_mod(b, h, q_idx, kv_idx):
+    return kv_idx <= q_idx
+
+
+def causal_block_mask(length: int, window: int | None, device) -> BlockMask:
+    """Every sequence of `length` tokens: query i sees key j iff j <= i (and |i - j| <= window, with one); the
+    blocks after the diagonal are never visited."""
+    visible, full = _causal_blocks(length, length, device)
+    if window is not None:
+        near, inside = _window_blocks(length, length, window, device)
+        visible, full = visible & near, full & inside
+    return _block_mask((visible & ~full)[None, None], full[None, None], _and(_causal_mod, _band_mod(window)),
+                       length, length)

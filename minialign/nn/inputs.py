@@ -35,6 +35,8 @@ class AttentionInputs:
     relative:  a family's relative-position bias, one value per head and offset j - i ((H, 2R + 1), offsets
                -R..R, R >= L - 1), added to the scores after scaling (MPNet's); None: none
     window:    a local layer's reach, keys j with |i - j| <= window only, on top of the mask; None: every key
+    causal:    a causal model's kind: keys j <= i only, on top of the mask and the window (masks.causal_keep); in a
+               packed row causal within each sequence
     device:    where a mask made from nothing but the window lives (the batch's)
     """
 
@@ -46,6 +48,7 @@ class AttentionInputs:
     relative: Tensor | None = None
     window: int | None = None
     device: torch.device | None = None
+    causal: bool = False
 
     def __post_init__(self):
         if self.queries not in FINAL_TOKENS:

@@ -5,6 +5,7 @@ The user's mask, as every backend reads it (attention.py and flex.py both import
     keep_mask(mask, B, L)                  (B|1, 1|H, 1|L, L) bool: the accepted layouts, checked
     attention_bias(mask, B, L, dtype)      the same as an additive bias (0 attend, dtype's min blocked)
     window_keep(L, window, device)         (L, L) bool: key j within `window` of query i, |i - j| <= window
+    causal_keep(L, device)                 (L, L) bool: key j at or before query i, j <= i (a causal model's kind)
     first_query_only(t)                    the first query row of a mask or bias
     offset_bias(by_offset, L)              (1, H, L, L) additive bias of key j for query i: by_offset[:, j - i]
     right_padded_lengths(mask)             (B,) lengths of a (B, L) mask of 1s then 0s, else None
@@ -60,15 +61,22 @@ def keep_mask(mask: Tensor | None, batch: int, length: int) -> Tensor | None:
 
 
 def attention_bias(mask: Tensor | None, batch: int, length: int, dtype: torch.dtype, *, window: int | None = None,
-                   device: torch.device | str | None = None) -> Tensor | None:
+                   causal: bool = False, device: torch.device | str | None = None) -> Tensor | None:
     """A user mask (any layout of `keep_mask`) as an additive bias broadcastable to (B, H, L, L).
     Blocked positions get the dtype's most negative finite value, as transformers' eager path does,
     so a fully blocked row gives a uniform distribution rather than NaN. `window`: keys farther than
-    that from the query are blocked too (a local layer, `window_keep`), the band made on `device`
-    (the mask's, when there is one); both are blocked once, never min added twice (-inf)."""
+    that from the query are blocked too (a local layer, `window_keep`); `causal`: keys after the query are
+    blocked too (`causal_keep`); the band made on `device` (the mask's, when there is one); each position is
+    blocked once, never min added twice (-inf)."""
     keep = keep_mask(mask, batch, length)
+    where = keep.device if keep is not None else device
+    band = None
     if window is not None and length - 1 > window:  # a window shorter than the sequence: the band blocks some
-        band = window_keep(length, window, keep.device if keep is not None else device)[None, None]  # (1, 1, L, L)
+        band = window_keep(length, window, where)
+    if causal and length > 1:
+        band = causal_keep(length, where) if band is None else band & causal_keep(length, where)
+    if band is not None:
+        band = band[None, None]  # (1, 1, L, L)
         if keep is not None and keep.is_floating_point():
             return keep.to(dtype).masked_fill(~band, torch.finfo(dtype).min)
         keep = band if keep is None else keep & band
@@ -82,6 +90,13 @@ def window_keep(length: int, window: int, device: torch.device | str | None = No
     sliding_window_bidirectional_overlay in transformers masking_utils.py, window = local_attention // 2)."""
     positions = torch.arange(length, device=device)
     return (positions[None, :] - positions[:, None]).abs() <= window
+
+
+def causal_keep(length: int, device: torch.device | str | None = None) -> Tensor:
+    """(L, L) bool: query i may attend key j iff j <= i (transformers masking_utils.py causal_mask_function,
+    the mask create_causal_mask builds for a decoder such as Qwen3Model). In a packed row each sequence is
+    its own row of a bucket or its own document, so a token sees the earlier tokens of its own text only."""
+    return torch.ones(length, length, dtype=torch.bool, device=device).tril()
 
 
 def first_query_only(t: Tensor | None) -> Tensor | None:

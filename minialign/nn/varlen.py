@@ -7,9 +7,10 @@ another sequence, no padding is computed, and no per-length-bucket calls are mad
 packed row: layout.Bucket). Queries, keys and values are the (T, H, D) views of the fused projection's output
 (SelfAttention's qkv split, heads as views): nothing is copied. The first-token layer (queries="first") is one
 query per sequence: cu_seqlens_q = 0, 1, ..., B. A local layer's window (ModernBERT) is the kernel's own
-window_size (left, right). (Dao, "FlashAttention-2", 2023, `flash_attn_varlen_func`; flash-attention's
-`bert_padding.py` for the packing; torch.nn.attention.varlen.varlen_attn and aten._flash_attention_forward, the
-same kernel in torch.)
+window_size (left, right); a causal model's kind (keys j <= i, within each sequence) is its right window of 0
+(flash attention's causal, the queries aligned with the keys: one query per key here). (Dao, "FlashAttention-2",
+2023, `flash_attn_varlen_func`; flash-attention's `bert_padding.py` for the packing;
+torch.nn.attention.varlen.varlen_attn and aten._flash_attention_forward, the same kernel in torch.)
 
 The kernel is torch's, and only where torch has it: CUDA, fp16 / bf16 (`kernel`; heads of at most 256, which
 every family here has). Where it
@@ -37,13 +38,15 @@ DTYPES = (torch.float16, torch.bfloat16)  # what flash attention computes in
 @dataclass(frozen=True)
 class VarlenMask:
     """What the varlen row's `run` reads: cumulative lengths of the queries and of the keys ((B + 1,) int32, on the
-    device), the longest of each (Python ints: the kernel's grid), and a local layer's window (None: every key)."""
+    device), the longest of each (Python ints: the kernel's grid), a local layer's window (None: every key), and
+    whether it is causal (keys j <= i only)."""
 
     cu_q: Tensor
     cu_k: Tensor
     max_q: int
     max_k: int
     window: int | None = None
+    causal: bool = False
 
 
 # -- the kernel -----------------------------------------------------------------------------------------
@@ -53,6 +56,8 @@ def flash_varlen(q: Tensor, k: Tensor, v: Tensor, mask: VarlenMask, scale: float
     torch.nn.attention.varlen.varlen_attn where this torch has it with a window argument, else aten's
     _flash_attention_forward with the cumulative lengths (the function varlen_attn wraps)."""
     left = right = -1 if mask.window is None else mask.window
+    if mask.causal:
+        right = 0  # flash attention's causal: window_size (left, 0)
     entry = _varlen_attn()
     if entry is not None:
         return entry(q, k, v, mask.cu_q, mask.cu_k, mask.max_q, mask.max_k, scale=scale, window_size=(left, right))
@@ -78,11 +83,14 @@ def per_document(q: Tensor, k: Tensor, v: Tensor, mask: VarlenMask, scale: float
     for b in range(len(cu_q) - 1):
         qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
         keep = None
+        # a query's position in its sequence: the first token's when there is one query per sequence
+        rows = torch.arange(qs.stop - qs.start, device=q.device)
+        cols = torch.arange(ks.stop - ks.start, device=q.device)
         if mask.window is not None:
-            # a query's position in its sequence: the first token's when there is one query per sequence
-            rows = torch.arange(qs.stop - qs.start, device=q.device)
-            cols = torch.arange(ks.stop - ks.start, device=q.device)
             keep = (rows[:, None] - cols[None, :]).abs() <= mask.window
+        if mask.causal:
+            before = cols[None, :] <= rows[:, None]
+            keep = before if keep is None else keep & before
         heads = lambda t, s: t[s].transpose(0, 1)  # noqa: E731  (H, n, D)
         y = F.scaled_dot_product_attention(heads(q, qs), heads(k, ks), heads(v, ks), attn_mask=keep, scale=scale)
         out[qs] = y.transpose(0, 1)
@@ -126,19 +134,22 @@ def refuses(inputs: AttentionInputs) -> str | None:
         # with fewer queries than keys the kernel aligns the queries with the last keys (flash-attention 2.1's
         # bottom-right rule for windows), while a first token's window reaches the keys from the first on
         return "the first-token queries of a local layer (the kernel would align the query with the last key)"
+    if inputs.queries == "first" and inputs.causal:
+        # the same bottom-right rule: the kernel's causal first query would see its sequence's every key
+        return "the first-token queries of a causal model (the kernel would align the query with the last key)"
     return None
 
 
 def prepare(inputs: AttentionInputs) -> VarlenMask:
     """The cumulative lengths of a packed row (layout.Layout.cu_seqlens, built without a host sync from a
-    HostBatch), one query per sequence when queries="first", and the window."""
+    HostBatch), one query per sequence when queries="first", the window, and whether it is causal."""
     layout = inputs.layout
     if inputs.queries == "first":
         cu_q = torch.arange(layout.batch + 1, dtype=torch.int32, device=layout.cu_seqlens.device)
         max_q = 1
     else:
         cu_q, max_q = layout.cu_seqlens, layout.max_seqlen
-    return VarlenMask(cu_q, layout.cu_seqlens, max_q, layout.max_seqlen, inputs.window)
+    return VarlenMask(cu_q, layout.cu_seqlens, max_q, layout.max_seqlen, inputs.window, inputs.causal)
 
 
 def run(q: Tensor, k: Tensor, v: Tensor, mask: VarlenMask, score: nn.Module,
