@@ -1,0 +1,261 @@
+"""Qwen2 and Qwen3 (transformers models/qwen2/modeling_qwen2.py Qwen2Model, models/qwen3/modeling_qwen3.py
+Qwen3Model; mixedbread's mxbai-rerank-v2 rerankers run on Qwen2, Qwen3-Embedding on Qwen3): Llama-shaped decoders read
+as encoders, causal. Two families in one file, as transformers' modular_qwen3.py derives Qwen3 from Qwen2: what
+every Qwen layer does is declared once, what Qwen3 changes is a flag of its attention.
+
+  embeddings   embed_tokens(ids) alone: no position table, no token types, no norm (Qwen2Model.forward)
+  positions    rotary (nn/rotary.py) on queries and keys, one theta (rope_parameters' rope_theta, the "default" rope
+               type only) at positions 0, 1, ... of the batch's rows (Qwen2Model.forward's position_ids = arange:
+               under left padding a real token's position counts the padding before it; rotary scores depend on
+               j - i alone, so a text's states are the same up to rounding however it is padded)
+  mask         causal (Qwen2Attention.is_causal, masking_utils.py create_causal_mask): query i sees keys j <= i among
+               the real tokens; packed, within its own sequence (nn/masks.py causal_keep, on every backend:
+               Config.causal). use_bidirectional_attention (no transformers field for Qwen2 / Qwen3; Gemma3's name)
+               runs every key instead. Sliding-window layers (use_sliding_window) are refused on reading.
+  layers       pre-RMSNorm: x = x + o_proj(attn(input_layernorm(x))); x = x + mlp(post_attention_layernorm(x))
+               (Qwen2DecoderLayer, Qwen3DecoderLayer, without a cache); RMSNorm (nn/layers.py RMSNorm: Qwen2RMSNorm)
+  attention    grouped-query (num_key_value_heads, repeat_kv). Qwen2: q_proj / k_proj / v_proj with biases, o_proj
+               without (Qwen2Attention). Qwen3: heads head_dim wide whatever hidden_size / num_attention_heads is
+               (q_proj C -> H D, o_proj H D -> C), an RMSNorm over each head's query and key before the rotation
+               (q_norm, k_norm), attention_bias on all four projections (Qwen3Attention)
+  mlp          SwiGLU: down_proj(act(gate_proj(x)) * up_proj(x)), no biases (Qwen2MLP; nn/layers.py GatedFeedForward)
+  final norm   after the stack (Qwen2Model.norm), the last hidden state included
+  heads        *ForSequenceClassification / *ForTokenClassification (a `score` layer on the last real token / every
+               token) are not ported: their score.* names are not read, so such a checkpoint is refused; a
+               classifier built here from a config reads the first token. The causal LM's lm_head is dropped on
+               loading (an encoder returns the final states). No question-answering head.
+
+Their config.json and weight names: convert/families/qwen2.py, convert/families/qwen3.py. Shapes: B batch,
+L sequence length (a packed batch is one row of T tokens, (1, T)), C hidden size, H query heads, KV key / value heads,
+D head dim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch.nn as nn
+from torch import Tensor
+
+from minialign.convert.families import qwen2 as qwen2_format
+from minialign.convert.families import qwen3 as qwen3_format
+from minialign.models.family import Family
+from minialign.models.heads import Heads, MaskedLM, SequenceClassification, TokenClassification
+from minialign.nn.attention import PreparedMask, attention
+from minialign.nn.capture import asks, record, unobserved
+from minialign.nn.config import BOOL, POSITIVE_INT, POSITIVE_NUMBER, PROBABILITY, Config, checked, optional
+from minialign.nn.inputs import ForwardInputs, sequence_positions
+from minialign.nn.layers import PRECISION_LAYERS, GatedFeedForward, RMSNorm, SelfAttention, head_writes
+from minialign.nn.linear import Linear
+from minialign.nn.rotary import apply_rotary, rotary_tables
+
+
+@dataclass(frozen=True)
+class Qwen2Config(Config):
+    """Qwen2's config (configuration_qwen2.py Qwen2Config; config.json: convert/families/qwen2.py).
+    num_key_value_heads: the key / value heads of grouped-query attention (None: num_heads), dividing num_heads;
+    rope_theta: the rotary base; use_bidirectional_attention: every key instead of the causal mask. No hidden
+    dropout: hidden_dropout defaults to 0 (what a head's dropout falls back on)."""
+
+    format = qwen2_format.FORMAT
+    arch: str = "qwen2"
+    hidden_dropout: float = checked(PROBABILITY, 0.0)
+    attention_dropout: float = checked(PROBABILITY, 0.0)
+    activation: str = "silu"
+    layer_norm_eps: float = checked(POSITIVE_NUMBER, 1e-6)
+    tie_word_embeddings: bool = False
+    max_position_embeddings: int = checked(POSITIVE_INT, 32768)
+    num_key_value_heads: int | None = checked(optional(POSITIVE_INT), None)
+    rope_theta: float = checked(POSITIVE_NUMBER, 10000.0)
+    use_bidirectional_attention: bool = checked(BOOL, False)
+
+    def check(self) -> None:
+        if self.num_key_value_heads is not None and self.num_heads % self.num_key_value_heads:
+            raise ValueError(f"Config.num_key_value_heads ({self.num_key_value_heads}) must divide num_heads "
+                             f"({self.num_heads}): each key / value head serves a group of query heads")
+
+    @property
+    def kv_heads(self) -> int:
+        """The key / value heads (num_key_value_heads, else num_heads)."""
+        return self.num_heads if self.num_key_value_heads is None else self.num_key_value_heads
+
+    @property
+    def causal(self) -> bool:
+        """Causal (Qwen2Attention.is_causal), unless use_bidirectional_attention says every key."""
+        return not self.use_bidirectional_attention
+
+
+def norm(config: Config) -> RMSNorm:
+    """Every hidden-size norm: RMSNorm, eps rms_norm_eps (Qwen2RMSNorm)."""
+    return RMSNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+
+class QwenEmbeddings(nn.Module):
+    """embed_tokens(ids) (Qwen2Model.embed_tokens): no positions, no token types, no norm."""
+
+    def __init__(self, config: Config):
+        super().__init__()
+        self.word = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+
+    def position_ids(self, input_ids: Tensor) -> Tensor:
+        """(B, L): 0, 1, ..., L - 1 in every row (Qwen2Model.forward without a cache), read by the rotary tables."""
+        return sequence_positions(input_ids)
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor) -> Tensor:
+        word = self.word(input_ids)
+        word = record("word", word)
+        return record("sum", word)  # the one part there is: what layer 0 reads
+
+
+class QwenAttention(SelfAttention):
+    """SelfAttention with Qwen's shapes: heads head_dim wide whatever C / H is (q_proj C -> H D, o_proj H D -> C),
+    the output projection's bias apart from the query / key / value projections', and optionally an RMSNorm over
+    each head's query and key before the rotation (Qwen3Attention's q_norm / k_norm, head_dim wide)."""
+
+    def __init__(self, config: Config, *, qkv_bias: bool, output_bias: bool, qk_norm: bool):
+        super().__init__(config, bias=qkv_bias, kv_heads=config.kv_heads)
+        self.output = Linear(config.num_heads * config.head_dim, config.hidden_size, bias=output_bias)
+        if qk_norm:
+            self.q_norm = RMSNorm(config.head_dim, eps=config.layer_norm_eps)
+            self.k_norm = RMSNorm(config.head_dim, eps=config.layer_norm_eps)
+        else:
+            self.q_norm = self.k_norm = None
+
+    def forward(self, x: Tensor, mask: PreparedMask, queries: Callable[[Tensor], Tensor] | None = None,
+                rotary: tuple[Tensor, Tensor] | None = None, *,
+                score: nn.Module | None = None) -> tuple[Tensor, Tensor | None]:
+        """x (B, L, C) -> (B, Lq, C): SelfAttention.forward's steps, the norms between the projection and the
+        rotation (Qwen3Attention.forward: q_norm(q_proj(x).view(..., D)), then apply_rotary_pos_emb)."""
+        B, L, _ = x.shape
+        D = self.head_dim
+        inner, kv_inner = self.num_heads * D, self.num_kv_heads * D
+        heads = lambda t, n: t.view(B, t.size(1), n, D).transpose(1, 2)  # noqa: E731  (B, n, L, D)
+        q, k, v = self.qkv(x).split([inner, kv_inner, kv_inner], dim=-1)  # (B, L, H D), (B, L, KV D) twice
+        q, k = q.view(B, L, -1, D), k.view(B, L, -1, D)  # (B, L, H|KV, D)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if rotary is not None:  # every token rotated at its own position, before any query is picked
+            q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
+        q, k = q.reshape(B, L, inner), k.reshape(B, L, kv_inner)
+        if queries is not None:
+            q = queries(q)  # (B, Lq, H D)
+        q, k, v = heads(q, self.num_heads), heads(k, self.num_kv_heads), heads(v, self.num_kv_heads)
+        if self.num_kv_heads != self.num_heads:  # each key / value head to its group of query heads (repeat_kv)
+            groups = self.num_heads // self.num_kv_heads
+            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)  # (B, H, L, D)
+        q = record("q", q)
+        k = record("k", k)
+        v = record("v", v)
+        y, probs = attention(q, k, v, mask, score=self.score if score is None else score,
+                             dropout_p=self.dropout_p if self.training else 0.0)
+        y = record("context", y)  # (B, H, Lq, D)
+        if asks("head_outputs"):  # each head's write, on request only: (B, H, Lq, C)
+            writes = head_writes(y, self.output.weight)
+            patched = record("head_outputs", writes)
+            if patched is not writes:
+                out = patched.sum(1) + (self.output.bias if self.output.bias is not None else 0)
+                return record("output", out.to(y.dtype)), probs
+        out = self.output(y.transpose(1, 2).reshape(B, q.size(2), inner), scratch=unobserved(self.output))  # (B, Lq, C)
+        out = record("output", out)
+        return out, probs
+
+
+class QwenLayer(nn.Module):
+    """Pre-RMSNorm: x = x + attn(attention_norm(x)); x = x + mlp(ffn_norm(x)) (Qwen2DecoderLayer, Qwen3DecoderLayer)."""
+
+    precision_layers = PRECISION_LAYERS  # EncoderLayer's: the same names, the same reasons
+    window = None  # every earlier key (no sliding window)
+
+    def __init__(self, config: Config, attention: QwenAttention):
+        super().__init__()
+        self.attention_norm = norm(config)
+        self.attention = attention
+        self.ffn_norm = norm(config)
+        # SwiGLU (Qwen2MLP): down(act(gate(x)) * up(x)), no biases; gate_proj / up_proj as two layers
+        self.ffn = GatedFeedForward(config, bias=False, activated="first", split_names=True)
+
+    def forward(self, x: Tensor, mask: PreparedMask, queries: Callable[[Tensor], Tensor] | None = None, *,
+                rotary: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor | None]:
+        """x (B, L, C) -> the new states of the `queries` tokens (default: all) (B, Lq, C), and the attention
+        probabilities (B, H, Lq, L) when the backend gives them. rotary: (cos, sin) (B, L, D)."""
+        x = record("input", x)
+        normed = self.attention_norm(x)
+        normed = record("attention_norm", normed)  # pre-LN: what the attention reads
+        a, probs = self.attention(normed, mask, queries, rotary=rotary)
+        if queries is not None:
+            x = queries(x)
+        x = x + a
+        x = record("attention_residual", x)
+        normed = self.ffn_norm(x)
+        normed = record("ffn_norm", normed)  # pre-LN: what the feed-forward reads
+        f = self.ffn(normed)
+        f = record("ffn_output", f)
+        x = x + f
+        x = record("ffn_residual", x)
+        x = record("output", x)  # pre-LN: the residual is the layer's output (capture's names, as EncoderLayer's)
+        return x, probs
+
+
+class Qwen2(Family):
+    config_class = Qwen2Config
+    Embeddings = QwenEmbeddings
+    parts = {"final_norm": norm}
+    pooler = False
+
+    @classmethod
+    def attention(cls, config: Config) -> QwenAttention:
+        """Qwen2Attention: biases on q / k / v, none on o_proj, no query / key norms."""
+        return QwenAttention(config, qkv_bias=True, output_bias=False, qk_norm=False)
+
+    @classmethod
+    def layers(cls, config: Config) -> list[nn.Module]:
+        return [QwenLayer(config, cls.attention(config)) for _ in range(config.num_layers)]
+
+    @classmethod
+    def layer_inputs(cls, encoder: nn.Module, inputs: ForwardInputs) -> dict[str, object]:
+        """One (cos, sin) at the positions in the forward's layout, head_dim wide, in the weights' dtype
+        (Qwen2RotaryEmbedding's cast)."""
+        dtype = encoder.embeddings.word.weight.dtype
+        tables = rotary_tables(inputs.position_ids, encoder.config.head_dim, float(encoder.config.rope_theta))
+        return {"rotary": tuple(table.to(dtype) for table in tables)}
+
+    @classmethod
+    def finish(cls, encoder: nn.Module, x: Tensor) -> Tensor:
+        x = encoder.final_norm(x)
+        return record("final_norm", x)  # the last hidden state (Qwen2Model.norm)
+
+    @classmethod
+    def heads(cls, config: Config) -> Heads:
+        """Not transformers' (module docstring): a classifier on the first token (no dense), a decoder over the
+        final states, a token classifier without dropout, no question answering."""
+        return Heads(sequence_classification=SequenceClassification(pool="first", record="pool"),
+                     masked_lm=MaskedLM(transform=False, decoder_bias=False),
+                     token_classification=TokenClassification(dropout=None),
+                     question_answering=f"{config.arch} has no question-answering head in minialign "
+                                        f"(transformers' *ForQuestionAnswering is not ported)")
+
+
+@dataclass(frozen=True)
+class Qwen3Config(Qwen2Config):
+    """Qwen3's config (configuration_qwen3.py Qwen3Config): Qwen2's fields, and head_dim (None: hidden_size /
+    num_heads; config.json gives it) and attention_bias."""
+
+    format = qwen3_format.FORMAT
+    arch: str = "qwen3"
+    head_dim: int | None = checked(optional(POSITIVE_INT), None)
+    attention_bias: bool = checked(BOOL, False)
+
+    def check(self) -> None:
+        super().check()
+        if self.head_dim is None:  # the heads split the hidden size (Qwen3Attention's getattr default)
+            object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
+
+
+class Qwen3(Qwen2):
+    config_class = Qwen3Config
+
+    @classmethod
+    def attention(cls, config: Config) -> QwenAttention:
+        """Qwen3Attention: attention_bias on all four projections, q_norm / k_norm."""
+        return QwenAttention(config, qkv_bias=config.attention_bias, output_bias=config.attention_bias, qk_norm=True)
