@@ -233,3 +233,40 @@ def test_qwen3_embedding_directory_equals_sentence_transformers(tmp_path):
     together = emb.encode(texts, prompt_name="query", warn_truncation=False)
     for i, text in enumerate(texts):
         assert torch.equal(emb.encode([text], prompt_name="query", warn_truncation=False)[0], together[i])
+
+
+def test_varlen_runs_the_causal_model_packed_and_hands_first_tokens_to_sdpa(tmp_path, monkeypatch):
+    """On the varlen row (its kernel the per-document stand-in: no GPU here, tests/nn/test_varlen.py), a packed
+    forward equals sdpa's; the first-token queries of a causal model are refused, run on sdpa, and still right."""
+    import warnings
+
+    from minialign.nn import varlen
+    from minialign.nn.attention import BackendFallbackWarning
+
+    monkeypatch.setattr(varlen, "kernel", lambda device, dtype: lambda q, k, v, mask, scale: varlen.per_document(
+        q, k, v, mask, scale))
+    _, directory = saved(tmp_path)
+    ours = ma.Encoder.from_pretrained(directory, attn_backend="varlen")
+    ref = ma.Encoder.from_pretrained(directory, attn_backend="sdpa")
+    ids, mask = batch(ours.config)
+    real = mask.bool()
+    with torch.no_grad():
+        expected = ref(ids, attention_mask=mask).last_hidden_state
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", BackendFallbackWarning)
+            got = ours(ids, attention_mask=mask, unpad=True).last_hidden_state
+        with pytest.warns(BackendFallbackWarning, match="first-token queries of a causal model"):
+            first = ours(ids, attention_mask=mask, unpad=True, final_tokens="first").last_hidden_state
+    torch.testing.assert_close(got[real], expected[real], **TOL)
+    torch.testing.assert_close(first, expected[:, :1], **TOL)
+
+
+def test_captured_probabilities_are_causal(tmp_path):
+    _, directory = saved(tmp_path)
+    ours = ma.Encoder.from_pretrained(directory, attn_backend="sdpa")
+    ids, mask = batch(ours.config)
+    with torch.no_grad(), ma.capture(ours) as cap:
+        ours(ids, attention_mask=mask, unpad=True)
+    probs = cap["layers.0.attention.probs"]  # (B, H, L, L)
+    later = torch.ones(ids.size(1), ids.size(1), dtype=torch.bool).triu(1)
+    assert probs.shape[-1] == ids.size(1) and float(probs[..., later].abs().max()) == 0.0
