@@ -116,10 +116,6 @@ class SentenceEncoder(Runner):
         The keywords every runner takes are products/runner.py's (Loading)."""
         load = LoadOptions.of(keywords, f"{cls.__name__}.from_pretrained")
         source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)  # every file below is read from it
-        from minialign.products.static import StaticEncoder, static_modules  # static.py imports this module
-
-        if cls is SentenceEncoder and static_modules(source) is not None:  # StaticEmbedding / model2vec: no transformer
-            return StaticEncoder.from_pretrained(src, truncate_dim=truncate_dim, **keywords)
         modules = convert.read_modules(source)
         pooling, dense, normalize, model, settings, include_prompt = ["mean"], [], False, source, {}, True
         if modules is not None:
