@@ -307,7 +307,7 @@ class SentenceEncoder(Runner):
         backend.no_truncation()
         whole = token_spans.Document.of(backend.encode(prompt + document))
         masks = token_spans.span_masks(whole, spans, shift=len(prompt))  # (S, L): refused before any model work
-        ids, types, starts, _ = token_spans.windows(whole, self.max_length, overlap)
+        ids, types, starts = token_spans.windows(whole, self.max_length, overlap)
         constants = {"token_output": 1, **({"adapter": adapter} if adapter is not None else {})}
         with torch.inference_mode():
             results = self.engine.run_encoded(Encoded(ids, types, [0] * len(ids)), self.forward,

@@ -124,16 +124,16 @@ def owners(n: int, starts: list[int], room: int) -> tuple[Tensor, Tensor]:
 
 
 def windows(document: Document, max_length: int, overlap: int | None) -> tuple[list[list[int]], list[list[int]],
-                                                                              list[int], int]:
-    """The sequences to run for a document: itself where it fits the window, else its windows (the module
-    docstring), each with the template's special tokens; with the start of each window's tokens and the overlap."""
-    if len(document.ids) <= max_length:
-        return [document.ids], [document.type_ids], [0], 0
+                                                                              list[int]]:
+    """The sequences to run for a document (ids, type ids): itself where it fits the window, else its windows (the
+    module docstring), each with the template's special tokens; and where each window's tokens start."""
     lead, trail, n = document.lead, document.trail, document.content
     room = max_length - lead - trail
     if room < 1:
         raise ValueError(f"a window of {max_length} tokens leaves no room for text beside {lead + trail} special ones")
-    overlap = check_overlap(overlap, room)
+    overlap = check_overlap(overlap, room)  # checked where the document fits too: a call's options hold for any
+    if len(document.ids) <= max_length:
+        return [document.ids], [document.type_ids], [0]
     starts = window_starts(n, room, overlap)
     head, tail = slice(0, lead), slice(len(document.ids) - trail, len(document.ids))
     ids, types = [], []
@@ -141,7 +141,7 @@ def windows(document: Document, max_length: int, overlap: int | None) -> tuple[l
         body = slice(lead + start, lead + min(start + room, n))
         ids.append(document.ids[head] + document.ids[body] + document.ids[tail])
         types.append(document.type_ids[head] + document.type_ids[body] + document.type_ids[tail])
-    return ids, types, starts, overlap
+    return ids, types, starts
 
 
 def assemble(document: Document, states: list[Tensor], starts: list[int], max_length: int) -> Tensor:

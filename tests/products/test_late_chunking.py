@@ -150,5 +150,6 @@ def test_bad_input_is_refused_before_the_model_runs(model, monkeypatch):
         ours.encode_late_chunks("\udc80 text", [(0, 2)])
     long, long_spans = document_and_spans(SENTENCES * 2)
     for overlap in (-1, 22, 1.5):  # the room: 24 less 2 special tokens
-        with pytest.raises(ValueError, match=r"overlap must be an int in \[0, 22\)"):
-            ours.encode_late_chunks(long, long_spans, overlap=overlap)
+        for text, where in ((long, long_spans), (document, spans)):  # checked where the document fits too
+            with pytest.raises(ValueError, match=r"overlap must be an int in \[0, 22\)"):
+                ours.encode_late_chunks(text, where, overlap=overlap)
