@@ -96,7 +96,7 @@ EMBED_ALL = ("multivector", "embed")  # /embed_all's models, the first loaded se
 
 def _embed_all_kind(service: Core, name: Any) -> str:
     """The model a /embed_all body asks for (the module docstring), or TEI's 424 when neither is loaded."""
-    loaded = [kind for kind in EMBED_ALL if _loaded(service.models, kind)]
+    loaded = [kind for kind in EMBED_ALL if kind in service.models.loaded()]
     if not loaded:
         raise ServiceError(424, "Backend", "Backend error: /embed_all needs a multi-vector or an embedding model "
                                            "(start with --multivector or --embed)")
@@ -110,10 +110,6 @@ def _embed_all_kind(service: Core, name: Any) -> str:
             return kind
     listed = "; ".join(f"{kind}: " + ", ".join(repr(n) for n in names[kind]) for kind in loaded)
     raise ServiceError(404, "NotFound", f"The model {name!r} is not loaded; /embed_all serves {listed}")
-
-
-def _loaded(models: Models, kind: str) -> bool:
-    return (models.multivector if kind == "multivector" else models.embedder) is not None
 
 
 async def embed_all(service: Core, body: dict) -> list:
@@ -251,7 +247,7 @@ def routes(models: Models) -> list[Route]:
     reranker = (lambda m: classifier(m) if m.classifier is not None and m.classifier.reranker else [])
     return [Route("/embed", embed, embedder, always=True),
             Route("/embed_sparse", embed_sparse, _kind("sparse", "sparse"), always=True),
-            Route("/embed_all", embed_all, lambda m: [kind for kind in EMBED_ALL if _loaded(m, kind)], always=True),
+            Route("/embed_all", embed_all, lambda m: [kind for kind in EMBED_ALL if kind in m.loaded()], always=True),
             Route("/similarity", similarity, embedder, always=True),
             Route("/predict", predict, classifier, always=True),
             Route("/rerank", rerank, reranker, always=True),
