@@ -57,6 +57,8 @@ ROUTED = ("MLMTransformer", "Transformer", "SpladePooling", "SparseStaticEmbeddi
 CROSS_ENCODER_MODULES = ("Transformer", "Pooling", "Dense", "LayerNorm", "LogitScore")
 # A static embedding model's (sentence_transformer/modules/static_embedding.py; model2vec saves the same modules.json).
 STATIC_MODULES = ("StaticEmbedding", "Normalize")
+STATIC_HINT = ("a static embedding model: StaticEncoder.from_pretrained loads it, and the embed command, serve "
+               "--embed and Ray pick it by themselves")
 # Where a module's features go (base/modules/dense.py Dense: module_input_name, module_output_name).
 SENTENCE_EMBEDDING, SCORES = "sentence_embedding", "scores"
 SPLADE_POOLING = ("max", "sum")  # SpladePooling.SPLADE_POOLING_MODES
@@ -88,7 +90,8 @@ def read_modules(where: str | Path | Files, *, supported: tuple[str, ...] = MODU
             raise CheckpointError(f"{path}: module {i} has type {entry.get('type') if isinstance(entry, dict) else entry!r}, "
                                   f"which minialign does not run here; supported: {', '.join(supported)}"
                                   + (" (a multi-vector model: load it with MultiVectorEncoder)"
-                                     if kind == "MultiVectorMask" else ""))
+                                     if kind == "MultiVectorMask" else "")
+                                  + (f" ({STATIC_HINT})" if kind == "StaticEmbedding" else ""))
         modules.append((kind, _folder(path, i, entry)))
     return modules
 

@@ -43,6 +43,7 @@ _HOMES = {
     "AlignScorer": "minialign.products.alignscore",
     "Classifier": "minialign.products.classifier",
     "SentenceEncoder": "minialign.products.embeddings",
+    "StaticEncoder": "minialign.products.static",
     "FillMask": "minialign.products.fill_mask",
     "M3Encoder": "minialign.products.m3",
     **dict.fromkeys(["AlignLosses", "alignscore_losses", "classification_loss"], "minialign.products.losses"),

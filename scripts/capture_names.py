@@ -23,14 +23,16 @@ FAMILY_PRESETS = {"bert": "bert-base-uncased", "roberta": "roberta-base", "xlm-r
                   "nomic_bert": "nomic-embed-text-v1.5",
                   "eurobert": "eurobert-210m",
                   "jina_embeddings_v3": "jina-embeddings-v3",
-                  "gemma3_text": "embeddinggemma-300m"}
+                  "gemma3_text": "embeddinggemma-300m",
+                  "qwen3": "qwen3-embedding-0.6b", "qwen2": "mxbai-rerank-base-v2"}
 TINY = dict(vocab_size=120, hidden_size=16, num_layers=3, num_heads=2, intermediate_size=24)
 # A family's optional modules switched on, so the table lists what they record: DeBERTa-v2's convolution after the
 # first layer (conv_kernel_size > 0, as deberta-v2-xlarge's config.json; v3's presets have none), whose
 # `layers.0.conv.output` is transformers' hidden_states[1]
 OPTIONAL = {"deberta-v2": dict(conv_kernel_size=3),
             # Gemma 3's layer pattern for the tiny model's 3 layers (the preset's names 24), heads 8 wide
-            "gemma3_text": dict(layer_types=("sliding_attention", "full_attention", "sliding_attention"), head_dim=8)}
+            "gemma3_text": dict(layer_types=("sliding_attention", "full_attention", "sliding_attention"), head_dim=8),
+            "qwen3": dict(head_dim=8)}  # the preset's heads are 128 wide
 PAIR_TYPES = 2  # the input is a pair of segments where the family has token types
 
 

@@ -118,6 +118,9 @@ class Product:
     hf_task   the HF Inference task it answers (huggingface_hub's InferenceClient): serve/hf_inference.HF_TASKS names
               its body's parameters and its handler; served on POST /pipeline/TASK and on POST / (serve/tei.py root)
     int8      whether --dtype offers int8 (the scorers refuse it: products/runner.refuse_int8)
+    variants  runner classes (or paths) for the models `runner` does not load, each asked first whether a model is
+              its kind (`handles(model, **load options)`): the embed product's StaticEncoder (a runner that
+              subclasses `runner` cannot be chosen inside `runner.from_pretrained`: an import cycle)
     """
 
     name: str
@@ -138,6 +141,7 @@ class Product:
     serve_as: str | None = None
     hf_task: str | None = None
     int8: bool = True
+    variants: tuple[str, ...] = ()
 
     def fields(self, **named: str | None) -> Fields:
         """What a row holds: each role's field (<role>_field=..., default the role's name), as the file commands,
@@ -155,7 +159,10 @@ class Product:
         if model is None and self.model is None:
             raise ValueError(f"{self.name}: a model is required")
         given = {k: v for k, v in keywords.items() if v is not None}
-        return self.runner.from_pretrained(self.model if model is None else model, **given)
+        model = self.model if model is None else model
+        variants = (pkgutil.resolve_name(v) if isinstance(v, str) else v for v in self.variants)
+        chosen = next((variant for variant in variants if variant.handles(model, **given)), self.runner)
+        return chosen.from_pretrained(model, **given)
 
     def make_job(self, runner: Runner, *, model: str | None = None, **keywords: Any) -> Job:
         """The job over a loaded runner: keywords are <role>_field and the per-call options (others: ignored, so
@@ -240,6 +247,7 @@ TASK = Option("task", choices=choices.TASKS,
 register(Product(
     name="embed", command="embed", verb="embedded",
     runner="minialign.products.embeddings:SentenceEncoder", job="minialign.apps.files.jobs:embed_job",
+    variants=("minialign.products.static:StaticEncoder",),
     outputs=OUTPUT_FORMATS["embed"],
     help="sentence embeddings of a text, or of a JSONL/CSV file (.jsonl or .safetensors out)",
     model_help="a sentence-transformers or HF directory, or a hub id",

@@ -116,6 +116,8 @@ class SentenceEncoder(Runner):
         The keywords every runner takes are products/runner.py's (Loading)."""
         load = LoadOptions.of(keywords, f"{cls.__name__}.from_pretrained")
         source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)  # every file below is read from it
+        if convert.sbert.read_model2vec_config(source) is not None:  # model2vec without modules.json
+            raise ValueError(f"{src}: {convert.sbert.STATIC_HINT}")
         modules = convert.read_modules(source)
         pooling, dense, normalize, model, settings, include_prompt = ["mean"], [], False, source, {}, True
         if modules is not None:

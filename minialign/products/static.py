@@ -112,6 +112,16 @@ class StaticEncoder(SentenceEncoder):
     progress_label = "static embedding"
 
     @classmethod
+    def handles(cls, src: str | Path, **keywords: Unpack[Loading]) -> bool:
+        """Whether `src` is a static embedding model (the faces ask before SentenceEncoder: apps/products.py
+        Product.variants); the revision and cache_dir of `keywords` locate it, the rest is from_pretrained's."""
+        load = LoadOptions.of({k: v for k, v in keywords.items() if k in ("revision", "cache_dir")}, "handles")
+        try:
+            return static_modules(resolve(src, revision=load.revision, cache_dir=load.cache_dir)) is not None
+        except (convert.CheckpointError, OSError, ValueError):  # not a directory this reads: not static
+            return False
+
+    @classmethod
     def from_pretrained(cls, src: str | Path, *, truncate_dim: int | None = None,
                         **keywords: Unpack[Loading]) -> StaticEncoder:
         """A sentence-transformers StaticEmbedding directory or a model2vec one (the module docstring); truncate_dim
