@@ -110,6 +110,8 @@ class Gemma3RMSNorm(nn.Module):
     """x / sqrt(mean(x^2) + eps) * (1 + weight), in float32 and cast back after the weight (Gemma3RMSNorm; not
     Llama's order, which casts before the weight). The weight starts at 0: the identity scale."""
 
+    rms, unit_offset = True, True  # an RMSNorm whose scale is 1 + weight (nn/analysis.py spread_norm reads them)
+
     def __init__(self, dim: int, eps: float):
         super().__init__()
         self.eps = eps

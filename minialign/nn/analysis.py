@@ -155,10 +155,17 @@ def _max_flow(capacity: list[list[list[float]]], *, source: int, sink: int, eps:
 
 def spread_norm(norm: nn.Module, total: Tensor, parts: dict[str, Tensor]) -> dict[str, Tensor]:
     """A LayerNorm of `total` (= the sum of `parts`) distributed over them: gamma * (part - mean(part)) / sigma(total),
-    and beta as a part of its own; the results sum to norm(total). An RMSNorm (EuroBERT's, nn/layers.py): gamma * part
-    / rms(total), no mean and no bias."""
+    and beta as a part of its own; the results sum to norm(total). An RMSNorm (EuroBERT's nn.RMSNorm, or a norm
+    declaring `rms = True`): gamma * part / rms(total), no mean and no bias; gamma is 1 + weight for a norm declaring
+    `unit_offset = True` (Gemma's, models/gemma3_text.py). Another kind of norm is an error naming it."""
+    rms_norm = isinstance(norm, nn.RMSNorm) or getattr(norm, "rms", False)
+    if not (rms_norm or isinstance(norm, nn.LayerNorm)):
+        raise ValueError(f"the decomposition spreads a LayerNorm or an RMSNorm over the residual's parts; "
+                         f"{type(norm).__name__} is neither")
     weight = norm.weight.float() if norm.weight is not None else 1.0  # read as fp32, the module left as it is
-    if isinstance(norm, nn.RMSNorm):
+    if getattr(norm, "unit_offset", False):
+        weight = 1.0 + weight
+    if rms_norm:
         eps = norm.eps if norm.eps is not None else torch.finfo(total.dtype).eps
         rms = (total.pow(2).mean(dim=-1, keepdim=True) + eps).sqrt()
         return {name: weight * p / rms for name, p in parts.items()}
@@ -208,10 +215,11 @@ def decompose(model: nn.Module, cap: dict[str, Tensor], *,
     pre_ln = "layers.0.ffn_norm" in cap
     parts = {"embeddings": cap["layers.0.input"].float()}
     for i, layer in enumerate(model.layers):
-        if attention_parts is None:
-            parts[f"layers.{i}.attention"] = cap[f"layers.{i}.attention.output"].float()
-        else:
-            parts.update(attention_parts(i, layer, cap))
+        attention = ({f"layers.{i}.attention": cap[f"layers.{i}.attention.output"].float()}
+                     if attention_parts is None else attention_parts(i, layer, cap))
+        if f"layers.{i}.post_attention_norm" in cap:  # a sandwich norm (Gemma 3's) on the attention's update alone
+            attention = spread_norm(layer.post_attention_norm, cap[f"layers.{i}.attention.output"].float(), attention)
+        parts.update(attention)
         if not pre_ln:
             parts = spread_norm(layer.attention_norm, cap[f"layers.{i}.attention_residual"].float(), parts)
         parts[f"layers.{i}.ffn"] = cap[f"layers.{i}.ffn_output"].float()

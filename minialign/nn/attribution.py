@@ -28,10 +28,11 @@ from minialign.nn.capture import capture
 from minialign.nn.score_swap import encoder_of
 
 
-# What the decomposition reads of the forward (nn/capture.py names); "layers.0.*_norm": layer 0's norm outputs, whose
-# `ffn_norm` says a pre-LN layer (ModernBERT, EuroBERT: the norm before the feed-forward), as _decomposition reads it.
-NAMES = ("layers.0.input", "layers.0.*_norm", "layers.*.attention.head_outputs", "layers.*.attention_residual",
-         "layers.*.ffn_output", "layers.*.ffn_residual", "layers.*.output")
+# What the decomposition reads of the forward (nn/capture.py names); "layers.*.*_norm": the norm outputs, where layer
+# 0's `ffn_norm` says a pre-LN layer (ModernBERT, EuroBERT: the norm before the feed-forward) and a
+# `post_attention_norm` a sandwich norm on the attention's update (Gemma 3's), as analysis.decompose reads them.
+NAMES = ("layers.0.input", "layers.*.*_norm", "layers.*.attention.head_outputs", "layers.*.attention.output",
+         "layers.*.attention_residual", "layers.*.ffn_output", "layers.*.ffn_residual", "layers.*.output")
 
 
 @dataclass

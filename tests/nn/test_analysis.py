@@ -61,6 +61,28 @@ def test_the_parts_sum_to_the_last_hidden_state(family, tiny_family):
         analysis.residual_decomposition(model.train(), cap)
 
 
+@pytest.mark.parametrize("arch", ["gemma3_text", "qwen3"])
+def test_a_sandwich_norm_and_a_unit_offset_scale_decompose(arch):
+    """Gemma 3: each attention's update through its own post-attention RMSNorm, every scale 1 + weight (spread_norm
+    reads Gemma3RMSNorm's `rms` / `unit_offset`); Qwen 3: plain pre-RMSNorm layers. The parts sum to the state."""
+    from family_builders import random_encoder
+
+    model = random_encoder(arch)
+    with torch.no_grad():
+        for parameter in model.parameters():  # norms away from their initial identity
+            parameter.add_(0.05 * torch.randn(parameter.shape, generator=torch.Generator().manual_seed(1)))
+    ids, mask = torch.randint(5, 250, (2, 7)), torch.tensor([[1] * 7, [1] * 4 + [0] * 3])
+    with torch.no_grad(), ma.capture(model) as cap:
+        state = model(ids, attention_mask=mask).last_hidden_state
+    parts = analysis.residual_decomposition(model, cap)
+    torch.testing.assert_close(sum(parts.values())[mask.bool()], state[mask.bool()], atol=1e-5, rtol=0)
+
+
+def test_an_unknown_norm_is_named():
+    with pytest.raises(ValueError, match="Identity is neither"):
+        analysis.spread_norm(torch.nn.Identity(), torch.zeros(1, 2, 4), {"a": torch.zeros(1, 2, 4)})
+
+
 def test_the_decomposition_refuses_deberta_v2s_convolution():
     """DeBERTa-v2's ConvLayer after the first layer adds a part the decomposition does not split: refused, not a
     sum that misses it (whatever the capture recorded: the model declares the convolution)."""

@@ -12,7 +12,8 @@ from family_builders import FAMILIES, random_encoder, supported
 from minialign.nn import analysis
 from minialign.nn.attribution import direct_attribution
 
-ARCHS = [name for name in FAMILIES if supported(name)]
+# the families of the shared table, and those tested in files of their own (a sandwich norm: Gemma 3; causal: Qwen)
+ARCHS = [name for name in FAMILIES if supported(name)] + ["gemma3_text", "qwen3", "qwen2"]
 WIDTH = 32  # random_encoder's hidden size
 
 
