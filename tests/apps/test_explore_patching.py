@@ -144,3 +144,19 @@ def test_the_patching_section_in_headless_chromium(tmp_path, minilm):
     plain = ma.explore(model, tokenizer, CLEAN).save(tmp_path / "plain.html")
     with headless_page(plain.as_uri()) as (page, _, errors):
         assert not errors and not page.is_visible("#patching-section")
+
+
+@pytest.mark.parametrize("arch", ["gemma3_text", "qwen3", "qwen2"])
+def test_the_newest_families_explore_side_by_side(arch, minilm):
+    """A tiny random model of each newest family (Gemma 3's sandwich norms and sliding window; causal Qwen): the
+    page's two maps are activation patching's, and its residual decomposition is computed, not refused."""
+    _, tokenizer = minilm
+    extra = {} if arch == "qwen2" else {"head_dim": 8}
+    config = ma.Config(arch=arch, vocab_size=30522, hidden_size=32, num_layers=2, num_heads=4, num_key_value_heads=2,
+                       intermediate_size=48, **extra)
+    model = ma.Encoder(config, seed=0).eval()
+    page = ma.explore(model, tokenizer, "The bridge is in Paris.", corrupted="The bridge is in Rome.")
+    patching = page.data["patching"]
+    assert len(patching["residual"]["restored"]) == 2 and len(patching["heads"]["restored"]) == 2
+    decomposition = page.data["runs"][0]["analysis"]["decomposition"]
+    assert "parts" in decomposition and decomposition["sum_error"] < 1e-4

@@ -157,3 +157,27 @@ def test_the_help_says_what_parity_compares_and_why_its_tolerance(capsys, monkey
         cli(["parity", "--help"])
     helped = " ".join(capsys.readouterr().out.split())
     assert "same weights" in helped and f"default {default:g}" in helped and "1e-5" in helped
+
+
+@pytest.mark.parametrize("model_type", ["gemma3_text", "qwen3", "qwen2"])
+def test_parity_on_the_newest_families(model_type, tmp_path, capsys):
+    """`minialign parity` on a tiny random model of each newest family transformers saved (bidirectional Gemma 3 with
+    a sliding window; causal Qwen 3 and Qwen 2): every backend and layout within the tolerance, layer by layer."""
+    import torch
+    import transformers
+
+    shape = dict(vocab_size=300, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 intermediate_size=48, pad_token_id=0)
+    made = {"gemma3_text": (transformers.Gemma3TextModel, transformers.Gemma3TextConfig(
+                **shape, head_dim=8, sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+                use_bidirectional_attention=True)),
+            "qwen3": (transformers.Qwen3Model, transformers.Qwen3Config(**shape, head_dim=8)),
+            "qwen2": (transformers.Qwen2Model, transformers.Qwen2Config(**shape))}
+    model_class, config = made[model_type]
+    torch.manual_seed(0)
+    model_class(config).save_pretrained(tmp_path / model_type)
+    assert cli(["parity", str(tmp_path / model_type)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines[2:-1]] == ["emb", "0", "1"]
+    assert lines[-1].endswith("over 6 run(s) (tolerance 0.0001): OK")
+    assert max(float(x) for line in lines[2:-1] for x in line.split()[1:]) <= 1e-5
