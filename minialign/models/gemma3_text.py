@@ -44,14 +44,12 @@ from minialign.convert.families import gemma3_text as gemma3_format
 from minialign.models.family import Family
 from minialign.models.heads import Heads, SequenceClassification
 from minialign.models.modernbert import ModernBert
-from minialign.nn.attention import PreparedMask, attention
-from minialign.nn.capture import asks, record, unobserved
+from minialign.nn.attention import PreparedMask
+from minialign.nn.capture import record
 from minialign.nn.config import (ACTIVATION, BOOL, POSITIVE_INT, POSITIVE_NUMBER, PROBABILITY, Config, Rule, checked,
                                  int_at_least, optional)
 from minialign.nn.inputs import ForwardInputs, sequence_positions
-from minialign.nn.layers import PRECISION_LAYERS, GatedFeedForward, SelfAttention, head_writes
-from minialign.nn.linear import Linear
-from minialign.nn.rotary import apply_rotary
+from minialign.nn.layers import PRECISION_LAYERS, GatedFeedForward, SelfAttention
 
 LAYER_TYPES = gemma3_format.LAYER_TYPES
 SLIDING = "sliding_attention"
@@ -150,58 +148,6 @@ class Gemma3Embeddings(nn.Module):
         return record("sum", x)  # what layer 0 reads
 
 
-class Gemma3Attention(SelfAttention):
-    """SelfAttention (grouped queries) with Gemma3Attention's differences: an output projection from H * D (head_dim
-    its own), q_norm / k_norm (Gemma3RMSNorm over each head's D) before the rotation, scores scaled by
-    query_pre_attn_scalar^-1/2 (the queries times sqrt(D / query_pre_attn_scalar), the backends scaling by
-    D^-1/2)."""
-
-    def __init__(self, config: Config):
-        super().__init__(config, bias=config.attention_bias, kv_heads=config.kv_heads)
-        inner = config.num_heads * config.head_dim
-        self.output = Linear(inner, config.hidden_size, bias=config.attention_bias)
-        self.q_norm = Gemma3RMSNorm(config.head_dim, eps=config.layer_norm_eps)
-        self.k_norm = Gemma3RMSNorm(config.head_dim, eps=config.layer_norm_eps)
-        self.query_scale = math.sqrt(config.head_dim / config.query_pre_attn_scalar)
-
-    def forward(self, x: Tensor, mask: PreparedMask, queries: Callable[[Tensor], Tensor] | None = None,
-                rotary: tuple[Tensor, Tensor] | None = None, *,
-                score: nn.Module | None = None) -> tuple[Tensor, Tensor | None]:
-        """x (B, L, C). SelfAttention.forward's steps, the norms and the query scale between the projection and the
-        backend. `queries` picks the query tokens (default: all)."""
-        B, L, _ = x.shape
-        D = self.head_dim
-        inner, kv_inner = self.num_heads * D, self.num_kv_heads * D
-        q, k, v = self.qkv(x).split([inner, kv_inner, kv_inner], dim=-1)  # (B, L, H * D), (B, L, KV * D) twice
-        q = self.q_norm(q.reshape(B, L, -1, D))  # (B, L, H, D)
-        k = self.k_norm(k.reshape(B, L, -1, D))  # (B, L, KV, D)
-        q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)  # every token at its own position
-        if self.query_scale != 1.0:
-            q = q * self.query_scale
-        if queries is not None:
-            q = queries(q.reshape(B, L, inner)).view(B, -1, self.num_heads, D)  # (B, Lq, H, D)
-        q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, Lq, D), (B, KV, L, D)
-        v = v.view(B, L, self.num_kv_heads, D).transpose(1, 2)  # (B, KV, L, D)
-        if self.num_kv_heads != self.num_heads:  # each key / value head to its group of query heads (repeat_kv)
-            groups = self.num_heads // self.num_kv_heads
-            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)  # (B, H, L, D)
-        q = record("q", q)
-        k = record("k", k)
-        v = record("v", v)
-        y, probs = attention(q, k, v, mask, score=self.score if score is None else score,
-                             dropout_p=self.dropout_p if self.training else 0.0)
-        y = record("context", y)  # (B, H, Lq, D)
-        if asks("head_outputs"):  # each head's write, on request only (SelfAttention.forward's)
-            writes = head_writes(y, self.output.weight)
-            patched = record("head_outputs", writes)
-            if patched is not writes:
-                out = patched.sum(1) + (self.output.bias if self.output.bias is not None else 0)
-                return record("output", out.to(y.dtype)), probs
-        out = self.output(y.transpose(1, 2).reshape(B, q.size(2), inner), scratch=unobserved(self.output))  # (B, Lq, C)
-        out = record("output", out)
-        return out, probs
-
-
 class Gemma3Layer(nn.Module):
     """x = x + post_attention_norm(attn(attention_norm(x))); x = x + post_ffn_norm(mlp(ffn_norm(x)))
     (Gemma3DecoderLayer). Its rotary table is the one of its theta; a sliding layer's queries see the keys within its
@@ -215,7 +161,12 @@ class Gemma3Layer(nn.Module):
         self.theta = float(config.local_rope_theta if sliding else config.rope_theta)
         self.window = config.sliding_window // 2 if sliding and config.sliding_window is not None else None
         self.attention_norm = norm(config)
-        self.attention = Gemma3Attention(config)
+        # Gemma3Attention: Gemma's RMSNorm over each head's query and key before the rotation, the scores scaled
+        # by query_pre_attn_scalar^-1/2 (the queries times sqrt(D / query_pre_attn_scalar))
+        self.attention = SelfAttention(
+            config, bias=config.attention_bias, kv_heads=config.kv_heads,
+            qk_norm=lambda width: Gemma3RMSNorm(width, eps=config.layer_norm_eps),
+            query_scale=math.sqrt(config.head_dim / config.query_pre_attn_scalar))
         self.post_attention_norm = norm(config)
         self.ffn_norm = norm(config)
         # Gemma3MLP: down(act(gate(x)) * up(x)); gate_proj / up_proj stacked as up's two halves

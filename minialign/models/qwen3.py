@@ -42,13 +42,12 @@ from minialign.convert.families import qwen2 as qwen2_format
 from minialign.convert.families import qwen3 as qwen3_format
 from minialign.models.family import Family
 from minialign.models.heads import Heads, MaskedLM, SequenceClassification, TokenClassification
-from minialign.nn.attention import PreparedMask, attention
-from minialign.nn.capture import asks, record, unobserved
+from minialign.nn.attention import PreparedMask
+from minialign.nn.capture import record
 from minialign.nn.config import BOOL, POSITIVE_INT, POSITIVE_NUMBER, PROBABILITY, Config, checked, optional
 from minialign.nn.inputs import ForwardInputs, sequence_positions
-from minialign.nn.layers import PRECISION_LAYERS, GatedFeedForward, RMSNorm, SelfAttention, head_writes
-from minialign.nn.linear import Linear
-from minialign.nn.rotary import apply_rotary, rotary_tables
+from minialign.nn.layers import PRECISION_LAYERS, GatedFeedForward, RMSNorm, SelfAttention
+from minialign.nn.rotary import rotary_tables
 
 
 @dataclass(frozen=True)
@@ -108,66 +107,13 @@ class QwenEmbeddings(nn.Module):
         return record("sum", word)  # the one part there is: what layer 0 reads
 
 
-class QwenAttention(SelfAttention):
-    """SelfAttention with Qwen's shapes: heads head_dim wide whatever C / H is (q_proj C -> H D, o_proj H D -> C),
-    the output projection's bias apart from the query / key / value projections', and optionally an RMSNorm over
-    each head's query and key before the rotation (Qwen3Attention's q_norm / k_norm, head_dim wide)."""
-
-    def __init__(self, config: Config, *, qkv_bias: bool, output_bias: bool, qk_norm: bool):
-        super().__init__(config, bias=qkv_bias, kv_heads=config.kv_heads)
-        self.output = Linear(config.num_heads * config.head_dim, config.hidden_size, bias=output_bias)
-        if qk_norm:
-            self.q_norm = RMSNorm(config.head_dim, eps=config.layer_norm_eps)
-            self.k_norm = RMSNorm(config.head_dim, eps=config.layer_norm_eps)
-        else:
-            self.q_norm = self.k_norm = None
-
-    def forward(self, x: Tensor, mask: PreparedMask, queries: Callable[[Tensor], Tensor] | None = None,
-                rotary: tuple[Tensor, Tensor] | None = None, *,
-                score: nn.Module | None = None) -> tuple[Tensor, Tensor | None]:
-        """x (B, L, C) -> (B, Lq, C): SelfAttention.forward's steps, the norms between the projection and the
-        rotation (Qwen3Attention.forward: q_norm(q_proj(x).view(..., D)), then apply_rotary_pos_emb)."""
-        B, L, _ = x.shape
-        D = self.head_dim
-        inner, kv_inner = self.num_heads * D, self.num_kv_heads * D
-        heads = lambda t, n: t.view(B, t.size(1), n, D).transpose(1, 2)  # noqa: E731  (B, n, L, D)
-        q, k, v = self.qkv(x).split([inner, kv_inner, kv_inner], dim=-1)  # (B, L, H D), (B, L, KV D) twice
-        q, k = q.view(B, L, -1, D), k.view(B, L, -1, D)  # (B, L, H|KV, D)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        if rotary is not None:  # every token rotated at its own position, before any query is picked
-            q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
-        q, k = q.reshape(B, L, inner), k.reshape(B, L, kv_inner)
-        if queries is not None:
-            q = queries(q)  # (B, Lq, H D)
-        q, k, v = heads(q, self.num_heads), heads(k, self.num_kv_heads), heads(v, self.num_kv_heads)
-        if self.num_kv_heads != self.num_heads:  # each key / value head to its group of query heads (repeat_kv)
-            groups = self.num_heads // self.num_kv_heads
-            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)  # (B, H, L, D)
-        q = record("q", q)
-        k = record("k", k)
-        v = record("v", v)
-        y, probs = attention(q, k, v, mask, score=self.score if score is None else score,
-                             dropout_p=self.dropout_p if self.training else 0.0)
-        y = record("context", y)  # (B, H, Lq, D)
-        if asks("head_outputs"):  # each head's write, on request only: (B, H, Lq, C)
-            writes = head_writes(y, self.output.weight)
-            patched = record("head_outputs", writes)
-            if patched is not writes:
-                out = patched.sum(1) + (self.output.bias if self.output.bias is not None else 0)
-                return record("output", out.to(y.dtype)), probs
-        out = self.output(y.transpose(1, 2).reshape(B, q.size(2), inner), scratch=unobserved(self.output))  # (B, Lq, C)
-        out = record("output", out)
-        return out, probs
-
-
 class QwenLayer(nn.Module):
     """Pre-RMSNorm: x = x + attn(attention_norm(x)); x = x + mlp(ffn_norm(x)) (Qwen2DecoderLayer, Qwen3DecoderLayer)."""
 
     precision_layers = PRECISION_LAYERS  # EncoderLayer's: the same names, the same reasons
     window = None  # every earlier key (no sliding window)
 
-    def __init__(self, config: Config, attention: QwenAttention):
+    def __init__(self, config: Config, attention: SelfAttention):
         super().__init__()
         self.attention_norm = norm(config)
         self.attention = attention
@@ -204,9 +150,10 @@ class Qwen2(Family):
     pooler = False
 
     @classmethod
-    def attention(cls, config: Config) -> QwenAttention:
+    def attention(cls, config: Config) -> SelfAttention:
         """Qwen2Attention: biases on q / k / v, none on o_proj, no query / key norms."""
-        return QwenAttention(config, qkv_bias=True, output_bias=False, qk_norm=False)
+        # Qwen2Attention: q / k / v biased, the output projection not
+        return SelfAttention(config, bias=True, output_bias=False, kv_heads=config.kv_heads)
 
     @classmethod
     def layers(cls, config: Config) -> list[nn.Module]:
@@ -256,6 +203,8 @@ class Qwen3(Qwen2):
     config_class = Qwen3Config
 
     @classmethod
-    def attention(cls, config: Config) -> QwenAttention:
+    def attention(cls, config: Config) -> SelfAttention:
         """Qwen3Attention: attention_bias on all four projections, q_norm / k_norm."""
-        return QwenAttention(config, qkv_bias=config.attention_bias, output_bias=config.attention_bias, qk_norm=True)
+        # Qwen3Attention: an RMSNorm over each head's query and key (q_norm, k_norm), before the rotation
+        return SelfAttention(config, bias=config.attention_bias, kv_heads=config.kv_heads,
+                             qk_norm=lambda width: RMSNorm(width, eps=config.layer_norm_eps))

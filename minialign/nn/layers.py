@@ -40,9 +40,16 @@ class SelfAttention(nn.Module):
     LlamaAttention, EuroBERT's): fewer key / value heads than query heads (None: as many), each shared by
     num_heads / kv_heads consecutive query heads. qkv is then ((H + 2 KV) * D, C), Q's rows first; the keys and
     values are expanded to H heads before the backend (repeat_kv, as repeat_interleave), so every backend runs
-    them unchanged."""
+    them unchanged. Three options of the decoder-born families (transformers models/qwen3/modeling_qwen3.py
+    Qwen3Attention, models/gemma3/modeling_gemma3.py Gemma3Attention): `qk_norm`, a norm over each head's D made for
+    the queries and one for the keys (q_norm, k_norm), applied before the rotation; `query_scale`, a factor on the
+    rotated queries (Gemma 3's scores by query_pre_attn_scalar^-1/2: sqrt(D / query_pre_attn_scalar), the backends
+    scaling by D^-1/2); `output_bias`, the output projection's own bias (Qwen 2's: none, beside biased q / k / v). The
+    output projection reads H * D (C where heads are C / H wide)."""
 
-    def __init__(self, config: Config, *, bias: bool = True, fused_names: bool = False, kv_heads: int | None = None):
+    def __init__(self, config: Config, *, bias: bool = True, fused_names: bool = False, kv_heads: int | None = None,
+                 output_bias: bool | None = None, qk_norm: Callable[[int], nn.Module] | None = None,
+                 query_scale: float = 1.0):
         super().__init__()
         self.num_heads, self.dropout_p = config.num_heads, config.attention_dropout
         self.num_kv_heads = config.num_heads if kv_heads is None else kv_heads
@@ -55,7 +62,10 @@ class SelfAttention(nn.Module):
         self.qkv = Linear(config.hidden_size, width, bias=bias)
         self.score = self.own_score(config)
         self.score_form = score_form(config.score_fn)  # the form of its scores: the backend rows that run them
-        self.output = Linear(config.hidden_size, config.hidden_size, bias=bias)
+        self.output = Linear(config.num_heads * config.head_dim, config.hidden_size,
+                             bias=bias if output_bias is None else output_bias)
+        self.q_norm, self.k_norm = (qk_norm(config.head_dim), qk_norm(config.head_dim)) if qk_norm else (None, None)
+        self.query_scale = query_scale
         if not fused_names:
             self._register_state_dict_hook(split_qkv)
             self._register_load_state_dict_pre_hook(fuse_qkv)
@@ -74,8 +84,13 @@ class SelfAttention(nn.Module):
         kv_inner = self.num_kv_heads * self.head_dim  # inner, or less with grouped queries
         heads = lambda t, n: t.view(B, t.size(1), n, -1).transpose(1, 2)  # noqa: E731  (B, n, L, D)
         q, k, v = self.qkv(x).split([inner, kv_inner, kv_inner], dim=-1)  # (B, L, H * D), (B, L, KV * D) twice
+        if self.q_norm is not None:  # each head's query and key normed, before the rotation (q_norm, k_norm)
+            q, k = (norm(t.view(B, L, -1, self.head_dim)).view(B, L, t.size(-1))
+                    for norm, t in ((self.q_norm, q), (self.k_norm, k)))
         if rotary is not None:  # every token rotated at its own position, before any query is picked
             q, k = (apply_rotary(t.view(B, L, -1, self.head_dim), *rotary).view(B, L, t.size(-1)) for t in (q, k))
+        if self.query_scale != 1.0:
+            q = q * self.query_scale
         if queries is not None:
             q = queries(q)  # (B, Lq, C)
         q, k, v = heads(q, self.num_heads), heads(k, self.num_kv_heads), heads(v, self.num_kv_heads)
