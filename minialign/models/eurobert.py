@@ -30,7 +30,6 @@ I intermediate size, H query heads, KV key / value heads, D head dim.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch.nn as nn
@@ -39,11 +38,10 @@ from torch import Tensor
 from minialign.convert.families import eurobert as eurobert_format
 from minialign.models.family import Family
 from minialign.models.heads import Heads, MaskedLM, SequenceClassification, TokenClassification
-from minialign.nn.attention import PreparedMask
 from minialign.nn.capture import record
 from minialign.nn.config import BOOL, POSITIVE_INT, POSITIVE_NUMBER, PROBABILITY, Config, checked, one_of, optional
 from minialign.nn.inputs import ForwardInputs, sequence_positions
-from minialign.nn.layers import PRECISION_LAYERS, GatedFeedForward, RMSNorm, SelfAttention
+from minialign.nn.layers import GatedFeedForward, PreNormLayer, RMSNorm, SelfAttention
 from minialign.nn.rotary import rotary_tables
 
 # what a classifier reads (EuroBertForSequenceClassification.forward): the first token, the mean of the real
@@ -105,42 +103,6 @@ class EuroBertEmbeddings(nn.Module):
         return record("sum", word)  # the one part there is: what layer 0 reads
 
 
-class EuroBertLayer(nn.Module):
-    """Pre-RMSNorm: x = x + attn(attention_norm(x)); x = x + mlp(ffn_norm(x)) (EuroBertDecoderLayer)."""
-
-    precision_layers = PRECISION_LAYERS  # EncoderLayer's: the same names, the same reasons
-    window = None  # every key (EncoderLayer's)
-
-    def __init__(self, config: Config):
-        super().__init__()
-        self.attention_norm = norm(config)
-        self.attention = SelfAttention(config, bias=config.attention_bias, kv_heads=config.kv_heads)
-        self.ffn_norm = norm(config)
-        # SwiGLU (EuroBertMLP): down(act(gate(x)) * up(x)); gate_proj / up_proj stacked as up's two halves
-        self.ffn = GatedFeedForward(config, bias=config.mlp_bias, activated="first", split_names=True)
-
-    def forward(self, x: Tensor, mask: PreparedMask, queries: Callable[[Tensor], Tensor] | None = None, *,
-                rotary: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor | None]:
-        """x (B, L, C) -> the new states of the `queries` tokens (default: all) (B, Lq, C), and the
-        attention probabilities (B, H, Lq, L) when the backend gives them. rotary: (cos, sin) (B, L, D)."""
-        x = record("input", x)
-        normed = self.attention_norm(x)
-        normed = record("attention_norm", normed)  # pre-LN: what the attention reads
-        a, probs = self.attention(normed, mask, queries, rotary=rotary)
-        if queries is not None:
-            x = queries(x)
-        x = x + a
-        x = record("attention_residual", x)
-        normed = self.ffn_norm(x)
-        normed = record("ffn_norm", normed)  # pre-LN: what the feed-forward reads
-        f = self.ffn(normed)
-        f = record("ffn_output", f)
-        x = x + f
-        x = record("ffn_residual", x)
-        x = record("output", x)  # pre-LN: the residual is the layer's output (capture's names, as EncoderLayer's)
-        return x, probs
-
-
 class EuroBert(Family):
     config_class = EuroBertConfig
     Embeddings = EuroBertEmbeddings
@@ -149,7 +111,12 @@ class EuroBert(Family):
 
     @classmethod
     def layers(cls, config: Config) -> list[nn.Module]:
-        return [EuroBertLayer(config) for _ in range(config.num_layers)]
+        # EuroBertDecoderLayer: pre-RMSNorm; SwiGLU (EuroBertMLP: down(act(gate(x)) * up(x)), gate_proj / up_proj
+        # stacked as up's two halves)
+        return [PreNormLayer(norm(config), SelfAttention(config, bias=config.attention_bias, kv_heads=config.kv_heads),
+                             norm(config), GatedFeedForward(config, bias=config.mlp_bias, activated="first",
+                                                            split_names=True))
+                for _ in range(config.num_layers)]
 
     @classmethod
     def layer_inputs(cls, encoder: nn.Module, inputs: ForwardInputs) -> dict[str, object]:

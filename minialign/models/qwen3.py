@@ -32,7 +32,6 @@ D head dim.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch.nn as nn
@@ -42,11 +41,10 @@ from minialign.convert.families import qwen2 as qwen2_format
 from minialign.convert.families import qwen3 as qwen3_format
 from minialign.models.family import Family
 from minialign.models.heads import Heads, MaskedLM, SequenceClassification, TokenClassification
-from minialign.nn.attention import PreparedMask
 from minialign.nn.capture import record
 from minialign.nn.config import BOOL, POSITIVE_INT, POSITIVE_NUMBER, PROBABILITY, Config, checked, optional
 from minialign.nn.inputs import ForwardInputs, sequence_positions
-from minialign.nn.layers import PRECISION_LAYERS, GatedFeedForward, RMSNorm, SelfAttention
+from minialign.nn.layers import GatedFeedForward, PreNormLayer, RMSNorm, SelfAttention
 from minialign.nn.rotary import rotary_tables
 
 
@@ -107,42 +105,6 @@ class QwenEmbeddings(nn.Module):
         return record("sum", word)  # the one part there is: what layer 0 reads
 
 
-class QwenLayer(nn.Module):
-    """Pre-RMSNorm: x = x + attn(attention_norm(x)); x = x + mlp(ffn_norm(x)) (Qwen2DecoderLayer, Qwen3DecoderLayer)."""
-
-    precision_layers = PRECISION_LAYERS  # EncoderLayer's: the same names, the same reasons
-    window = None  # every earlier key (no sliding window)
-
-    def __init__(self, config: Config, attention: SelfAttention):
-        super().__init__()
-        self.attention_norm = norm(config)
-        self.attention = attention
-        self.ffn_norm = norm(config)
-        # SwiGLU (Qwen2MLP): down(act(gate(x)) * up(x)), no biases; gate_proj / up_proj as two layers
-        self.ffn = GatedFeedForward(config, bias=False, activated="first", split_names=True)
-
-    def forward(self, x: Tensor, mask: PreparedMask, queries: Callable[[Tensor], Tensor] | None = None, *,
-                rotary: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor | None]:
-        """x (B, L, C) -> the new states of the `queries` tokens (default: all) (B, Lq, C), and the attention
-        probabilities (B, H, Lq, L) when the backend gives them. rotary: (cos, sin) (B, L, D)."""
-        x = record("input", x)
-        normed = self.attention_norm(x)
-        normed = record("attention_norm", normed)  # pre-LN: what the attention reads
-        a, probs = self.attention(normed, mask, queries, rotary=rotary)
-        if queries is not None:
-            x = queries(x)
-        x = x + a
-        x = record("attention_residual", x)
-        normed = self.ffn_norm(x)
-        normed = record("ffn_norm", normed)  # pre-LN: what the feed-forward reads
-        f = self.ffn(normed)
-        f = record("ffn_output", f)
-        x = x + f
-        x = record("ffn_residual", x)
-        x = record("output", x)  # pre-LN: the residual is the layer's output (capture's names, as EncoderLayer's)
-        return x, probs
-
-
 class Qwen2(Family):
     config_class = Qwen2Config
     Embeddings = QwenEmbeddings
@@ -157,7 +119,10 @@ class Qwen2(Family):
 
     @classmethod
     def layers(cls, config: Config) -> list[nn.Module]:
-        return [QwenLayer(config, cls.attention(config)) for _ in range(config.num_layers)]
+        # Qwen2DecoderLayer / Qwen3DecoderLayer: pre-RMSNorm; SwiGLU (Qwen2MLP: down(act(gate(x)) * up(x)), no biases)
+        return [PreNormLayer(norm(config), cls.attention(config), norm(config),
+                             GatedFeedForward(config, bias=False, activated="first", split_names=True))
+                for _ in range(config.num_layers)]
 
     @classmethod
     def layer_inputs(cls, encoder: nn.Module, inputs: ForwardInputs) -> dict[str, object]:

@@ -347,6 +347,40 @@ class EncoderLayer(nn.Module):
         return x, probs
 
 
+class PreNormLayer(nn.Module):
+    """Pre-norm: x = x + attn(attention_norm(x)); x = x + ffn(ffn_norm(x)), from its four parts (the Llama-shaped
+    layer without a cache: EuroBertDecoderLayer, Qwen2DecoderLayer, Qwen3DecoderLayer). Every key is attended
+    (`window` None); `rotary`: the (cos, sin) tables (B, L, D) its attention rotates by."""
+
+    precision_layers = PRECISION_LAYERS  # EncoderLayer's: the same names, the same reasons
+    window: int | None = None
+
+    def __init__(self, attention_norm: nn.Module, attention: SelfAttention, ffn_norm: nn.Module, ffn: FeedForward):
+        super().__init__()
+        self.attention_norm, self.attention, self.ffn_norm, self.ffn = attention_norm, attention, ffn_norm, ffn
+
+    def forward(self, x: Tensor, mask: PreparedMask, queries: Callable[[Tensor], Tensor] | None = None, *,
+                rotary: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor | None]:
+        """x (B, L, C) -> the new states of the `queries` tokens (default: all) (B, Lq, C), and the attention
+        probabilities (B, H, Lq, L) when the backend gives them."""
+        x = record("input", x)
+        normed = self.attention_norm(x)
+        normed = record("attention_norm", normed)  # pre-LN: what the attention reads
+        a, probs = self.attention(normed, mask, queries, rotary=rotary)
+        if queries is not None:
+            x = queries(x)
+        x = x + a
+        x = record("attention_residual", x)
+        normed = self.ffn_norm(x)
+        normed = record("ffn_norm", normed)  # pre-LN: what the feed-forward reads
+        f = self.ffn(normed)
+        f = record("ffn_output", f)
+        x = x + f
+        x = record("ffn_residual", x)
+        x = record("output", x)  # pre-LN: the residual is the layer's output (capture's names, as EncoderLayer's)
+        return x, probs
+
+
 class Pooler(nn.Module):
     """tanh(W h_0 + b) on the first token ([CLS] / <s>) (BertPooler)."""
 
