@@ -56,6 +56,27 @@ def sizes(hidden: int, layers: int, heads: int, intermediate: int) -> dict[str, 
             "intermediate_size": intermediate}
 
 
+def default_rope(hf: dict[str, Any]) -> dict[str, Any]:
+    """config.json with its rotary base as `rope_theta`: transformers 5 writes it as rope_parameters {"rope_type",
+    "rope_theta"} (modeling_rope_utils.py convert_rope_params_to_dict), the Hub's files as rope_theta beside
+    rope_scaling (null where the rotary is the default). A rope type other than "default" in either (a scaled
+    rotary) is refused, naming the field: the families reading it run the default rotary only (EuroBERT, Qwen 2 / 3,
+    jina-embeddings-v3)."""
+    hf = dict(hf)
+    rope = hf.get("rope_parameters")
+    if isinstance(rope, dict):
+        if rope.get("rope_type", "default") != "default":
+            raise ValueError(f"config.json: rope_parameters rope_type {rope['rope_type']!r} is not supported "
+                             f"(only 'default')")
+        if rope.get("rope_theta") is not None:
+            hf["rope_theta"] = rope["rope_theta"]
+    scaling = hf.get("rope_scaling")
+    if isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type", "default")) != "default":
+        raise ValueError(f"config.json: rope_scaling {scaling!r} is not supported (only the default rotary: "
+                         f"rope_scaling null)")
+    return hf
+
+
 def _architecture(hf: dict[str, Any]) -> str:
     """What a config.json says its model is: `architectures`, else the classes its auto_map names."""
     names = hf.get("architectures") or []

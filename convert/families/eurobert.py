@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..formats import Format
-from ..hf_config import ConfigRow, sizes
+from ..hf_config import ConfigRow, default_rope, sizes
 from ..names import Names, TOKEN_CLASSIFIER, layer_names
 
 
@@ -21,17 +21,7 @@ def _eurobert_read(hf: dict[str, Any]) -> dict[str, Any]:
         # native EuroBertConfig reads classifier_pooling only and would run such a classifier with its default
         # ("late") whatever it was trained with: read as the checkpoint's own code does
         hf["classifier_pooling"] = hf["clf_pooling"]
-    rope = hf.get("rope_parameters")
-    if isinstance(rope, dict):
-        if rope.get("rope_type", "default") != "default":
-            raise ValueError(f"config.json: rope_parameters rope_type {rope['rope_type']!r} is not supported "
-                             f"(only 'default', the published EuroBERT checkpoints' rotary)")
-        if rope.get("rope_theta") is not None:
-            hf["rope_theta"] = rope["rope_theta"]
-    scaling = hf.get("rope_scaling")
-    if isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type", "default")) != "default":
-        raise ValueError(f"config.json: rope_scaling {scaling!r} is not supported (only the default rotary: "
-                         f"rope_scaling null)")
+    hf = default_rope(hf)
     head_dim, hidden, heads = hf.get("head_dim"), hf.get("hidden_size"), hf.get("num_attention_heads")
     if head_dim is not None and isinstance(hidden, int) and isinstance(heads, int) and heads \
             and head_dim * heads != hidden:

@@ -27,23 +27,9 @@ import torch
 
 from ..errors import CheckpointError
 from ..formats import Adapters, Foreign, Format
-from ..hf_config import ConfigRow, sizes
+from ..hf_config import ConfigRow, default_rope, sizes
 from ..names import ALIGN_HEADS, DENSE_CLASSIFICATION_HEAD, QA_OUTPUTS, TOKEN_CLASSIFIER, Names, layer_names
 from . import bert
-
-
-def _read(hf: dict[str, Any]) -> dict[str, Any]:
-    """transformers 5 writes the rotary base as rope_parameters (convert_rope_params_to_dict; default_theta 20000);
-    a rope type minialign cannot run is refused, naming the field."""
-    hf = dict(hf)
-    rope = hf.get("rope_parameters")
-    if isinstance(rope, dict):
-        if rope.get("rope_type", "default") != "default":
-            raise ValueError(f"config.json: rope_parameters rope_type {rope['rope_type']!r} is not supported "
-                             f"(only 'default')")
-        if rope.get("rope_theta") is not None:
-            hf["rope_theta"] = rope["rope_theta"]
-    return hf
 
 
 # configuration_jina_embeddings_v3.py (JinaEmbeddingsV3Config): XLM-RoBERTa's fields and rope_parameters; its defaults
@@ -55,7 +41,7 @@ CONFIG = ConfigRow(
     defaults={**bert.CONFIG.defaults, "vocab_size": 250002, "max_position_embeddings": 8194, "type_vocab_size": 1,
               "layer_norm_eps": 1e-5, "pad_token_id": 1, "rope_theta": 20000.0},
     written={"bos_token_id": 0, "eos_token_id": 2},
-    read=_read,
+    read=default_rope,
     presets={
         # https://huggingface.co/jinaai/jina-embeddings-v3/blob/main/config.json (rotary_emb_base 20000.0)
         "jina-embeddings-v3": {"vocab_size": 250002, **sizes(1024, 24, 16, 4096), "max_position_embeddings": 8194,

@@ -6,28 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from ..formats import Format
-from ..hf_config import ConfigRow, sizes
+from ..hf_config import ConfigRow, default_rope, sizes
 from ..names import Names, layer_names
 
 
 def read_rotary_and_window(hf: dict[str, Any]) -> dict[str, Any]:
-    """What Qwen2Config and Qwen3Config share (their __post_init__): transformers 5 writes the rotary base as
-    rope_parameters {"rope_type", "rope_theta"} (modeling_rope_utils.py), the Hub's config.json files as rope_theta
-    beside rope_scaling (null in the embedders' and rerankers'); both become rope_theta, a rope type other than
-    "default" refused naming the field. use_sliding_window true (some layers attend a causal window,
+    """What Qwen2Config and Qwen3Config share (their __post_init__): the rotary base read as hf_config.default_rope
+    reads it (the embedders' and rerankers' rope_scaling is null). use_sliding_window true (some layers attend a causal window,
     layer_types "sliding_attention") is refused: minialign runs every layer over every earlier key."""
-    hf = dict(hf)
-    rope = hf.get("rope_parameters")
-    if isinstance(rope, dict):
-        if rope.get("rope_type", "default") != "default":
-            raise ValueError(f"config.json: rope_parameters rope_type {rope['rope_type']!r} is not supported "
-                             f"(only 'default')")
-        if rope.get("rope_theta") is not None:
-            hf["rope_theta"] = rope["rope_theta"]
-    scaling = hf.get("rope_scaling")
-    if isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type", "default")) != "default":
-        raise ValueError(f"config.json: rope_scaling {scaling!r} is not supported (only the default rotary: "
-                         f"rope_scaling null)")
+    hf = default_rope(hf)
     if hf.get("use_sliding_window"):
         raise ValueError("config.json: use_sliding_window true is not supported (sliding-window layers); minialign "
                          "runs Qwen layers over every earlier key (use_sliding_window false)")

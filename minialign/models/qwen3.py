@@ -41,9 +41,10 @@ from minialign.convert.families import qwen2 as qwen2_format
 from minialign.convert.families import qwen3 as qwen3_format
 from minialign.models.family import Family
 from minialign.models.heads import Heads, MaskedLM, SequenceClassification, TokenClassification
+from minialign.models.token_embeddings import WordEmbeddings
 from minialign.nn.capture import record
 from minialign.nn.config import BOOL, POSITIVE_INT, POSITIVE_NUMBER, PROBABILITY, Config, checked, optional
-from minialign.nn.inputs import ForwardInputs, sequence_positions
+from minialign.nn.inputs import ForwardInputs
 from minialign.nn.layers import GatedFeedForward, PreNormLayer, RMSNorm, SelfAttention
 from minialign.nn.rotary import rotary_tables
 
@@ -88,26 +89,9 @@ def norm(config: Config) -> RMSNorm:
     return RMSNorm(config.hidden_size, eps=config.layer_norm_eps)
 
 
-class QwenEmbeddings(nn.Module):
-    """embed_tokens(ids) (Qwen2Model.embed_tokens): no positions, no token types, no norm."""
-
-    def __init__(self, config: Config):
-        super().__init__()
-        self.word = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
-
-    def position_ids(self, input_ids: Tensor) -> Tensor:
-        """(B, L): 0, 1, ..., L - 1 in every row (Qwen2Model.forward without a cache), read by the rotary tables."""
-        return sequence_positions(input_ids)
-
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor) -> Tensor:
-        word = self.word(input_ids)
-        word = record("word", word)
-        return record("sum", word)  # the one part there is: what layer 0 reads
-
-
 class Qwen2(Family):
     config_class = Qwen2Config
-    Embeddings = QwenEmbeddings
+    Embeddings = WordEmbeddings
     parts = {"final_norm": norm}
     pooler = False
 

@@ -1,5 +1,6 @@
-"""The embeddings of the post-LN rotary families (GTE, NomicBERT, jina-embeddings-v3): BERT's without a position
-table, the positions being rotary (applied in attention, nn/rotary.py): dropout(LayerNorm(word + token_type)), no token
+"""The embeddings of the rotary families, which have no position table. WordEmbeddings, the pre-norm decoder-shaped
+families' (EuroBERT, Qwen 2 / 3): embed_tokens(ids) alone, no token types, no norm. TokenEmbeddings, the post-LN
+families' (GTE, NomicBERT, jina-embeddings-v3): BERT's without a position table, the positions being rotary (applied in attention, nn/rotary.py): dropout(LayerNorm(word + token_type)), no token
 types where the config has none (type_vocab_size 0: GTE's multilingual models). transformers models/gte
 GteEmbeddings, models/nomic_bert NomicBertEmbeddings, models/jina_embeddings_v3 JinaEmbeddingsV3Embeddings: the same
 forward in each.
@@ -44,3 +45,21 @@ class TokenEmbeddings(nn.Module):
         x = self.norm(x)
         x = record("norm", x)
         return self.dropout(x)
+
+
+class WordEmbeddings(nn.Module):
+    """embed_tokens(ids) alone (EuroBertModel.embed_tokens, Qwen2Model.embed_tokens): no positions, no token types,
+    no norm; the positions are rotary (applied in attention)."""
+
+    def __init__(self, config: Config):
+        super().__init__()
+        self.word = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+
+    def position_ids(self, input_ids: Tensor) -> Tensor:
+        """(B, L): 0, 1, ..., L - 1 in every row (each model's forward without a cache), read by the rotary tables."""
+        return sequence_positions(input_ids)
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor) -> Tensor:
+        word = self.word(input_ids)
+        word = record("word", word)
+        return record("sum", word)  # the one part there is: what layer 0 reads
