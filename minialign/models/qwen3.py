@@ -98,7 +98,6 @@ class Qwen2(Family):
     @classmethod
     def attention(cls, config: Config) -> SelfAttention:
         """Qwen2Attention: biases on q / k / v, none on o_proj, no query / key norms."""
-        # Qwen2Attention: q / k / v biased, the output projection not
         return SelfAttention(config, bias=True, output_bias=False, kv_heads=config.kv_heads)
 
     @classmethod
