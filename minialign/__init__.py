@@ -45,6 +45,7 @@ _HOMES = {
     "SentenceEncoder": "minialign.products.embeddings",
     "StaticEncoder": "minialign.products.static",
     "FillMask": "minialign.products.fill_mask",
+    "HallucinationDetector": "minialign.products.lettuce",
     "M3Encoder": "minialign.products.m3",
     **dict.fromkeys(["AlignLosses", "alignscore_losses", "classification_loss"], "minialign.products.losses"),
     "MiniCheckScorer": "minialign.products.minicheck",
