@@ -42,7 +42,8 @@ from typing import Any
 import torch
 
 from .errors import CheckpointError
-from .files import WEIGHT_FILES, Files, as_files, read_json, read_state_dict, write_json, write_safetensors
+from .files import (WEIGHT_FILES, Files, as_files, find_weights, read_json, read_state_dict, write_json,
+                    write_safetensors)
 
 # sentence-transformers modules by their class name (the last part of the "type" path): a SentenceTransformer's and a
 # SparseEncoder's, and a MultiVectorEncoder's (PyLate's pylate.models.Dense.Dense is read as a Dense, as
@@ -52,8 +53,8 @@ MULTIVECTOR_MODULES = ("Transformer", "Dense", "MultiVectorMask", "Normalize")
 ROUTED = ("MLMTransformer", "Transformer", "SpladePooling", "SparseStaticEmbedding")  # what a Router's routes may hold
 # A CrossEncoder's modules (sentence-transformers 5.4+ saves a reranker as modules; cross_encoder/model.py): a
 # Transformer, then a head on its tokens (Pooling, Dense, LayerNorm, in modules.json order) whose last Dense writes
-# "scores"; or a causal LM's Transformer and a LogitScore module (cross_encoder/modules/logit_score.py), which
-# products/classifier.py recognises and refuses.
+# "scores"; or a causal LM's Transformer (transformer_task "text-generation") and a LogitScore module
+# (cross_encoder/modules/logit_score.py): the next-token logits of one or two vocabulary tokens at the last position.
 CROSS_ENCODER_MODULES = ("Transformer", "Pooling", "Dense", "LayerNorm", "LogitScore")
 # A static embedding model's (sentence_transformer/modules/static_embedding.py; model2vec saves the same modules.json).
 STATIC_MODULES = ("StaticEmbedding", "Normalize")
@@ -202,6 +203,43 @@ def read_layer_norm(where: str | Path | Files, folder: str = "") -> dict[str, An
         raise CheckpointError(f"{weights}: a LayerNorm of dimension {dimension!r} holds norm.weight and norm.bias of "
                               f"that size, found { {k: tuple(v.shape) for k, v in tensors.items()} }")
     return {"weight": tensors["norm.weight"], "bias": tensors["norm.bias"]}
+
+
+def read_logit_score(where: str | Path | Files, folder: str) -> dict[str, int | None]:
+    """A LogitScore module's config.json (cross_encoder/modules/logit_score.py LogitScore.config_keys):
+    {"true_token_id": int, "false_token_id": int or None}; it reads the Transformer's "causal_logits"."""
+    path = as_files(where).file(_inside(folder, "config.json"))
+    config = read_json(path)
+    true_id, false_id = config.get("true_token_id"), config.get("false_token_id")
+    for field, value in (("true_token_id", true_id), ("false_token_id", false_id)):
+        if not (value is None and field == "false_token_id") and (isinstance(value, bool) or not isinstance(value, int)
+                                                                   or value < 0):
+            raise CheckpointError(f"{path}: {field} must be a token id (an int >= 0), got {value!r}")
+    if config.get("module_input_name", "causal_logits") != "causal_logits":
+        raise CheckpointError(f"{path}: module_input_name {config['module_input_name']!r} is not supported "
+                              f"(minialign reads the Transformer's 'causal_logits')")
+    return {"true_token_id": true_id, "false_token_id": false_id}
+
+
+# transformers' *ForCausalLM next-token head, and the word embeddings it shares where tie_word_embeddings is true
+# (transformers 5 saves no lm_head.weight then)
+LM_HEAD, WORD_EMBEDDINGS = "lm_head.weight", "model.embed_tokens.weight"
+
+
+def read_vocab_rows(where: str | Path | Files, token_ids: list[int], *, tied: bool) -> torch.Tensor:
+    """Rows `token_ids` of a causal LM's next-token projection (k, hidden): lm_head.weight, or the word embeddings
+    where tied; the weight file is memory-mapped, so only those rows are read (never the vocabulary's projection).
+    A missing weight or an id past the vocabulary is a CheckpointError naming it."""
+    path = find_weights(where)
+    tensors = read_state_dict(path)
+    name = WORD_EMBEDDINGS if tied else LM_HEAD
+    if name not in tensors:
+        raise CheckpointError(f"{path}: no {name} (the next-token head a LogitScore module reads"
+                              + ("; config.json's tie_word_embeddings is true" if tied else "") + ")")
+    weight = tensors[name]
+    if weight.dim() != 2 or any(not 0 <= i < weight.size(0) for i in token_ids):
+        raise CheckpointError(f"{path}: {name} of shape {tuple(weight.shape)} has no rows {token_ids}")
+    return weight[token_ids].clone()
 
 
 def read_model_config(where: str | Path | Files) -> dict[str, Any]:

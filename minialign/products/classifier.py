@@ -11,7 +11,12 @@ Pooling, Dense, LayerNorm in order, the last Dense writing "scores"; Ettin's rer
 -> LayerNorm -> Dense(1)) runs as CrossEncoderModel: our Encoder, then that head (CrossEncoderHead); its activation is
 the saved one, else CrossEncoder's default (sigmoid for one label, none otherwise:
 CrossEncoder.get_default_activation_fn).
-A causal LM's LogitScore module is refused by name.
+A causal language model's CrossEncoder (a Transformer with transformer_task "text-generation", then LogitScore:
+Qwen3-Reranker, mxbai-rerank-v2) runs as CrossEncoderModel too: our causal Encoder, then LogitScoreHead, the
+next-token logits of the true (and false) token at each row's last real token: two vocabulary rows read from the
+checkpoint, never the vocabulary's projection. Its pairs are rendered by the model's chat template
+(text/chat_template.py: "query" and "document" messages, a prompt as a system message before them) as
+sentence-transformers renders, tokenizes and cuts them; without a template, as text pairs.
 
 Pairs are cut to the window longest-first, as transformers' tokenizers (truncation=True) and
 CrossEncoder do, and the cut is reported as by every runner (products/runner.py). Batches go through
@@ -35,14 +40,16 @@ from minialign.nn.activations import ACTIVATIONS as FUNCTIONS, TORCH_MODULES
 from minialign.products.choices import CLASSIFIER_ACTIVATION as ACTIVATION  # predict's default
 from minialign.products.choices import CLASSIFIER_ACTIVATIONS as ACTIVATIONS  # what predict applies
 from minialign.products import pooling as pooling_modes
-from minialign.products.embeddings import Dense
+from minialign.products.embeddings import Dense, model_prompts, resolve_prompt
 from minialign.products.runner import LoadOptions, Loading, Runner, inputs_of
 from minialign.runtime.engine import Results, Truncation
 from minialign.nn.layout import HostBatch
+from minialign.nn.linear import Linear
 from minialign.sources import Source, resolve
 from minialign.loading import build, read_checkpoint, resolve_device
 from minialign.models.encoder import Encoder
 from minialign.models.head_models import ClassifierModel, ClassifierOutput
+from minialign.text.chat_template import ChatTemplate
 from minialign.text.tokenizer import Tokenizer
 from minialign.text.validation import check_texts, value_problem
 
@@ -81,8 +88,7 @@ def crossencoder_activation(path: str | None) -> str | None:
 
 # CrossEncoder's activation where none is saved (CrossEncoder.get_default_activation_fn), by num_labels == 1.
 CROSS_ENCODER_DEFAULT = {True: "torch.nn.modules.activation.Sigmoid", False: "torch.nn.modules.linear.Identity"}
-LOGIT_SCORE = ("a LogitScore module scores a causal language model's next-token logits (a Qwen3-style reranker); "
-               "minialign runs encoder CrossEncoders only (a Transformer, then Pooling / Dense / LayerNorm)")
+CAUSAL_TASK = "text-generation"  # the Transformer module's transformer_task under a LogitScore module
 
 
 class CrossEncoderHead(nn.Module):
@@ -112,11 +118,33 @@ class CrossEncoderHead(nn.Module):
         return x
 
 
-class CrossEncoderModel(nn.Module):
-    """A modular CrossEncoder: an Encoder (the Transformer module) and its CrossEncoderHead; called as ClassifierModel
-    is, its logits the head's scores."""
+class LogitScoreHead(nn.Module):
+    """sentence-transformers' LogitScore (cross_encoder/modules/logit_score.py) on a causal LM's final states: the
+    next-token logits at each row's last real token (its Transformer pads on the left, so position -1 is real; ours
+    pads on the right or packs: pooling's lasttoken finds it), of the true token, less the false token's where it
+    has one: (B, 1). `vocabulary` holds those tokens' rows of the LM head (k, C), so two dot products per row stand
+    for Qwen3ForCausalLM's lm_head over the whole vocabulary (a Linear: each row the same bits in any batch)."""
 
-    def __init__(self, encoder: Encoder, head: CrossEncoderHead):
+    pooling = ["lasttoken"]
+    num_labels = 1
+
+    def __init__(self, rows: Tensor):
+        super().__init__()
+        if rows.dim() != 2 or rows.size(0) not in (1, 2):
+            raise ValueError(f"a LogitScore head reads one or two vocabulary rows, got shape {tuple(rows.shape)}")
+        self.vocabulary = Linear(rows.size(1), rows.size(0), bias=False)
+        self.vocabulary.weight = nn.Parameter(rows, requires_grad=False)
+
+    def forward(self, hidden: Tensor, mask: Tensor) -> Tensor:
+        logits = self.vocabulary(pooling_modes.pool(hidden, mask, self.pooling))  # (B, k): logits[:, -1][:, ids]
+        return logits[:, :1] - logits[:, 1:] if logits.size(1) == 2 else logits
+
+
+class CrossEncoderModel(nn.Module):
+    """A modular CrossEncoder: an Encoder (the Transformer module) and its CrossEncoderHead or LogitScoreHead; called
+    as ClassifierModel is, its logits the head's scores."""
+
+    def __init__(self, encoder: Encoder, head: CrossEncoderHead | LogitScoreHead):
         super().__init__()
         self.encoder, self.head = encoder, head
         labels = encoder.config.labels
@@ -147,8 +175,10 @@ def read_cross_encoder(source: Source, modules: list[tuple[str, str]],
     named = f"{source}/modules.json"
     if [kind for kind, _ in modules].count("Transformer") != 1 or modules[0][0] != "Transformer":
         raise ValueError(f"{named}: a CrossEncoder's first module, and only it, must be a Transformer")
+    inner = source.subfolder(modules[0][1])  # an old layout keeps the Transformer in 0_Transformer/
+    inner = inner if inner.file("config.json", optional=True) else source
     if any(kind == "LogitScore" for kind, _ in modules):
-        raise ValueError(f"{named}: {LOGIT_SCORE}")
+        return read_logit_score(source, modules, inner, load), inner
     steps: list[nn.Module | list[str]] = []
     for i, (kind, folder) in enumerate(modules[1:], start=1):
         if kind == "Pooling":
@@ -170,11 +200,50 @@ def read_cross_encoder(source: Source, modules: list[tuple[str, str]],
     if not steps or not isinstance(steps[-1], Dense):
         raise ValueError(f"{named}: a CrossEncoder's head must end with a Dense module writing 'scores'")
     head = CrossEncoderHead(steps)
-    inner = source.subfolder(modules[0][1])  # an old layout keeps the Transformer in 0_Transformer/
-    inner = inner if inner.file("config.json", optional=True) else source
     encoder = build(Encoder, read_checkpoint(inner), **load.only("device", "dtype", "attn_backend"))
     head = head.to(device=resolve_device(load.device), dtype=next(encoder.parameters()).dtype)
     return CrossEncoderModel(encoder, head), inner
+
+
+def read_logit_score(source: Source, modules: list[tuple[str, str]], inner: Source,
+                     load: LoadOptions) -> CrossEncoderModel:
+    """A causal LM CrossEncoder (Transformer, LogitScore): the causal Encoder and the LogitScore's vocabulary rows."""
+    named = f"{source}/modules.json"
+    if [kind for kind, _ in modules] != ["Transformer", "LogitScore"]:
+        raise ValueError(f"{named}: a LogitScore module must follow the Transformer directly and end the model, got "
+                         f"{[kind for kind, _ in modules]}")
+    task = convert.read_sentence_config(inner).get("transformer_task")
+    if task not in (None, CAUSAL_TASK):
+        raise ValueError(f"{inner}/sentence_bert_config.json: transformer_task {task!r} under a LogitScore module; "
+                         f"it reads a causal language model's logits ({CAUSAL_TASK!r})")
+    ids = convert.sbert.read_logit_score(source, modules[1][1])
+    encoder = build(Encoder, read_checkpoint(inner), **load.only("device", "dtype", "attn_backend"))
+    if not encoder.config.causal:
+        raise ValueError(f"{inner}: a LogitScore module reads a causal language model's next-token logits; this "
+                         f"{encoder.config.arch} model attends both ways")
+    wanted = [ids["true_token_id"]] + ([ids["false_token_id"]] if ids["false_token_id"] is not None else [])
+    rows = convert.sbert.read_vocab_rows(inner, wanted, tied=encoder.config.tie_word_embeddings)
+    head = LogitScoreHead(rows).to(device=resolve_device(load.device), dtype=next(encoder.parameters()).dtype)
+    return CrossEncoderModel(encoder, head)
+
+
+def read_chat(source: Source, tokenizer: Tokenizer) -> ChatTemplate | None:
+    """A causal CrossEncoder's chat template, as its Transformer module reads pairs (sentence_bert_config.json:
+    modality_config "message" and its "format", processing_kwargs "chat_template"); None where its pairs are read
+    as text (no template, or a modality_config without "message")."""
+    settings = convert.read_sentence_config(source)
+    modalities = settings.get("modality_config")
+    if isinstance(modalities, dict) and "message" not in modalities:
+        return None
+    message = (modalities or {}).get("message") or {}
+    keywords = dict(((settings.get("processing_kwargs") or {}).get("chat_template")) or {})
+    restore = bool(keywords.pop("restore_suffix", True))
+    chat = ChatTemplate.from_dir(source.path, special_tokens=tokenizer.special_tokens,
+                                 message_format=message.get("format", "flat"), keywords=keywords,
+                                 restore_suffix=restore)
+    if chat is not None:
+        chat.check_pairs()
+    return chat
 
 
 class Classifier(Runner):
@@ -185,10 +254,16 @@ class Classifier(Runner):
     def __init__(self, model: ClassifierModel, tokenizer: Tokenizer, *, batch_size: int | None = None,
                  max_tokens: int | None = None, max_length: int | None = None, unpad: bool | None = None,
                  saved_activation: str | None = None, workers: int = 1, compile: bool | str = False,
-                 threads: int | None = None):
+                 threads: int | None = None, chat: ChatTemplate | None = None,
+                 prompts: dict[str, str] | None = None, default_prompt_name: str | None = None):
         """saved_activation: the activation a sentence-transformers CrossEncoder saved with the model
-        (its class path), used by activation="auto". The other options: Runner._start."""
+        (its class path), used by activation="auto". chat: the template a causal CrossEncoder renders its inputs
+        with (read_chat). prompts, default_prompt_name: as config_sentence_transformers.json saves them; a call's
+        prompt goes before the first text of each input (CrossEncoder.predict's prompt), or, with a chat template,
+        in a system message before the messages. The other options: Runner._start."""
         self.saved_activation = crossencoder_activation(saved_activation)
+        self.chat = chat
+        self.prompts, self.default_prompt_name = model_prompts(prompts, default_prompt_name), default_prompt_name
         self._start(model, tokenizer, max_length=max_length, batch_size=batch_size, max_tokens=max_tokens,
                     unpad=unpad, compile=compile, workers=workers, threads=threads,
                     truncation="longest_first")
@@ -201,6 +276,8 @@ class Classifier(Runner):
         load = LoadOptions.of(keywords, f"{cls.__name__}.from_pretrained")
         source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)  # every file below is read from it
         saved = convert.crossencoder_activation(source)  # a CrossEncoder's saved activation, if any
+        prompts, default_prompt_name = convert.read_prompts(source)
+        options = {"prompts": prompts, "default_prompt_name": default_prompt_name}
         modules = None
         if convert.read_model_config(source).get("model_type") == "CrossEncoder":  # sentence-transformers' own test
             modules = convert.read_modules(source, supported=convert.sbert.CROSS_ENCODER_MODULES)
@@ -208,12 +285,15 @@ class Classifier(Runner):
             model, inner = read_cross_encoder(source, modules, load)
             tokenizer = load.open_tokenizer(inner)
             saved = saved or CROSS_ENCODER_DEFAULT[model.head.num_labels == 1]
+            if isinstance(model.head, LogitScoreHead):
+                options["chat"] = read_chat(inner, tokenizer)
         else:
             ckpt = read_checkpoint(source, task=load.adapter)
             model = build(ClassifierModel, ckpt, require=TRAINED, advice=NO_HEAD, **load.only("device", "dtype",
                                                                                                 "attn_backend"))
             tokenizer = load.open_tokenizer(source, ckpt.tokenizer)
-        classifier = cls(model, tokenizer, max_length=max_length, saved_activation=saved, **load.engine())
+        classifier = cls(model, tokenizer, max_length=max_length, saved_activation=saved, **options,
+                         **load.engine())
         classifier.source = str(src)
         return classifier
 
@@ -241,7 +321,7 @@ class Classifier(Runner):
 
     def predict(self, texts: Sequence[str] | str, pairs: Sequence[str | None] | str | None = None, *,
                 activation: str = ACTIVATION, progress: bool = False, warn_truncation: bool | None = None,
-                tally: Truncation | None = None) -> Tensor:
+                tally: Truncation | None = None, prompt_name: str | None = None, prompt: str | None = None) -> Tensor:
         """(N, num_labels) float32 scores of texts, or text pairs, or both in one call (pairs[i] None:
         texts[i] alone), row i for input i; (N,) for a one-label model. One text (and one pair text) as
         strings gives that input's row alone: (num_labels,), or a 0-d score for a one-label model (as
@@ -251,7 +331,8 @@ class Classifier(Runner):
             if pairs is not None and not isinstance(pairs, str):
                 raise ValueError(f"texts is one string, so pairs must be one string or None, got {type(pairs).__name__}")
             return self.predict([texts], None if pairs is None else [pairs], activation=activation, progress=progress,
-                                warn_truncation=warn_truncation, tally=tally)[0]
+                                warn_truncation=warn_truncation, tally=tally, prompt_name=prompt_name,
+                                prompt=prompt)[0]
         function = self.activation(activation)
         texts = check_texts("texts", texts)
         if pairs is not None:  # None items are single texts: checked as "" for the others' indices
@@ -259,14 +340,48 @@ class Classifier(Runner):
                         else ["" if p is None else p for p in pairs])
             if len(pairs) != len(texts):
                 raise ValueError(f"texts and pairs must have equal length, got {len(texts)} and {len(pairs)}")
-        results = self._logits(inputs_of(texts, pairs), progress)
+        text = self.resolve_prompt(prompt_name=prompt_name, prompt=prompt)
+        results = self._logits(inputs_of(texts, pairs), progress, prompt=text)
         self._count(results.truncated, warn_truncation, tally)
         return self.activate(results.values, function)
 
-    def _logits(self, inputs: list, progress: bool = False) -> Results:
+    def resolve_prompt(self, *, prompt_name: str | None = None, prompt: str | None = None) -> str | None:
+        """The prompt a call uses (SentenceEncoder.resolve_prompt's rule, sentence-transformers' _resolve_prompt)."""
+        return resolve_prompt(self.prompts, self.default_prompt_name, prompt_name=prompt_name, prompt=prompt)
+
+    def _logits(self, inputs: list, progress: bool = False, *, prompt: str | None = None) -> Results:
         if not inputs:
             return Results(torch.empty(0, len(self.labels)), torch.empty(0, dtype=torch.long))
+        if self.chat is not None:
+            return self._chat_logits(inputs, progress, prompt)
+        if prompt:  # sentence-transformers' prepend_prompt_to_texts: before the first text of each input
+            inputs = [(prompt + x[0], x[1]) if isinstance(x, tuple) else prompt + x for x in inputs]
         return self.run(inputs, progress=progress)
+
+    def conversations(self, inputs: list, prompt: str | None = None) -> list[list[dict]]:
+        """Each input's messages for the chat template: a pair's query and document, a text alone a user message."""
+        return [self.chat.pair(*x, prompt=prompt or None) if isinstance(x, tuple) else
+                self.chat.pair(x, prompt=prompt or None) for x in inputs]
+
+    @torch.inference_mode()
+    def _chat_logits(self, inputs: list, progress: bool, prompt: str | None) -> Results:
+        """Inputs rendered by the chat template and run through the engine (each distinct input once)."""
+        unique: dict = {}
+        where = torch.tensor([unique.setdefault(x, len(unique)) for x in inputs], dtype=torch.long)
+        encoded = self.chat.encode(self.tokenizer, self.conversations(list(unique), prompt), self.max_length)
+        results = self.engine.run_encoded(encoded, self.forward, progress=self.progress_label if progress else False)
+        return Results(results.values[where], results.truncated[where])
+
+    def over_window(self, inputs: Sequence, *, window: int | None = None,
+                    prompt: str | None = None) -> list[tuple[int, int]]:
+        """Runner.over_window, the prompt counted; with a chat template, on the rendered inputs."""
+        if self.chat is None:
+            return super().over_window([(prompt + x[0], x[1]) if isinstance(x, tuple) else prompt + x
+                                        for x in inputs] if prompt else inputs, window=window)
+        window = window or self.max_length
+        rendered = [self.chat.render(m) for m in self.conversations(list(inputs), prompt)]
+        counts = self.tokenizer.backend.encode_batch(rendered, add_special_tokens=False)
+        return [(i, len(e.ids)) for i, e in enumerate(counts) if len(e.ids) > window]
 
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         """float32 logits of one padded batch (what the batching engine calls)."""
@@ -293,7 +408,8 @@ class Classifier(Runner):
         return ranked if top_k is None else ranked[:top_k]
 
     def rerank(self, query: str, documents: Sequence[str], *, top_k: int | None = None, activation: str = ACTIVATION,
-               warn_truncation: bool | None = None, tally: Truncation | None = None) -> list[tuple[int, float]]:
+               warn_truncation: bool | None = None, tally: Truncation | None = None, prompt_name: str | None = None,
+               prompt: str | None = None) -> list[tuple[int, float]]:
         """(index, score) of each document for the query, best first (a one-label model: a reranker)."""
         if not self.reranker:
             raise ValueError(f"rerank needs a one-label model (a cross-encoder reranker); this one has "
@@ -301,6 +417,7 @@ class Classifier(Runner):
         if problem := value_problem(query):
             raise ValueError(f"invalid input: query {problem}")
         function = self.activation(activation)
-        results = self._logits([(query, d) for d in check_texts("documents", documents)])
+        text = self.resolve_prompt(prompt_name=prompt_name, prompt=prompt)
+        results = self._logits([(query, d) for d in check_texts("documents", documents)], prompt=text)
         self._count(results.truncated, warn_truncation, tally)
         return self.rank(self.activate(results.values, function).tolist(), top_k=top_k)

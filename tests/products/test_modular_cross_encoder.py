@@ -102,14 +102,14 @@ def _edit(source, target, change):
     return target
 
 
-def test_a_logit_score_module_is_refused_by_name(ettin, tmp_path):
+def test_a_logit_score_module_after_a_head_is_refused(ettin, tmp_path):
     def logit_score(directory):
-        modules = json.loads((directory / "modules.json").read_text())[:1]
-        modules.append({"idx": 1, "name": "1", "path": "1_LogitScore",
+        modules = json.loads((directory / "modules.json").read_text())
+        modules.append({"idx": len(modules), "name": str(len(modules)), "path": "9_LogitScore",
                         "type": "sentence_transformers.cross_encoder.modules.logit_score.LogitScore"})
         (directory / "modules.json").write_text(json.dumps(modules))
 
-    with pytest.raises(ValueError, match="LogitScore.*causal language model"):
+    with pytest.raises(ValueError, match="LogitScore module must follow the Transformer"):
         ma.Classifier.from_pretrained(_edit(ettin, tmp_path / "m", logit_score))
 
 
