@@ -551,3 +551,60 @@ def test_the_internals_suite_writes_its_rows_as_data_at_toy_size(tmp_path):
     assert serial["impl"] == serial["baseline"] == batched["baseline"] == "copies=1 (a forward per patch)"
     assert serial["ratio"] == 1.0 and batched["reps"] == bench.DRY_RUN["reps"] and batched["inputs"] == 2 * 4
     assert batched["deviation"] < 1e-5 and batched["deviation_from"] == serial["impl"]
+
+
+@pytest.mark.parametrize("preset", ["qwen3-embedding-0.6b", "embeddinggemma-300m"])
+def test_the_embedders_flop_count_is_torch_s_count_of_the_forward(preset):
+    """embedders.flops (grouped-query projections, the gated feed-forward, every key's scores) equals what torch's
+    flop counter counts in a transformers forward of the preset's layout at toy size, one sequence at a time; the
+    Dense modules' work added per text."""
+    import transformers
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from benchmarks import embedders
+
+    base = Config.from_name(preset)
+    config = dataclasses.replace(base, vocab_size=64, hidden_size=32, num_layers=2, num_heads=4,
+                                 num_key_value_heads=2, head_dim=16, intermediate_size=48,
+                                 **({"layer_types": base.layer_types[4:6]} if hasattr(base, "layer_types") else {}))
+    hf = config.to_hf()  # transformers' model of the same layout (minialign's packed Linear is no aten matmul)
+    hf.pop("architectures")
+    model = transformers.AutoModel.from_config(transformers.AutoConfig.for_model(hf.pop("model_type"), **hf),
+                                               attn_implementation="eager").eval()  # its scores as matmuls
+    lengths, counted = [9, 17], 0
+    for n in lengths:
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            model(torch.arange(1, n + 1).view(1, n) % 60 + 1)
+        counted += counter.get_total_flops()
+    assert embedders.flops(config, lengths) == counted
+    assert embedders.flops(config, lengths, (64, 32)) == counted + 2 * (2 * 32 * 64 + 2 * 64 * 32)
+
+
+def test_the_embedders_goal_verdict_takes_the_ceiling_rule_only_where_the_goal_is_above_the_ceiling():
+    from benchmarks import embedders
+
+    met = embedders.verdict({"fp32": 1.5, "int8": 2.1}, fp32_share=0.3, peer_share=0.2)
+    assert met.startswith("goal 2x: met (int8")
+    above = embedders.verdict({"fp32": 1.2}, fp32_share=0.92, peer_share=0.6)  # 2x would be 120% of the ceiling
+    assert "ceiling rule" in above and above.split(": ")[2].startswith("met")
+    assert "not met" in embedders.verdict({"fp32": 1.2}, fp32_share=0.85, peer_share=0.6)
+    assert embedders.verdict({"fp32": 1.2}, fp32_share=0.95, peer_share=0.3).startswith("goal 2x: not met")
+
+
+def test_the_embedders_suite_writes_its_rows_as_data_at_toy_size(tmp_path):
+    """--suite embedders --dry-run: per model the ceilings, sentence-transformers and each minialign dtype on the
+    same texts (minialign fp32 within 1e-5 of sentence-transformers), and int8's quality row, in a checked run file."""
+    from benchmarks import data, embedders
+
+    path = tmp_path / "run.json"
+    rows = bench.suite("embedders", data_file=path, device="cpu", dry_run=True, echo=lambda *a, **k: None)
+    assert data.read(path)["rows"] == rows
+    for model in embedders.MODELS:
+        mine = [r for r in rows if r["case"].startswith(model.name)]
+        by_impl = {r["impl"]: r for r in mine if r["baseline"] == embedders.PEER}
+        assert by_impl[embedders.PEER]["ratio"] == 1.0
+        assert by_impl["SentenceEncoder.encode fp32"]["deviation"] < 1e-5
+        assert "goal 2x" in by_impl["SentenceEncoder.encode fp32"]["note"]
+        assert any(r["impl"] == "matmul ceiling fp32 (F.linear)" and r["gflop_s"] > 0 for r in mine)
+        if "SentenceEncoder.encode int8" in by_impl:
+            assert any("int8 quality" in r["case"] and "top-10 overlap mean" in r["note"] for r in mine)
