@@ -29,7 +29,7 @@ prob >= 0.5, where one group takes the argmax). A group that still does not fit 
 or a template and answer that fill it) loses the end of its prompt as the reference's tokenizer call cuts it
 (truncation="only_first"): never silently here, for the cut is reported as by every runner (TruncationWarning, a
 tally, and each example's count with return_details). An answer that does not fit the window with the special
-tokens is a ValueError (the reference's tokenizer fails on it).
+tokens is a ValueError (truncation="only_first" cannot cut it).
 
 Every group of every example runs through the batching engine together (sorted by length, packed); an example's
 result is the same whatever it is batched with.
@@ -42,6 +42,7 @@ here the tokenizer's own count for a pair is reserved (3 for ModernBERT's and Eu
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 from typing import Unpack
@@ -141,7 +142,8 @@ def example_problems(context, answer, question, *, null: str = "None") -> list[t
     if isinstance(context, str) or not isinstance(context, Sequence):
         problems.append(("context", f"must be a list of passages (strings), got {type(context).__name__}"))
     else:
-        problems += [(f"context[{i}]", p) for i, passage in enumerate(context) if (p := value_problem(passage, null=null))]
+        problems += [(f"context[{i}]", problem) for i, passage in enumerate(context)
+                     if (problem := value_problem(passage, null=null))]
     if problem := value_problem(answer, null=null):
         problems.append(("answer", problem))
     if question is not None and (problem := value_problem(question, null=null)):
@@ -233,7 +235,6 @@ class HallucinationDetector(Runner):
         return self._run([[p] for p in prompts], answers, output_format, min_confidence, progress=progress,
                          warn_truncation=warn_truncation, tally=tally, details=False)
 
-    @torch.inference_mode()
     def predict_batch(self, contexts: Sequence[Sequence[str]], answers: Sequence[str],
                       questions: Sequence[str | None] | None = None, *, output_format: str = OUTPUT_FORMAT,
                       min_confidence: float = 0.0, lang: str | None = None, return_details: bool = False,
@@ -245,12 +246,14 @@ class HallucinationDetector(Runner):
         tokens the window cut}. A refused option is an OptionError naming it; a bad example a ValueError naming it
         (example_problems)."""
         lang = self.check_options(output_format=output_format, min_confidence=min_confidence, lang=lang)
-        n = len(answers) if isinstance(answers, Sequence) and not isinstance(answers, str) else -1
-        if n < 0:
-            raise ValueError(f"answers must be a list of strings, got {type(answers).__name__}")
-        questions = [None] * n if questions is None else list(questions)
-        if len(contexts) != n or len(questions) != n:
-            raise ValueError(f"contexts, answers and questions must be as long: {len(contexts)}, {n}, {len(questions)}")
+        for name, values in (("contexts", contexts), ("answers", answers), ("questions", questions)):
+            if (values is not None or name != "questions") and (isinstance(values, str)
+                                                                 or not isinstance(values, Sequence)):
+                raise ValueError(f"{name} must be a list (one item per example), got {type(values).__name__}")
+        questions = [None] * len(answers) if questions is None else list(questions)
+        if not len(contexts) == len(answers) == len(questions):
+            raise ValueError(f"contexts, answers and questions must be as long: {len(contexts)}, {len(answers)}, "
+                             f"{len(questions)}")
         problems = [f"{name} of example {i} {problem}" for i, example in enumerate(zip(contexts, answers, questions))
                     for name, problem in example_problems(*example)]
         if problems:
@@ -288,6 +291,7 @@ class HallucinationDetector(Runner):
 
     # -- running --
 
+    @torch.inference_mode()
     def _run(self, prompts: list[list[str]], answers: list[str], output_format: str, min_confidence: float, *,
              progress: bool, warn_truncation: bool | None, tally: Truncation | None, details: bool) -> list:
         """Each example's prompts (one per group) with its answer through the engine together, then its result."""
@@ -355,14 +359,16 @@ class HallucinationDetector(Runner):
     __call__ = predict
 
 
+@dataclass
 class _Pair:
-    """One (prompt, answer) sequence: ids, type ids, each token's character range (the answer's own; (0, 0) for the
-    prompt's and the special tokens: unused), where the answer starts, and the prompt tokens the window cut."""
+    """One (prompt, answer) sequence as prepare_tokenized_input returns it: ids, type ids, each token's character range
+    in its own text, where the answer starts, and the prompt tokens the window cut."""
 
-    __slots__ = ("ids", "type_ids", "offsets", "answer_start", "cut")
-
-    def __init__(self, ids, type_ids, offsets, answer_start, cut):
-        self.ids, self.type_ids, self.offsets, self.answer_start, self.cut = ids, type_ids, offsets, answer_start, cut
+    ids: list[int]
+    type_ids: list[int]
+    offsets: list[tuple[int, int]]
+    answer_start: int
+    cut: int
 
 
 def trailing_specials(tokenizer: Tokenizer) -> int:

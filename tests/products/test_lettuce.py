@@ -188,6 +188,8 @@ def test_bad_input_is_refused(detectors):
         ours.predict(PASSAGES[:1], ANSWER, question=["?"])
     with pytest.raises(ValueError, match="the answer of example 0 has .* tokens"):
         ours.predict(PASSAGES[:1], " ".join(PASSAGES))  # the answer alone fills the window
+    with pytest.raises(ValueError, match="answers must be a list"):
+        ours.predict_batch([PASSAGES[:1]], ANSWER)
     with pytest.raises(ValueError, match="must be as long"):
         ours.predict_batch([PASSAGES[:1]], [ANSWER, ANSWER])
     assert ours.predict([], "", output_format="spans") == []  # nothing to check: the reference's result too
