@@ -35,6 +35,7 @@ TABLE: dict[str, str | None] = {
     "embed_tokens.weight": "encoder.embeddings.word.weight",
     **layer_names("layers", {k: v for k, v in LAYER.items() if not k.endswith(("q_norm", "k_norm"))}),
     "norm.weight": "encoder.final_norm.weight",
+    "score.weight": "classifier.out_proj.weight",  # *ForSequenceClassification's score (no bias), on the last token
     "lm_head.weight": None,  # Qwen2ForCausalLM's next-token head
 }
 

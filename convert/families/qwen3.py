@@ -55,7 +55,8 @@ CONFIG = ConfigRow(
 # qkv), o_proj its output, q_norm / k_norm the per-head RMSNorms (head_dim wide); gate_proj / up_proj the SwiGLU's two
 # halves (ffn.gate, the activated one, and ffn.value), down_proj ffn.down; input_layernorm / post_attention_layernorm
 # the pre-norms; norm the final norm. Qwen3ForCausalLM's lm_head (the next-token head, tied or not) is dropped: an
-# encoder reads the final states. Qwen3ForSequenceClassification's score head (the last real token's) is not read.
+# encoder reads the final states (a LogitScore reranker reads its two rows: convert/sbert.py read_vocab_rows).
+# Qwen3ForSequenceClassification's score: the classifier's output layer, on the last non-pad token.
 LAYER = {
     "input_layernorm": "attention_norm", "self_attn.q_proj": "attention.query", "self_attn.k_proj": "attention.key",
     "self_attn.v_proj": "attention.value", "self_attn.o_proj": "attention.output",
@@ -67,6 +68,7 @@ TABLE: dict[str, str | None] = {
     "embed_tokens.weight": "encoder.embeddings.word.weight",
     **layer_names("layers", LAYER),
     "norm.weight": "encoder.final_norm.weight",
+    "score.weight": "classifier.out_proj.weight",  # *ForSequenceClassification's score (no bias), on the last token
     "lm_head.weight": None,  # Qwen3ForCausalLM's next-token head
 }
 

@@ -159,7 +159,11 @@ class ClassifierModel(_OnEncoder, Pretrained):
         out = self.encoder(input_ids, attention_mask, token_type_ids, position_ids,
                            output_hidden_states=output_hidden_states, output_attentions=output_attentions,
                            unpad=unpad, final_tokens=tokens, head_mask=head_mask, host=host)
-        logits = self.classifier(out, attention_mask)
+        keep = attention_mask
+        if self.classifier.kind.pool == "last":  # transformers reads the last token that is not pad_token_id
+            keep = input_ids != self.config.pad_token_id
+            keep = keep if attention_mask is None else keep & attention_mask.bool()
+        logits = self.classifier(out, keep)
         return ClassifierOutput(logits, out.last_hidden_state, out.pooler_output, out.hidden_states, out.attentions)
 
 

@@ -72,15 +72,17 @@ class EncodedStates(Protocol):
     last_hidden_state: Tensor  # (B, L, C), or (B, 1, C) when only the first tokens were computed
     pooler_output: Tensor | None  # (B, C)
 
-POOLS = ("pooler", "first", "mean", "late")
+POOLS = ("pooler", "first", "mean", "late", "last")
 
 
 @dataclass(frozen=True)
 class SequenceClassification:
     """What a family's sequence-classification head is (module docstring's formula).
 
-    pool:             "pooler", "first", "mean" or "late" (every token through the head, then the mean of the
-                      real tokens' logits)
+    pool:             "pooler", "first", "mean", "late" (every token through the head, then the mean of the
+                      real tokens' logits) or "last" (the last real token's state: the decoders' classifiers,
+                      Qwen2ForSequenceClassification's last_non_pad_token)
+    out_bias:         whether the output layer has a bias (Qwen's `score` has none)
     dense_activation: the dense layer's activation (a name of nn/activations.py); None: no dense layer
     dense_bias:       whether the dense layer has a bias
     fuse_activation:  the activation applied by the dense layer's kernel (nn/linear.py, oneDNN's post-op) or
@@ -93,6 +95,7 @@ class SequenceClassification:
     """
 
     pool: str = "pooler"
+    out_bias: bool = True
     dense_activation: str | None = None
     dense_bias: bool = True
     fuse_activation: bool = True
@@ -115,7 +118,7 @@ class SequenceClassification:
     def tokens(self) -> str:
         """Whose final states it reads (nn/layout.py FINAL_TOKENS): every token's for "mean" and "late", else the
         first's (the last layer then runs for the first tokens alone)."""
-        return "all" if self.pool in ("mean", "late") else "first"
+        return "all" if self.pool in ("mean", "late", "last") else "first"
 
 
 @dataclass(frozen=True)
@@ -229,7 +232,7 @@ class SequenceClassificationHead(nn.Module):
         self.norm = (nn.LayerNorm(width, eps=config.layer_norm_eps, bias=kind.norm_bias)
                      if kind.norm_bias is not None else None)
         self.dropout = head_dropout(config)
-        self.out_proj = Linear(width, len(config.labels))
+        self.out_proj = Linear(width, len(config.labels), bias=kind.out_bias)
 
     def forward(self, encoded: EncodedStates, attention_mask: Tensor | None = None) -> Tensor:
         """The encoder's output -> (B, num_labels); attention_mask (B, L): the real tokens of "mean" and "late"
@@ -257,7 +260,18 @@ class SequenceClassificationHead(nn.Module):
         h = encoded.last_hidden_state  # (B, L | 1, C)
         if self.kind.pool == "first":
             return h[:, 0]
+        if self.kind.pool == "last":
+            return last_token(h, attention_mask)
         return masked_mean(h, attention_mask)
+
+
+def last_token(h: Tensor, keep: Tensor | None) -> Tensor:
+    """(B, L, C) -> (B, C): each row's rightmost kept token (transformers' Qwen2ForSequenceClassification:
+    `(token_indices * non_pad_mask).argmax(-1)`, padding on either side); no mask: the last position."""
+    if keep is None:
+        return h[:, -1]
+    positions = torch.arange(keep.size(1), device=h.device)
+    return h[torch.arange(h.size(0), device=h.device), (positions * keep.to(torch.long)).argmax(-1)]
 
 
 def masked_mean(h: Tensor, attention_mask: Tensor | None) -> Tensor:

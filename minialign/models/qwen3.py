@@ -20,10 +20,11 @@ every Qwen layer does is declared once, what Qwen3 changes is a flag of its atte
                (q_norm, k_norm), attention_bias on all four projections (Qwen3Attention)
   mlp          SwiGLU: down_proj(act(gate_proj(x)) * up_proj(x)), no biases (Qwen2MLP; nn/layers.py GatedFeedForward)
   final norm   after the stack (Qwen2Model.norm), the last hidden state included
-  heads        *ForSequenceClassification / *ForTokenClassification (a `score` layer on the last real token / every
-               token) are not ported: their score.* names are not read, so such a checkpoint is refused; a
-               classifier built here from a config reads the first token. The causal LM's lm_head is dropped on
-               loading (an encoder returns the final states). No question-answering head.
+  heads        *ForSequenceClassification: `score` (no bias) on the last token that is not the pad token
+               (Qwen2ForSequenceClassification's last_non_pad_token; Qwen3-Reranker-seq-cls is one). The causal LM's
+               lm_head is dropped on loading (an encoder returns the final states); a LogitScore reranker reads two
+               of its rows (products/classifier.py). *ForTokenClassification's `score` is not ported; no
+               question-answering head.
 
 Their config.json and weight names: convert/families/qwen2.py, convert/families/qwen3.py. Shapes: B batch,
 L sequence length (a packed batch is one row of T tokens, (1, T)), C hidden size, H query heads, KV key / value heads,
@@ -122,9 +123,10 @@ class Qwen2(Family):
 
     @classmethod
     def heads(cls, config: Config) -> Heads:
-        """Not transformers' (module docstring): a classifier on the first token (no dense), a decoder over the
-        final states, a token classifier without dropout, no question answering."""
-        return Heads(sequence_classification=SequenceClassification(pool="first", record="pool"),
+        """Qwen2ForSequenceClassification / Qwen3ForSequenceClassification: `score` (no bias) on the last token that is
+        not the pad token. The others not transformers' (module docstring): a decoder over the final states, a token
+        classifier without dropout, no question answering."""
+        return Heads(sequence_classification=SequenceClassification(pool="last", out_bias=False, record="pool"),
                      masked_lm=MaskedLM(transform=False, decoder_bias=False),
                      token_classification=TokenClassification(dropout=None),
                      question_answering=f"{config.arch} has no question-answering head in minialign "

@@ -47,7 +47,7 @@ def test_mean_pooling_reads_every_token_and_the_mask():
 
 def test_a_declaration_is_checked_and_a_family_head_is_built_from_it():
     with pytest.raises(ValueError, match="pool must be one of"):
-        SequenceClassification(pool="last")
+        SequenceClassification(pool="final")
     config = ma.Config(**SIZES, arch="roberta", pad_token_id=1)
     head = SequenceClassificationHead(config, family_of(config).heads(config).sequence_classification)
     assert head.kind.dense_activation == "tanh" and head.kind.pool == "first"

@@ -270,3 +270,20 @@ def test_captured_probabilities_are_causal(tmp_path):
     probs = cap["layers.0.attention.probs"]  # (B, H, L, L)
     later = torch.ones(ids.size(1), ids.size(1), dtype=torch.bool).triu(1)
     assert probs.shape[-1] == ids.size(1) and float(probs[..., later].abs().max()) == 0.0
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "qwen2"])
+@pytest.mark.parametrize("left", [False, True])
+def test_sequence_classification_reads_the_last_non_pad_token(arch, left, tmp_path):
+    """Qwen3ForSequenceClassification / Qwen2ForSequenceClassification (Qwen3-Reranker-seq-cls's class): `score`
+    without a bias on each row's last token that is not pad_token_id, padded on either side, packed too."""
+    cls = transformers.Qwen3ForSequenceClassification if arch == "qwen3" else transformers.Qwen2ForSequenceClassification
+    hf = hf_model(arch, cls=cls, num_labels=2, pad_token_id=0)
+    hf.save_pretrained(tmp_path / "clf")
+    ours = ma.ClassifierModel.from_pretrained(tmp_path / "clf")
+    assert ours.classifier.out_proj.bias is None and ours.classifier.kind.pool == "last"
+    ids, mask = batch(hf.config, left=left)
+    with torch.no_grad():
+        theirs = hf(ids, attention_mask=mask).logits
+        for unpad in (False, True) if not left else (False,):
+            torch.testing.assert_close(ours(ids, attention_mask=mask, unpad=unpad).logits, theirs, **TOL)
