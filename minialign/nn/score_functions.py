@@ -5,6 +5,7 @@ parameters (one set per head), and is chosen per model by `Config.score_fn`. Pre
 RoBERTa weights use the scaled dot product; the others are for models trained from scratch.
 
   scaled_dot  e_ij = q_i . k_j / sqrt(D)                      (Vaswani et al. 2017)
+  (Dot)       e_ij = q_i . k_j, unscaled                      (T5's; a family's own, not a Config.score_fn name)
   general     e_ij = q_i^T W k_j                              (Luong et al. 2015, "general")
   bilinear    e_ij = (W q_i)^T (W k_j)                        (one W for both sides)
   additive    e_ij = v^T tanh(W1 q_i + W2 k_j)                (Bahdanau et al. 2015)
@@ -54,6 +55,14 @@ class ScaledDot(_DotOfProjections):
 
     def project(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:
         return q, k, 1.0 / math.sqrt(q.size(-1))
+
+
+class Dot(_DotOfProjections):
+    """e_ij = q_i . k_j, unscaled (T5Attention: `self.scaling = 1.0`, the scale folded into the query weights'
+    initialisation). No parameters; a family's own (models/t5.py), not a Config.score_fn choice."""
+
+    def project(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, float]:
+        return q, k, 1.0
 
 
 class General(_DotOfProjections):
