@@ -291,8 +291,9 @@ class SentenceEncoder(Runner):
         weightedmean, mean_sqrt_len_tokens) over them; cls takes the span's first token and lasttoken its last,
         which is what they mean on a span, and of little use: late chunking is meant for mean-pooling models.
         A document past the window is not cut: it runs as overlapping windows (`overlap` tokens; default a quarter
-        of the window's room), each token's state taken from the window where it is farthest from a cut
-        (token_spans). prompt_name / prompt: put before the document, as encode does (its tokens belong to no span).
+        of the window's room), each token's state taken from the window where it is farthest from a cut (a causal
+        model's: the earliest window holding it; token_spans). prompt_name / prompt: put before the document, as
+        encode does, and before every window's text when it runs as windows (its tokens belong to no span).
         normalize_embeddings, truncate_dim and adapter: as encode's."""
         if not isinstance(document, str):
             raise ValueError(f"document must be a string, got {type(document).__name__}")
@@ -307,7 +308,7 @@ class SentenceEncoder(Runner):
         prompt = self.resolve_prompt(prompt_name=prompt_name, prompt=prompt) or ""
         backend = self.tokenizer.backend
         backend.no_truncation()
-        whole = token_spans.Document.of(backend.encode(prompt + document))
+        whole = token_spans.Document.of(backend.encode(prompt + document)).with_prompt(len(prompt))
         masks = token_spans.span_masks(whole, spans, shift=len(prompt))  # (S, L): refused before any model work
         ids, types, starts = token_spans.windows(whole, self.max_length, overlap)
         constants = {"token_output": 1, **({"adapter": adapter} if adapter is not None else {})}
@@ -315,7 +316,7 @@ class SentenceEncoder(Runner):
             results = self.engine.run_encoded(Encoded(ids, types, [0] * len(ids)), self.forward,
                                               batch_size=batch_size, constants=constants)
             hidden = token_spans.assemble(whole, [entry["token_embeddings"] for entry in results.values], starts,
-                                          self.max_length)  # (L, C) float32
+                                          self.max_length, causal=self.model.config.causal)  # (L, C) float32
             weight = next(self.model.parameters())
             hidden, masks = hidden.to(device=weight.device, dtype=weight.dtype), masks.to(weight.device)
             parts = [self.embed_state(hidden[None].expand(len(group), -1, -1), group).cpu()

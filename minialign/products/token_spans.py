@@ -15,8 +15,11 @@ tokens) are cut into macro chunks of the window's room (the window less the spec
 `overlap` tokens before the one before it ends; each runs as its own sequence with the special tokens around it. A
 token's state is taken from the window in which it is farthest from a cut (an edge of the window that is not an
 edge of the document), the earlier window on a tie: each overlap is split at its middle, so every token keeps at
-least overlap // 2 tokens of context on a cut's side. The leading special tokens' states are the first window's,
-the trailing ones' the last window's.
+least overlap // 2 tokens of context on a cut's side. A causal model's token reads only what comes before it, so a
+later cut takes nothing from it: its state is the earliest window's that holds it (the most context before it). A
+prompt leads every window, as the special tokens do (each window is then the input the model was trained on: the
+prompt, then text), and belongs to no span. The leading special tokens' and the prompt's states are the first
+window's, the trailing ones' the last window's.
 """
 
 from __future__ import annotations
@@ -48,6 +51,14 @@ class Document:
         trail = int(template.flip(0).long().cumprod(0).sum()) if lead < len(template) else 0
         return cls(list(encoding.ids), list(encoding.type_ids),
                    torch.tensor(encoding.offsets, dtype=torch.long).reshape(-1, 2), template, lead, trail)
+
+    def with_prompt(self, length: int) -> Document:
+        """The same document with its prompt's tokens (the first text tokens whose range lies within the prompt's
+        `length` characters: an empty one at its end is the text's, as span_masks counts it) counted among the
+        leading ones, so that every window repeats them."""
+        ranges = self.offsets[self.lead:len(self.ids) - self.trail].tolist()
+        prompt = next((i for i, (start, end) in enumerate(ranges) if start >= length or end > length), len(ranges))
+        return Document(self.ids, self.type_ids, self.offsets, self.template, self.lead + prompt, self.trail)
 
     @property
     def content(self) -> int:
@@ -104,9 +115,10 @@ def window_starts(n: int, room: int, overlap: int) -> list[int]:
     return starts
 
 
-def owners(n: int, starts: list[int], room: int) -> tuple[Tensor, Tensor]:
+def owners(n: int, starts: list[int], room: int, *, causal: bool = False) -> tuple[Tensor, Tensor]:
     """For each of the n tokens (less the special ones): the window it takes its state from (the module docstring's
-    rule: farthest from a cut, the earlier on a tie) and its place within that window's tokens."""
+    rule: farthest from a cut, the earlier on a tie; causal: the earliest holding it) and its place within that
+    window's tokens."""
     best = torch.full((n,), -1, dtype=torch.long)
     window, place = torch.zeros(n, dtype=torch.long), torch.zeros(n, dtype=torch.long)
     big = n + 1  # farther than any cut: a window edge that is the document's own edge
@@ -114,7 +126,7 @@ def owners(n: int, starts: list[int], room: int) -> tuple[Tensor, Tensor]:
         end = min(start + room, n)
         p = torch.arange(start, end)
         left = p - start if start > 0 else torch.full_like(p, big)
-        right = end - 1 - p if end < n else torch.full_like(p, big)
+        right = end - 1 - p if end < n and not causal else torch.full_like(p, big)
         distance = torch.minimum(left, right)
         better = distance > best[start:end]
         best[start:end] = torch.where(better, distance, best[start:end])
@@ -144,12 +156,13 @@ def windows(document: Document, max_length: int, overlap: int | None) -> tuple[l
     return ids, types, starts
 
 
-def assemble(document: Document, states: list[Tensor], starts: list[int], max_length: int) -> Tensor:
+def assemble(document: Document, states: list[Tensor], starts: list[int], max_length: int, *,
+             causal: bool = False) -> Tensor:
     """(L, C): the document's token states from its windows' (each (L_k, C)), by the module docstring's rule."""
     if len(states) == 1:
         return states[0]
     lead, trail, n = document.lead, document.trail, document.content
-    window, place = owners(n, starts, max_length - lead - trail)
+    window, place = owners(n, starts, max_length - lead - trail, causal=causal)
     stacked = torch.nn.utils.rnn.pad_sequence(states, batch_first=True)  # (K, L_k, C)
     body = stacked[window, lead + place]  # (n, C)
     last = states[-1]

@@ -153,3 +153,68 @@ def test_bad_input_is_refused_before_the_model_runs(model, monkeypatch):
         for text, where in ((long, long_spans), (document, spans)):  # checked where the document fits too
             with pytest.raises(ValueError, match=r"overlap must be an int in \[0, 22\)"):
                 ours.encode_late_chunks(text, where, overlap=overlap)
+
+
+def _windowed_reference(hf, ids, lead, window, overlap, *, causal=False):
+    """The token states of `ids` (one special token trailing, `lead` tokens leading: the special one and a prompt's)
+    run as windows that each repeat the leading tokens, by the rule products/token_spans.py states, in plain Python."""
+    n, room = len(ids) - lead - 1, window - lead - 1
+    starts = list(range(0, n, room - overlap))
+    starts = starts[:next(k for k, s in enumerate(starts) if s + room >= n) + 1]
+    with torch.no_grad():
+        outs = [hf(input_ids=torch.tensor([[*ids[:lead], *ids[lead + s:lead + min(s + room, n)], ids[-1]]]))
+                .last_hidden_state[0] for s in starts]
+    body = []
+    for p in range(n):
+        def distance(k):
+            s, e = starts[k], min(starts[k] + room, n)
+            return min(p - s if s > 0 else n, e - 1 - p if e < n and not causal else n)
+        inside = [k for k, s in enumerate(starts) if s <= p < min(s + room, n)]
+        k = max(inside, key=lambda k: (distance(k), -k))
+        body.append(outs[k][lead + p - starts[k]])
+    return torch.cat([outs[0][:lead], torch.stack(body), outs[-1][-1:]]), len(starts)
+
+
+def test_a_prompt_leads_every_window(model):
+    """Past the window, the prompt's tokens lead each window as the special tokens do (every window is prompt, then
+    text), their states the first window's; they belong to no span."""
+    ours, reference, tokenizer, hf = model
+    document, spans = document_and_spans(SENTENCES * 2)
+    prompt = "doc: "
+    masks, ids = span_masks(tokenizer, prompt + document, spans, shift=len(prompt))
+    offsets = tokenizer(prompt + document, return_offsets_mapping=True)["offset_mapping"]
+    lead = 1 + next(i for i, (start, end) in enumerate(offsets[1:]) if start >= len(prompt) or end > len(prompt))
+    assert lead >= 2 and masks[:, :lead].sum() == 0
+    states, count = _windowed_reference(hf, ids, lead, ours.max_seq_length, 5)
+    assert count >= 3
+    got = ours.encode_late_chunks(document, spans, prompt=prompt, overlap=5)
+    assert (got - pooled(reference, states, masks)).abs().max() <= 1e-5
+
+
+def test_a_causal_model_takes_each_token_from_the_earliest_window(tmp_path):
+    """A causal model's token reads only what precedes it: its state is the earliest window's holding it (the most
+    context before it), never a later window's where a cut sits before it."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
+    from test_qwen import qwen3_embedding_dir
+    from transformers import AutoModel, AutoTokenizer
+
+    _, directory = qwen3_embedding_dir(tmp_path)
+    ours = ma.SentenceEncoder.from_pretrained(directory)
+    tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / "base"))
+    hf = AutoModel.from_pretrained(str(tmp_path / "base")).eval()
+    document, spans = document_and_spans(SENTENCES)
+    masks, ids = span_masks(tokenizer, document, spans)
+    assert tokenizer.convert_ids_to_tokens(ids[-1]) == "<|end_of_text|>" and len(ids) > 2 * ours.max_seq_length
+    # no leading special token: lead 0; ids[-1] the appended end-of-text
+    states, count = _windowed_reference(hf, ids, 0, ours.max_seq_length, 6, causal=True)
+    got = ours.encode_late_chunks(document, spans, overlap=6)
+    last = [int(torch.nonzero(m).max()) for m in masks]  # lasttoken pooling over each span's tokens
+    expected = torch.nn.functional.normalize(torch.stack([states[i] for i in last]), dim=-1)
+    assert count >= 3 and (got - expected).abs().max() <= 1e-5
+    bidirectional = ma.products.token_spans.owners(36, [0, 10, 20], 16)[0]
+    causal = ma.products.token_spans.owners(36, [0, 10, 20], 16, causal=True)[0]
+    assert causal.tolist() == [0] * 16 + [1] * 10 + [2] * 10
+    assert bidirectional.tolist() == [0] * 13 + [1] * 10 + [2] * 13
