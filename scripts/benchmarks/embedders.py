@@ -44,6 +44,10 @@ GOAL = 2.0  # minialign's speed over sentence-transformers fp32
 CEILING_SHARE = 0.9  # the ceiling rule: where GOAL is above the fp32 ceiling, this share of it meets it
 TOKENIZER_VOCAB = 4000
 REPS = 3  # interleaved repetitions (after one warm-up of each call)
+# FLOPs of one timed ceiling call (the product repeated): a fraction of a second, as long as contention from other
+# processes averages out over it as over a model's call (one product alone, tens of ms, is hit or missed by it);
+# a dry run's
+CEILING_WORK, DRY_CEILING_WORK = 2e11, 1e8
 PEER = "SentenceTransformer.encode fp32"
 # a dry run's shapes (the preset's layout at toy size): every step in seconds, figures meaningless
 DRY_SHAPE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
@@ -165,16 +169,18 @@ def build(root: Path, embedder: Embedder, corpus: list[str], *, dry_run: bool = 
     return directory
 
 
-def ceilings(config, tokens: int, dtypes: list[str]) -> tuple[dict[str, callable], float, str]:
+def ceilings(config, tokens: int, dtypes: list[str], *, work: float = CEILING_WORK
+             ) -> tuple[dict[str, callable], float, str]:
     """({"<dtype> (<kernel>)": call}, FLOPs of one call, the shape): one product at the model's feed-forward shape,
-    tokens x hidden -> intermediate, per dtype: F.linear and minialign's Linear (fp32), Linear (bf16), Int8Linear
-    (int8, uncalibrated: the same kernel)."""
+    tokens x hidden -> intermediate, repeated to about `work` FLOPs a call, per dtype: F.linear and minialign's
+    Linear (fp32), Linear (bf16), Int8Linear (int8, uncalibrated: the same kernel)."""
     import torch.nn.functional as F
 
     from minialign.nn.int8 import Int8Linear
     from minialign.nn.linear import Linear
 
     m, k, n = tokens, config.hidden_size, config.intermediate_size
+    times = max(1, round(work / (2 * m * k * n)))
     x = torch.randn(m, k)
     calls = {}
     fp32 = Linear(k, n, bias=False)
@@ -187,7 +193,8 @@ def ceilings(config, tokens: int, dtypes: list[str]) -> tuple[dict[str, callable
         int8 = Int8Linear(k, n, bias=False)
         int8.weight.data.copy_(fp32.weight)
         calls["int8 (minialign Int8Linear)"] = lambda: int8(x)
-    return calls, 2.0 * m * k * n, f"{m}x{k} @ {k}x{n}"
+    looped = {label: (lambda c=call: [c() for _ in range(times)]) for label, call in calls.items()}
+    return looped, 2.0 * m * k * n * times, f"{m}x{k} @ {k}x{n}, {times} times a call"
 
 
 def impls(dtypes: list[str]) -> dict[str, dict]:
@@ -250,7 +257,8 @@ def suite_rows(*, reps: int, device: str = "cpu", dry_run: bool = False, add=lam
             fp32 = ours["SentenceEncoder.encode fp32"]
             lengths = [len(ids) for ids in fp32.tokenizer.encode_ids(timed, max_length=fp32.max_length).ids]
             work = flops(fp32.model.config, lengths, embedder.dense if not dry_run else ())
-            ceiling_calls, ceiling_work, shape = ceilings(fp32.model.config, sum(lengths), dtypes)
+            ceiling_calls, ceiling_work, shape = ceilings(fp32.model.config, sum(lengths), dtypes,
+                                                          work=DRY_CEILING_WORK if dry_run else CEILING_WORK)
             calls = {PEER: lambda: peer.encode(timed, batch_size=32, convert_to_tensor=True)}
             calls.update({name: (lambda r=runner: r.encode(timed, warn_truncation=False))
                           for name, runner in ours.items()})
