@@ -198,3 +198,21 @@ def test_flex_padded_and_packed(tmp_path):
         for unpad in (False, True):
             got = ours(ids, attention_mask=mask, unpad=unpad).last_hidden_state
             torch.testing.assert_close(got[real], theirs[real], **TOL)
+
+
+def test_varlen_hands_the_bias_to_sdpa_saying_why(tmp_path, monkeypatch):
+    """varlen's kernel cannot add a relative-position bias: a packed forward on that row runs on sdpa, with a
+    warning naming the reason, and gives sdpa's result (the kernel a stand-in: no GPU here, tests/nn/test_varlen.py)."""
+    from minialign.nn import varlen
+    from minialign.nn.attention import BackendFallbackWarning
+
+    monkeypatch.setattr(varlen, "kernel", lambda device, dtype: lambda q, k, v, mask, scale: varlen.per_document(
+        q, k, v, mask, scale))
+    _, directory = saved(tmp_path)
+    ours = ma.Encoder.from_pretrained(directory, attn_backend="varlen")
+    ref = ma.Encoder.from_pretrained(directory, attn_backend="sdpa")
+    ids, mask = batch(ours.config)
+    with torch.no_grad(), pytest.warns(BackendFallbackWarning, match="relative-position bias"):
+        got = ours(ids, attention_mask=mask, unpad=True).last_hidden_state
+    with torch.no_grad():
+        assert torch.equal(got, ref(ids, attention_mask=mask, unpad=True).last_hidden_state)
