@@ -238,6 +238,28 @@ register(Product(
                  type=int)),
     inputs=PAIR_INPUTS, ray="MiniCheckBatches", serve_as="minicheck", int8=False))
 
+register(Product(
+    name="lettuce", command="score", verb="scored",
+    runner="minialign.products.lettuce:HallucinationDetector", job="minialign.apps.files.jobs:lettuce_job",
+    model_help="a LettuceDetect token classifier directory or hub id (KRLabsOrg/lettucedect-base-modernbert-en-v1, "
+               "...)",
+    serve_help="a LettuceDetect model for POST /rows/lettuce: the hallucinated spans of each row's answer",
+    load=(TOKENIZER,
+          Option("lang", choices.LETTUCE_LANG, help="lettuce only: the prompt templates' language",
+                 choices=choices.LETTUCE_LANGS),
+          Option("max_length", choices.LETTUCE_MAX_LENGTH, type=int,
+                 help="lettuce only: the window in tokens, as lettucedetect's max_length (within the model's "
+                      "positions); a context past it is read in chunks of passages")),
+    options=(Option("tokens", False,
+                    help="lettuce only: every answer token's probability (lettucedetect's output_format \"tokens\") "
+                         "in place of the hallucinated spans (character offsets into the answer, confidence)"),
+             Option("min_confidence", 0.0, type=float,
+                    help="lettuce only: the least probability of a hallucinated token (lettucedetect's threshold)")),
+    inputs=(Role("context", "the context (premise, document) text"),
+            Role("answer", "lettuce: the answer whose hallucinated spans are found"),
+            Role("question", "lettuce: the question the answer answers (none: a summary)", optional=True)),
+    outputs=("jsonl",), ray="LettuceBatches", int8=False))
+
 # embed, sparse, multivector: queries or documents (each product's encode_query / encode_document)
 TASK = Option("task", choices=choices.TASKS,
               help="embed as queries or as documents (encode_query / encode_document: their prompt, unless "

@@ -164,6 +164,13 @@ class MiniCheckBatches(ProductBatches):
     product = "minicheck"
 
 
+class LettuceBatches(ProductBatches):
+    """Adds each row's hallucinated `spans` (or `tokens`) of its answer to rows with context, answer and an optional
+    question (HallucinationDetector)."""
+
+    product = "lettuce"
+
+
 class EmbedBatches(ProductBatches):
     """Adds each row's `embedding` to rows with text (SentenceEncoder)."""
 
@@ -218,7 +225,7 @@ class ZeroShotBatches(ProductBatches):
     product = "zero-shot"
 
 
-CLASSES = (AlignScoreBatches, MiniCheckBatches, EmbedBatches, ClassifyBatches, SparseBatches, MultiVectorBatches,
+CLASSES = (AlignScoreBatches, MiniCheckBatches, LettuceBatches, EmbedBatches, ClassifyBatches, SparseBatches, MultiVectorBatches,
            M3Batches, NERBatches, FillMaskBatches, QABatches, ZeroShotBatches)
 
 

@@ -11,6 +11,13 @@ ALIGNSCORE_MODEL = "AlignScore-base"  # a name of alignscore.PUBLISHED
 MINICHECK_MODEL = "lytang/MiniCheck-RoBERTa-Large"
 MINICHECK_CHUNK_SIZE = 400  # MiniCheck.score's default for roberta-large and deberta-v3-large
 
+# HallucinationDetector (lettuce.py): lettucedetect's TransformerDetector (detectors/transformer.py)
+LETTUCE_OUTPUT_FORMATS = ("tokens", "spans")  # TransformerDetector.predict's output_format
+LETTUCE_OUTPUT_FORMAT = "tokens"  # its default (the file / service face writes "spans" unless told)
+LETTUCE_LANGS = ("en", "de", "fr", "es", "it", "pl", "cn", "hu")  # detectors/prompt_utils.py LANG_TO_PASSAGE
+LETTUCE_LANG = "en"  # TransformerDetector.__init__'s lang
+LETTUCE_MAX_LENGTH = 4096  # TransformerDetector.__init__'s max_length
+
 # Classifier.predict's activations (classifier.py: ACTIVATIONS; nn/activations.py's functions)
 CLASSIFIER_ACTIVATIONS = ("auto", "none", "softmax", "sigmoid", "tanh")
 

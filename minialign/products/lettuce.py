@@ -52,16 +52,17 @@ from torch import Tensor
 
 from minialign.loading import build, read_checkpoint
 from minialign.models.head_models import TokenClassifierModel
+from minialign.products import choices
 from minialign.products.runner import LoadOptions, Loading, OptionError, Runner, batch_lengths
 from minialign.runtime.engine import Truncation
 from minialign.sources import resolve
 from minialign.text.tokenizer import Encoded, Tokenizer
 from minialign.text.validation import value_problem
 
-OUTPUT_FORMATS = ("tokens", "spans")  # TransformerDetector.predict's output_format
-OUTPUT_FORMAT = "tokens"  # its default
-MAX_LENGTH = 4096  # TransformerDetector.__init__'s max_length
-LANG = "en"  # TransformerDetector.__init__'s lang
+from minialign.products.choices import LETTUCE_LANG as LANG  # TransformerDetector.__init__'s lang
+from minialign.products.choices import LETTUCE_MAX_LENGTH as MAX_LENGTH  # and its max_length
+from minialign.products.choices import LETTUCE_OUTPUT_FORMAT as OUTPUT_FORMAT  # predict's default output_format
+from minialign.products.choices import LETTUCE_OUTPUT_FORMATS as OUTPUT_FORMATS
 HALLUCINATED = 1  # the label of a hallucinated token (transformer.py reads probabilities[:, 1])
 TRAINED = ("classifier.",)
 NO_HEAD = ("A HallucinationDetector needs a fine-tuned *ForTokenClassification checkpoint of two labels (supported, "
@@ -71,6 +72,7 @@ NO_HEAD = ("A HallucinationDetector needs a fine-tuned *ForTokenClassification c
 PASSAGE_WORDS = {"en": "passage", "de": "Passage", "fr": "passage", "es": "pasaje", "it": "brano", "pl": "fragment",
                  "cn": "段落", "hu": "szövegrészlet"}
 LANGS = tuple(PASSAGE_WORDS)
+assert LANGS == choices.LETTUCE_LANGS  # the faces' list (choices.py, without torch) is this one
 
 # lettucedetect/prompts/qa_prompt_<lang>.txt, as they are (string.Template: ${question}, ${num_passages}, ${context})
 QA_TEMPLATES = {

@@ -193,3 +193,41 @@ def test_bad_input_is_refused(detectors):
     with pytest.raises(ValueError, match="must be as long"):
         ours.predict_batch([PASSAGES[:1]], [ANSWER, ANSWER])
     assert ours.predict([], "", output_format="spans") == []  # nothing to check: the reference's result too
+
+
+def test_every_face_writes_what_predict_batch_gives(detectors, tmp_path):
+    """`minialign score --method lettuce` (a file: {"spans": [...]} per row; one example: printed), Ray's
+    LettuceBatches and the service's POST /rows/lettuce answer HallucinationDetector.predict_batch's spans."""
+    import json
+
+    from starlette.testclient import TestClient
+
+    from minialign.apps import raydata
+    from minialign.apps.cli import main as cli
+    from minialign.apps.serve import Limits, Models, Service
+
+    directory, _ = detectors("modernbert")
+    ours = ma.HallucinationDetector.from_pretrained(directory, max_length=WINDOW)
+    rows = [{"context": PASSAGES[0], "question": QUESTION, "answer": ANSWER},
+            {"context": " ".join(PASSAGES[:2]), "answer": ANSWER}]  # no question: a summary
+    expected = ours.predict_batch([[r["context"]] for r in rows], [r["answer"] for r in rows],
+                                  [r.get("question") for r in rows], output_format="spans")
+    assert any(expected)
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert cli(["score", "--method", "lettuce", "--model", str(directory), "--max-length", str(WINDOW),
+                "--input", str(tmp_path / "rows.jsonl"), "--output", str(tmp_path / "out.jsonl")]) == 0
+    written = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [w["spans"] for w in written] == json.loads(json.dumps(expected))
+    mapper = raydata.batches_class("lettuce")(str(directory), max_length=WINDOW)
+    batch = mapper({"context": [r["context"] for r in rows], "answer": [r["answer"] for r in rows],
+                    "question": [r.get("question") for r in rows]})
+    assert [list(s) for s in batch["spans"]] == [list(s) for s in expected]
+    with TestClient(Service(Models(products={"lettuce": ours}), Limits()).app()) as client:
+        answer = client.post("/rows/lettuce", json={"rows": rows})
+        assert answer.status_code == 200 and [r["spans"] for r in answer.json()["results"]] == [w["spans"]
+                                                                                               for w in written]
+        tokens = client.post("/rows/lettuce", json={"rows": rows[:1], "options": {"tokens": True}}).json()
+        assert tokens["results"][0]["tokens"] == json.loads(json.dumps(ours.predict_batch(
+            [[rows[0]["context"]]], [ANSWER], [QUESTION], output_format="tokens")[0]))
+        bad = client.post("/rows/lettuce", json={"rows": [{"context": "c"}]})
+        assert bad.status_code == 422 and "answer" in bad.json()["error"]

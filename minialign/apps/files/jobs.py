@@ -30,6 +30,7 @@ from minialign.products.multivector import MultiVectorEncoder
 from minialign.products.sparse import SparseEncoder
 from minialign.products.quantization import check_precision, check_truncate_dim, quantization_ranges
 from minialign.products.token_classification import TokenClassifier
+from minialign.products.lettuce import HallucinationDetector, example_problems
 from minialign.products.question_answering import QuestionAnswerer
 from minialign.products.zero_shot import ZeroShotClassifier, parse_labels
 from minialign.products.runner import OptionError, PairScorer, Runner
@@ -66,6 +67,31 @@ def score_job(scorer: PairScorer, fields: Fields, *, model: str | None = None) -
     fields = checked(fields, lambda values: scorer.check(values["context"], values["claim"], null="null"))
     return make_job(scorer, fields, outputs=OUTPUT_FORMATS["score"], model=model or scorer.source,
                     settings=scorer.settings(), run=run, columns=["score"])
+
+
+def lettuce_job(detector: HallucinationDetector, fields: Fields, *, tokens: bool = False,
+                min_confidence: float = 0.0, model: str | None = None) -> Job:
+    """HallucinationDetector: per (context, answer[, question]) row, {"spans": [...]} (each {"start", "end",
+    "confidence", "text"}: character offsets into the answer), or with `tokens` {"tokens": [...]} (each {"token",
+    "pred", "prob"}), as lettucedetect's predict(output_format=) gives them; .jsonl only (a list per row). A row's
+    context is one passage; a question missing or null makes the row a summary (lettucedetect's summary template)."""
+    output_format = "tokens" if tokens else "spans"
+    settings = detector.settings(output_format=output_format, min_confidence=min_confidence)
+
+    def run(rows: list[Row], totals) -> list[dict[str, Any]]:
+        if not rows:
+            return []
+        results = detector.predict_batch([[r.values["context"]] for r in rows], [r.values["answer"] for r in rows],
+                                         [r.values.get("question") for r in rows], output_format=output_format,
+                                         min_confidence=min_confidence, tally=totals)
+        return [{output_format: result} for result in results]
+
+    def check(values: dict[str, str | None]) -> list[tuple[str, str]]:
+        problems = example_problems([values["context"]], values["answer"], values.get("question"), null="null")
+        return [("context" if field.startswith("context") else field, problem) for field, problem in problems]
+
+    return make_job(detector, checked(fields, check), outputs=("jsonl",), model=model or detector.source,
+                    settings=settings, run=run, nested=(output_format,))
 
 
 # encode's own default (the runner's signature holds it once; the command line's --precision reads it here)
