@@ -1,7 +1,8 @@
-"""`minialign score | embed | classify | ner | fill-mask | zero-shot | qa | explore | serve | convert | parity` (also
-`python -m minialign ...`): the parser, built from the product table (apps/products.py) for the products' commands,
-and the checks made before any model loads; what each command runs is commands.py's (serve_command.py's for serve).
-The benchmark is a script beside the package: `python scripts/bench.py`."""
+"""`minialign score | embed | classify | ner | fill-mask | zero-shot | qa | explore | serve | convert | parity |
+evaluate` (also `python -m minialign ...`): the parser, built from the product table (apps/products.py) for the
+products' commands, and the checks made before any model loads; what each command runs is commands.py's
+(serve_command.py's for serve, evaluate.py's for evaluate). The benchmark is a script beside the package:
+`python scripts/bench.py`."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from minialign.apps.commands import (ADAPTER_HELP, DTYPES, INTERRUPTED, THREADS_HELP, product_of, run_convert,
                                      run_explore, run_parity, run_product)
+from minialign.apps.evaluate import evaluate_parser
 from minialign.apps.serve_command import serve_parser
 from minialign.nn.choices import PRECISION_DTYPES, SCORE_FUNCTIONS
 
@@ -157,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layout", choices=("all", "padded", "packed"), default="all",
                    help="a padded batch, or packed (unpad=True), or both (default)")
     p.set_defaults(run=run_parity)
+
+    evaluate_parser(sub)
 
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
