@@ -137,13 +137,14 @@ class Response:
 
 
 def _records(path: Path) -> list[tuple[int, Any]]:
-    """(line, record) of a .jsonl, .csv or .parquet file, in file order."""
+    """(line, record) of a .jsonl, .csv or .parquet file, in file order (a UTF-8 byte-order mark, as spreadsheets
+    write one, is skipped)."""
     suffix = path.suffix.lower()
     if not path.is_file():
         raise DataError(f"{path}: no such file")
     if suffix in (".jsonl", ".ndjson"):
         out = []
-        with path.open(encoding="utf-8") as f:
+        with path.open(encoding="utf-8-sig") as f:
             for n, text in enumerate(f, 1):
                 if not text.strip():
                     continue
@@ -153,7 +154,7 @@ def _records(path: Path) -> list[tuple[int, Any]]:
                     raise DataError(f"{path}, line {n}: not JSON ({e.msg}, column {e.colno})") from None
         return out
     if suffix == ".csv":
-        with path.open(encoding="utf-8", newline="") as f:
+        with path.open(encoding="utf-8-sig", newline="") as f:
             reader = csv.DictReader(f)
             out, start = [], 2
             for row in reader:

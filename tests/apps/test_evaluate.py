@@ -119,6 +119,9 @@ def test_bad_files_are_refused(tmp_path):
         ev.read_aggrefact(tmp_path / "missing.csv")
     with pytest.raises(ev.DataError, match="no rows"):
         ev.read_aggrefact(_jsonl(tmp_path / "empty.jsonl", []))
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes(b"\xef\xbb\xbf" + _csv(tmp_path / "plain.csv", AGGREFACT[:2]).read_bytes())  # as Excel saves
+    assert ev.read_aggrefact(bom) == ev.read_aggrefact(tmp_path / "plain.csv")
     rows = [dict(AGGREFACT[0]), dict(AGGREFACT[1], label="maybe")]
     with pytest.raises(ev.DataError, match="bad.csv, line 3: field 'label'"):
         ev.read_aggrefact(_csv(tmp_path / "bad.csv", rows))
