@@ -12,8 +12,8 @@ Embedder.texts of them per call, cut to WINDOW tokens by both sides alike.
 
 Impls, timed rep by rep interleaved (timing.repeat, after a warm-up call on two texts) with the matmul ceilings:
 SentenceTransformer.encode fp32 (the baseline, its default batch of 32), minialign fp32, int8 (dtype="int8":
-dynamic per-token int8 with its calibration, nn/int8.py) and bf16 where the CPU has native bf16. The ceilings: one
-product at the model's own feed-forward shape (the texts' tokens x hidden -> intermediate) per dtype, the faster of
+dynamic per-token int8 with its calibration, nn/int8.py) and bf16 where the CPU has native bf16. The ceilings: a
+layer's products at the model's own shapes on the texts' tokens (layer_shapes) per dtype, the faster of
 F.linear and minialign's Linear for fp32, minialign's Linear for bf16, Int8Linear for int8; `of ceiling` is a row's
 useful GFLOP/s (real tokens: `flops`) over its own dtype's ceiling. The goal (GOAL): a minialign row GOAL times
 sentence-transformers' speed; where that is above what the machine allows in fp32 (the peer already above 1 / GOAL
@@ -169,32 +169,47 @@ def build(root: Path, embedder: Embedder, corpus: list[str], *, dry_run: bool = 
     return directory
 
 
+def layer_shapes(config) -> list[tuple[int, int]]:
+    """(in, out) of a layer's products as minialign runs them: the fused query / key / value, the output, the fused
+    gate and value of the feed-forward, its down projection."""
+    c, i, d, h, kv = (config.hidden_size, config.intermediate_size, config.head_dim, config.num_heads,
+                      config.kv_heads)
+    return [(c, (h + 2 * kv) * d), (h * d, c), (c, 2 * i), (i, c)]
+
+
 def ceilings(config, tokens: int, dtypes: list[str], *, work: float = CEILING_WORK
              ) -> tuple[dict[str, callable], float, str]:
-    """({"<dtype> (<kernel>)": call}, FLOPs of one call, the shape): one product at the model's feed-forward shape,
-    tokens x hidden -> intermediate, repeated to about `work` FLOPs a call, per dtype: F.linear and minialign's
-    Linear (fp32), Linear (bf16), Int8Linear (int8, uncalibrated: the same kernel)."""
+    """({"<dtype> (<kernel>)": call}, FLOPs of one call, the shapes): a layer's products (layer_shapes) on `tokens`
+    rows, repeated to about `work` FLOPs a call, per dtype: F.linear and minialign's Linear (fp32), Linear (bf16),
+    Int8Linear (int8, uncalibrated: the same kernel). The machine's best time for the model's FLOPs at its shapes."""
     import torch.nn.functional as F
 
     from minialign.nn.int8 import Int8Linear
     from minialign.nn.linear import Linear
 
-    m, k, n = tokens, config.hidden_size, config.intermediate_size
-    times = max(1, round(work / (2 * m * k * n)))
-    x = torch.randn(m, k)
-    calls = {}
-    fp32 = Linear(k, n, bias=False)
-    calls["fp32 (F.linear)"] = lambda: F.linear(x, fp32.weight)
-    calls["fp32 (minialign Linear)"] = lambda: fp32(x)
+    shapes = layer_shapes(config)
+    once = sum(2.0 * tokens * k * n for k, n in shapes)
+    times = max(1, round(work / once))
+    inputs = {k: torch.randn(tokens, k) for k, _ in shapes}
+    fp32 = [Linear(k, n, bias=False) for k, n in shapes]
+    kernels = {"fp32 (F.linear)": [(lambda x, w=layer.weight: F.linear(x, w)) for layer in fp32],
+               "fp32 (minialign Linear)": fp32}
     if "bf16" in dtypes:
-        bf16, xb = Linear(k, n, bias=False).to(torch.bfloat16), x.to(torch.bfloat16)
-        calls["bf16 (minialign Linear)"] = lambda: bf16(xb)
+        inputs.update({(k, "bf16"): x.to(torch.bfloat16) for k, x in list(inputs.items())})
+        kernels["bf16 (minialign Linear)"] = [Linear(k, n, bias=False).to(torch.bfloat16) for k, n in shapes]
     if "int8" in dtypes:
-        int8 = Int8Linear(k, n, bias=False)
-        int8.weight.data.copy_(fp32.weight)
-        calls["int8 (minialign Int8Linear)"] = lambda: int8(x)
-    looped = {label: (lambda c=call: [c() for _ in range(times)]) for label, call in calls.items()}
-    return looped, 2.0 * m * k * n * times, f"{m}x{k} @ {k}x{n}, {times} times a call"
+        int8 = [Int8Linear(k, n, bias=False) for k, n in shapes]
+        for layer, source in zip(int8, fp32):
+            layer.weight.data.copy_(source.weight)
+        kernels["int8 (minialign Int8Linear)"] = int8
+
+    def call(label: str, products: list) -> callable:
+        xs = [inputs[(k, "bf16")] if label.startswith("bf16") else inputs[k] for k, _ in shapes]
+        return lambda: [product(x) for _ in range(times) for product, x in zip(products, xs)]
+
+    shape = ", ".join(f"{k}->{n}" for k, n in shapes)
+    return ({label: call(label, products) for label, products in kernels.items()}, once * times,
+            f"{tokens} rows x ({shape}), {times} times a call")
 
 
 def impls(dtypes: list[str]) -> dict[str, dict]:
