@@ -49,6 +49,7 @@ _HOMES = {
     "M3Encoder": "minialign.products.m3",
     **dict.fromkeys(["AlignLosses", "alignscore_losses", "classification_loss"], "minialign.products.losses"),
     "MiniCheckScorer": "minialign.products.minicheck",
+    "HHEM": "minialign.products.hhem",
     "FactCGScorer": "minialign.products.factcg",
     **dict.fromkeys(["quantize_embeddings", "truncate_embeddings"], "minialign.products.quantization"),
     "MultiVectorEncoder": "minialign.products.multivector",

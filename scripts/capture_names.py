@@ -24,7 +24,7 @@ FAMILY_PRESETS = {"bert": "bert-base-uncased", "roberta": "roberta-base", "xlm-r
                   "eurobert": "eurobert-210m",
                   "jina_embeddings_v3": "jina-embeddings-v3",
                   "gemma3_text": "embeddinggemma-300m",
-                  "qwen3": "qwen3-embedding-0.6b", "qwen2": "mxbai-rerank-base-v2"}
+                  "qwen3": "qwen3-embedding-0.6b", "qwen2": "mxbai-rerank-base-v2", "t5": "flan-t5-base"}
 TINY = dict(vocab_size=120, hidden_size=16, num_layers=3, num_heads=2, intermediate_size=24)
 # A family's optional modules switched on, so the table lists what they record: DeBERTa-v2's convolution after the
 # first layer (conv_kernel_size > 0, as deberta-v2-xlarge's config.json; v3's presets have none), whose
@@ -32,7 +32,8 @@ TINY = dict(vocab_size=120, hidden_size=16, num_layers=3, num_heads=2, intermedi
 OPTIONAL = {"deberta-v2": dict(conv_kernel_size=3),
             # Gemma 3's layer pattern for the tiny model's 3 layers (the preset's names 24), heads 8 wide
             "gemma3_text": dict(layer_types=("sliding_attention", "full_attention", "sliding_attention"), head_dim=8),
-            "qwen3": dict(head_dim=8)}  # the preset's heads are 128 wide
+            "qwen3": dict(head_dim=8),  # the preset's heads are 128 wide
+            "t5": dict(head_dim=8)}  # the preset's heads are 64 wide (d_kv)
 PAIR_TYPES = 2  # the input is a pair of segments where the family has token types
 
 

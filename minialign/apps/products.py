@@ -238,6 +238,21 @@ register(Product(
                  type=int)),
     inputs=PAIR_INPUTS, ray="MiniCheckBatches", serve_as="minicheck", int8=False))
 
+# lettuce and hhem: the window (None: each runner's own default)
+WINDOW = Option("max_length", type=int,
+                help=f"lettuce, hhem: the window in tokens, within the model's positions (default: lettuce "
+                     f"{choices.LETTUCE_MAX_LENGTH}, as lettucedetect, a context past it read in chunks of passages; "
+                     f"hhem none, as its predict, a cut reported)")
+
+register(Product(
+    name="hhem", command="score", verb="scored",
+    runner="minialign.products.hhem:HHEM", job="minialign.apps.files.jobs:score_job", model=choices.HHEM_MODEL,
+    model_help=f"HHEM-2.1-open's directory or hub id (default {choices.HHEM_MODEL}; its T5 from --foundation)",
+    serve_help="HHEM-2.1-open for POST /rows/hhem: P(consistent) of each (context, claim) row",
+    load=(TOKENIZER, Option("foundation", help="hhem only: the T5 its config.json names (default "
+                                               "google/flan-t5-base), a directory or hub id"), WINDOW),
+    inputs=PAIR_INPUTS, ray="HHEMBatches", int8=False))
+
 register(Product(
     name="lettuce", command="score", verb="scored",
     runner="minialign.products.lettuce:HallucinationDetector", job="minialign.apps.files.jobs:lettuce_job",
@@ -247,9 +262,7 @@ register(Product(
     load=(TOKENIZER,
           Option("lang", choices.LETTUCE_LANG, help="lettuce only: the prompt templates' language",
                  choices=choices.LETTUCE_LANGS),
-          Option("max_length", choices.LETTUCE_MAX_LENGTH, type=int,
-                 help="lettuce only: the window in tokens, as lettucedetect's max_length (within the model's "
-                      "positions); a context past it is read in chunks of passages")),
+          WINDOW),
     options=(Option("tokens", False,
                     help="lettuce only: every answer token's probability (lettucedetect's output_format \"tokens\") "
                          "in place of the hallucinated spans (character offsets into the answer, confidence)"),

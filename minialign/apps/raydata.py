@@ -164,6 +164,12 @@ class MiniCheckBatches(ProductBatches):
     product = "minicheck"
 
 
+class HHEMBatches(ProductBatches):
+    """Adds HHEM-2.1-open's `score`, P(consistent), to rows with context and claim (HHEM)."""
+
+    product = "hhem"
+
+
 class LettuceBatches(ProductBatches):
     """Adds each row's hallucinated `spans` (or `tokens`) of its answer to rows with context, answer and an optional
     question (HallucinationDetector)."""
@@ -225,7 +231,7 @@ class ZeroShotBatches(ProductBatches):
     product = "zero-shot"
 
 
-CLASSES = (AlignScoreBatches, MiniCheckBatches, LettuceBatches, EmbedBatches, ClassifyBatches, SparseBatches, MultiVectorBatches,
+CLASSES = (AlignScoreBatches, MiniCheckBatches, HHEMBatches, LettuceBatches, EmbedBatches, ClassifyBatches, SparseBatches, MultiVectorBatches,
            M3Batches, NERBatches, FillMaskBatches, QABatches, ZeroShotBatches)
 
 

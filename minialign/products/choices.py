@@ -11,6 +11,9 @@ ALIGNSCORE_MODEL = "AlignScore-base"  # a name of alignscore.PUBLISHED
 MINICHECK_MODEL = "lytang/MiniCheck-RoBERTa-Large"
 MINICHECK_CHUNK_SIZE = 400  # MiniCheck.score's default for roberta-large and deberta-v3-large
 
+# HHEM (hhem.py: DEFAULT_MODEL)
+HHEM_MODEL = "vectara/hallucination_evaluation_model"
+
 # HallucinationDetector (lettuce.py): lettucedetect's TransformerDetector (detectors/transformer.py)
 LETTUCE_OUTPUT_FORMATS = ("tokens", "spans")  # TransformerDetector.predict's output_format
 LETTUCE_OUTPUT_FORMAT = "tokens"  # its default (the file / service face writes "spans" unless told)

@@ -38,14 +38,15 @@ from minialign.loading.checkpoints import Checkpoint
 from minialign.loading.weights import build
 from minialign.models.head_models import ClassifierModel
 from minialign.nn.config import Config
-from minialign.products.classifier import Classifier
-from minialign.products.runner import LoadOptions, Loading
+from minialign.products import choices
+from minialign.products.runner import LoadOptions, Loading, PairScorer
 from minialign.runtime.engine import Truncation
 from minialign.sources import resolve
 from minialign.text.backend import TOKENIZER_FILES
+from minialign.text.tokenizer import Tokenizer
 from minialign.text.validation import check_texts
 
-DEFAULT_MODEL = "vectara/hallucination_evaluation_model"
+DEFAULT_MODEL = choices.HHEM_MODEL
 MODEL_TYPE = "HHEMv2"  # HHEMv2Config.model_type
 FOUNDATION = "google/flan-t5-base"  # HHEMv2Config.foundation
 PROMPT = "<pad> Determine if the hypothesis is true given the premise?\n\nPremise: {text1}\n\nHypothesis: {text2}"
@@ -55,20 +56,32 @@ LABELS = ("hallucinated", "consistent")  # by label index (CONSISTENT)
 WEIGHTS = "model.safetensors"
 
 
-class HHEM:
-    """HHEM-2.1-open's score of (premise, hypothesis) pairs (module docstring), over a Classifier (products/
-    classifier.py: its engine, batching and truncation report)."""
+class HHEM(PairScorer):
+    """HHEM-2.1-open's score of (premise, hypothesis) pairs (module docstring): a PairScorer, so its faces are
+    AlignScore's and MiniCheck's (score, check; `minialign score --method hhem`, /rows/hhem, Ray)."""
 
-    def __init__(self, classifier: Classifier, *, prompt: str = PROMPT):
-        if len(classifier.labels) != 2:
+    mode = "hhem"  # recorded with file outputs
+    truncation_unit, truncation_like = "pair(s)", "a window HHEM's own predict does not have"
+    progress_label = "scoring"
+    has_details = False
+
+    def __init__(self, model: ClassifierModel, tokenizer: Tokenizer, *, prompt: str = PROMPT,
+                 max_length: int | None = None, batch_size: int | None = None, max_tokens: int | None = None,
+                 unpad: bool | None = None, workers: int = 1, compile: bool | str = False,
+                 threads: int | None = None):
+        """model: the T5 encoder with HHEM's classifier on the first token; prompt: the template (str.format of text1
+        and text2). The other options: Runner._start."""
+        if len(model.config.labels) != 2:
             raise ValueError(f"HHEM needs a two-label classifier (hallucinated, consistent), this one has "
-                             f"{len(classifier.labels)}")
+                             f"{len(model.config.labels)}")
         try:
             prompt.format(text1="", text2="")
         except (KeyError, IndexError, ValueError, AttributeError) as error:
             raise ValueError(f"HHEM's prompt must be a str.format template of text1 and text2 alone, got "
                              f"{prompt!r} ({error!r})") from None
-        self.classifier, self.prompt = classifier, prompt
+        self.prompt = prompt
+        self._start(model, tokenizer, max_length=max_length, batch_size=batch_size, max_tokens=max_tokens,
+                    unpad=unpad, compile=compile, workers=workers, threads=threads)
 
     @classmethod
     def from_pretrained(cls, src: str | Path = DEFAULT_MODEL, *, foundation: str | Path | None = None,
@@ -106,8 +119,7 @@ class HHEM:
         # beside the weights where the directory holds one, else the foundation's (fetched from the hub by name)
         tokenizer = load.open_tokenizer(source if source.present(TOKENIZER_FILES[:1]) else base)
         window = max_length if max_length is not None else model.config.max_seq_len
-        runner = cls(Classifier(model, tokenizer, max_length=window, **load.engine()),
-                     prompt=hhem.get("prompt") or PROMPT)
+        runner = cls(model, tokenizer, max_length=window, prompt=hhem.get("prompt") or PROMPT, **load.engine())
         runner.source = str(src)
         return runner
 
@@ -129,6 +141,24 @@ class HHEM:
         check_texts("hypotheses", [h for _, h in pairs])
         if not pairs:
             return torch.empty(0)
-        probs = self.classifier.predict(self.texts(pairs), activation="softmax", progress=progress,
-                                        warn_truncation=warn_truncation, tally=tally)
-        return probs.reshape(len(pairs), len(LABELS))[:, CONSISTENT]
+        results = self.run(self.texts(pairs), progress=progress)
+        self._count(results.truncated, warn_truncation, tally)
+        return results.values[:, CONSISTENT]
+
+    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+        """(b, 2) float32 probabilities of one batch (predict's `torch.softmax(logits, dim=-1)`)."""
+        return torch.softmax(self.model(**batch, unpad=self.unpad).logits.float(), dim=-1)
+
+    def score(self, contexts: Sequence[str], claims: Sequence[str], *, return_details: bool = False,
+              progress: bool = False, warn_truncation: bool | None = None,
+              tally: Truncation | None = None) -> list[float]:
+        """PairScorer's call (the faces'): predict's scores of (contexts[i], claims[i]) as a list."""
+        if return_details:
+            raise ValueError("HHEM has no details: its score is one probability per pair")
+        if len(contexts) != len(claims):
+            raise ValueError(f"contexts and claims must be as long: {len(contexts)} and {len(claims)}")
+        return self.predict(list(zip(contexts, claims)), progress=progress, warn_truncation=warn_truncation,
+                            tally=tally).tolist()
+
+    def settings(self, **options) -> dict:
+        return {**super().settings(), "prompt": self.prompt}

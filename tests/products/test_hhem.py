@@ -99,7 +99,7 @@ def test_scores_equal_hhems_computation(hhem_dirs, backend, unpad):
     assert got.shape == (len(PAIRS),) and ((got >= 0) & (got <= 1)).all()
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
     assert (expected.max() - expected.min()) > 1e-3  # the pairs score differently: the test can fail
-    ids = ours.classifier.tokenizer([ours.texts(PAIRS)[0]])["input_ids"][0].tolist()
+    ids = ours.tokenizer([ours.texts(PAIRS)[0]])["input_ids"][0].tolist()
     assert ids == inputs["input_ids"][0][inputs["attention_mask"][0].bool()].tolist()  # our tokens are theirs
 
 
@@ -134,6 +134,31 @@ def test_refusals(hhem_dirs, tmp_path):
         with pytest.raises(ValueError):
             ours.predict(bad)
     with pytest.raises(ValueError, match="text1 and text2"):
-        HHEM(ours.classifier, prompt="{premise} {hypothesis}")
+        HHEM(ours.model, ours.tokenizer, prompt="{premise} {hypothesis}")
     with pytest.raises(ValueError, match="HHEMv2"):
         HHEM.from_pretrained(foundation)  # a T5 directory, not HHEM's
+
+
+def test_the_score_command_the_rows_route_and_ray_score_as_predict(hhem_dirs, tmp_path):
+    """`minialign score --method hhem` (a file and one pair), Ray's HHEMBatches and POST /rows/hhem: predict's
+    scores."""
+    from starlette.testclient import TestClient
+
+    from minialign.apps import raydata
+    from minialign.apps.cli import main as cli
+    from minialign.apps.serve import Limits, Models, Service
+
+    hhem, foundation, _ = hhem_dirs
+    ours = HHEM.from_pretrained(hhem)
+    expected = ours.predict(PAIRS[:2]).tolist()
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps({"context": c, "claim": h}) + "\n" for c, h in PAIRS[:2]))
+    assert cli(["score", "--method", "hhem", "--model", str(hhem), "--foundation", str(foundation),
+                "--input", str(tmp_path / "rows.jsonl"), "--output", str(tmp_path / "out.jsonl")]) == 0
+    written = [json.loads(line)["score"] for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert written == pytest.approx(expected, abs=1e-6)
+    batch = raydata.batches_class("hhem")(str(hhem))({"context": [c for c, _ in PAIRS[:2]],
+                                                      "claim": [h for _, h in PAIRS[:2]]})
+    assert list(batch["score"]) == pytest.approx(expected, abs=1e-6)
+    with TestClient(Service(Models(products={"hhem": ours}), Limits()).app()) as client:
+        body = client.post("/rows/hhem", json={"rows": [{"context": c, "claim": h} for c, h in PAIRS[:2]]}).json()
+    assert [r["score"] for r in body["results"]] == pytest.approx(expected, abs=1e-6)
