@@ -100,6 +100,9 @@ register(Method(
     rule="0.5 by default; AlignScore's and AggreFact's comparisons tune it per dataset on a dev split: "
          "--dev FILE does that (choose_best_threshold)"))
 register(Method(
+    "factcg", "minialign.products.factcg:FactCGScorer", SCORES, threshold=0.5,
+    rule="0.5, fixed: FactCG's own (derenlei/FactCG benchmark.py get_threshold \"fixed\", run_testset `p > 0.5`)"))
+register(Method(
     "hhem", "minialign.products.hhem:HHEM", SCORES, threshold=0.5,
     rule="0.5: HHEM-2.1-open's model card reads a score as 0 hallucinated ... 1 consistent, halfway the cut"))
 register(Method(

@@ -226,6 +226,11 @@ register(Product(
           Option("mode", choices.ALIGNSCORE_MODE, help="alignscore only", choices=choices.ALIGNSCORE_MODES)),
     inputs=PAIR_INPUTS, check=_alignscore_check, ray="AlignScoreBatches", serve_as="alignscore", int8=False))
 
+# minicheck and factcg: how much of a document one chunk holds (None: each scorer's own default)
+CHUNK = Option("chunk_size", type=int,
+               help=f"minicheck: tokens per document chunk (default {choices.MINICHECK_CHUNK_SIZE}); factcg: words "
+                    f"per chunk (default {choices.FACTCG_CHUNK_WORDS})")
+
 register(Product(
     name="minicheck", command="score", verb="scored",
     runner="minialign.products.minicheck:MiniCheckScorer", job="minialign.apps.files.jobs:score_job",
@@ -233,10 +238,16 @@ register(Product(
     model_help=f"a MiniCheck classifier directory or hub id (default {choices.MINICHECK_MODEL})",
     serve_help="a MiniCheck model for POST /minicheck (AlignScore's request shapes and HF Inference's "
                "text-classification) and /score with \"model\": \"minicheck\"",
-    load=(Option("tokenizer", help="tokenizer dir or hub id (default: beside the model or backbone)"),
-          Option("chunk_size", choices.MINICHECK_CHUNK_SIZE, help="minicheck only: tokens per document chunk",
-                 type=int)),
+    load=(Option("tokenizer", help="tokenizer dir or hub id (default: beside the model or backbone)"), CHUNK),
     inputs=PAIR_INPUTS, ray="MiniCheckBatches", serve_as="minicheck", int8=False))
+
+register(Product(
+    name="factcg", command="score", verb="scored",
+    runner="minialign.products.factcg:FactCGScorer", job="minialign.apps.files.jobs:score_job",
+    model=choices.FACTCG_MODEL,
+    model_help=f"a FactCG classifier directory or hub id (default {choices.FACTCG_MODEL})",
+    serve_help="a FactCG model for POST /rows/factcg: P(supported) of each (context, claim) row",
+    load=(TOKENIZER, CHUNK), inputs=PAIR_INPUTS, ray="FactCGBatches", int8=False))
 
 # lettuce and hhem: the window (None: each runner's own default)
 WINDOW = Option("max_length", type=int,

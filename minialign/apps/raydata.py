@@ -164,6 +164,12 @@ class MiniCheckBatches(ProductBatches):
     product = "minicheck"
 
 
+class FactCGBatches(ProductBatches):
+    """Adds FactCG's `score`, P(supported), to rows with context and claim (FactCGScorer)."""
+
+    product = "factcg"
+
+
 class HHEMBatches(ProductBatches):
     """Adds HHEM-2.1-open's `score`, P(consistent), to rows with context and claim (HHEM)."""
 
@@ -231,7 +237,7 @@ class ZeroShotBatches(ProductBatches):
     product = "zero-shot"
 
 
-CLASSES = (AlignScoreBatches, MiniCheckBatches, HHEMBatches, LettuceBatches, EmbedBatches, ClassifyBatches, SparseBatches, MultiVectorBatches,
+CLASSES = (AlignScoreBatches, MiniCheckBatches, FactCGBatches, HHEMBatches, LettuceBatches, EmbedBatches, ClassifyBatches, SparseBatches, MultiVectorBatches,
            M3Batches, NERBatches, FillMaskBatches, QABatches, ZeroShotBatches)
 
 

@@ -11,6 +11,10 @@ ALIGNSCORE_MODEL = "AlignScore-base"  # a name of alignscore.PUBLISHED
 MINICHECK_MODEL = "lytang/MiniCheck-RoBERTa-Large"
 MINICHECK_CHUNK_SIZE = 400  # MiniCheck.score's default for roberta-large and deberta-v3-large
 
+# FactCG (factcg.py: DEFAULT_MODEL, CHUNK_WORDS)
+FACTCG_MODEL = "yaxili96/FactCG-DeBERTa-v3-Large"
+FACTCG_CHUNK_WORDS = 550  # derenlei/FactCG Inferencer.chunking_src's max_chunk_size: words, not tokens
+
 # HHEM (hhem.py: DEFAULT_MODEL)
 HHEM_MODEL = "vectara/hallucination_evaluation_model"
 

@@ -33,23 +33,20 @@ checkpoint, max over chunks); FactCG overrides what differs: the chunks and the 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Unpack
 
-import torch
-
+from minialign.products import choices
 from minialign.products.classifier import Classifier
-from minialign.products.minicheck import SUPPORTED, MiniCheckScorer
+from minialign.products.minicheck import MiniCheckScorer
 from minialign.products.runner import LoadOptions, Loading, refuse_int8
-from minialign.runtime.engine import Truncation
-from minialign.text.validation import check_texts, one_pair
 
-DEFAULT_MODEL = "yaxili96/FactCG-DeBERTa-v3-Large"  # Inferencer.__init__'s use_hf_ckpt checkpoint
+DEFAULT_MODEL = choices.FACTCG_MODEL  # Inferencer.__init__'s use_hf_ckpt checkpoint
 # factcg/utils.py INSTRUCTION_TEMPLATE, verbatim: text_a the chunk, text_b the claim
 TEMPLATE = ("{text_a}\n\nChoose your answer: based on the paragraph above can we conclude that \"{text_b}\"?\n\n"
             "OPTIONS:\n- Yes\n- No\nI think the answer is ")
-CHUNK_WORDS = 550  # chunking_src's max_chunk_size: words (nltk.word_tokenize tokens) per chunk
+CHUNK_WORDS = choices.FACTCG_CHUNK_WORDS  # chunking_src's max_chunk_size: words (nltk.word_tokenize tokens)
 MAX_LENGTH = 2048  # tokenize's max_length: tokens of one template text, special tokens included
 THRESHOLD = 0.5  # benchmark.py's fixed threshold: supported when the score is above it
 JOIN = "\n"  # chunking_src joins a chunk's sentences by a newline
@@ -110,35 +107,3 @@ class FactCGScorer(MiniCheckScorer):
         if words > 0:
             chunks.append(JOIN.join(current).replace(" \n ", JOIN).strip(JOIN).strip())
         return chunks or [""]
-
-    def score(self, documents: Sequence[str] | str, claims: Sequence[str] | str, *, return_details: bool = False,
-              progress: bool = False, warn_truncation: bool | None = None,
-              tally: Truncation | None = None) -> list[float] | list[dict]:
-        """P(supported) per (document, claim): the max over the document's chunks (supported: above THRESHOLD);
-        one document and one claim as strings give that example's alone (a float, or its dict). With
-        return_details, per example: the score, the chunks, `supported` (each chunk's probability: its argmax is
-        the original's best_chunk_ids) and `truncated` (tokens each chunk's text lost to the window), as
-        MiniCheckScorer's chunk x 1 lists. Truncation is reported as by every runner (warn_truncation, tally:
-        products/runner.py). MiniCheckScorer.score but for the text of a chunk and a claim (`text`)."""
-        if one_pair(documents, claims, ("documents", "claims")):
-            return self.score([documents], [claims], return_details=return_details, progress=progress,
-                              warn_truncation=warn_truncation, tally=tally)[0]
-        documents, claims = check_texts("documents", documents), check_texts("claims", claims)
-        if len(documents) != len(claims):
-            raise ValueError(f"documents and claims must have equal length, got {len(documents)} and {len(claims)}")
-        chunked = [self.chunks(d) for d in documents]
-        texts = [self.text(chunk, claim) for chunks, claim in zip(chunked, claims) for chunk in chunks]
-        if not texts:
-            return []
-        results = self.run(texts, progress=progress)
-        supported = torch.softmax(results.values, dim=-1)[:, SUPPORTED]
-        self._count(results.truncated, warn_truncation, tally)
-        out, start = [], 0
-        for chunks in chunked:
-            probs, cut = supported[start:start + len(chunks)], results.truncated[start:start + len(chunks)]
-            start += len(chunks)
-            score = probs.max().item()
-            out.append(score if not return_details else
-                       {"score": score, "chunks": chunks, "supported": [[p] for p in probs.tolist()],
-                        "truncated": [[n] for n in cut.tolist()]})
-        return out

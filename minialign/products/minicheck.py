@@ -111,6 +111,10 @@ class MiniCheckScorer(PairScorer):
         chunks = [c.replace(" \n ", NEWLINE).strip() for c in chunks]
         return [c for c in chunks if c] or [""]
 
+    def text(self, chunk: str, claim: str) -> str:
+        """The one text the classifier reads for a chunk and a claim (MiniCheck's chunk, eos, claim)."""
+        return chunk + self.eos_token + claim
+
     def score(self, documents: Sequence[str] | str, claims: Sequence[str] | str, *, return_details: bool = False,
               progress: bool = False, warn_truncation: bool | None = None,
               tally: Truncation | None = None) -> list[float] | list[dict]:
@@ -126,7 +130,7 @@ class MiniCheckScorer(PairScorer):
         if len(documents) != len(claims):
             raise ValueError(f"documents and claims must have equal length, got {len(documents)} and {len(claims)}")
         chunked = [self.chunks(d) for d in documents]
-        texts = [chunk + self.eos_token + claim for chunks, claim in zip(chunked, claims) for chunk in chunks]
+        texts = [self.text(chunk, claim) for chunks, claim in zip(chunked, claims) for chunk in chunks]
         if not texts:
             return []
         results = self.run(texts, progress=progress)

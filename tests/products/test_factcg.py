@@ -163,3 +163,32 @@ def test_refusals(scorer, factcg_dir):
     with pytest.raises(TypeError, match="chunk_sise"):
         ma.FactCGScorer.from_pretrained(factcg_dir, chunk_sise=3)
     assert scorer.score([], []) == []
+
+
+def test_the_score_command_the_rows_route_and_ray_score_as_score(factcg_dir, scorer, tmp_path):
+    """`minialign score --method factcg` (--chunk-size in words), Ray's FactCGBatches and POST /rows/factcg give
+    FactCGScorer.score's scores."""
+    import json
+
+    from starlette.testclient import TestClient
+
+    from minialign.apps import raydata
+    from minialign.apps.cli import main as cli
+    from minialign.apps.serve import Limits, Models, Service
+
+    documents, claims = [_prose(0, 9), DOCS[0]], [CLAIMS[0], CLAIMS[1]]
+    small = ma.FactCGScorer.from_pretrained(factcg_dir, chunk_size=40)
+    expected = small.score(documents, claims)
+    assert expected != scorer.score(documents, claims)  # the budget reaches the scorer
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps({"context": d, "claim": c}) + "\n"
+                                                 for d, c in zip(documents, claims)))
+    assert cli(["score", "--method", "factcg", "--model", str(factcg_dir), "--chunk-size", "40",
+                "--input", str(tmp_path / "rows.jsonl"), "--output", str(tmp_path / "out.jsonl")]) == 0
+    written = [json.loads(line)["score"] for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert written == pytest.approx(expected, abs=1e-6)
+    batch = raydata.batches_class("factcg")(str(factcg_dir), chunk_size=40)({"context": documents, "claim": claims})
+    assert list(batch["score"]) == pytest.approx(expected, abs=1e-6)
+    with TestClient(Service(Models(products={"factcg": small}), Limits()).app()) as client:
+        body = client.post("/rows/factcg", json={"rows": [{"context": d, "claim": c}
+                                                          for d, c in zip(documents, claims)]}).json()
+    assert [r["score"] for r in body["results"]] == pytest.approx(expected, abs=1e-6)
