@@ -63,7 +63,7 @@ class HHEM(PairScorer):
     mode = "hhem"  # recorded with file outputs
     truncation_unit, truncation_like = "pair(s)", "a window HHEM's own predict does not have"
     progress_label = "scoring"
-    has_details = False
+    has_details = True  # score's return_details: each pair's truncated tokens
 
     def __init__(self, model: ClassifierModel, tokenizer: Tokenizer, *, prompt: str = PROMPT,
                  max_length: int | None = None, batch_size: int | None = None, max_tokens: int | None = None,
@@ -139,11 +139,15 @@ class HHEM(PairScorer):
             raise ValueError(f"pairs must be (premise, hypothesis) pairs; item {bad[0]} is {pairs[bad[0]]!r}")
         check_texts("premises", [p for p, _ in pairs])
         check_texts("hypotheses", [h for _, h in pairs])
+        return self._scores(pairs, progress, warn_truncation, tally)[0]
+
+    def _scores(self, pairs, progress, warn_truncation, tally) -> tuple[Tensor, Tensor]:
+        """(N,) P(consistent) and (N,) the tokens each pair's text lost to the window."""
         if not pairs:
-            return torch.empty(0)
+            return torch.empty(0), torch.empty(0, dtype=torch.long)
         results = self.run(self.texts(pairs), progress=progress)
         self._count(results.truncated, warn_truncation, tally)
-        return results.values[:, CONSISTENT]
+        return results.values[:, CONSISTENT], results.truncated
 
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         """(b, 2) float32 probabilities of one batch (predict's `torch.softmax(logits, dim=-1)`)."""
@@ -151,14 +155,16 @@ class HHEM(PairScorer):
 
     def score(self, contexts: Sequence[str], claims: Sequence[str], *, return_details: bool = False,
               progress: bool = False, warn_truncation: bool | None = None,
-              tally: Truncation | None = None) -> list[float]:
-        """PairScorer's call (the faces'): predict's scores of (contexts[i], claims[i]) as a list."""
-        if return_details:
-            raise ValueError("HHEM has no details: its score is one probability per pair")
+              tally: Truncation | None = None) -> list[float] | list[dict]:
+        """PairScorer's call (the faces'): predict's scores of (contexts[i], claims[i]) as a list; with
+        return_details, per pair {"score", "truncated": the tokens its text lost to the window}."""
         if len(contexts) != len(claims):
             raise ValueError(f"contexts and claims must be as long: {len(contexts)} and {len(claims)}")
-        return self.predict(list(zip(contexts, claims)), progress=progress, warn_truncation=warn_truncation,
-                            tally=tally).tolist()
+        pairs = list(zip(check_texts("contexts", contexts), check_texts("claims", claims)))
+        scores, truncated = self._scores(pairs, progress, warn_truncation, tally)
+        if return_details:
+            return [{"score": s, "truncated": n} for s, n in zip(scores.tolist(), truncated.tolist())]
+        return scores.tolist()
 
     def settings(self, **options) -> dict:
         return {**super().settings(), "prompt": self.prompt}

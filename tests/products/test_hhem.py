@@ -162,3 +162,23 @@ def test_the_score_command_the_rows_route_and_ray_score_as_predict(hhem_dirs, tm
     with TestClient(Service(Models(products={"hhem": ours}), Limits()).app()) as client:
         body = client.post("/rows/hhem", json={"rows": [{"context": c, "claim": h} for c, h in PAIRS[:2]]}).json()
     assert [r["score"] for r in body["results"]] == pytest.approx(expected, abs=1e-6)
+
+
+def test_nemo_guardrails_body_and_the_score_route(hhem_dirs):
+    """Loaded as a product, HHEM answers NeMo Guardrails' body on POST /hhem ({"evidence", "claim"} -> {"hhem"}) and
+    /score with "model": "hhem" (details: each pair's truncated tokens)."""
+    from starlette.testclient import TestClient
+
+    from minialign.apps.serve import Limits, Models, Service
+
+    hhem, _, _ = hhem_dirs
+    ours = HHEM.from_pretrained(hhem)
+    expected = ours.predict(PAIRS[:2]).tolist()
+    with TestClient(Service(Models(products={"hhem": ours}), Limits()).app()) as client:
+        one = client.post("/hhem", json={"evidence": [PAIRS[0][0]], "claim": PAIRS[0][1]}).json()
+        assert one == {"hhem": pytest.approx(expected[0], abs=1e-6)}
+        both = client.post("/score", json={"pairs": [{"context": c, "claim": h} for c, h in PAIRS[:2]],
+                                           "model": "hhem", "details": True}).json()
+        assert both["scores"] == pytest.approx(expected, abs=1e-6) and both["details"][0]["truncated"] == 0
+        assert client.post("/score", json={"pairs": [], "model": "hhem", "mode": "bin"}).status_code == 422
+        assert client.post("/hhem", json={"evidence": "e"}).status_code == 422

@@ -7,9 +7,12 @@
                                                Guardrails has no MiniCheck client: the same body, the answer under
                                                the product's name. A body with `inputs` is HF Inference's
                                                text-classification (hf_inference.py)
+    POST /NAME                                 the same body for another scorer of (context, claim) pairs loaded as
+                                               a product (--hhem, --factcg): {"evidence", "claim"} -> {NAME: float}
     POST /score                                {"pairs": [{"context", "claim"}], "model", "mode", "details"} ->
                                                {"scores", "details"}; "model": an AlignScore route name (default:
-                                               the first loaded) or "minicheck"; "mode" is AlignScore's
+                                               the first loaded), "minicheck" or such a scorer's NAME; "mode" is
+                                               AlignScore's
 """
 
 from __future__ import annotations
@@ -23,13 +26,21 @@ from minialign.products.runner import PairScorer
 
 ALIGNSCORE_ROUTES = ("base", "large")  # NeMo Guardrails posts to /alignscore_base or /alignscore_large
 MINICHECK = "minicheck"
-DETAILS = {"alignscore": ("score", "chunks", "sentences", *COLUMNS, "truncated"),  # what /score's details hold
-           MINICHECK: ("score", "chunks", "supported", "truncated")}
+# what /score's details hold for AlignScore; the other scorers' are their score(return_details=True)'s (MiniCheck's
+# score, chunks, supported, truncated)
+DETAILS = ("score", "chunks", "sentences", *COLUMNS, "truncated")
 
 
 def _scorer(service: Core, kind: str) -> PairScorer:
     models = service.models
-    return models.minicheck if kind == MINICHECK else models.alignscore[kind.removeprefix("alignscore_")]
+    if kind.startswith("alignscore_"):
+        return models.alignscore[kind.removeprefix("alignscore_")]
+    return models.minicheck if kind == MINICHECK else models.products[kind]
+
+
+def pair_scorers(models: Models) -> list[str]:
+    """The products loaded that score (context, claim) pairs (PairScorer: HHEM, FactCG), by name."""
+    return [name for name, runner in models.products.items() if isinstance(runner, PairScorer)]
 
 
 def _example(service: Core, kind: str, body: dict, names: dict[str, str], context: Any = None) -> tuple[str, str]:
@@ -55,7 +66,7 @@ async def _nemo(service: Core, kind: str, body: dict) -> float:
     if isinstance(evidence, list):
         evidence = " ".join(text(e, f"evidence[{i}]") for i, e in enumerate(evidence))
     context, claim = _example(service, kind, body, {"context": "evidence", "claim": "claim"}, evidence)
-    mode = None if kind == MINICHECK else DEFAULT_MODE  # NeMo Guardrails' score: AlignScore's nli_sp
+    mode = DEFAULT_MODE if kind.startswith("alignscore_") else None  # NeMo Guardrails' score: AlignScore's nli_sp
     (details,) = await service.run(kind, "score", [(mode, context, claim)])
     return details["score"]
 
@@ -72,14 +83,14 @@ async def minicheck(service: Core, body: dict) -> Any:
 
 def _score_model(service: Core, body: dict) -> tuple[str, str | None]:
     """(the queue's kind, AlignScore's mode or None) that /score's `model` and `mode` name."""
-    name, mode = body.get("model") or next(iter(service.models.alignscore), MINICHECK), body.get("mode")
-    kind = MINICHECK if name == MINICHECK else f"alignscore_{name}"
+    others = [MINICHECK] * (service.models.minicheck is not None) + pair_scorers(service.models)
+    name, mode = body.get("model") or next(iter(service.models.alignscore), (others or [MINICHECK])[0]), body.get("mode")
+    kind = name if name in others else f"alignscore_{name}"
     if kind not in service.batchers:
-        loaded = sorted(service.models.alignscore) + [MINICHECK] * (service.models.minicheck is not None)
-        raise bad_request(f"`model` {name!r} is not loaded; loaded: {loaded}")
-    if kind == MINICHECK:
+        raise bad_request(f"`model` {name!r} is not loaded; loaded: {sorted(service.models.alignscore) + others}")
+    if kind in others:
         if mode is not None:
-            raise bad_request("`mode` is AlignScore's; MiniCheck has one score, P(supported)")
+            raise bad_request(f"`mode` is AlignScore's; {name} has one score")
         return kind, None
     if (mode := DEFAULT_MODE if mode is None else mode) not in MODES:
         raise bad_request(f"`mode` must be one of {MODES}, got {mode!r}")
@@ -101,8 +112,7 @@ async def score(service: Core, body: dict) -> dict:
     details = await service.run(kind, "score", items)
     out: dict[str, Any] = {"scores": [d["score"] for d in details]}
     if flag(body, "details", False):
-        keys = DETAILS[MINICHECK if kind == MINICHECK else "alignscore"]
-        out["details"] = [{k: d[k] for k in keys} for d in details]
+        out["details"] = [{k: d[k] for k in DETAILS} if kind.startswith("alignscore_") else d for d in details]
     return out
 
 
@@ -120,8 +130,15 @@ def routes(models: Models) -> list[Route]:
     named = [Route(f"/alignscore_{name}", lambda service, body, n=name: alignscore(service, n, body),
                    lambda m, n=name: [f"alignscore_{n}"] if n in m.alignscore else [])
              for name in models.alignscore]
-    return [*named, Route("/minicheck", minicheck, _minicheck_kinds),
-            Route("/score", score, lambda m: _alignscore_kinds(m) + _minicheck_kinds(m))]
+    others = [Route(f"/{name}", lambda service, body, n=name: _other(service, n, body), lambda m, n=name: [n])
+              for name in pair_scorers(models)]
+    return [*named, Route("/minicheck", minicheck, _minicheck_kinds), *others,
+            Route("/score", score, lambda m: _alignscore_kinds(m) + _minicheck_kinds(m) + pair_scorers(m))]
+
+
+async def _other(service: Core, name: str, body: dict) -> dict:
+    """A scorer of pairs loaded as a product: NeMo Guardrails' body, the score under the product's name."""
+    return {name: await _nemo(service, name, body)}
 
 
 def not_loaded(path: str) -> str | None:
