@@ -599,3 +599,34 @@ def test_a_long_input_in_headless_chromium(tmp_path, minilm):
     assert zoom["step"] * zoom["cell"] >= 11  # one label per 11 pixels at least: 10px text never overlaps
     assert zoom["rows"] == zoom["cols"] == -(-512 // zoom["step"]) and zoom["row_ink"] > 100 and zoom["col_ink"] > 100
     assert legend[1] == 0 and 0 < legend[2] <= 1
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install chromium; CI installs it)")
+def test_a_token_classifiers_labels_marked_on_the_pair(tmp_path, wordpiece_dir):
+    """A *ForTokenClassification model (a tagger; LettuceDetect's hallucination detector is one): `minialign explore`
+    stores each token's label probabilities (the model's own, softmax of its logits) and the page marks the pair's
+    tokens (a LettuceDetect answer's), shaded by the probability of any label but the first, underlined where such
+    a label wins; the first text's tokens are left unmarked."""
+    from conftest import save_tagger
+
+    directory = save_tagger(tmp_path / "tagger", wordpiece_dir)
+    out = tmp_path / "labels.html"
+    text, pair = "Berlin is in Germany.", "Paris is the capital of France."
+    assert main(["explore", "--model", str(directory), "--text", text, "--pair", pair, "--output", str(out)]) == 0
+    data = page_data(out.read_text())
+    model, tokenizer = ma.TokenClassifierModel.from_pretrained(directory), ma.Tokenizer.from_pretrained(directory)
+    batch = tokenizer([text], [pair])
+    with torch.inference_mode():
+        expected = torch.softmax(model(**batch).logits[0], dim=-1)
+    stored = data["runs"][0]["token_labels"]
+    assert stored["labels"] == list(model.config.labels)
+    assert torch.tensor(stored["probs"]) == pytest.approx(expected, abs=1e-4)
+    pair_from = batch["token_type_ids"][0].tolist().index(1)
+    assert data["pair_from"] == pair_from
+    with headless_page(out.resolve().as_uri()) as (page, _, errors):
+        chips = page.eval_on_selector_all("#labels span", "els => els.map(e => [e.style.background, e.className])")
+    assert errors == [] and len(chips) == len(data["tokens"])
+    assert all(background == "" for background, _ in chips[:pair_from])  # the first text: not marked
+    marked = [t for t in range(pair_from, len(chips)) if chips[t][1] == "marked"]
+    assert marked and marked == [t for t in range(pair_from, len(chips)) if int(expected[t].argmax()) != 0]
+    assert all(background.startswith("rgba") for background, _ in chips[pair_from:])

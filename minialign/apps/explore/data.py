@@ -113,7 +113,7 @@ def _encoder_prefix(model: nn.Module) -> str:
 
 def _run(model: nn.Module, batch: dict[str, Tensor], mask: Tensor | None, label: str) -> tuple[dict, dict]:
     """One forward under capture: (the page's data of this run, its raw tensors for diffs)."""
-    from minialign.models.head_models import AlignModel
+    from minialign.models.head_models import AlignModel, TokenClassifierModel
 
     prefix = _encoder_prefix(model)
     inputs = dict(batch)
@@ -151,6 +151,9 @@ def _run(model: nn.Module, batch: dict[str, Tensor], mask: Tensor | None, label:
         run["terms"] = terms
     if projected is not None:
         run["projected_norms"] = [round(float(v), 5) for v in first.float().norm(dim=-1)]
+    if isinstance(model, TokenClassifierModel):  # each token's label probabilities (a tagger, LettuceDetect's spans)
+        run["token_labels"] = {"labels": list(model.config.labels),
+                               "probs": _rounded(torch.softmax(out.logits.float(), dim=-1)[0], 4)}
     if isinstance(model, AlignModel):
         tri = torch.softmax(out.tri_label_logits.float(), dim=-1)[0]
         run["heads"] = {**{f"tri: {name}": float(p) for name, p in zip(ALIGN_LABELS, tri)},
@@ -384,6 +387,7 @@ def explore(model: nn.Module, tokenizer, text: str, pair: str | None = None, att
                       "relative_bias": has_relative_bias(model)},
             "embedding": _embedding(model, first),
             "text": seen[0], "pair": seen[1], "tokens": tokens, "token_types": list(encoded.type_ids[0]),
+            "pair_from": _pair_from(tokenizer, encoded.ids[0], encoded.type_ids[0]) if pair is not None else 0,
             "truncated": int(encoded.truncated[0]), "cut": cut,
             "cut_note": _cut_note(cut, "the model's window" if max_length is None else "the window (max_length)"),
             "runs": [first]}
@@ -402,6 +406,17 @@ def explore(model: nn.Module, tokenizer, text: str, pair: str | None = None, att
         data["cosine"] = _rounded(torch.stack([F.cosine_similarity(a.float(), b.float(), dim=-1)
                                                for a, b in zip(raw_first["states"], raw["states"])]))
     return Exploration(data)
+
+
+def _pair_from(tokenizer, ids: list[int], types: list[int]) -> int:
+    """The first token of the pair: the first typed 1, else the first after the first text's closing token (a
+    tokenizer that types every token 0: masks.pair_segments)."""
+    from minialign.nn.masks import pair_segments
+
+    if any(types):
+        return types.index(1)
+    segments = pair_segments(torch.tensor([ids]), tokenizer.backend.token_to_id(tokenizer.end_token))[0].tolist()
+    return segments.index(1) if 1 in segments else len(ids)
 
 
 def _tokens(tokenizer, ids: list[int]) -> list[str]:

@@ -252,6 +252,20 @@ function drawProbs() {
       if (name !== "reg") row.append(Object.assign(document.createElement("div"), {className: "bar", style: `width:${Math.round(300 * p)}px`}));
       box.append(row); } }
 }
+function drawLabels() {  // a token classifier's labels per token (data.py token_labels), the pair's tokens marked
+  if (!D.runs[0].token_labels) { el("labels-section").style.display = "none"; return; }
+  const box = el("labels"); box.innerHTML = "";
+  for (const run of D.runs) { box.append(Object.assign(document.createElement("h3"), {textContent: run.label}));
+    const {labels, probs} = run.token_labels, line = document.createElement("div");
+    (run.tokens || D.tokens).forEach((tok, t) => {
+      const other = 1 - probs[t][0], best = probs[t].indexOf(Math.max(...probs[t])), marked = t >= D.pair_from;
+      const chip = Object.assign(document.createElement("span"), {textContent: label(tok) + " ",
+        title: labels.map((name, k) => `${name}: ${probs[t][k].toFixed(4)}`).join(", ")});
+      if (marked) { chip.style.background = `rgba(214, 39, 40, ${other.toFixed(3)})`;
+        if (best !== 0) { chip.style.textDecoration = "underline"; chip.className = "marked"; } }
+      line.append(chip); });
+    box.append(line); }
+}
 function drawDiff() {
   if (!D.cosine) { el("diff-section").style.display = "none"; return; }
   heatmap("diff", "diff-readout", D.cosine, oranges, minOf(D.cosine), maxOf(D.cosine),
@@ -350,6 +364,6 @@ if (HAS_TERMS) {
   layerSel.onchange = () => setLayer(+layerSel.value);
   ON_RUN.push(drawTermTable, drawTerms);
 }
-drawHeads(); drawGrid(); zoom(0, 0); drawEntropy(); drawRollout(); drawNorms(); drawParts(); drawDecomposition(); drawProbs();
+drawHeads(); drawGrid(); zoom(0, 0); drawEntropy(); drawRollout(); drawNorms(); drawParts(); drawDecomposition(); drawProbs(); drawLabels();
 drawDiff(); drawPatching(); if (HAS_TERMS) { drawTermTable(); drawTerms(); }
 document.body.dataset.ready = "1";
