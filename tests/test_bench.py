@@ -608,3 +608,17 @@ def test_the_embedders_suite_writes_its_rows_as_data_at_toy_size(tmp_path):
         assert any(r["impl"] == "matmul ceiling fp32 (F.linear)" and r["gflop_s"] > 0 for r in mine)
         if "SentenceEncoder.encode int8" in by_impl:
             assert any("int8 quality" in r["case"] and "top-10 overlap mean" in r["note"] for r in mine)
+
+
+def test_the_rerankers_suite_writes_its_rows_as_data_at_toy_size(tmp_path):
+    """--suite rerankers --dry-run: the ceilings, CrossEncoder.predict and each minialign dtype on the same pairs in
+    Qwen3-Reranker's template (minialign fp32 within 1e-5 of CrossEncoder's sigmoid scores), int8's ranking row."""
+    from benchmarks import data, rerankers
+
+    path = tmp_path / "run.json"
+    rows = bench.suite("rerankers", data_file=path, device="cpu", dry_run=True, echo=lambda *a, **k: None)
+    assert data.read(path)["rows"] == rows
+    by_impl = {r["impl"]: r for r in rows if r["baseline"] == rerankers.PEER}
+    assert by_impl[rerankers.PEER]["ratio"] == 1.0 and by_impl["Classifier.predict fp32"]["deviation"] < 1e-5
+    assert "goal 2x" in by_impl["Classifier.predict fp32"]["note"]
+    assert any(r["impl"].startswith("matmul ceiling fp32") for r in rows)
