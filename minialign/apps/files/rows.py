@@ -66,6 +66,32 @@ def _json_problem(error: json.JSONDecodeError) -> str:
     return f"invalid JSON at column {error.colno}: {reason}"
 
 
+def parse_json(text: str) -> tuple[Any, str | None]:
+    """(value, None) of a JSON text, or (None, why not). Beyond json's own errors: a value nested deeper than
+    Python's recursion limit (json raises RecursionError) and an integer of more digits than
+    sys.get_int_max_str_digits() allows (json raises ValueError), each a problem of the text, not a crash."""
+    try:
+        return json.loads(text), None
+    except json.JSONDecodeError as e:
+        return None, _json_problem(e)
+    except RecursionError:
+        return None, f"invalid JSON: nested deeper than {sys.getrecursionlimit()} arrays or objects"
+    except ValueError:  # int("9" * 5000): "Exceeds the limit (4300 digits) for integer string conversion"
+        return None, (f"invalid JSON: an integer of more than {sys.get_int_max_str_digits()} digits (Python's limit "
+                      f"on integer text; write it as a string)")
+
+
+def id_problem(value: Any, name: str) -> str | None:
+    """Why a row's id (field `name`) cannot be written to an output, or None: any JSON value can, except text that
+    is not encodable (a lone surrogate, from a JSON escape such as "\\ud800"), anywhere in it; the output is
+    UTF-8 (files/writer.py, the service's JSON)."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return f"field {name!r} (the id) holds a lone surrogate, which is not encodable text"
+    return None
+
+
 def read_records(path: Path) -> tuple[list[tuple[int, dict]], list[tuple[int, str]], list[str]]:
     """(line, record) of each parsable row, (line, problem) of the others, and the field names the
     file has (CSV: its header; JSONL: the keys of its rows)."""
@@ -81,12 +107,13 @@ def read_records(path: Path) -> tuple[list[tuple[int, dict]], list[tuple[int, st
             if not raw.strip():
                 continue
             try:
-                record = json.loads(raw.decode("utf-8"))
+                text = raw.decode("utf-8")
             except UnicodeDecodeError as e:
                 problems.append((line_no, not_utf8(raw, e, start)))
                 continue
-            except json.JSONDecodeError as e:
-                problems.append((line_no, _json_problem(e)))
+            record, problem = parse_json(text)
+            if problem is not None:
+                problems.append((line_no, problem))
                 continue
             if not isinstance(record, dict):
                 problems.append((line_no, f"expected a JSON object, found {type(record).__name__}"))
@@ -103,7 +130,13 @@ def read_records(path: Path) -> tuple[list[tuple[int, dict]], list[tuple[int, st
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=DELIMITERS[fmt], strict=True)
     rows = _csv_rows(reader, problems)
-    header = next(rows, (1, None))[1] or []
+    header = next((values for _, values in rows if values), [])  # blank lines before the header are skipped
+    if problems:  # the header itself is not CSV: every row would be read under the wrong names
+        line_no, problem = problems[0]
+        raise InputError(f"{path}: line {line_no} (the header): {problem}")
+    if _escaped("".join(header)) or "\0" in "".join(header):
+        raise InputError(f"{path}: the header is not UTF-8 text or holds a NUL byte (a UTF-16 file? save "
+                         f"it as UTF-8)")
     for line_no, values in rows:
         if not any(values):
             continue
@@ -154,6 +187,11 @@ def read_rows(path: Path, job: Fields, *, id_field: str) -> tuple[list[Row], lis
     field that no row has is one error listing the fields found. A row whose id (as text, as the
     output and --resume compare ids) an earlier valid row has is a problem naming that row's line."""
     records, problems, fields = read_records(path)
+    for name in dict.fromkeys([*job.fields.values(), id_field]):
+        if (count := fields.count(name)) > 1:  # CSV: dict(zip(header, values)) would keep the last one's value
+            where = ", ".join(str(i + 1) for i, f in enumerate(fields) if f == name)
+            raise InputError(f"{path}: the header names the column {name!r} {count} times (columns {where}); which "
+                             f"one is meant? Rename the others")
     for role, name in job.fields.items():
         if records and role not in job.optional and name not in fields:
             raise InputError(f"{path}: no row has the field {name!r}; fields found: "
@@ -167,6 +205,9 @@ def read_rows(path: Path, job: Fields, *, id_field: str) -> tuple[list[Row], lis
             problems.append((line_no, "; ".join(bad)))
             continue
         row_id = record.get(id_field)
+        if problem := id_problem(row_id, id_field):
+            problems.append((line_no, problem))
+            continue
         row_id = line_no if row_id is None else row_id  # a row without an id is named by its line number
         if str(row_id) in first_line:
             earlier, numbered = first_line[str(row_id)]
