@@ -26,6 +26,7 @@ class _ProductSpec(argparse.Action):
             raise argparse.ArgumentError(self, "given twice: the service runs one model of it")
         products[name] = [*products.get(name, []), values]
         namespace.products = products
+        namespace.loads = [*(getattr(namespace, "loads", None) or []), (name, values)]  # in the flags' order
 
 
 def serve_parser(sub) -> None:
@@ -39,7 +40,10 @@ def serve_parser(sub) -> None:
         p.add_argument(f"--{product.name}", dest=product.name, action=_ProductSpec, help=product.serve_help,
                        nargs="?" if optional else None, const=product.model if optional else None,
                        metavar="[NAME=]SRC" if named else "SRC", repeatable=named)
-    p.set_defaults(products={})
+    p.set_defaults(products={}, loads=[])
+    p.add_argument("--served-model-name", action="append", default=None, metavar="NAME",
+                   help="the name a request's `model` gives and answers carry (default: the model's own id where its "
+                        "files name it, else SRC); repeat it for several models, in the order of their flags")
     p.add_argument("--backbone", help="for an AlignScore .ckpt: backbone dir or hub id")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
 
@@ -78,7 +82,13 @@ def run_serve(args: argparse.Namespace) -> int:
     from minialign.apps.serve import Limits, Models, Service, bind, serve
     from minialign.products.runner import refuse_int8
 
-    wanted = [(PRODUCTS[name], spec) for name, specs in args.products.items() for spec in specs]
+    wanted = [(PRODUCTS[name], spec) for name, spec in args.loads]
+    served = args.served_model_name or [None] * len(wanted)
+    if len(served) != len(wanted):
+        raise ValueError(f"--served-model-name given {len(served)} times for {len(wanted)} models: give one per model "
+                         "flag, in the order of the flags")
+    if args.served_model_name and len(set(served)) != len(served):
+        raise ValueError(f"--served-model-name: each model needs its own name, got {served}")
     for product, _ in wanted:  # refused before anything is announced or loaded
         if not product.int8:
             refuse_int8(args.dtype, f"{product.runner.__name__} (--{product.name})")
@@ -94,8 +104,8 @@ def run_serve(args: argparse.Namespace) -> int:
             raise ValueError(f"{e.strerror}; {hints[e.errno]}") from None
         with sock:
             models = Models()
-            for product, spec in wanted:
-                load_served(models, product, spec, args)
+            for (product, spec), name in zip(wanted, served):
+                load_served(models, product, spec, args, served=name)
             limits = Limits(max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms,
                             max_queue=args.max_queue, max_body_bytes=args.max_body_bytes,
                             max_client_batch_size=args.max_client_batch_size, api_key=args.api_key)
@@ -106,8 +116,9 @@ def run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_served(models, product, spec: str, args: argparse.Namespace) -> None:
-    """Load one model the service was told to (--NAME SPEC) where its protocols find it (serve/core.Models)."""
+def load_served(models, product, spec: str, args: argparse.Namespace, *, served: str | None = None) -> None:
+    """Load one model the service was told to (--NAME SPEC) where its protocols find it (serve/core.Models), served
+    as `served` (--served-model-name; None: the model's own id, serve/names.py)."""
     from minialign.apps.serve import ALIGNSCORE_ROUTES
 
     loading = {"device": args.device, "dtype": dtype_choice(args), "threads": args.threads, "adapter": args.adapter}
@@ -121,6 +132,8 @@ def load_served(models, product, spec: str, args: argparse.Namespace) -> None:
         models.alignscore[name] = product.load_runner(src, backbone=args.backbone, **loading)
         models.names["alignscore"] = src
         models.names[f"alignscore_{name}"] = src  # each route's own, for /info
+        if served is not None:
+            models.served[f"alignscore_{name}"] = served
         return
     runner = product.load_runner(spec, **loading)
     if product.serve_as is not None:
@@ -128,3 +141,5 @@ def load_served(models, product, spec: str, args: argparse.Namespace) -> None:
     else:
         models.products[product.name] = runner
     models.names[product.name] = spec
+    if served is not None:
+        models.served[product.name] = served

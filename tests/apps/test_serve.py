@@ -140,10 +140,12 @@ def test_tei_embed_rerank_info_health(server, models):
     assert info["max_input_length"] == 256
     # TEI's fields describe one model; "models" describes each one loaded, the classifier and scorer too
     assert set(info["models"]) == {"embed", "classify", "alignscore_large"}
-    assert info["models"]["embed"] == {"model_id": str(models["embed"]), "model_dtype": "float32", "max_input_length": 256,
+    assert info["models"]["embed"] == {"model_id": str(models["embed"]),
+                                       "served_model_name": "sentence-transformers/all-MiniLM-L6-v2",
+                                       "model_dtype": "float32", "max_input_length": 256,
                                        "kind": "embedding", "pooling": "mean", "dimension": emb.dimension,
-                                       "routes": ["/embed", "/embed_all", "/similarity", "/", "/v1/embeddings",
-                                                  "/v1/models", "/rows/embed"]}
+                                       "routes": ["/embed", "/embed_all", "/similarity", "/tokenize", "/decode", "/",
+                                                  "/v1/embeddings", "/v1/models", "/rows/embed"]}
     assert info["models"]["classify"]["kind"] == "reranker" and info["models"]["classify"]["labels"] == ["LABEL_0"]
     assert info["models"]["alignscore_large"]["kind"] == "alignscore" and \
         info["models"]["alignscore_large"]["routes"] == ["/alignscore_large", "/score", "/rows/alignscore_large"]
@@ -204,8 +206,8 @@ def test_the_openai_client_embeds_against_the_service(server, models):
     name = str(models["embed"])
     expected = torch.nn.functional.normalize(emb.encode(texts), dim=1)
     for encoding in ({}, {"encoding_format": "float"}):  # the client asks for base64 unless told, and decodes it
-        answer = client.embeddings.create(input=texts, model=name, **encoding)
-        assert [d.index for d in answer.data] == [0, 1, 2] and answer.model == name
+        answer = client.embeddings.create(input=texts, model=name, **encoding)  # the name it was loaded by
+        assert [d.index for d in answer.data] == [0, 1, 2] and answer.model == "sentence-transformers/all-MiniLM-L6-v2"
         torch.testing.assert_close(torch.tensor([d.embedding for d in answer.data]), expected, atol=1e-6, rtol=0)
     raw = client.embeddings.create(input=texts, model=name, encoding_format="base64")  # asked for: left encoded
     decoded = [torch.frombuffer(bytearray(base64.b64decode(d.embedding)), dtype=torch.float32) for d in raw.data]
@@ -217,7 +219,7 @@ def test_the_openai_client_embeds_against_the_service(server, models):
     torch.testing.assert_close(torch.tensor([one.data[0].embedding]), shorter, atol=1e-6, rtol=0)
     status, tei = call(server, "/embed", {"inputs": texts[:1], "dimensions": 64})  # TEI's field: the same rule
     assert status == 200 and torch.allclose(torch.tensor(tei), shorter, atol=1e-6)
-    assert [m.id for m in client.models.list()] == [name]
+    assert [m.id for m in client.models.list()] == ["sentence-transformers/all-MiniLM-L6-v2"]  # its card's id
     with pytest.raises(openai.NotFoundError, match="is not loaded; embedding models: .*all"):
         client.embeddings.create(input="x", model="text-embedding-3-small")
     for body, field in (({"input": "x", "model": name, "dimensions": 1000}, "`dimensions` 1000 is more"),
@@ -299,7 +301,8 @@ def test_unknown_routes_and_methods_answer_json_and_home_lists_what_is_served(se
                                             "/predict", "/rerank", "/health", "/info", "/rows/alignscore_large",
                                             "/rows/embed",
                                             "/rows/classify", "/v1/embeddings", "/v1/models",
-                                            "/pipeline/text-classification"}
+                                            "/pipeline/text-classification", "/tokenize", "/decode", "/metrics",
+                                            "/v1/rerank", "/v2/rerank"}
     for method, path in listed:  # each one is served: an empty body is refused for what it holds, not for the route
         assert call(server, path, {} if method == "POST" else None)[0] not in (404, 405, 424), (method, path)
 
@@ -491,7 +494,8 @@ def test_wrong_route_for_the_model_is_424(models, tmp_path, monkeypatch):
         status, text = call(url, "/")
         assert set(re.findall(r"(?:GET|POST) /[\w/-]*", text)) == {"GET /", "POST /", "POST /predict", "GET /health",
                                                                    "GET /info", "POST /rows/classify",
-                                                                   "POST /pipeline/text-classification"}
+                                                                   "POST /pipeline/text-classification",
+                                                                   "POST /tokenize", "POST /decode", "GET /metrics"}
         status, body = call(url, "/", {"inputs": [["A man eats.", "Someone eats."], ["Alone."]]})  # a classifier predicts
         clf = ma.Classifier.from_pretrained(models["nli"])
         expected = clf.predict(["A man eats."], ["Someone eats."], activation="softmax")[0]
@@ -741,7 +745,7 @@ def test_rows_m3_info_and_bad_requests(retrieval_server, retrieval_dirs):
         assert record["lexical_weights"] == expected["lexical_weights"][i]
         assert torch.equal(torch.tensor(record["colbert_vecs"]), expected["colbert_vecs"][i])
     status, info = call(retrieval_server, "/info")
-    assert info["models"]["sparse"]["routes"] == ["/embed_sparse", "/rows/sparse"]
+    assert info["models"]["sparse"]["routes"] == ["/embed_sparse", "/tokenize", "/decode", "/rows/sparse"]  # the first TEI model
     assert info["models"]["multivector"]["routes"] == ["/embed_all", "/rows/multivector"]
     assert info["models"]["m3"]["routes"] == ["/rows/m3"]
     assert info["models"]["sparse"]["model_id"] == str(retrieval_dirs["sparse"])

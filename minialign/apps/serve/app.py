@@ -10,14 +10,18 @@ import contextlib
 import hmac
 import json
 import math
+import time
 from typing import Any
 
+import minialign.apps.serve.cohere as cohere
 import minialign.apps.serve.hf_inference as hf_inference
 import minialign.apps.serve.nemo as nemo
 import minialign.apps.serve.openai as openai
 import minialign.apps.serve.rows as rows
 import minialign.apps.serve.tei as tei
+from minialign.apps import extra_hint
 from minialign.apps.serve.core import VERSION, Core, Limits, Models, Route, ServiceError, bad_request
+from minialign.apps.serve.metrics import RAN
 from minialign.products import pooling
 from minialign.products.alignscore import AlignScorer
 from minialign.products.classifier import Classifier
@@ -38,12 +42,21 @@ async def _health(service: Service, body: dict) -> str:
     return ""  # 200, for load balancers
 
 
+async def _metrics(service: Service, body: dict) -> str:
+    """Prometheus' text format (serve/metrics.py)."""
+    if service.metrics is None:
+        raise ServiceError(503, "Unhealthy", f"/metrics needs prometheus-client: {extra_hint('serve')}")
+    return service.metrics.render()
+
+
 async def _info(service: Service, body: dict) -> dict:
     """TEI's /info fields for the one model TEI would serve (the embedder, else the classifier), and under
     "models" every loaded one, each with the routes that use it."""
     m, limits = service.models, service.limits
+    tei_kind = next((k for k in ("embed", "classify") if k in m.names), next(iter(m.loaded()), None))
     info: dict[str, Any] = {"model_id": m.names.get("embed") or m.names.get("classify") or m.names.get("alignscore")
                             or next(iter(m.names.values()), None),
+                            "served_model_name": m.served_name(tei_kind) if tei_kind else None,
                             "version": VERSION, "max_concurrent_requests": limits.max_queue,
                             "max_client_batch_size": limits.max_client_batch_size,
                             "max_batch_tokens": limits.max_batch_tokens, "max_batch_requests": None,
@@ -69,6 +82,7 @@ def _describe(service: Service, kind: str, product: str, runner: Runner) -> dict
     """One loaded model for /info: what was loaded, its dtype, window and routes, and its product's own facts."""
     models = service.models
     described: dict[str, Any] = {"model_id": models.names.get(kind, models.names.get(product)),
+                                 "served_model_name": models.served_name(kind),
                                  "model_dtype": runner.dtype_name, "max_input_length": runner.max_length}
     if product in models.products:  # a product the protocols do not speak: /rows/NAME
         described.update(kind=product)
@@ -97,12 +111,14 @@ def _front_routes(models: Models) -> list[Route]:
 
 
 def _back_routes(models: Models) -> list[Route]:
-    """GET /health (open: no API key) and GET /info (TEI's)."""
-    return [Route("/health", _health, method="GET", open=True), Route("/info", _info, method="GET")]
+    """GET /health (open: no API key), GET /info (TEI's) and GET /metrics (Prometheus')."""
+    return [Route("/health", _health, method="GET", open=True), Route("/info", _info, method="GET"),
+            Route("/metrics", _metrics, method="GET")]
 
 
 # Each protocol's routes, in the order GET / lists them and Starlette matches them.
-PROTOCOLS = (_front_routes, nemo.routes, tei.routes, hf_inference.routes, openai.routes, rows.routes, _back_routes)
+PROTOCOLS = (_front_routes, nemo.routes, tei.routes, hf_inference.routes, openai.routes, cohere.routes, rows.routes,
+             _back_routes)
 
 
 class Service(Core):
@@ -178,19 +194,36 @@ def _endpoint(service: Service, route: Route):
 
     limits = service.limits
 
-    async def handle(request):
+    async def answer(request, outcome: dict):
         if limits.api_key is not None and not route.open:
             given = request.headers.get("authorization", "")
             if not hmac.compare_digest(given.encode(), f"Bearer {limits.api_key}".encode()):
+                outcome["error_type"] = "Unauthorized"
                 return _error(401, "Unauthorized", "missing or wrong API key (Authorization: Bearer KEY)", route=route)
         try:
             body = {} if request.method in ("GET", "HEAD") else await _body(request, limits)
             result = await route.handler(service, body)
         except ServiceError as e:
+            outcome["error_type"] = e.error_type
             return _error(e.status, e.error_type, e.message, route=route)
         except Exception as e:  # noqa: BLE001  (a bug on one request is its 500, not the service's end)
+            outcome["error_type"] = "Backend"
             return _error(500, "Backend", f"{type(e).__name__}: {e}", route=route)
         return PlainTextResponse(result) if isinstance(result, str) else JSONResponse(_finite(result))
+
+    if service.metrics is None or route.handler is _metrics:
+        return lambda request: answer(request, {})
+
+    async def handle(request):  # counted for /metrics: the models the request ran on (Core.run fills RAN)
+        started, ran, outcome = time.perf_counter(), {}, {}
+        token = RAN.set(ran)
+        try:
+            response = await answer(request, outcome)
+        finally:
+            RAN.reset(token)
+        default = route.kinds(service.models) if route.kinds is not None else []
+        service.metrics.observe_request(route.path, default, ran, started, outcome.get("error_type"))
+        return response
 
     return handle
 

@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from minialign.apps.serve.metrics import RAN, Metrics, payload_texts, text_tokens
+from minialign.apps.serve.names import accepted, model_id
 from minialign.products.alignscore import AlignScorer
 from minialign.products.classifier import Classifier
 from minialign.products.embeddings import SentenceEncoder
@@ -101,6 +103,7 @@ class Models:
     multivector: MultiVectorEncoder | None = None  # TEI's /embed_all
     products: dict[str, Runner] = field(default_factory=dict)
     names: dict[str, str] = field(default_factory=dict)  # kind -> what was loaded (for /info)
+    served: dict[str, str] = field(default_factory=dict)  # kind -> --served-model-name (absent: names.model_id)
 
     def loaded(self) -> dict[str, tuple[str, Runner]]:
         """Kind (its queue's name: "alignscore_base", "embed", "classify", "minicheck", "sparse", "multivector", a
@@ -112,6 +115,17 @@ class Models:
             if runner is not None:
                 kinds[product] = (product, runner)
         return kinds
+
+    def served_name(self, kind: str) -> str | None:
+        """The name the model `kind` is served by (serve/names.py): --served-model-name, else its own id."""
+        if kind in self.served:
+            return self.served[kind]
+        return model_id(self.names[kind]) if kind in self.names else None
+
+    def accepted(self, kind: str) -> list[str]:
+        """The names a request's `model` may give for the model `kind`, the served one first (serve/names.py)."""
+        served = self.served_name(kind)
+        return accepted(served, self.names.get(kind)) if served else []
 
 
 # -- the model calls (call name -> (runner, key, payloads) -> one result per payload) -------------------------
@@ -166,8 +180,9 @@ CALLS = {"score": _score_pairs, "encode": _encode, "logits": _logits, "sparse": 
          "token_vectors": _token_vectors, "token_embeddings": _token_embeddings, "rows": _rows}
 
 
-def _model_run(runner: Runner) -> Callable[[list], list]:
-    """A queue's run: items ((call, key), payload) -> results in order, one model call per (call, key)."""
+def _model_run(runner: Runner, observe: Callable[[int], None] | None = None) -> Callable[[list], list]:
+    """A queue's run: items ((call, key), payload) -> results in order, one model call per (call, key) (`observe`:
+    told each call's number of items, for /metrics)."""
 
     def run(items: list[tuple[tuple[str, Hashable], Any]]) -> list:
         groups: dict[tuple[str, Hashable], list[int]] = {}
@@ -175,6 +190,8 @@ def _model_run(runner: Runner) -> Callable[[list], list]:
             groups.setdefault(call, []).append(i)
         out: list = [None] * len(items)
         for (name, key), where in groups.items():
+            if observe is not None:
+                observe(len(where))
             for i, result in zip(where, CALLS[name](runner, key, [items[i][1] for i in where])):
                 out[i] = result
         return out
@@ -275,8 +292,18 @@ class Core:
             for _, runner in loaded.values():
                 runner.set_budget(max_tokens=self.limits.max_batch_tokens)
         self.jobs: dict[tuple[str, str], Any] = {}  # POST /rows' product jobs, by (kind, options): serve/rows.py
+        self.in_flight: dict[str, int] = dict.fromkeys(loaded, 0)  # requests queued or running, per model
+        try:  # GET /metrics (serve/metrics.py), with prometheus-client
+            self.metrics: Metrics | None = Metrics(lambda: dict(self.in_flight),
+                                                   lambda kind: self.models.served_name(kind) or kind)
+        except ImportError:
+            self.metrics = None
+
+        def observe(kind: str) -> Callable[[int], None] | None:
+            return None if self.metrics is None else lambda size: self.metrics.observe_batch(kind, size)
+
         self.batchers: dict[str, DynamicBatcher] = {
-            kind: DynamicBatcher(_model_run(runner), max_wait=self.limits.max_wait_ms / 1000,
+            kind: DynamicBatcher(_model_run(runner, observe(kind)), max_wait=self.limits.max_wait_ms / 1000,
                                  max_requests=self.limits.max_queue, name=kind.replace("_", "-"))
             for kind, (_, runner) in loaded.items()}
 
@@ -292,10 +319,22 @@ class Core:
             raise ServiceError(429, "Overloaded", "Model is overloaded") from None
         except Closed:
             raise ServiceError(503, "Unhealthy", "the service is shutting down") from None
+        self.in_flight[kind] += 1
+        ran = RAN.get()
+        if ran is not None:
+            ran.setdefault(kind, 0)
         try:
-            return await asyncio.wrap_future(future)
+            if ran is None or self.metrics is None:
+                return await asyncio.wrap_future(future)
+            runner = self.models.loaded()[kind][1]  # its texts' tokens counted off the event loop, meanwhile
+            results, tokens = await asyncio.gather(asyncio.wrap_future(future), asyncio.to_thread(
+                text_tokens, runner, payload_texts(call, payloads)))
+            ran[kind] = ran.get(kind, 0) + tokens
+            return results
         except Exception as e:  # noqa: BLE001  (the model failed on this call: a 500, the service goes on)
             raise ServiceError(500, "Backend", f"Backend error: {type(e).__name__}: {e}") from None
+        finally:
+            self.in_flight[kind] -= 1
 
     def require(self, kind: str) -> Runner:
         """The TEI model `kind` ("embed", "classify", "sparse", "multivector"), or TEI's 424 when it is not loaded."""

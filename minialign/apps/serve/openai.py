@@ -15,9 +15,10 @@ and `truncate` (false: an input over the window is refused, 413) are TEI's extra
 `extra_body`. `usage` counts each input's tokens as the model reads them (special tokens included, within the
 window).
 
-`model` names one of the models loaded at start: the name it was loaded by (`--embed SRC`), or the last part of
-that name (SRC "/models/all-MiniLM-L6-v2" is also "all-MiniLM-L6-v2"); anything else is a 404 listing the names.
-The request's text is only ever compared with those names, never opened as a path. Token-id inputs (OpenAI's
+`model` names the embedding model: its served name (`--served-model-name`, else the model's own id where its files
+name it: serve/names.py), the name it was loaded by (`--embed SRC`), or the last part of either (SRC
+"/models/all-MiniLM-L6-v2" is also "all-MiniLM-L6-v2"); anything else is a 404 listing the names. Answers and GET
+/v1/models carry the served name. The request's text is only ever compared with those names, never opened as a path. Token-id inputs (OpenAI's
 [int] form) are refused (422): the service reads text. Errors come in OpenAI's shape, {"error": {"message", "type",
 "param", "code"}}.
 """
@@ -25,7 +26,6 @@ The request's text is only ever compared with those names, never opened as a pat
 from __future__ import annotations
 
 import base64
-from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any
 
 import torch
@@ -44,14 +44,6 @@ def error_body(status: int, error_type: str, message: str) -> dict:
     return {"error": {"message": message, "type": kind, "param": None, "code": error_type}}
 
 
-def served_names(loaded_as: str | None) -> list[str]:
-    """The names a request's `model` may give for a model loaded as `loaded_as`: that name and its last part."""
-    if not loaded_as:
-        return []
-    last = PureWindowsPath(loaded_as).name if "\\" in loaded_as else PurePosixPath(loaded_as.rstrip("/")).name
-    return list(dict.fromkeys([loaded_as, last]))
-
-
 def _inputs(value: Any) -> list[str]:
     if isinstance(value, list) and value and all(isinstance(v, int) or (isinstance(v, list) and v and
                                                                        all(isinstance(i, int) for i in v))
@@ -62,7 +54,7 @@ def _inputs(value: Any) -> list[str]:
 
 def _model(service: Core, name: Any) -> str:
     """The served name a request's `model` selects (the module docstring), or a 404 listing them."""
-    names = served_names(service.models.names.get("embed")) if service.models.embedder is not None else []
+    names = service.models.accepted("embed") if service.models.embedder is not None else []
     if not isinstance(name, str):
         raise bad_request(f"`model` must be a string, got {type(name).__name__}")
     if name not in names:
@@ -98,7 +90,7 @@ async def embeddings(service: Core, body: dict) -> dict:
 
 
 async def list_models(service: Core, body: dict) -> dict:
-    names = served_names(service.models.names.get("embed"))[:1]
+    names = service.models.accepted("embed")[:1] if service.models.embedder is not None else []
     return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "minialign"}
                                        for name in names]}
 

@@ -16,13 +16,17 @@ or reranker, the sparse (SPLADE) encoder and the multi-vector (ColBERT) encoder.
                        MultiVectorEncoder.encode gives them; or from the embedder (--embed): its final hidden states,
                        every token within the window (special tokens included), as SentenceEncoder.encode(...,
                        output_value="token_embeddings") and sentence-transformers give them. With both loaded, the
-                       body's `model` chooses ("multivector" or "embed", or the name a model was loaded by, or its
-                       last part; another name: 404 listing them), and without one the multi-vector model serves
+                       body's `model` chooses ("multivector" or "embed", or a name the model is served by:
+                       serve/names.py; another name: 404 listing them), and without one the multi-vector model serves
                        (GET /info lists /embed_all under both); with one loaded, `model` is not read (as TEI, which
                        serves one model)
                        Both take minialign's extra `task` ("query" | "document": encode_query / encode_document's
                        prompt, window and route; absent: encode's) and TEI's `truncation_direction` "right" (the only
                        one served: "left" is refused, 422)
+    POST /tokenize     {"inputs": str | [str], "add_special_tokens": true, "prompt_name"} -> per input its tokens
+                       [{"id", "text", "special", "start", "stop"}] (character offsets); POST /decode {"ids": [int] |
+                       [[int]], "skip_special_tokens": true} -> [str]; both by the TEI model's tokenizer (the embedder,
+                       else the classifier, the sparse or the multi-vector encoder), or the one the body's `model` names
     POST /             routed by the body (TEI routes it by the one model it serves): root
 
 Each route is a function of (the service's Core, the body): serve/core.py.
@@ -37,7 +41,6 @@ import torch
 import minialign.apps.serve.hf_inference as hf_inference
 from minialign.apps.serve.core import (Core, Models, Route, ServiceError, bad_request, dimensions, empty, flag,
                                        parameters, prompt_text, required, text, texts)
-from minialign.apps.serve.openai import served_names
 from minialign.products.choices import TASKS
 from minialign.products.runner import inputs_of
 
@@ -104,7 +107,7 @@ def _embed_all_kind(service: Core, name: Any) -> str:
         return loaded[0]
     if not isinstance(name, str):
         raise bad_request(f"`model` must be a string, got {type(name).__name__}")
-    names = {kind: [kind, *served_names(service.models.names.get(kind))] for kind in loaded}
+    names = {kind: [kind, *service.models.accepted(kind)] for kind in loaded}
     for kind in loaded:
         if name in names[kind]:
             return kind
@@ -191,6 +194,70 @@ async def similarity(service: Core, body: dict) -> list:
     return torch.nn.functional.cosine_similarity(vectors[:1], vectors[1:]).tolist()
 
 
+TOKENIZE = ("embed", "classify", "sparse", "multivector")  # /tokenize's and /decode's models, the first loaded by default
+
+
+def _tokenizing(service: Core, name: Any):
+    """(kind, runner) whose tokenizer /tokenize or /decode uses: the body's `model` (a kind or a name the model is
+    served by), else the first of TOKENIZE loaded (TEI serves one model)."""
+    loaded = [kind for kind in TOKENIZE if kind in service.models.loaded()]
+    if not loaded:
+        raise ServiceError(424, "Backend", "Backend error: /tokenize and /decode need a TEI model (start with --embed, "
+                                           "--classify, --sparse or --multivector)")
+    if name is None:
+        return loaded[0], service.models.loaded()[loaded[0]][1]
+    if not isinstance(name, str):
+        raise bad_request(f"`model` must be a string, got {type(name).__name__}")
+    for kind in loaded:
+        if name == kind or name in service.models.accepted(kind):
+            return kind, service.models.loaded()[kind][1]
+    listed = "; ".join(f"{kind}: " + ", ".join(repr(n) for n in service.models.accepted(kind)) for kind in loaded)
+    raise ServiceError(404, "NotFound", f"The model {name!r} is not loaded; /tokenize and /decode serve {listed}")
+
+
+async def tokenize(service: Core, body: dict) -> list:
+    """TEI's /tokenize (server.rs tokenize; types.rs TokenizeRequest, SimpleToken): {"inputs": str | [str],
+    "add_special_tokens": true, "prompt_name"} -> per input its tokens [{"id", "text", "special", "start", "stop"}]:
+    a special token's text is the token and its start / stop null; another's text is the input's characters from start
+    to stop (character offsets; with a prompt, in the prompt followed by the input, as TEI). Not cut to the window."""
+    kind, runner = _tokenizing(service, body.get("model"))
+    given = texts(required(body, "inputs"), "inputs")
+    service.check_batch(len(given))
+    prompt = prompt_text(runner, body.get("prompt_name")) if kind == "embed" else ""
+    if kind != "embed" and body.get("prompt_name") is not None:
+        raise bad_request(f"`prompt_name`: the {kind} model takes no prompt here")
+    encodings = runner.tokenizer.backend.encode_batch([prompt + t for t in given],
+                                                      add_special_tokens=flag(body, "add_special_tokens", True))
+    answers = []
+    for read, encoding in zip((prompt + t for t in given), encodings):
+        answers.append([{"id": i, "text": token, "special": True, "start": None, "stop": None} if special else
+                        {"id": i, "text": read[start:stop], "special": False, "start": start, "stop": stop}
+                        for i, token, special, (start, stop) in zip(encoding.ids, encoding.tokens,
+                                                                    encoding.special_tokens_mask, encoding.offsets)])
+    return answers
+
+
+async def decode(service: Core, body: dict) -> list[str]:
+    """TEI's /decode (server.rs decode; types.rs DecodeRequest): {"ids": [int] | [[int]], "skip_special_tokens":
+    true} -> the text of each list of ids, by the tokenizer's decoder (no clean-up of spaces, as TEI)."""
+    _, runner = _tokenizing(service, body.get("model"))
+    ids = required(body, "ids")
+    if not isinstance(ids, list):
+        raise bad_request(f"`ids` must be a list of token ids or a list of those, got {type(ids).__name__}")
+    batched = bool(ids) and all(isinstance(v, list) for v in ids)
+    lists = ids if batched else [ids]
+    service.check_batch(len(lists), "ids")
+    size = runner.tokenizer.backend.get_vocab_size(with_added_tokens=True)
+    for i, one in enumerate(lists):
+        for j, v in enumerate(one):
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < size:
+                where = f"ids[{i}][{j}]" if batched else f"ids[{j}]"
+                raise bad_request(f"`{where}` must be a token id from 0 to {size - 1}, got {v!r}")
+    skip = flag(body, "skip_special_tokens", True)
+    return [runner.tokenizer.decode(one, skip_special_tokens=skip, clean_up_tokenization_spaces=False)
+            for one in lists]
+
+
 async def root(service: Core, body: dict) -> Any:
     """POST /. TEI routes it by the one model it serves (router/src/http/server.rs: an embedding model
     embeds, a classifier predicts, a reranker reranks); here several can be loaded, so the body decides,
@@ -251,4 +318,6 @@ def routes(models: Models) -> list[Route]:
             Route("/similarity", similarity, embedder, always=True),
             Route("/predict", predict, classifier, always=True),
             Route("/rerank", rerank, reranker, always=True),
+            Route("/tokenize", tokenize, lambda m: [k for k in TOKENIZE if k in m.loaded()][:1], always=True),
+            Route("/decode", decode, lambda m: [k for k in TOKENIZE if k in m.loaded()][:1], always=True),
             Route("/", root, lambda m: embedder(m) + classifier(m) + minicheck(m) + tasks(m), always=True)]
