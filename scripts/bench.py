@@ -1,10 +1,10 @@
 """Benchmarks: minialign against transformers and the original AlignScore pipeline, in one process.
 
-    python scripts/bench.py [--quick] [--out BENCHMARKS.md] [--device cuda --models roberta-base roberta-large]
+    python scripts/bench.py [--quick] [--out REPORT.md] [--device cuda --models roberta-base roberta-large]
                             [--mpnet DIR] [--only families|int8|retrieval|heads|encoder|scoring|embeddings|internals]
                             [--only encoder --dtypes fp32 bf16]
     python scripts/bench.py --suite encoder|scoring|embeddings|drift|internals --data FILE [--device cuda] [--dry-run]
-    python scripts/bench.py --render [--check]      # BENCHMARKS.md's blocks from docs/benchmarks/*.json
+    python scripts/bench.py --render [--check]      # BENCHMARKS.md and its charts from docs/benchmarks/*.json
     python scripts/bench.py --render-files FILE...  # those files' tables, printed
 
 A tool beside the package, not part of it: run it from a checkout with the `test` extra installed
@@ -229,19 +229,10 @@ def suite(section: str, *, data_file: Path, device: str = "cuda", dry_run: bool 
     return rows
 
 
-def render_docs(*, check: bool = False, path: Path = Path(__file__).resolve().parents[1] / "BENCHMARKS.md") -> int:
-    """BENCHMARKS.md's generated blocks (one per kind of machine: render.MARKERS) from docs/benchmarks/*.json
-    (render.py); with check, only whether they are current (1: one is not)."""
-    text = path.read_text(encoding="utf-8")
-    new = text
-    for kind in generated.MARKERS:
-        new = generated.update(new, generated.machine_files(kind), kind)
-    if check:
-        state = "current" if new == text else "stale: python scripts/bench.py --render"
-        print(f"{path.name}: the generated blocks are {state}")
-        return int(new != text)
-    path.write_text(new, encoding="utf-8")
-    return 0
+def render_docs(*, check: bool = False) -> int:
+    """BENCHMARKS.md, the docs' benchmarks page and their charts, generated from docs/benchmarks/*.json (render.py);
+    with check, only whether they are current (1: not)."""
+    return generated.render(check=check)
 
 
 def retrieval_section(*, quick: bool = False, device: str = "cpu", echo=print, **options) -> str:
@@ -330,7 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/bench.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fp32 only, fewer repetitions")
-    parser.add_argument("--out", help="write the report (markdown) to this file, e.g. BENCHMARKS.md")
+    parser.add_argument("--out", help="write the report (markdown) to this file (a run's own: BENCHMARKS.md is "
+                                      "generated from docs/benchmarks/*.json, --render)")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (bf16, 64x512 and mixed batches)")
     parser.add_argument("--models", nargs="+", default=["roberta-base"],
                         help="presets to time the encoder at, e.g. roberta-base roberta-large")
@@ -353,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --suite: every step at toy sizes, to check the pipeline (scripts/gpu_suite.sh "
                              "--dry-run); the figures mean nothing")
     parser.add_argument("--render", action="store_true",
-                        help="generate BENCHMARKS.md's blocks (GPU machines, CPU machines) from docs/benchmarks/*.json "
+                        help="generate BENCHMARKS.md, docs/benchmarks.md and their charts from docs/benchmarks/*.json "
                              "(with --check: only say whether they are current, exit 1 if not)")
     parser.add_argument("--check", action="store_true", help="with --render")
     parser.add_argument("--render-files", nargs="+", metavar="FILE", help="print these run files' tables")

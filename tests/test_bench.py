@@ -4,6 +4,7 @@ encoder run, the kernel table, the report's template and BENCHMARKS.md's section
 import dataclasses
 import importlib.util
 import math
+import sys
 
 import pytest
 import torch
@@ -622,3 +623,94 @@ def test_the_rerankers_suite_writes_its_rows_as_data_at_toy_size(tmp_path):
     assert by_impl[rerankers.PEER]["ratio"] == 1.0 and by_impl["Classifier.predict fp32"]["deviation"] < 1e-5
     assert "goal 2x" in by_impl["Classifier.predict fp32"]["note"]
     assert any(r["impl"].startswith("matmul ceiling fp32") for r in rows)
+
+
+def _machine_file(folder, name="cpu-test-avx512.json", rows=None):
+    from benchmarks import data
+
+    machine = {"name": "Test avx512", "kind": "cpu", "cores": 2, "driver": "none (a CPU)", "torch": "2",
+               "commit": "abc1234", "date": "2026-01-01", "load": {}}
+    rows = rows or [data.row("speed", "a batch", "peer", baseline="peer", ratio=1.0, median_ms=2.0),
+                    data.row("speed", "a batch", "ours", baseline="peer", ratio=2.0, median_ms=1.0),
+                    data.row("speed", "a batch", "ceiling", baseline=None, ratio=None, gflop_s=9.0)]
+    data.write(folder / name, {"machine": machine, "rows": rows})
+
+
+def test_the_benchmark_pages_are_what_the_committed_files_give():
+    """BENCHMARKS.md and docs/benchmarks.md are generated whole (`python scripts/bench.py --render`): the committed
+    pages are what docs/benchmarks/*.json and the notes give, and every chart they link is committed."""
+    from benchmarks import render
+
+    said = []
+    assert render.render(check=True, echo=said.append) == 0, said
+
+
+def test_a_hand_edited_table_fails_the_check_and_a_render_restores_it(tmp_path, monkeypatch):
+    """--render writes each page from the files (the docs' page linking the charts from its own place) and the
+    machine's notes below its tables; --check fails once a table is edited by hand; without matplotlib the pages are
+    still written and the charts skipped, said once."""
+    from benchmarks import render
+
+    _machine_file(tmp_path)
+    (tmp_path / "cpu-test-avx512.notes.txt").write_text("Read the ratios, not the times.\n")
+    pages = {tmp_path / "BENCHMARKS.md": "docs/benchmarks/", tmp_path / "page.md": "benchmarks/"}
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    said = []
+    assert render.render(folder=tmp_path, pages=pages, echo=said.append) == 0
+    assert len([s for s in said if "charts skipped" in s]) == 1
+    top, page = (path.read_text() for path in pages)
+    assert "| a batch | ours | 2.00 | 1.00 |" in top and "Read the ratios, not the times." in top
+    assert top.index("| a batch | ours |") < top.index("Read the ratios")  # the notes below the tables
+    assert "](docs/benchmarks/charts/cpu-test-avx512--speed.svg)" in top
+    assert "](benchmarks/charts/cpu-test-avx512--speed.svg)" in page
+    (tmp_path / "charts").mkdir()
+    (tmp_path / "charts" / "cpu-test-avx512--speed.svg").write_text("<svg/>")
+    assert render.render(check=True, folder=tmp_path, pages=pages, echo=said.append) == 0
+    (tmp_path / "BENCHMARKS.md").write_text(top.replace("| a batch | ours | 2.00 |", "| a batch | ours | 2.50 |"))
+    assert render.render(check=True, folder=tmp_path, pages=pages, echo=said.append) == 1
+    assert "stale" in said[-1] and "BENCHMARKS.md" in said[-1]
+    assert render.update(top, render.machine_files("cpu", tmp_path), "cpu") == top  # a block regenerated alone
+
+
+def test_the_charts_draw_each_ratio_against_its_peer_the_same_bytes_each_time(tmp_path):
+    """A section's chart: one bar per row with a ratio against another impl (not the peer's own 1.00, not a
+    ceiling without a peer), the peers named; the same rows give the same SVG."""
+    pytest.importorskip("matplotlib")
+    from benchmarks import render
+
+    _machine_file(tmp_path)
+    drawn = render.charts(render.machine_files("cpu", tmp_path), tmp_path)
+    assert [[r["impl"] for r in rows] for rows in drawn.values()] == [["ours"]]
+    path, rows = next(iter(drawn.items()))
+    render.draw(path, "speed", rows)
+    first = path.read_bytes()
+    render.draw(path, "speed", rows)
+    assert path.read_bytes() == first and b"vs peer" in first and b"a batch | ours" in first
+
+
+def test_the_hand_written_tables_convert_to_rows_where_they_have_a_ratio():
+    """convert_history: a table with an implementation and a ratio column becomes rows (case: the columns before
+    the implementation; baseline: the case's row at 1.00; the schema's figures; the rest in a note), each with its
+    run's commit, date and source; a table without a ratio is listed as not converted; generated blocks skipped."""
+    from benchmarks import convert_history, data
+
+    text = "\n".join([
+        "<!-- bench: AVX2, AMD -->", "## Sentence embeddings (MiniLM)", "",
+        "| task | inputs | impl | items/s | speed-up | max abs diff | min cosine |", "|---|---|---|---|---|---|---|",
+        "| embeddings | 32 | SentenceTransformer.encode | 22.3 | 1.00 | 0.0e+00 | 1.000000 |",
+        "| embeddings | 32 | SentenceEncoder.encode fp32 | 42.0 | 1.89 | 1.1e-07 | 1.000000 |", "",
+        "| impl | texts | cosine mean |", "|---|---|---|", "| minialign int8 | 3300 | 0.9997 |", "",
+        "<!-- /bench: AVX2, AMD -->", "<!-- generated from docs/benchmarks/*.json: do not edit -->",
+        "| case | impl | speed-up |", "|---|---|---|", "| c | i | 1.00 |", "<!-- end generated -->"])
+    by_machine, dropped = convert_history.convert(text, "0000000")
+    rows = by_machine[convert_history.AMD_AVX2]
+    assert [r["impl"] for r in rows] == ["SentenceTransformer.encode", "SentenceEncoder.encode fp32"]
+    ours = rows[1]
+    assert (ours["section"], ours["case"], ours["baseline"], ours["ratio"]) == (
+        "Sentence embeddings (MiniLM)", "embeddings, 32 inputs", "SentenceTransformer.encode", 1.89)
+    assert (ours["texts_per_s"], ours["inputs"], ours["deviation"], ours["note"]) == (
+        42.0, 32, 1.1e-07, "min cosine 1.000000")
+    assert (ours["commit"], ours["date"], ours["source"]) == ("bb17a41", "2026-11-23",
+                                                              "transcribed from BENCHMARKS.md at 0000000")
+    assert all(not data.row_problems(r) for r in rows)
+    assert len(dropped) == 1 and "cosine mean" in dropped[0]

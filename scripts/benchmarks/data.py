@@ -45,6 +45,9 @@ class Figure:
 
 FIGURES: dict[str, Figure] = {  # in the order of the tables' columns
     "commit": Figure(str, "commit", "", "the row's run, where a file holds rows of several (machine.commit: all)"),
+    "date": Figure(str, "", "", "the row's run's date, where a file holds rows of several (machine.date: all)"),
+    "source": Figure(str, "", "", "where a row was copied from (a report written by hand), where it was not measured "
+                                  "into the file"),
     "reps": Figure(int, "reps", "d", "timed repetitions, interleaved rep by rep with the case's other impls"),
     "median_ms": Figure(float, "median ms", ".2f", "synced wall time of one call (sync, call, sync), median of reps"),
     "p10_ms": Figure(float, "", ".2f", "10th percentile of the same"),
