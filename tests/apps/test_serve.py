@@ -745,7 +745,8 @@ def test_rows_m3_info_and_bad_requests(retrieval_server, retrieval_dirs):
         assert record["lexical_weights"] == expected["lexical_weights"][i]
         assert torch.equal(torch.tensor(record["colbert_vecs"]), expected["colbert_vecs"][i])
     status, info = call(retrieval_server, "/info")
-    assert info["models"]["sparse"]["routes"] == ["/embed_sparse", "/tokenize", "/decode", "/rows/sparse"]  # the first TEI model
+    assert info["models"]["sparse"]["routes"] == ["/embed_sparse", "/tokenize", "/decode",  # the first TEI model
+                                                  "/rows/sparse"]
     assert info["models"]["multivector"]["routes"] == ["/embed_all", "/rows/multivector"]
     assert info["models"]["m3"]["routes"] == ["/rows/m3"]
     assert info["models"]["sparse"]["model_id"] == str(retrieval_dirs["sparse"])

@@ -103,15 +103,15 @@ def test_jina_s_rerank_body_and_errors_in_cohere_s_shape(url, expected):
     best = _ranked(expected(DOCUMENTS[:2]), 1)[0]
     assert answer["results"][0]["index"] == best and answer["results"][0]["document"] == {"text": DOCUMENTS[best]}
     assert answer["usage"]["total_tokens"] > 0
+    tiny = {"model": "rerank-tiny", "query": QUERY}
     for path, body, status_wanted, words in (
             ("/v2/rerank", {"query": QUERY, "documents": ["a"]}, 422, "`model` is missing"),
-            ("/v2/rerank", {"model": "rerank-tiny", "query": QUERY, "documents": []}, 400, "`documents` cannot be empty"),
-            ("/v2/rerank", {"model": "rerank-tiny", "query": QUERY, "documents": [{"text": "a"}]}, 422, "`documents[0]`"),
+            ("/v2/rerank", {**tiny, "documents": []}, 400, "`documents` cannot be empty"),
+            ("/v2/rerank", {**tiny, "documents": [{"text": "a"}]}, 422, "`documents[0]`"),
             ("/v1/rerank", {"query": QUERY, "documents": [{"title": "a"}]}, 422, "`documents[0].text` is missing"),
             ("/v1/rerank", {"query": QUERY, "documents": ["a"], "max_chunks_per_doc": 3}, 422, "max_chunks_per_doc"),
             ("/v1/rerank", {"query": None, "documents": ["a"]}, 422, "`query` is null"),
-            ("/v2/rerank", {"model": "rerank-tiny", "query": QUERY, "documents": ["a"], "max_tokens_per_doc": "4"},
-             422, "`max_tokens_per_doc`")):
+            ("/v2/rerank", {**tiny, "documents": ["a"], "max_tokens_per_doc": "4"}, 422, "`max_tokens_per_doc`")):
         status, error = call(url, path, body)
         assert status == status_wanted and set(error) == {"message"} and words in error["message"], (body, error)
     status, error = call(url, "/v2/rerank", raw=b"not json")

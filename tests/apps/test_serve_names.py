@@ -84,7 +84,7 @@ def test_served_model_name_in_the_order_of_the_model_flags(tmp_path, minilm_dir)
         assert status == 200 and answer["model"] == "my-embedder"
         status, answer = call(url, "/v1/embeddings", {"input": "x", "model": "my-reranker"})
         assert status == 404 and "'my-embedder'" in answer["error"]["message"]  # the 404 lists the names served
-        status, answer = call(url, "/v2/rerank", {"input": "x", "model": "my-reranker", "query": "q", "documents": ["d"]})
+        status, answer = call(url, "/v2/rerank", {"model": "my-reranker", "query": "q", "documents": ["d"]})
         assert status == 200 and answer["results"][0]["index"] == 0
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -9,15 +9,19 @@ app.py composes them.
   nemo.py          AlignScore's request shapes: NeMo Guardrails' POST /alignscore_base, /alignscore_large
                    {"evidence", "claim"} -> {"alignscore"}; POST /minicheck, the same body for MiniCheck;
                    minialign's POST /score {"pairs": [{"context", "claim"}], "model", "mode", "details"}
-  tei.py           text-embeddings-inference: POST /embed, /similarity, /predict, /rerank, and POST / routed by the
-                   body; errors as {"error", "error_type"}
+  tei.py           text-embeddings-inference: POST /embed, /similarity, /predict, /rerank, /tokenize, /decode, and
+                   POST / routed by the body; errors as {"error", "error_type"}
   hf_inference.py  HF Inference's text-classification (huggingface_hub's InferenceClient), for the classifier and
                    MiniCheck, and the tasks of the table's products (token-classification: --ner), each on POST
                    /pipeline/TASK and POST /; its feature-extraction and sentence-similarity are TEI's bodies
   openai.py        OpenAI's embeddings API (the openai client): POST /v1/embeddings, GET /v1/models; its error shape
+  cohere.py        Cohere's rerank API (the cohere client; Jina's body too): POST /v1/rerank, /v2/rerank; its
+                   error shape
+  names.py         the names a model is served by (--served-model-name, else its own id where its files name it)
+  metrics.py       GET /metrics: Prometheus' text format, per route and model
   rows.py          POST /rows/KIND: any product of the table (apps/products.py) on its file rows
-  app.py           the Service: the core with every protocol's routes (PROTOCOLS); GET /, /health, /info; the ASGI
-                   app (each declared route mounted, body limits, API key); serve()
+  app.py           the Service: the core with every protocol's routes (PROTOCOLS); GET /, /health, /info, /metrics;
+                   the ASGI app (each declared route mounted, body limits, API key); serve()
 
 The service binds 127.0.0.1 unless told otherwise, reads no file and loads no model because of a request, and
 stops on SIGTERM after answering what it has taken. What an input may be, which inputs exceed the window, how

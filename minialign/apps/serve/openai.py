@@ -18,8 +18,8 @@ window).
 `model` names the embedding model: its served name (`--served-model-name`, else the model's own id where its files
 name it: serve/names.py), the name it was loaded by (`--embed SRC`), or the last part of either (SRC
 "/models/all-MiniLM-L6-v2" is also "all-MiniLM-L6-v2"); anything else is a 404 listing the names. Answers and GET
-/v1/models carry the served name. The request's text is only ever compared with those names, never opened as a path. Token-id inputs (OpenAI's
-[int] form) are refused (422): the service reads text. Errors come in OpenAI's shape, {"error": {"message", "type",
+/v1/models carry the served name. The request's text is only ever compared with those names, never opened as a path.
+Token-id inputs (OpenAI's [int] form) are refused (422): the service reads text. Errors come in OpenAI's shape, {"error": {"message", "type",
 "param", "code"}}.
 """
 

@@ -194,7 +194,8 @@ async def similarity(service: Core, body: dict) -> list:
     return torch.nn.functional.cosine_similarity(vectors[:1], vectors[1:]).tolist()
 
 
-TOKENIZE = ("embed", "classify", "sparse", "multivector")  # /tokenize's and /decode's models, the first loaded by default
+# /tokenize's and /decode's models, the first loaded by default
+TOKENIZE = ("embed", "classify", "sparse", "multivector")
 
 
 def _tokenizing(service: Core, name: Any):
