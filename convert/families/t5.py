@@ -51,7 +51,7 @@ LAYER = {
 }
 # T5ForConditionalGeneration's decoder (causal self-attention with a bias table of its own in block.0, then
 # cross-attention without one, then the feed-forward) and its lm_head: known and dropped here; an encoder reads none
-# of them. A decoder step over this encoder (MiniCheck-Flan-T5's) would read them and take them out of this list.
+# of them. The decoder's first step (MiniCheck-Flan-T5's) reads them through DECODER_STEP_NAMES below.
 DECODER_LAYER = (*(f"layer.0.SelfAttention.{p}" for p in ("q", "k", "v", "o", "relative_attention_bias")),
                  "layer.0.layer_norm", *(f"layer.1.EncDecAttention.{p}" for p in ("q", "k", "v", "o")),
                  "layer.1.layer_norm", *(f"layer.2.DenseReluDense.{p}" for p in ("wi", "wi_0", "wi_1", "wo")),
@@ -73,3 +73,38 @@ TABLE: dict[str, str | None] = {
 
 NAMES = Names(TABLE, model_prefix="transformer.", mlm_prefix="lm_head.")
 FORMAT = Format(CONFIG, NAMES)
+
+# The decoder's first position alone (models/t5.py T5DecoderStep), read from a T5ForConditionalGeneration's names
+# where a product asks for it: block.{i}.layer.0 the self-attention over that one position (its softmax over one key
+# is 1, so its value and output projections alone; q, k and block.0's relative_attention_bias dropped),
+# block.{i}.layer.1 the cross-attention over the encoder's states (EncDecAttention.q / k / v / o, no bias table),
+# block.{i}.layer.2 the feed-forward (as the encoder's), final_layer_norm, and lm_head (the label tokens' rows
+# taken by the product). decoder.embed_tokens is tied to `shared`, the encoder's embedding.
+DECODER_STEP_LAYER: dict[str, str | None] = {
+    "layer.0.layer_norm": "self_attention_norm", "layer.0.SelfAttention.v": "self_value",
+    "layer.0.SelfAttention.o": "self_output", "layer.0.SelfAttention.q": None, "layer.0.SelfAttention.k": None,
+    "layer.0.SelfAttention.relative_attention_bias": None, "layer.1.layer_norm": "cross_attention_norm",
+    "layer.1.EncDecAttention.q": "cross_attention.query", "layer.1.EncDecAttention.k": "cross_attention.key",
+    "layer.1.EncDecAttention.v": "cross_attention.value", "layer.1.EncDecAttention.o": "cross_attention.output",
+    "layer.2.layer_norm": "ffn_norm", "layer.2.DenseReluDense.wi": "ffn.up", "layer.2.DenseReluDense.wi_0": "ffn.gate",
+    "layer.2.DenseReluDense.wi_1": "ffn.value", "layer.2.DenseReluDense.wo": "ffn.down",
+}
+DECODER_STEP: dict[str, str | None] = {
+    **{f"decoder.block.{{}}.{src}.weight": None if dst is None else f"layers.{{}}.{dst}.weight"
+       for src, dst in DECODER_STEP_LAYER.items()},
+    "decoder.final_layer_norm.weight": "final_norm.weight", "decoder.embed_tokens.weight": None,
+    "lm_head.weight": "lm_head.weight",
+}
+DECODER_STEP_NAMES = Names(DECODER_STEP, model_prefix="", mlm_prefix="lm_head.")
+
+
+def decoder_step_config(data: dict) -> tuple[int, bool]:
+    """(decoder layers, whether the decoder's output is scaled by d_model ** -0.5 before lm_head) of a T5
+    config.json (configuration_t5.py T5Config.__post_init__): num_decoder_layers, else num_layers (default 6);
+    scale_decoder_outputs where transformers 5 wrote it, else unless tie_word_embeddings is false (flan-t5's: an lm_head
+    of its own, unscaled; modeling_t5.py T5ForConditionalGeneration.forward)."""
+    layers = data.get("num_decoder_layers") or data.get("num_layers", 6)
+    scale = data.get("scale_decoder_outputs")
+    if scale is None:
+        scale = data.get("tie_word_embeddings", True) is not False
+    return int(layers), bool(scale)

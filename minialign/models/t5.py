@@ -22,9 +22,12 @@ and T5ForTokenClassification; flan-t5's, HHEM-2.1-open's foundation): every diff
                names are refused); a classifier built here reads the first token. No masked-LM head (T5's lm_head
                is the decoder's, dropped on loading).
 
-Reusable by a decoder step (MiniCheck-Flan-T5's): `relative_position_bucket(..., bidirectional=False)` is the
-decoder's causal rule, `RelativePositionBias` its own table (bidirectional=False), `T5Attention` its self-attention
-and, with no bias, its cross-attention. mt5 / umt5 are other model_types and refused (umt5 has a table per layer).
+The decoder's first step (MiniCheck-Flan-T5's score, at the end of this file): T5ForConditionalGeneration's decoder
+run from its start token for one position, over the encoder's last hidden state, and lm_head's rows of a few tokens
+(T5DecoderStep; T5LabelLogits the two together). At one position the causal self-attention has one key, itself,
+so no bias table is read; the cross-attention has none. `relative_position_bucket(..., bidirectional=False)` is the
+decoder's causal rule, for a step past the first. mt5 / umt5 are other model_types and refused (umt5 has a table
+per layer).
 
 Padded and packed agree: the bias depends on j - i inside one sequence. Its config.json and weight names:
 convert/families/t5.py. Shapes: B batch, L sequence length (a packed batch is one row of T tokens, (1, T)),
@@ -34,7 +37,7 @@ C hidden size (d_model), H heads, D head dim (d_kv), I intermediate size (d_ff).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -46,12 +49,14 @@ from minialign.convert.families import t5 as t5_format
 from minialign.models.family import Family
 from minialign.models.heads import Heads, MaskedLM, SequenceClassification, TokenClassification
 from minialign.nn.activations import ELEMENTWISE
-from minialign.nn.attention import PreparedMask
+from minialign.nn.attention import PreparedMask, two_query_rows
 from minialign.nn.capture import record
 from minialign.nn.config import (POSITIVE_INT, POSITIVE_NUMBER, PROBABILITY, UNBOUNDED_POSITIONS, Config, Rule, checked,
                                  int_at_least, optional)
 from minialign.nn.inputs import sequence_positions
 from minialign.nn.layers import PRECISION_LAYERS, FeedForward, GatedFeedForward, RMSNorm, SelfAttention
+from minialign.nn.layout import HostBatch, bucket_length
+from minialign.nn.linear import Linear
 from minialign.nn.score_functions import Dot
 
 
@@ -153,6 +158,13 @@ def norm(config: Config) -> RMSNorm:
     return RMSNorm(config.hidden_size, eps=config.layer_norm_eps)
 
 
+def feed_forward(config: Config) -> FeedForward:
+    """T5DenseGatedActDense: wo(dropout(act(wi_0(x)) * wi_1(x))); T5DenseActDense: wo(act(wi(x))). No biases."""
+    if config.gated:
+        return GatedFeedForward(config, bias=False, activated="first", split_names=True, dropout=config.hidden_dropout)
+    return FeedForward(config, bias=False)
+
+
 class T5Attention(SelfAttention):
     """T5Attention: q / k / v / o without biases, H heads D wide, the unscaled dot product (Dot)."""
 
@@ -204,9 +216,7 @@ class T5Layer(nn.Module):
         self.attention_norm = norm(config)
         self.attention = T5Attention(config)
         self.ffn_norm = norm(config)
-        # T5DenseGatedActDense: wo(dropout(act(wi_0(x)) * wi_1(x))); T5DenseActDense: wo(act(wi(x)))
-        self.ffn = (GatedFeedForward(config, bias=False, activated="first", split_names=True,
-                                     dropout=config.hidden_dropout) if config.gated else FeedForward(config, bias=False))
+        self.ffn = feed_forward(config)
         self.dropout = nn.Dropout(config.hidden_dropout)
 
     def forward(self, x: Tensor, mask: PreparedMask,
@@ -263,3 +273,145 @@ class T5(Family):
                      token_classification=TokenClassification(dropout="classifier"),
                      question_answering="t5 has no question-answering head in minialign (transformers' "
                                         "T5ForQuestionAnswering runs the decoder)")
+
+
+# -- The decoder's first position (MiniCheck-Flan-T5's score: T5ForConditionalGeneration run for one decoder step) --
+
+
+class T5CrossAttention(nn.Module):
+    """T5LayerCrossAttention's EncDecAttention for one query per sequence: q from the decoder's state, k / v from the
+    encoder's last hidden state, no biases, no position bias (has_relative_attention_bias=False: its position_bias is
+    zeros plus the encoder's mask), the unscaled dot product (T5Attention.scaling 1.0), softmax over the sequence's
+    real tokens. Run as the encoder's packed attention is (nn/layout.py, length buckets): one call per bucket of
+    sequences, each padded to bucket_length of its own length, its query row given twice (nn/attention.py
+    two_query_rows), so a sequence's scores are the same bits whatever else its batch holds."""
+
+    def __init__(self, config: Config):
+        super().__init__()
+        inner = config.num_heads * config.head_dim
+        self.heads, self.head_dim = config.num_heads, config.head_dim
+        self.query = Linear(config.hidden_size, inner, bias=False)
+        self.key = Linear(config.hidden_size, inner, bias=False)
+        self.value = Linear(config.hidden_size, inner, bias=False)
+        self.output = Linear(inner, config.hidden_size, bias=False)
+
+    def forward(self, x: Tensor, memory: Tensor, lengths: Sequence[int]) -> Tensor:
+        """x (B, 1, C); memory (B, L, C), right-padded, sequence i's real tokens its first lengths[i] -> (B, 1, C)."""
+        B, L, C = memory.shape
+        H, D = self.heads, self.head_dim
+        q, single = two_query_rows(self.query(x).view(B, 1, H, D).transpose(1, 2))  # (B, H, 1|2, D)
+        groups: dict[int, list[int]] = {}
+        for i, n in enumerate(lengths):
+            groups.setdefault(bucket_length(n), []).append(i)
+        span = max(groups)
+        if span > L:  # a bucket past the batch's length: zero keys, masked
+            memory = F.pad(memory, (0, 0, 0, span - L))
+        out = q.new_empty(B, H, q.size(2), D)
+        for length, rows in groups.items():
+            index = torch.tensor(rows, device=memory.device)
+            own = torch.tensor([lengths[i] for i in rows], device=memory.device)
+            keep = (torch.arange(length, device=memory.device) < own[:, None])[:, None, None, :]  # (S, 1, 1, length)
+            states = memory.index_select(0, index)[:, :length]  # (S, length, C)
+            k, v = (proj(states).view(len(rows), length, H, D).transpose(1, 2) for proj in (self.key, self.value))
+            out[index] = F.scaled_dot_product_attention(q.index_select(0, index), k, v, attn_mask=keep, scale=1.0)
+        out = out[..., :1, :] if single else out
+        return self.output(out.transpose(1, 2).reshape(B, 1, H * D))
+
+
+class T5DecoderLayer(nn.Module):
+    """T5Block of the decoder (T5LayerSelfAttention, T5LayerCrossAttention, T5LayerFF), pre-norm, at the first
+    position alone: its self-attention has one key, itself, whose softmax weight is 1 whatever its score and causal
+    bias, so the sublayer is output(value(norm(x))) (q, k and the bias table are not read); float16 overflow clamped
+    after each sublayer (T5Block.forward)."""
+
+    def __init__(self, config: Config):
+        super().__init__()
+        inner = config.num_heads * config.head_dim
+        self.self_attention_norm = norm(config)
+        self.self_value = Linear(config.hidden_size, inner, bias=False)
+        self.self_output = Linear(inner, config.hidden_size, bias=False)
+        self.cross_attention_norm = norm(config)
+        self.cross_attention = T5CrossAttention(config)
+        self.ffn_norm = norm(config)
+        self.ffn = feed_forward(config)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def forward(self, x: Tensor, memory: Tensor, lengths: Sequence[int]) -> Tensor:
+        """x (B, 1, C): the decoder's state at its first position; memory (B, L, C): the encoder's last hidden state,
+        sequence i's real tokens its first lengths[i]."""
+        x = clamp_overflow(x + self.dropout(self.self_output(self.self_value(self.self_attention_norm(x)))))
+        x = clamp_overflow(x + self.dropout(self.cross_attention(self.cross_attention_norm(x), memory, lengths)))
+        return clamp_overflow(x + self.dropout(self.ffn(self.ffn_norm(x))))
+
+
+class T5DecoderStep(nn.Module):
+    """T5ForConditionalGeneration's decoder for one step from its start token, and lm_head's rows of some tokens
+    alone: the logits of those tokens at the first position (what MiniCheck-Flan-T5's score reads). `start`: the
+    start token's embedding (shared(decoder_start_token_id), then dropout: T5Stack.forward); the decoder layers;
+    final_layer_norm and dropout; the state scaled by d_model ** -0.5 where the config says so (`scale`:
+    convert/families/t5.py decoder_step_config); `label_rows` (N, C): lm_head's rows of the N tokens. Its weights'
+    names: convert/families/t5.py DECODER_STEP."""
+
+    def __init__(self, config: Config, *, num_layers: int, labels: int, scale: bool):
+        super().__init__()
+        self.start = nn.Parameter(torch.zeros(config.hidden_size))
+        self.layers = nn.ModuleList(T5DecoderLayer(config) for _ in range(num_layers))
+        self.final_norm = norm(config)
+        self.label_rows = Linear(config.hidden_size, labels, bias=False)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.scale = config.hidden_size ** -0.5 if scale else None
+
+    @classmethod
+    def from_tensors(cls, config: Config, tensors: dict[str, Tensor], *, shared: Tensor, start_id: int,
+                     label_ids: Sequence[int], scale: bool) -> T5DecoderStep:
+        """The step from the decoder's tensors under DECODER_STEP's names (layers.{i}.*, final_norm, lm_head where the
+        file has one of its own, else `shared`: transformers ties them) and the shared embedding; strict (a missing
+        or unexpected name is an error naming it)."""
+        if not 0 <= start_id < shared.size(0) or not all(0 <= i < shared.size(0) for i in label_ids):
+            raise ValueError(f"token ids {start_id}, {list(label_ids)} must be within the vocabulary "
+                             f"({shared.size(0)})")
+        tensors = dict(tensors)
+        lm_head = tensors.pop("lm_head.weight", shared)
+        layers = {int(name.split(".")[1]) for name in tensors if name.startswith("layers.")}
+        step = cls(config, num_layers=len(layers), labels=len(label_ids), scale=scale)
+        state = {**tensors, "start": shared[start_id], "label_rows.weight": lm_head[list(label_ids)]}
+        step.load_state_dict({k: v.to(shared.dtype) for k, v in state.items()}, strict=True)
+        return step.to(shared.device)
+
+    def forward(self, memory: Tensor, lengths: Sequence[int]) -> Tensor:
+        """memory (B, L, C): the encoder's last hidden state, right-padded, sequence i's real tokens its first
+        lengths[i] -> (B, N): the label tokens' logits at the decoder's first position."""
+        B = memory.size(0)
+        x = self.dropout(self.start.to(memory.dtype).expand(B, 1, -1))  # (B, 1, C)
+        for layer in self.layers:
+            x = layer(x, memory, lengths)
+        x = self.dropout(self.final_norm(x))
+        if self.scale is not None:
+            x = x * self.scale  # T5ForConditionalGeneration.forward: scale_decoder_outputs
+        return self.label_rows(x)[:, 0]
+
+
+class T5LabelLogits(nn.Module):
+    """The encoder and the decoder's first step: (B, N) logits of the step's label tokens for each sequence
+    (T5ForConditionalGeneration(input_ids, attention_mask, decoder_input_ids=[[start]]).logits[:, 0, label_ids])."""
+
+    def __init__(self, encoder: nn.Module, decoder: T5DecoderStep):
+        super().__init__()
+        self.encoder, self.decoder, self.config = encoder, decoder, encoder.config
+
+    @property
+    def precision(self):
+        """The encoder's (loading's dtype): the step runs in the weights' dtype."""
+        return self.encoder.precision
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                position_ids: Tensor | None = None, *, unpad: bool = False, host: HostBatch | None = None) -> Tensor:
+        """input_ids, attention_mask (B, L), right-padded -> (B, N) float32 logits. unpad, host: Encoder.forward's."""
+        memory = self.encoder(input_ids, attention_mask, unpad=unpad, host=host).last_hidden_state
+        if host is not None:
+            lengths = list(host.lengths)
+        elif attention_mask is not None:
+            lengths = attention_mask.sum(dim=1).tolist()  # one host sync
+        else:
+            lengths = [input_ids.size(1)] * input_ids.size(0)
+        return self.decoder(memory, lengths).float()
