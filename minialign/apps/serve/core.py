@@ -103,7 +103,8 @@ class Models:
     multivector: MultiVectorEncoder | None = None  # TEI's /embed_all
     products: dict[str, Runner] = field(default_factory=dict)
     names: dict[str, str] = field(default_factory=dict)  # kind -> what was loaded (for /info)
-    served: dict[str, str] = field(default_factory=dict)  # kind -> --served-model-name (absent: names.model_id)
+    served: dict[str, str] = field(default_factory=dict)  # kind -> its served name (--served-model-name; Core fills
+    # in the others at start: serve/names.model_id)
 
     def loaded(self) -> dict[str, tuple[str, Runner]]:
         """Kind (its queue's name: "alignscore_base", "embed", "classify", "minicheck", "sparse", "multivector", a
@@ -117,10 +118,9 @@ class Models:
         return kinds
 
     def served_name(self, kind: str) -> str | None:
-        """The name the model `kind` is served by (serve/names.py): --served-model-name, else its own id."""
-        if kind in self.served:
-            return self.served[kind]
-        return model_id(self.names[kind]) if kind in self.names else None
+        """The name the model `kind` is served by (serve/names.py): --served-model-name, else its own id (Core
+        decides it at start), else what it was loaded as."""
+        return self.served.get(kind) or self.names.get(kind)
 
     def accepted(self, kind: str) -> list[str]:
         """The names a request's `model` may give for the model `kind`, the served one first (serve/names.py)."""
@@ -291,6 +291,9 @@ class Core:
         if self.limits.max_batch_tokens:
             for _, runner in loaded.values():
                 runner.set_budget(max_tokens=self.limits.max_batch_tokens)
+        for kind in loaded:  # each model's served name decided at start: no file is read because of a request
+            if kind not in models.served and kind in models.names:
+                models.served[kind] = model_id(models.names[kind])
         self.jobs: dict[tuple[str, str], Any] = {}  # POST /rows' product jobs, by (kind, options): serve/rows.py
         self.in_flight: dict[str, int] = dict.fromkeys(loaded, 0)  # requests queued or running, per model
         try:  # GET /metrics (serve/metrics.py), with prometheus-client

@@ -15,12 +15,12 @@ files name it, else the name it was loaded by:
 config.json's `_name_or_path` is not read: it names where the weights were first loaded from, the base model of a
 fine-tuned one (the all-MiniLM-L6-v2 package's says "nreimers/MiniLM-L6-H384-uncased"), and transformers 5 no longer
 writes it. A request may give the served name, its last part ("all-MiniLM-L6-v2"), or the name the model was loaded by
-and its last part; answers carry the served name. Names are only compared, never opened.
+and its last part; answers carry the served name. The service decides each name at start (serve/core.Core): a request's
+name is only compared, never opened.
 """
 
 from __future__ import annotations
 
-import functools
 import re
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
@@ -36,7 +36,6 @@ def last_part(name: str) -> str:
     return PureWindowsPath(name).name if "\\" in name else PurePosixPath(name.rstrip("/")).name
 
 
-@functools.lru_cache(maxsize=64)  # read once per source: a request's `model` is compared with it
 def model_id(src: str) -> str:
     """The id a model loaded from `src` goes by (the module docstring): its hub id where `src` or its files name one,
     else `src`."""
