@@ -251,9 +251,11 @@ def draw(path: Path, title: str, rows: list[dict]) -> None:
         axes.invert_yaxis()
         axes.set_xscale("log")
         ratios = [r["ratio"] for r in rows]
-        axes.set_xlim(min(0.8, min(ratios) / 1.25), max(1.25, max(ratios) * 1.25))
-        for axis in (axes.xaxis.set_major_formatter, axes.xaxis.set_minor_formatter):
-            axis(matplotlib.ticker.FormatStrFormatter("%g"))
+        low, high = min(0.8, min(ratios) / 1.25), max(1.25, max(ratios) * 1.25)
+        axes.set_xlim(low, high)
+        axes.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        axes.xaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g") if high / low < 8
+                                       else matplotlib.ticker.NullFormatter())  # over a wide range they crowd
         axes.axvline(1.0, color="black", linewidth=0.8)
         axes.set_xlabel("ratio: the peer's time over the row's (above 1: faster)")
         axes.set_title(title[:110], fontsize=9)
