@@ -228,14 +228,16 @@ register(Product(
 
 # minicheck and factcg: how much of a document one chunk holds (None: each scorer's own default)
 CHUNK = Option("chunk_size", type=int,
-               help=f"minicheck: tokens per document chunk (default {choices.MINICHECK_CHUNK_SIZE}); factcg: words "
-                    f"per chunk (default {choices.FACTCG_CHUNK_WORDS})")
+               help=f"minicheck: tokens per document chunk (default {choices.MINICHECK_CHUNK_SIZE}; a MiniCheck-Flan-T5 "
+                    f"model: words, default {choices.MINICHECK_T5_CHUNK_WORDS}); factcg: words per chunk (default "
+                    f"{choices.FACTCG_CHUNK_WORDS})")
 
 register(Product(
     name="minicheck", command="score", verb="scored",
     runner="minialign.products.minicheck:MiniCheckScorer", job="minialign.apps.files.jobs:score_job",
     model=choices.MINICHECK_MODEL,
-    model_help=f"a MiniCheck classifier directory or hub id (default {choices.MINICHECK_MODEL})",
+    model_help=f"a MiniCheck classifier directory or hub id (default {choices.MINICHECK_MODEL}), or "
+               f"lytang/MiniCheck-Flan-T5-Large",
     serve_help="a MiniCheck model for POST /minicheck (AlignScore's request shapes and HF Inference's "
                "text-classification) and /score with \"model\": \"minicheck\"",
     load=(Option("tokenizer", help="tokenizer dir or hub id (default: beside the model or backbone)"), CHUNK),

@@ -10,6 +10,7 @@ ALIGNSCORE_MODEL = "AlignScore-base"  # a name of alignscore.PUBLISHED
 # MiniCheck (minicheck.py: DEFAULT_MODEL, CHUNK_SIZE)
 MINICHECK_MODEL = "lytang/MiniCheck-RoBERTa-Large"
 MINICHECK_CHUNK_SIZE = 400  # MiniCheck.score's default for roberta-large and deberta-v3-large
+MINICHECK_T5_CHUNK_WORDS = 500  # MiniCheck._score_inferencer's default for flan-t5-large: words, not tokens
 
 # FactCG (factcg.py: DEFAULT_MODEL, CHUNK_WORDS)
 FACTCG_MODEL = "yaxili96/FactCG-DeBERTa-v3-Large"

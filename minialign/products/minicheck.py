@@ -50,6 +50,7 @@ from minialign.models.encoder import Encoder
 from minialign.models.t5 import T5DecoderStep, T5LabelLogits
 from minialign.nn.config import Config
 from minialign.products.choices import MINICHECK_CHUNK_SIZE as CHUNK_SIZE, MINICHECK_MODEL as DEFAULT_MODEL
+from minialign.products.choices import MINICHECK_T5_CHUNK_WORDS as CHUNK_WORDS  # words per chunk for flan-t5-large
 from minialign.products.classifier import Classifier
 from minialign.products.runner import LoadOptions, Loading, PairScorer, refuse_int8
 from minialign.runtime.engine import Truncation
@@ -188,7 +189,6 @@ class MiniCheckScorer(PairScorer):
 
 # MiniCheck-Flan-T5 (module docstring)
 T5_MODEL = "lytang/MiniCheck-Flan-T5-Large"  # Inferencer.__init__'s ckpt for flan-t5-large (L39)
-CHUNK_WORDS = 500  # minicheck.py MiniCheck._score_inferencer: words per chunk for flan-t5-large
 T5_MAX_LENGTH = 2048  # Inferencer.__init__'s max_model_len for flan-t5-large (L43): tokens of one text
 T5_PREFIX = "predict: "  # batch_tokenize's prefix of every flan-t5 text (L241)
 T5_START = 0  # the decoder's one input id (L199: torch.zeros), T5's pad / decoder_start_token_id
