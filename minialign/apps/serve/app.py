@@ -53,7 +53,8 @@ async def _info(service: Service, body: dict) -> dict:
     """TEI's /info fields for the one model TEI would serve (the embedder, else the classifier), and under
     "models" every loaded one, each with the routes that use it."""
     m, limits = service.models, service.limits
-    tei_kind = next((k for k in ("embed", "classify") if k in m.names), next(iter(m.loaded()), None))
+    loaded = m.loaded()
+    tei_kind = next((k for k in ("embed", "classify") if k in loaded), next(iter(loaded), None))
     info: dict[str, Any] = {"model_id": m.names.get("embed") or m.names.get("classify") or m.names.get("alignscore")
                             or next(iter(m.names.values()), None),
                             "served_model_name": m.served_name(tei_kind) if tei_kind else None,
