@@ -3,6 +3,8 @@ flag, character offsets; decoding with and without special tokens), and GET /met
 back with prometheus-client's own parser: requests, failures, durations, tokens per route and model, batch sizes, queue
 length. The service runs in this process, on 127.0.0.1."""
 
+import sys
+
 import pytest
 import transformers
 from test_serve import call
@@ -63,6 +65,7 @@ def test_tokenize_and_decode_as_transformers_tokenizer(url, minilm_dir):
 
 
 def test_metrics_count_requests_failures_tokens_and_batches(url, minilm_dir):
+    pytest.importorskip("prometheus_client")
     from prometheus_client.parser import text_string_to_metric_families
 
     def samples():
@@ -91,3 +94,19 @@ def test_metrics_count_requests_failures_tokens_and_batches(url, minilm_dir):
     assert 1 <= batches <= 3 and grew("minialign_batch_size_sum", (("model", SERVED),)) == 3 * len(TEXTS)
     assert after[("minialign_queue_size", (("model", SERVED),))] == 0  # nothing in flight now
     assert not any(dict(labels).get("route") == "/metrics" for _, labels in after)  # the scrape is not counted
+
+
+def test_without_prometheus_client_metrics_is_a_503_and_the_rest_serves(minilm_dir, monkeypatch):
+    from starlette.testclient import TestClient
+
+    from minialign.apps.serve import Models, Service
+
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # not installed: its import fails
+    service = Service(Models(embedder=ma.SentenceEncoder.from_pretrained(minilm_dir), names={"embed": "e"}))
+    try:
+        client = TestClient(service.app())
+        answer = client.get("/metrics")
+        assert answer.status_code == 503 and "prometheus-client" in answer.json()["error"]
+        assert client.post("/embed", json={"inputs": "x"}).status_code == 200
+    finally:
+        service.close()
