@@ -31,8 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ and the 
 from minialign.loading import auto_compute_dtype, cpu_has_native  # noqa: E402
 from minialign.nn.config import Config  # noqa: E402
 
-from benchmarks import (data, embedders, embeddings, encoder, families, heads, int8, internals, kernels,  # noqa: E402
-                        loading_memory, offered, parity, precision, rerankers, retrieval, scoring, service, workers)
+from benchmarks import (data, detectors, embedders, embeddings, encoder, families, heads, int8, internals,  # noqa: E402
+                        kernels, loading_memory, offered, parity, precision, rerankers, retrieval, scoring, service,
+                        workers)
 from benchmarks.machine import cpu_kind_label, machine  # noqa: E402
 from benchmarks import render as generated  # noqa: E402  (the tables made from run files)
 from benchmarks.report import render, table, write_section  # noqa: E402
@@ -123,7 +124,7 @@ SUITE = {"reps": 20, "corpus_reps": 3, "texts": 1000, "corpus_pairs": 1000, "lat
 DRY_RUN = {"reps": 2, "corpus_reps": 2, "texts": 4, "corpus_pairs": 8, "latency_examples": 1,
            "batches": {"2 x 16": [16, 16], "mixed 3": [16, 9, 4]}, "ceiling_shape": (256, 256, 256),
            "config": Config(vocab_size=500, hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128)}
-SUITE_SECTIONS = ("encoder", "scoring", "embeddings", "drift", "internals", "embedders", "rerankers")
+SUITE_SECTIONS = ("encoder", "scoring", "embeddings", "drift", "internals", "embedders", "rerankers", "detectors")
 
 
 def dry_config(config: Config) -> Config:
@@ -202,6 +203,9 @@ def suite(section: str, *, data_file: Path, device: str = "cuda", dry_run: bool 
         return internals.suite_rows(reps=size["reps"], device=device, dry_run=dry_run, add=add, echo=echo)
     if section == "rerankers":  # CPU: the 0.6B reranker, as embedders
         return rerankers.suite_rows(reps=reps or (DRY_RUN["reps"] if dry_run else embedders.REPS), device=device,
+                                    dry_run=dry_run, add=add, echo=echo)
+    if section == "detectors":  # CPU: the grounding detectors against their reference pipelines, as embedders
+        return detectors.suite_rows(reps=reps or (DRY_RUN["reps"] if dry_run else embedders.REPS), device=device,
                                     dry_run=dry_run, add=add, echo=echo)
     if section == "embedders":  # CPU: 3 reps of the 0.6B model in fp32 take minutes (embedders.py)
         return embedders.suite_rows(reps=reps or (DRY_RUN["reps"] if dry_run else embedders.REPS), device=device,

@@ -714,3 +714,43 @@ def test_the_hand_written_tables_convert_to_rows_where_they_have_a_ratio():
                                                               "transcribed from BENCHMARKS.md at 0000000")
     assert all(not data.row_problems(r) for r in rows)
     assert len(dropped) == 1 and "cosine mean" in dropped[0]
+
+
+def test_the_detectors_suite_writes_its_rows_as_data_at_toy_size(tmp_path):
+    """--suite detectors --dry-run: the ceilings, each reference pipeline and each minialign dtype on the same
+    examples (LettuceDetect's tokens, HHEM's and FactCG's scores), minialign fp32's probabilities within 1e-5 of the
+    reference's, the goal's verdict in its note."""
+    pytest.importorskip("lettucedetect", reason="the LettuceDetect reference: pip install lettucedetect")
+    from benchmarks import data, detectors
+
+    path = tmp_path / "run.json"
+    rows = bench.suite("detectors", data_file=path, device="cpu", dry_run=True, echo=lambda *a, **k: None)
+    assert data.read(path)["rows"] == rows
+    for detector in detectors.MODELS:
+        mine = [r for r in rows if r["case"].startswith(detector.name)]
+        peers = {r["baseline"] for r in mine} - {None}
+        assert len(peers) == 1
+        by_impl = {r["impl"]: r for r in mine if r["baseline"] in peers}
+        assert by_impl[peers.pop()]["ratio"] == 1.0 and len(by_impl) >= 2
+        fp32 = next(r for impl, r in by_impl.items() if impl.endswith(" fp32") and r["ratio"] != 1.0)
+        assert fp32["deviation"] < 1e-5 and "goal 3x" in fp32["note"]
+        assert any(r["impl"] == "matmul ceiling fp32 (F.linear)" and r["gflop_s"] > 0 for r in mine)
+    assert not any(r["impl"] == "FactCGScorer.score int8" for r in rows)  # a scorer refuses int8
+
+
+def test_the_detectors_goal_and_an_ungated_feed_forwards_flops():
+    """The 3x goal by embedders' ceiling rule; DeBERTa's ungated feed-forward counted as its two products."""
+    from types import SimpleNamespace
+
+    from benchmarks import detectors, embedders
+
+    assert detectors.verdict({"fp32": 3.1, "int8": 2.0}, fp32_share=0.5, peer_share=0.1).startswith("goal 3x: met")
+    assert "not met" in detectors.verdict({"fp32": 2.5}, fp32_share=0.5, peer_share=0.2)
+    assert "ceiling rule" in detectors.verdict({"fp32": 2.5}, fp32_share=0.95, peer_share=0.4)
+    assert ": met" in detectors.verdict({"fp32": 2.5}, fp32_share=0.95, peer_share=0.4)
+    config = SimpleNamespace(hidden_size=8, intermediate_size=12, head_dim=4, num_heads=2, num_layers=1)
+    ungated = embedders.flops(detectors.shape_view(config, gated=False), [1])
+    gated = embedders.flops(detectors.shape_view(config, gated=True), [1])
+    attention = 2 * 4 * 8 * 8 + 4 * 2 * 4  # q, k, v, output; one token's scores and values
+    assert ungated == attention + 2 * 2 * 8 * 12 and gated == attention + 3 * 2 * 8 * 12
+    assert detectors.shape_view(config, gated=False, whole=True).intermediate_size == 8
