@@ -16,7 +16,7 @@
 #   options: --budget STAGE=SECONDS; --stages LIST (comma-separated: these alone; the stages, in their order:
 #            install tests scoring embeddings encoder-base drift, and tests-flex encoder-large, which run only when
 #            named); --commit C (the checkout's commit, where the machine has no git); --write-docs (from a
-#            checkout: copy the run's file into docs/benchmarks/ and generate BENCHMARKS.md's GPU block from it);
+#            checkout: copy the run's file into docs/benchmarks/ and generate BENCHMARKS.md from the data files);
 #            $PYTHON (default: python on PATH)
 #
 # The method (scripts/bench.py --suite; scripts/benchmarks/timing.py, syncs.py): each row the median of interleaved
@@ -223,7 +223,7 @@ fi
   "$py" scripts/bench.py --render-files "$data" 2>>"$log" || echo "(no tables: $(basename "$data") could not be read; suite.log says why)"
 } >"$out/BENCHMARKS-gpu.md"
 if (( write_docs )); then
-  cp "$data" docs/benchmarks/ && "$py" scripts/bench.py --render && say "gpu_suite.sh: $(basename "$data") copied to docs/benchmarks/, BENCHMARKS.md's GPU block generated from it"
+  cp "$data" docs/benchmarks/ && "$py" scripts/bench.py --render && say "gpu_suite.sh: $(basename "$data") copied to docs/benchmarks/, BENCHMARKS.md generated from the data files"
 fi
 say "gpu_suite.sh: done in $(( $(date +%s) - start_all )) s; reports in $out"
 cat "$out/summary.md"

@@ -17,7 +17,7 @@ CPU freezing pass does (`torch.ops.mkldnn._linear_pointwise` on a weight from
 `torch.ops.mkldnn._reorder_linear_weight`). The sums are taken in another order, so results differ
 from F.linear by fp32 rounding only (tests: parity with transformers holds at 1e-5).
 
-Which kernel, decided once per process from the CPU (`cpu_kind`, `PACKED_KINDS`; BENCHMARKS.md, "Machine",
+Which kernel, decided once per process from the CPU (`cpu_kind`, `PACKED_KINDS`; BENCHMARKS.md, "Linear kernels (fp32)",
 measures both on every run): the packed path for every fp32 product with AVX-512 (oneDNN's avx512_core kernels)
 or AVX2, F.linear on other CPUs. Never by the product's row count, although that would be faster on some CPUs
 (F.linear from about 64 rows on Intel AVX-512 and 48 on AVX2): MKL's sgemm gives a row other bits depending on

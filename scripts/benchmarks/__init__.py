@@ -4,5 +4,6 @@ tables), and one module per section (kernels, encoder, families, scoring, loadin
 precision, service, workers, parity, ...). The GPU suite's method (scripts/gpu_suite.sh, bench.py --suite):
 timing.py (interleaved repetitions: median, spread, host, device and wall time), syncs.py (syncs, kernels and
 compiles per call), offered.py (the new paths it runs where they exist), data.py (the one schema of a run's file,
-docs/benchmarks/<machine>.json) and render.py (the tables generated from those files). Tools beside the package:
+docs/benchmarks/<machine>.json), render.py (BENCHMARKS.md and the docs' page generated from those files, with charts)
+and convert_history.py (the past hand-written tables converted into that schema). Tools beside the package:
 nothing here is installed."""

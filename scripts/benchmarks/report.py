@@ -1,5 +1,5 @@
-"""The report: markdown tables, the prose of report.md filled in, and BENCHMARKS.md's one section per
-kind of CPU.
+"""The report of a full CPU run (`python scripts/bench.py --out REPORT.md`): markdown tables, the prose of report.md
+filled in, one section per kind of CPU. BENCHMARKS.md itself is generated whole from docs/benchmarks/*.json (render.py).
 
 report.md holds one block per part of the report, each after a line `<!-- name -->`, with `{field}`
 placeholders (str.format). A line indented by two spaces continues the line above it (joined with one
@@ -34,7 +34,7 @@ def table(rows: list[dict], columns: dict[str, str]) -> str:
 
 
 def write_section(path: Path, label: str, body: str) -> None:
-    """Put one CPU kind's report in BENCHMARKS.md, keeping every other kind's section (the figures of a
+    """Put one CPU kind's report in the report file `path`, keeping every other kind's section (the figures of a
     run hold for the kind of CPU it ran on)."""
     start, end = f"<!-- bench: {label} -->", f"<!-- /bench: {label} -->"
     block = f"{start}\n# Machine kind: {label}\n\n{body}\n{end}"
