@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
 import math
 import time
 from typing import Any
@@ -19,6 +18,7 @@ import minialign.apps.serve.nemo as nemo
 import minialign.apps.serve.openai as openai
 import minialign.apps.serve.rows as rows
 import minialign.apps.serve.tei as tei
+from minialign.apps.files.rows import parse_json
 from minialign.apps import extra_hint
 from minialign.apps.serve.core import VERSION, Core, Limits, Models, Route, ServiceError, bad_request
 from minialign.apps.serve.metrics import RAN
@@ -180,9 +180,12 @@ async def _body(request, limits: Limits) -> dict:
         if len(raw) > limits.max_body_bytes:
             raise _too_large(limits)  # sent without a length, or more than it said
     try:
-        body = json.loads(bytes(raw).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        text = bytes(raw).decode("utf-8")
+    except UnicodeDecodeError as e:
         raise bad_request(f"the body is not JSON: {e}") from None
+    body, problem = parse_json(text)  # json's errors, and a body nested too deep or a too long integer
+    if problem is not None:
+        raise bad_request(f"the body is not JSON: {problem}")
     if not isinstance(body, dict):
         raise bad_request(f"the body must be a JSON object, got {type(body).__name__}")
     return body

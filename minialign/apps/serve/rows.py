@@ -20,7 +20,7 @@ import dataclasses
 import json
 from typing import Any
 
-from minialign.apps.files.rows import Row, record_values
+from minialign.apps.files.rows import Row, id_problem, record_values
 from minialign.apps.products import PRODUCTS, Option, Product
 from minialign.apps.serve.core import Core, Models, Route, ServiceError, bad_request, required
 from minialign.products.runner import OptionError
@@ -83,6 +83,8 @@ async def rows(service: Core, kind: str, body: dict) -> dict:
         if problems:
             raise bad_request(f"`rows[{i}]`: " + "; ".join(problems))
         row_id = record.get(id_field)
+        if problem := id_problem(row_id, id_field):  # as a file's row: an id its answer could not write
+            raise bad_request(f"`rows[{i}]`: {problem}")
         if row_id is not None and str(row_id) in first:  # ids compared as text, as the file commands do
             raise bad_request(f"`rows[{i}]`: id {row_id!r} is also the id of rows[{first[str(row_id)]}] (an id "
                               "names one row of the results)")
