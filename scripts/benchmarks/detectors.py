@@ -20,11 +20,15 @@ templates. The inputs are text people wrote (human_text.py): each example a cont
 (embedders.texts_for: mixed lengths), a question and an answer (rerankers.pairs_for: a docstring's summary and a later
 paragraph cut to ANSWER_WORDS words); a detector's claim is its answer. Both sides get the same examples.
 
-Impls, timed rep by rep interleaved with the matmul ceilings (embedders.ceilings at the family's layer shapes):
-the reference (the baseline), minialign fp32, int8 (dtype="int8") and bf16 where the CPU has native bf16. The goal
+Impls, timed rep by rep interleaved with the matmul ceilings (embedders.ceilings at the family's layer shapes; an
+ungated feed-forward's, DeBERTa's, at a gated one's shapes of the same FLOPs: shape_view), after a warm-up call of
+each (the references and minialign on the first example): the reference (the baseline), minialign fp32, int8
+(dtype="int8") and bf16 where the CPU has native bf16. The goal
 (GOAL): a minialign row GOAL times the reference's speed, or, where that is above the fp32 ceiling, fp32 at
-embedders.CEILING_SHARE of it (verdict). Each minialign row's deviation is the largest difference of its
-probabilities from the reference's. Rows of data (data.py), never a test.
+embedders.CEILING_SHARE of it (verdict). Useful FLOPs (embedders.flops) count every key of ModernBERT's local
+layers and none of DeBERTa's relative-position products. Each minialign row's deviation is the largest difference of
+its probabilities from the reference's (LettuceDetect: every answer token's; HHEM, FactCG: each example's score). Rows
+of data (data.py), never a test.
 
     python scripts/bench.py --suite detectors --data docs/benchmarks/cpu-<machine>.json --device cpu
 """
@@ -42,7 +46,7 @@ import torch
 
 SECTION = "detectors"
 GOAL = 3.0  # minialign's speed over the reference pipeline
-EXAMPLES = 6  # timed examples per call
+EXAMPLES = 4  # timed examples per call: each detector's reps in about 2 minutes on 2 busy cores
 CONTEXT_WORDS, ANSWER_WORDS = (40, 320), 40
 LETTUCE_WINDOW = 4096  # lettucedetect's HallucinationDetector max_length default
 BATCH = 32  # the references' batch (FactCG's Inferencer; HHEM's predict takes the call's pairs at once)
@@ -227,9 +231,10 @@ def chunking_src(document: str, splitter, word_count, max_chunk_size: int) -> li
 
 # -- the sides -------------------------------------------------------------------------------------------
 
-def sides(detector: Detector, root: Path, examples, dtypes: list[str], *, dry_run: bool):
-    """(the reference's call, {impl: minialign's call}, each example's tokens, minialign fp32's encoder config):
-    every call returns its probabilities as one flat float tensor."""
+def sides(detector: Detector, root: Path, dtypes: list[str], *, dry_run: bool):
+    """(the reference's impl name, {dtype: minialign's runner}, calls): `calls(examples)` is (the reference's call,
+    {impl: minialign's call}, each example's tokens) on those examples, every call returning its probabilities as one
+    flat float tensor (the answer tokens' or the scores')."""
     import warnings
 
     import transformers
@@ -240,7 +245,6 @@ def sides(detector: Detector, root: Path, examples, dtypes: list[str], *, dry_ru
 
     table = {"fp32": {"dtype": torch.float32}, "int8": {"dtype": "int8"}, "bf16": {"dtype": torch.bfloat16}}
     corpus = list(human_text.passages())
-    contexts, questions, answers = ([e[i] for e in examples] for i in range(3))
     flat = lambda found: torch.tensor([t["prob"] for tokens in found for t in tokens])  # noqa: E731
     if detector is LETTUCE:
         from lettucedetect.detectors.prompt_utils import PromptUtils
@@ -251,55 +255,66 @@ def sides(detector: Detector, root: Path, examples, dtypes: list[str], *, dry_ru
             warnings.simplefilter("ignore")
             peer = HallucinationDetector(method="transformer", model_path=str(directory), max_length=LETTUCE_WINDOW,
                                          device="cpu")
-        ours = {name: ma.HallucinationDetector.from_pretrained(directory, max_length=LETTUCE_WINDOW, **table[name])
-                for name in dtypes}
+        runners = {name: ma.HallucinationDetector.from_pretrained(directory, max_length=LETTUCE_WINDOW,
+                                                                  **table[name]) for name in dtypes}
         tok = transformers.AutoTokenizer.from_pretrained(directory)
-        lengths = [len(tok(PromptUtils.format_context(c, q, "en"), a)["input_ids"]) for c, q, a in examples]
-        reference = lambda: flat([peer.predict(context=c, question=q, answer=a, output_format="tokens")  # noqa: E731
-                                  for c, q, a in examples])
-        calls = {f"HallucinationDetector.predict_batch {name}": (
-            lambda r=runner: flat(r.predict_batch(contexts, answers, questions, output_format="tokens",
-                                                  warn_truncation=False))) for name, runner in ours.items()}
-        return "lettucedetect HallucinationDetector.predict fp32", reference, calls, lengths, ours
+
+        def calls(examples):
+            contexts, questions, answers = ([e[i] for e in examples] for i in range(3))
+            lengths = [len(tok(PromptUtils.format_context(c, q, "en"), a)["input_ids"]) for c, q, a in examples]
+            reference = lambda: flat([peer.predict(context=c, question=q, answer=a,  # noqa: E731
+                                                   output_format="tokens") for c, q, a in examples])
+            return reference, {f"HallucinationDetector.predict_batch {name}": (
+                lambda r=runner: flat(r.predict_batch(contexts, answers, questions, output_format="tokens",
+                                                      warn_truncation=False))) for name, runner in runners.items()}, \
+                lengths
+
+        return "lettucedetect HallucinationDetector.predict fp32", runners, calls
     if detector is HHEM:
         directory, model = build_hhem(root, corpus, dry_run=dry_run)
         tok = transformers.AutoTokenizer.from_pretrained(directory.parent / "flan-t5")
-        pairs = [(" ".join(c), a) for c, _, a in examples]
-        texts = [hhem.PROMPT.format(text1=p, text2=h) for p, h in pairs]
-        lengths = [len(ids) for ids in tok(texts)["input_ids"]]
+        runners = {name: ma.HHEM.from_pretrained(directory, **table[name]) for name in dtypes}
 
-        def reference():  # HHEMv2ForSequenceClassification.predict
-            inputs = tok(texts, return_tensors="pt", padding=True)
-            return torch.softmax(model(**inputs).logits[:, 0, :], dim=-1)[:, 1]
+        def calls(examples):
+            pairs = [(" ".join(c), a) for c, _, a in examples]
+            texts = [hhem.PROMPT.format(text1=p, text2=h) for p, h in pairs]
 
-        ours = {name: ma.HHEM.from_pretrained(directory, **table[name]) for name in dtypes}
-        calls = {f"HHEM.predict {name}": (lambda r=runner: r.predict(pairs, warn_truncation=False))
-                 for name, runner in ours.items()}
-        return "HHEM's predict on transformers T5ForTokenClassification fp32", reference, calls, lengths, ours
+            def reference():  # HHEMv2ForSequenceClassification.predict
+                inputs = tok(texts, return_tensors="pt", padding=True)
+                return torch.softmax(model(**inputs).logits[:, 0, :], dim=-1)[:, 1]
+
+            return reference, {f"HHEM.predict {name}": (lambda r=runner: r.predict(pairs, warn_truncation=False))
+                               for name, runner in runners.items()}, [len(ids) for ids in tok(texts)["input_ids"]]
+
+        return "HHEM's predict on transformers T5ForTokenClassification fp32", runners, calls
     directory = build_factcg(root, corpus, dry_run=dry_run)
     model = transformers.DebertaV2ForSequenceClassification.from_pretrained(directory).eval()
     tok = transformers.AutoTokenizer.from_pretrained(directory)
     tok.pad_token = tok.eos_token  # Inferencer.batch_tokenize
-    documents = [" ".join(c) for c in contexts]
-    ours = {name: ma.FactCGScorer.from_pretrained(directory, **table[name]) for name in dtypes if name != "int8"}
-    fp32 = ours["fp32"]
-    chunked = [chunking_src(d, fp32.splitter, fp32.word_counter, factcg.CHUNK_WORDS) for d in documents]
-    texts = [factcg.TEMPLATE.format(text_a=c, text_b=claim) for chunks, claim in zip(chunked, answers) for c in chunks]
-    lengths = [len(ids) for ids in tok(texts, max_length=factcg.MAX_LENGTH, truncation=True)["input_ids"]]
+    runners = {name: ma.FactCGScorer.from_pretrained(directory, **table[name]) for name in dtypes if name != "int8"}
 
-    def reference():  # Inferencer.batch_inference: each example's max over its chunks
-        scores = []
-        for start in range(0, len(texts), BATCH):
-            batch = tok(texts[start:start + BATCH], max_length=factcg.MAX_LENGTH, truncation="only_first",
-                        padding="longest", return_tensors="pt")
-            scores.append(torch.softmax(model(**batch).logits, dim=-1)[:, 1])
-        per_example = torch.split(torch.cat(scores), [len(chunks) for chunks in chunked])
-        return torch.stack([s.max() for s in per_example])
+    def calls(examples):
+        documents, claims = [" ".join(c) for c, _, _ in examples], [a for _, _, a in examples]
+        chunked = [chunking_src(d, runners["fp32"].splitter, runners["fp32"].word_counter, factcg.CHUNK_WORDS)
+                   for d in documents]
+        texts = [factcg.TEMPLATE.format(text_a=c, text_b=claim) for chunks, claim in zip(chunked, claims)
+                 for c in chunks]
 
-    calls = {f"FactCGScorer.score {name}": (lambda r=runner: torch.tensor(r.score(documents, answers,
-                                                                                  warn_truncation=False)))
-             for name, runner in ours.items()}
-    return "FactCG's Inferencer on transformers DebertaV2ForSequenceClassification fp32", reference, calls, lengths, ours
+        def reference():  # Inferencer.batch_inference: each example's max over its chunks
+            scores = []
+            for start in range(0, len(texts), BATCH):
+                batch = tok(texts[start:start + BATCH], max_length=factcg.MAX_LENGTH, truncation="only_first",
+                            padding="longest", return_tensors="pt")
+                scores.append(torch.softmax(model(**batch).logits, dim=-1)[:, 1])
+            per_example = torch.split(torch.cat(scores), [len(chunks) for chunks in chunked])
+            return torch.stack([s.max() for s in per_example])
+
+        return reference, {f"FactCGScorer.score {name}": (
+            lambda r=runner: torch.tensor(r.score(documents, claims, warn_truncation=False)))
+            for name, runner in runners.items()}, \
+            [len(ids) for ids in tok(texts, max_length=factcg.MAX_LENGTH, truncation=True)["input_ids"]]
+
+    return "FactCG's Inferencer on transformers DebertaV2ForSequenceClassification fp32", runners, calls
 
 
 def suite_rows(*, reps: int, device: str = "cpu", dry_run: bool = False, add=lambda rows: None,
@@ -325,14 +340,17 @@ def suite_rows(*, reps: int, device: str = "cpu", dry_run: bool = False, add=lam
         echo(f"{SECTION} | {detector.name}: building (load {load}; {torch.get_num_threads()} threads)")
         with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the references' notices
-            peer, reference, ours, lengths, runners = sides(detector, Path(tmp), timed, dtypes, dry_run=dry_run)
+            peer, runners, make = sides(detector, Path(tmp), dtypes, dry_run=dry_run)
+            reference, ours, lengths = make(timed)
+            warm_reference, warm, _ = make(timed[:1])  # first-call allocations (a whole call of a peer: a minute)
             config = next(iter(runners.values())).model.config
             config = getattr(config, "encoder", config)
             view = shape_view(config, gated=detector.gated)
             work = embedders.flops(view, lengths)
             used = [name.rsplit(" ", 1)[1] for name in ours]
             ceiling_calls, ceiling_work, shape = embedders.ceilings(
-                shape_view(config, gated=detector.gated, whole=True), sum(lengths), used, work=embedders.DRY_CEILING_WORK if dry_run else embedders.CEILING_WORK)
+                shape_view(config, gated=detector.gated, whole=True), sum(lengths), used,
+                work=embedders.DRY_CEILING_WORK if dry_run else embedders.CEILING_WORK)
             calls = {peer: reference, **ours}
             calls.update({f"matmul ceiling {label}": call for label, call in ceiling_calls.items()})
             shape_name = "toy size (dry run)" if dry_run else "published shape"
@@ -341,7 +359,8 @@ def suite_rows(*, reps: int, device: str = "cpu", dry_run: bool = False, add=lam
             echo(f"{SECTION} | {case}: timing {len(calls)} calls ({reps} reps after a warm-up; load {load})")
             outputs = {}
             with torch.inference_mode():
-                times = repeat(calls, reps=reps, device=device, outputs=outputs, warm_up=calls)
+                times = repeat(calls, reps=reps, device=device, outputs=outputs, warm_up={
+                    peer: warm_reference, **warm, **{n: c for n, c in calls.items() if n.startswith("matmul")}})
             rate = {label: ceiling_work / times[f"matmul ceiling {label}"].median / 1e9 for label in ceiling_calls}
             best = {dtype: max(r for label, r in rate.items() if label.startswith(dtype)) for dtype in used}
             expected = outputs[peer].float().reshape(-1)
@@ -351,7 +370,8 @@ def suite_rows(*, reps: int, device: str = "cpu", dry_run: bool = False, add=lam
             gflop_s = {name: work / times[name].median / 1e9 for name in calls if not name.startswith("matmul")}
             ratios = {name.rsplit(" ", 1)[1]: times[peer].median / times[name].median for name in ours}
             fp32_name = next(name for name in ours if name.endswith(" fp32"))
-            goal = verdict(ratios, fp32_share=gflop_s[fp32_name] / best["fp32"], peer_share=gflop_s[peer] / best["fp32"])
+            goal = verdict(ratios, fp32_share=gflop_s[fp32_name] / best["fp32"],
+                           peer_share=gflop_s[peer] / best["fp32"])
             for name in (peer, *ours):
                 t, dtype = times[name], "fp32" if name == peer else name.rsplit(" ", 1)[1]
                 deviation = None if name == peer else (outputs[name].float().reshape(-1) - expected).abs().max().item()
@@ -361,7 +381,8 @@ def suite_rows(*, reps: int, device: str = "cpu", dry_run: bool = False, add=lam
                     gflop_s=gflop_s[name], of_ceiling=gflop_s[name] / best[dtype], inputs=len(timed),
                     weights="random", deviation=deviation, deviation_from=None if name == peer else peer,
                     commit=commit, note=f"load {load}" + ("; " + goal if name == fp32_name else "")))
-            peer = reference = ours = runners = calls = outputs = None  # the next model is built with these freed
+            # the next model is built with these freed
+            peer = reference = ours = runners = make = calls = warm = warm_reference = outputs = None
         for made in found:
             echo(row_line(made))
         add(found)
