@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..formats import Format
 from ..hf_config import ConfigRow, sizes
 from ..names import Names, layer_names
-from .qwen3 import LAYER, read_rotary_and_window
+from .qwen3 import LAYER, read_rotary_and_window, write_pad
 
 # configuration_qwen2.py Qwen2Config: Qwen3's fields less head_dim and attention_bias (fixed in Qwen2Attention).
 CONFIG = ConfigRow(
@@ -18,11 +18,11 @@ CONFIG = ConfigRow(
             "rms_norm_eps": "layer_norm_eps", "pad_token_id": "pad_token_id", "attention_dropout": "attention_dropout",
             "hidden_act": "activation", "initializer_range": "initializer_range",
             "tie_word_embeddings": "tie_word_embeddings", "rope_theta": "rope_theta",
-            "use_bidirectional_attention": "use_bidirectional_attention"},
+            "use_bidirectional_attention": "use_bidirectional_attention", "pad_token_saved": "last_token_by_pad"},
     defaults={"max_position_embeddings": 32768, "rms_norm_eps": 1e-6, "pad_token_id": 0, "attention_dropout": 0.0,
               "hidden_act": "silu", "initializer_range": 0.02, "tie_word_embeddings": False, "rope_theta": 10000.0,
               "use_bidirectional_attention": False},
-    read=read_rotary_and_window,
+    read=read_rotary_and_window, write=write_pad,
     presets={
         # https://huggingface.co/mixedbread-ai/mxbai-rerank-base-v2/blob/main/config.json (Qwen2ForCausalLM)
         "mxbai-rerank-base-v2": {"vocab_size": 151936, **sizes(896, 24, 14, 4864), "num_key_value_heads": 2,

@@ -14,12 +14,26 @@ def read_rotary_and_window(hf: dict[str, Any]) -> dict[str, Any]:
     """What Qwen2Config and Qwen3Config share (their __post_init__): the rotary base read as hf_config.default_rope
     reads it (the embedders' and rerankers' rope_scaling is null). use_sliding_window true (some layers attend a causal window,
     layer_types "sliding_attention") is refused: minialign runs every layer over every earlier key."""
-    hf = default_rope(hf)
+    hf = {**default_rope(hf), "pad_token_saved": hf.get("pad_token_id") is not None}  # PAD_SAVED
     if hf.get("use_sliding_window"):
         raise ValueError("config.json: use_sliding_window true is not supported (sliding-window layers); minialign "
                          "runs Qwen layers over every earlier key (use_sliding_window false)")
     if any(kind != "full_attention" for kind in hf.get("layer_types") or ()):
         raise ValueError(f"config.json: layer_types {hf['layer_types']!r} is not supported (only 'full_attention')")
+    return hf
+
+
+# PAD_SAVED: whether config.json names a pad token. Qwen2ForSequenceClassification finds a row's last token as the
+# last whose id is not pad_token_id, and with pad_token_id null reads the last position (a batch of one); a null one
+# is 0 here (the embedding's padding row), so the classifier is told to read the last real token instead
+# (Config.last_token_by_pad), and an export writes null again (write_pad).
+
+
+def write_pad(hf: dict[str, Any]) -> dict[str, Any]:
+    """The reverse of PAD_SAVED: pad_token_id null again where config.json had none."""
+    hf = dict(hf)
+    if hf.pop("pad_token_saved", True) is False:
+        hf["pad_token_id"] = None
     return hf
 
 
@@ -37,11 +51,12 @@ CONFIG = ConfigRow(
             "rms_norm_eps": "layer_norm_eps", "pad_token_id": "pad_token_id", "attention_dropout": "attention_dropout",
             "hidden_act": "activation", "initializer_range": "initializer_range",
             "tie_word_embeddings": "tie_word_embeddings", "rope_theta": "rope_theta",
-            "attention_bias": "attention_bias", "use_bidirectional_attention": "use_bidirectional_attention"},
+            "attention_bias": "attention_bias", "use_bidirectional_attention": "use_bidirectional_attention",
+            "pad_token_saved": "last_token_by_pad"},
     defaults={"max_position_embeddings": 32768, "head_dim": 128, "rms_norm_eps": 1e-6, "pad_token_id": 0,
               "attention_dropout": 0.0, "hidden_act": "silu", "initializer_range": 0.02, "tie_word_embeddings": False,
               "rope_theta": 10000.0, "attention_bias": False, "use_bidirectional_attention": False},
-    read=read_rotary_and_window,
+    read=read_rotary_and_window, write=write_pad,
     presets={
         # https://huggingface.co/Qwen/Qwen3-Embedding-0.6B/blob/main/config.json
         "qwen3-embedding-0.6b": {"vocab_size": 151669, **sizes(1024, 28, 16, 3072), "num_key_value_heads": 8,

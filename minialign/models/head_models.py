@@ -160,7 +160,8 @@ class ClassifierModel(_OnEncoder, Pretrained):
                            output_hidden_states=output_hidden_states, output_attentions=output_attentions,
                            unpad=unpad, final_tokens=tokens, head_mask=head_mask, host=host)
         keep = attention_mask
-        if self.classifier.kind.pool == "last":  # transformers reads the last token that is not pad_token_id
+        # transformers reads the last token that is not pad_token_id (a config that saved none: the last real one)
+        if self.classifier.kind.pool == "last" and getattr(self.config, "last_token_by_pad", True):
             keep = input_ids != self.config.pad_token_id
             keep = keep if attention_mask is None else keep & attention_mask.bool()
         logits = self.classifier(out, keep)

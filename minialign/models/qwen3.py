@@ -68,6 +68,7 @@ class Qwen2Config(Config):
     num_key_value_heads: int | None = checked(optional(POSITIVE_INT), None)
     rope_theta: float = checked(POSITIVE_NUMBER, 10000.0)
     use_bidirectional_attention: bool = checked(BOOL, False)
+    last_token_by_pad: bool = checked(BOOL, True)  # convert/families/qwen3.py PAD_SAVED
 
     def check(self) -> None:
         if self.num_key_value_heads is not None and self.num_heads % self.num_key_value_heads:

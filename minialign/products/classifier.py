@@ -227,6 +227,19 @@ def read_logit_score(source: Source, modules: list[tuple[str, str]], inner: Sour
     return CrossEncoderModel(encoder, head)
 
 
+def transformer_window(source: Source, tokenizer: Tokenizer, positions: int) -> int:
+    """A CrossEncoder's Transformer module's window (base/modules/transformer.py): processing_kwargs' max_length
+    (its "chat_template", else its "text" settings), else sentence_bert_config.json's max_seq_length, else the
+    tokenizer's model_max_length within the model's positions (the positions where the tokenizer saves none)."""
+    settings = convert.read_sentence_config(source)
+    processing = settings.get("processing_kwargs") or {}
+    for value in ((processing.get("chat_template") or {}).get("max_length"),
+                  (processing.get("text") or {}).get("max_length"), settings.get("max_seq_length")):
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return min(tokenizer.saved_max_length or positions, positions)
+
+
 def read_chat(source: Source, tokenizer: Tokenizer) -> ChatTemplate | None:
     """A causal CrossEncoder's chat template, as its Transformer module reads pairs (sentence_bert_config.json:
     modality_config "message" and its "format", processing_kwargs "chat_template"); None where its pairs are read
@@ -239,8 +252,8 @@ def read_chat(source: Source, tokenizer: Tokenizer) -> ChatTemplate | None:
     keywords = dict(((settings.get("processing_kwargs") or {}).get("chat_template")) or {})
     restore = bool(keywords.pop("restore_suffix", True))
     chat = ChatTemplate.from_dir(source.path, special_tokens=tokenizer.special_tokens,
-                                 message_format=message.get("format", "flat"), keywords=keywords,
-                                 restore_suffix=restore)
+                                 message_format=message.get("format", "auto"), keywords=keywords,
+                                 restore_suffix=restore, truncation_side=tokenizer.truncation_side)
     if chat is not None:
         chat.check_pairs()
     return chat
@@ -285,6 +298,7 @@ class Classifier(Runner):
             model, inner = read_cross_encoder(source, modules, load)
             tokenizer = load.open_tokenizer(inner)
             saved = saved or CROSS_ENCODER_DEFAULT[model.head.num_labels == 1]
+            max_length = max_length or transformer_window(inner, tokenizer, model.encoder.config.max_seq_len)
             if isinstance(model.head, LogitScoreHead):
                 options["chat"] = read_chat(inner, tokenizer)
         else:

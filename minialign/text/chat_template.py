@@ -28,9 +28,16 @@ from minialign.text.tokenizer import Encoded, Tokenizer
 
 PAIR_ROLES = ("query", "document")  # sentence-transformers base/modality.py PAIR_ROLES: a pair's two messages
 MESSAGE_FORMATS = ("flat", "structured")  # content a string, or [{"type": "text", "text": ...}]
+# sentence-transformers InputFormatter._infer_format ("auto", its default): a template reading any of these expects
+# structured content; else flat
+STRUCTURED_PATTERNS = ("content[0]", ".type", "'type'", '"type"', "item.type", "message.content[")
+# apply_chat_template's size keywords (transformers' _APPLY_CHAT_TEMPLATE_TOP_LEVEL_KWARGS): tokenization's, never
+# the template's variables
+SIZE_KEYWORDS = ("padding", "truncation", "max_length", "return_tensors")
 # sentence-transformers Transformer._chat_template_suffix_ids: the template's tail is the common token suffix of two
 # renders whose contents are these fillers (their tokens differ, so the common part is template, never content)
 FILLERS = ("0", "1 2 3 4")
+SUFFIXES = 128  # the templates' tails kept (one per system prompt and message layout)
 TEMPLATE_FILE = "chat_template.jinja"  # transformers 4.43+ saves the template beside tokenizer_config.json
 
 
@@ -95,19 +102,35 @@ def compile_template(source: str):
         raise ValueError(f"chat template, line {e.lineno}: {e.message}") from None
 
 
+def infer_format(template: str) -> str:
+    """sentence-transformers' message format for "auto" (InputFormatter._infer_format, for a model type it does not
+    list): structured where the template reads content as a list of typed parts, else flat."""
+    return "structured" if any(pattern in template for pattern in STRUCTURED_PATTERNS) else "flat"
+
+
 class ChatTemplate:
     def __init__(self, template: str, *, special_tokens: dict[str, str] | None = None,
-                 message_format: str = "flat", keywords: dict[str, Any] | None = None, restore_suffix: bool = True):
+                 message_format: str = "auto", keywords: dict[str, Any] | None = None, restore_suffix: bool = True,
+                 truncation_side: str = "right"):
         """template: Jinja source; special_tokens: the tokenizer's named ones (bos_token, eos_token, ...);
         message_format: how a message's content is written (sentence-transformers' modality_config "message"
         "format"); keywords: the model's chat-template keyword arguments (add_generation_prompt, ...);
-        restore_suffix: whether a cut row gets the template's tail back (sentence-transformers' flag, default on)."""
+        restore_suffix: whether a cut row gets the template's tail back (sentence-transformers' flag, default on);
+        truncation_side: which end a row past the window loses (the tokenizer's, tokenizer_config.json)."""
+        if truncation_side not in ("right", "left"):
+            raise ValueError(f"truncation_side must be 'right' or 'left', got {truncation_side!r}")
+        self.truncation_side = truncation_side
+        if message_format == "auto":
+            message_format = infer_format(template)
         if message_format not in MESSAGE_FORMATS:
-            raise ValueError(f"message format must be one of {MESSAGE_FORMATS}, got {message_format!r}")
+            raise ValueError(f"message format must be one of {MESSAGE_FORMATS} or 'auto', got {message_format!r}")
+        keywords = {k: v for k, v in (keywords or {}).items() if k not in SIZE_KEYWORDS}
+        if clash := sorted({"messages", "tools", "documents"} & set(keywords)):
+            raise ValueError(f"chat-template keywords {clash} name what the template is given itself")
         self.template = compile_template(template)
         self.source, self.message_format, self.restore_suffix = template, message_format, restore_suffix
         self.variables = {**(special_tokens or {}), "add_generation_prompt": False, **(keywords or {})}
-        self._suffixes: dict[str, list[int]] = {}
+        self._suffixes: dict[str, list[int]] = {}  # by skeleton: a prompt's text is part of it (SUFFIXES at most)
 
     @classmethod
     def from_dir(cls, directory: str | Path, **options) -> ChatTemplate | None:
@@ -151,6 +174,8 @@ class ChatTemplate:
                      for filler in FILLERS]
         key = repr(skeletons[0])
         if key not in self._suffixes:
+            if len(self._suffixes) >= SUFFIXES:  # sentence-transformers' cap on its cache
+                self._suffixes.pop(next(iter(self._suffixes)))
             first, second = (tokenizer.backend.encode(self.render(s), add_special_tokens=False).ids for s in skeletons)
             count = 0
             for a, b in zip(reversed(first), reversed(second)):
@@ -168,7 +193,7 @@ class ChatTemplate:
         rendered = [self.render(messages) for messages in conversations]
         out = Encoded([], [], [])
         for messages, encoding in zip(conversations, tokenizer.backend.encode_batch(rendered, add_special_tokens=False)):
-            ids = encoding.ids[:max_length]
+            ids = encoding.ids[:max_length] if self.truncation_side == "right" else encoding.ids[-max_length:]
             if self.restore_suffix and len(encoding.ids) >= max_length and (tail := self.suffix(tokenizer, messages)):
                 keep = min(len(tail), len(ids))
                 ids[len(ids) - keep:] = tail[-keep:]

@@ -56,6 +56,10 @@ class Tokenizer:
         # decode's clean-up of spaces before punctuation (tokenizer_config.json's, transformers' default False)
         self.clean_up_tokenization_spaces = False
         self.clean_up_bpe = False  # clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output
+        # tokenizer_config.json's model_max_length as saved (None: none; model_max_length is then 512), and its
+        # truncation_side (which end a cut loses: the chat-template path reads it, text/chat_template.py)
+        self.saved_max_length: int | None = model_max_length
+        self.truncation_side = "right"
 
     @classmethod
     def from_pretrained(cls, src: str | Path | Source, *, revision: str | None = None,
@@ -76,10 +80,13 @@ class Tokenizer:
         settings = read_settings(directory)
         tokenizer_class = tokenizer_class_of(settings)
         settings = {**WORDPIECE_CLASSES.get(tokenizer_class, {}), **settings}
-        max_len = settings.get("model_max_length")
-        max_len = max_len if isinstance(max_len, int) and 0 < max_len < 1_000_000 else 512
+        saved = settings.get("model_max_length")
+        saved = saved if isinstance(saved, int) and 0 < saved < 1_000_000 else None  # transformers' "none" is 1e30
         backend, pad = read_backend(directory, settings, tokenizer_class)
-        tok = cls(backend, pad_token=pad, model_max_length=max_len)
+        tok = cls(backend, pad_token=pad, model_max_length=saved or 512)
+        tok.saved_max_length = saved
+        side = settings.get("truncation_side")
+        tok.truncation_side = side if side in ("left", "right") else "right"
         tok.special_tokens.update({name: token for name in SPECIAL_TOKEN_NAMES
                                    if name != "pad_token" and (token := token_str(settings.get(name)))})
         tok.clean_up_tokenization_spaces = settings.get("clean_up_tokenization_spaces") is True

@@ -287,3 +287,16 @@ def test_sequence_classification_reads_the_last_non_pad_token(arch, left, tmp_pa
         theirs = hf(ids, attention_mask=mask).logits
         for unpad in (False, True) if not left else (False,):
             torch.testing.assert_close(ours(ids, attention_mask=mask, unpad=unpad).logits, theirs, **TOL)
+
+
+def test_sequence_classification_without_a_pad_token_reads_the_last_real_token(tmp_path):
+    """pad_token_id null in config.json: transformers reads the last position (a batch of one); a last token of id 0
+    is read, not skipped as padding; an export writes the pad token null again."""
+    hf = hf_model("qwen3", cls=transformers.Qwen3ForSequenceClassification, num_labels=2, pad_token_id=None)
+    hf.save_pretrained(tmp_path / "clf")
+    assert json.loads((tmp_path / "clf" / "config.json").read_text()).get("pad_token_id") is None
+    ours = ma.ClassifierModel.from_pretrained(tmp_path / "clf")
+    ids = torch.tensor([[5, 9, 17, 0]])
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids).logits, hf(ids).logits, **TOL)
+    assert ours.config.to_hf(classifier=True).get("pad_token_id") is None

@@ -258,3 +258,83 @@ def test_the_classify_command_and_the_rerank_route_score_as_predict(reranker, tm
     ranked = clf.rerank(texts[0], pairs)
     assert [a["index"] for a in answer] == [i for i, _ in ranked]
     assert [a["score"] for a in answer] == pytest.approx([s for _, s in ranked], abs=1e-6)
+
+
+@pytest.mark.parametrize("where", ["max_seq_length", "text", "chat_template"])
+def test_the_transformer_modules_window_is_read(reranker, tmp_path, where):
+    """sentence_bert_config.json's max_seq_length, or processing_kwargs' max_length ("text" or "chat_template"), is
+    the window, as CrossEncoder reads it (the chat template's size keywords are tokenization's, not its variables)."""
+    def change(directory):
+        path = directory / "sentence_bert_config.json"
+        config = json.loads(path.read_text())
+        if where == "max_seq_length":
+            config["max_seq_length"] = 60
+        else:
+            config["processing_kwargs"] = {where: {"max_length": 60}}
+        path.write_text(json.dumps(config))
+
+    directory = _edited(reranker, tmp_path / "m", change)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reference = CrossEncoder_of(directory)
+    clf = ma.Classifier.from_pretrained(directory)
+    assert clf.max_length == 60
+    texts, pairs = _columns(PAIRS[:3])
+    torch.testing.assert_close(clf.predict(texts, pairs, activation="none", warn_truncation=False),
+                               torch.as_tensor(reference.predict(PAIRS[:3], activation_fn=torch.nn.Identity())),
+                               **TOL)
+
+
+def CrossEncoder_of(directory):
+    from sentence_transformers import CrossEncoder
+
+    return CrossEncoder(str(directory), device="cpu")
+
+
+def test_truncation_side_left_and_no_saved_window(reranker, tmp_path):
+    """tokenizer_config.json's truncation_side "left" cuts a row's start (CrossEncoder's tokenizer does); without a
+    model_max_length the window is the model's positions (the Transformer module's rule), not 512."""
+    def left(directory):
+        path = directory / "tokenizer_config.json"
+        config = json.loads(path.read_text())
+        config.update(truncation_side="left", model_max_length=60)
+        path.write_text(json.dumps(config))
+
+    directory = _edited(reranker, tmp_path / "left", left)
+    reference = CrossEncoder_of(directory)
+    clf = ma.Classifier.from_pretrained(directory)
+    assert clf.max_length == 60 and clf.chat.truncation_side == "left"
+    texts, pairs = _columns(PAIRS[:3])
+    torch.testing.assert_close(clf.predict(texts, pairs, activation="none", warn_truncation=False),
+                               torch.as_tensor(reference.predict(PAIRS[:3], activation_fn=torch.nn.Identity())),
+                               **TOL)
+
+    def unsaved(directory):
+        path = directory / "tokenizer_config.json"
+        config = json.loads(path.read_text())
+        config.pop("model_max_length")
+        path.write_text(json.dumps(config))
+
+    positions = json.loads((reranker / "config.json").read_text())["max_position_embeddings"]
+    assert ma.Classifier.from_pretrained(_edited(reranker, tmp_path / "unsaved", unsaved)).max_length == positions
+
+
+def test_a_message_format_left_out_is_inferred(reranker, tmp_path):
+    """No "format" (sentence-transformers' "auto"): a template reading content as typed parts is structured."""
+    structured = TEMPLATE.replace("{{ message.content }}", "{{ message.content[0].text }}")
+
+    def change(directory):
+        (directory / "chat_template.jinja").write_text(structured)
+        path = directory / "sentence_bert_config.json"
+        config = json.loads(path.read_text())
+        config["modality_config"]["message"].pop("format")
+        path.write_text(json.dumps(config))
+
+    directory = _edited(reranker, tmp_path / "m", change)
+    reference = CrossEncoder_of(directory)
+    clf = ma.Classifier.from_pretrained(directory, max_length=WINDOW)
+    assert clf.chat.message_format == "structured"
+    texts, pairs = _columns(PAIRS[:3])
+    torch.testing.assert_close(clf.predict(texts, pairs, activation="none"),
+                               torch.as_tensor(reference.predict(PAIRS[:3], activation_fn=torch.nn.Identity())),
+                               **TOL)
