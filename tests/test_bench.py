@@ -744,10 +744,12 @@ def test_the_detectors_goal_and_an_ungated_feed_forwards_flops():
 
     from benchmarks import detectors, embedders
 
-    assert detectors.verdict({"fp32": 3.1, "int8": 2.0}, fp32_share=0.5, peer_share=0.1).startswith("goal 3x: met")
-    assert "not met" in detectors.verdict({"fp32": 2.5}, fp32_share=0.5, peer_share=0.2)
-    assert "ceiling rule" in detectors.verdict({"fp32": 2.5}, fp32_share=0.95, peer_share=0.4)
-    assert ": met" in detectors.verdict({"fp32": 2.5}, fp32_share=0.95, peer_share=0.4)
+    goal = detectors.GOAL
+    assert embedders.verdict({"fp32": 3.1, "int8": 2.0}, fp32_share=0.5, peer_share=0.1, goal=goal).startswith(
+        "goal 3x: met")
+    assert "not met" in embedders.verdict({"fp32": 2.5}, fp32_share=0.5, peer_share=0.2, goal=goal)
+    assert "ceiling rule" in embedders.verdict({"fp32": 2.5}, fp32_share=0.95, peer_share=0.4, goal=goal)
+    assert ": met" in embedders.verdict({"fp32": 2.5}, fp32_share=0.95, peer_share=0.4, goal=goal)
     config = SimpleNamespace(hidden_size=8, intermediate_size=12, head_dim=4, num_heads=2, num_layers=1)
     ungated = embedders.flops(detectors.shape_view(config, gated=False), [1])
     gated = embedders.flops(detectors.shape_view(config, gated=True), [1])

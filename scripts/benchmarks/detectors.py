@@ -25,8 +25,8 @@ ungated feed-forward's, DeBERTa's, at a gated one's shapes of the same FLOPs: sh
 each (the references and minialign on the first example): the reference (the baseline), minialign fp32, int8
 (dtype="int8") and bf16 where the CPU has native bf16. The goal
 (GOAL): a minialign row GOAL times the reference's speed, or, where that is above the fp32 ceiling, fp32 at
-embedders.CEILING_SHARE of it (verdict). Useful FLOPs (embedders.flops) count every key of ModernBERT's local
-layers and none of DeBERTa's relative-position products. Each minialign row's deviation is the largest difference of
+embedders.CEILING_SHARE of it (embedders.verdict at this GOAL). Useful FLOPs (embedders.flops) count every key of
+ModernBERT's local layers and none of DeBERTa's relative-position products. Each minialign row's deviation is the largest difference of
 its probabilities from the reference's (LettuceDetect: every answer token's; HHEM, FactCG: each example's score). Rows
 of data (data.py), never a test.
 
@@ -100,21 +100,6 @@ def shape_view(config, *, gated: bool, whole: bool = False) -> SimpleNamespace:
     return SimpleNamespace(hidden_size=config.hidden_size, head_dim=config.head_dim, num_heads=config.num_heads,
                            kv_heads=config.num_heads, num_layers=config.num_layers,
                            intermediate_size=round(width) if whole else width)
-
-
-def verdict(ratios: dict[str, float], *, fp32_share: float, peer_share: float) -> str:
-    """embedders.verdict's rule at this section's GOAL: a precision past GOAL meets it; where GOAL x the reference's
-    speed is above the fp32 ceiling, fp32 at embedders.CEILING_SHARE of it meets it."""
-    from benchmarks.embedders import CEILING_SHARE
-
-    best = max(ratios, key=ratios.get)
-    if ratios[best] >= GOAL:
-        return f"goal {GOAL:g}x: met ({best} {ratios[best]:.2f}x)"
-    if peer_share * GOAL > 1:
-        state = "met" if fp32_share >= CEILING_SHARE else "not met"
-        return (f"goal {GOAL:g}x is above the fp32 ceiling ({peer_share * GOAL:.0%} of it): ceiling rule, fp32 at "
-                f"{fp32_share:.0%} of it ({CEILING_SHARE:.0%} meets it): {state}; best {best} {ratios[best]:.2f}x")
-    return f"goal {GOAL:g}x: not met (best {best} {ratios[best]:.2f}x; fp32 at {fp32_share:.0%} of its ceiling)"
 
 
 def examples_for(count: int) -> list[tuple[list[str], str, str]]:
@@ -370,7 +355,7 @@ def suite_rows(*, reps: int, device: str = "cpu", dry_run: bool = False, add=lam
             gflop_s = {name: work / times[name].median / 1e9 for name in calls if not name.startswith("matmul")}
             ratios = {name.rsplit(" ", 1)[1]: times[peer].median / times[name].median for name in ours}
             fp32_name = next(name for name in ours if name.endswith(" fp32"))
-            goal = verdict(ratios, fp32_share=gflop_s[fp32_name] / best["fp32"],
+            goal = embedders.verdict(ratios, goal=GOAL, fp32_share=gflop_s[fp32_name] / best["fp32"],
                            peer_share=gflop_s[peer] / best["fp32"])
             for name in (peer, *ours):
                 t, dtype = times[name], "fp32" if name == peer else name.rsplit(" ", 1)[1]
