@@ -54,7 +54,7 @@ from minialign.products.choices import MINICHECK_T5_CHUNK_WORDS as CHUNK_WORDS  
 from minialign.products.classifier import Classifier
 from minialign.products.runner import LoadOptions, Loading, PairScorer, refuse_int8
 from minialign.runtime.engine import Truncation
-from minialign.sources import resolve
+from minialign.sources import Source, resolve
 from minialign.text.sentences import split_sentences
 from minialign.text.tokenizer import Tokenizer
 from minialign.text.validation import check_texts, one_pair
@@ -68,9 +68,8 @@ LABELS = ("unsupported", "supported")  # by label index, as MiniCheck's classifi
 NEWLINE = "\n"  # the block marker
 
 
-def model_type(src: str | Path, load: LoadOptions) -> str | None:
+def model_type(source: Source) -> str | None:
     """config.json's model_type of a checkpoint directory or hub id (None: a single file, or no config.json)."""
-    source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)
     path = None if source.is_file else source.file("config.json", optional=True)
     return None if path is None else convert.read_json(path).get("model_type")
 
@@ -106,10 +105,13 @@ class MiniCheckScorer(PairScorer):
         are words, its own default). The keywords every runner takes are products/runner.py's (Loading)."""
         load = LoadOptions(**keywords)
         refuse_int8(load.dtype, "MiniCheckScorer")
-        if cls is MiniCheckScorer and model_type(src, load) == "t5":
-            return MiniCheckT5Scorer.from_pretrained(src, chunk_size=chunk_size, splitter=splitter, **keywords)
+        source = resolve(src, revision=load.revision, cache_dir=load.cache_dir)  # decided once, read by both paths
+        if cls is MiniCheckScorer and model_type(source) == "t5":
+            scorer = MiniCheckT5Scorer.from_pretrained(source, chunk_size=chunk_size, splitter=splitter, **keywords)
+            scorer.source = str(src)
+            return scorer
         chunk_size = CHUNK_SIZE if chunk_size is None else chunk_size
-        loaded = Classifier.from_pretrained(src, max_length=MAX_LENGTH, **load.only(
+        loaded = Classifier.from_pretrained(source, max_length=MAX_LENGTH, **load.only(
             "tokenizer", "device", "dtype", "cache_dir", "attn_backend", "revision", "adapter"))
         # the runner over the loaded model and tokenizer, with the window of the family the checkpoint is
         max_length = MAX_LENGTHS.get(loaded.model.config.arch, MAX_LENGTH)
