@@ -735,7 +735,8 @@ def test_the_detectors_suite_writes_its_rows_as_data_at_toy_size(tmp_path):
         fp32 = next(r for impl, r in by_impl.items() if impl.endswith(" fp32") and r["ratio"] != 1.0)
         assert fp32["deviation"] < 1e-5 and "goal 3x" in fp32["note"]
         assert any(r["impl"] == "matmul ceiling fp32 (F.linear)" and r["gflop_s"] > 0 for r in mine)
-    assert not any(r["impl"] == "FactCGScorer.score int8" for r in rows)  # a scorer refuses int8
+    assert not any(r["impl"] in ("FactCGScorer.score int8", "MiniCheckScorer.score int8") for r in rows)  # scorers
+    # refuse int8
 
 
 def test_the_detectors_goal_and_an_ungated_feed_forwards_flops():

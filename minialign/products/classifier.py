@@ -296,7 +296,8 @@ class Classifier(Runner):
             modules = convert.read_modules(source, supported=convert.sbert.CROSS_ENCODER_MODULES)
         if modules is not None and [kind for kind, _ in modules] != ["Transformer"]:  # a head saved as modules
             model, inner = read_cross_encoder(source, modules, load)
-            tokenizer = load.open_tokenizer(inner)
+            tokenizer = load.open_tokenizer(inner, do_lower_case=convert.read_sentence_config(inner).get(
+                "do_lower_case", False))
             saved = saved or CROSS_ENCODER_DEFAULT[model.head.num_labels == 1]
             max_length = max_length or transformer_window(inner, tokenizer, model.encoder.config.max_seq_len)
             if isinstance(model.head, LogitScoreHead):

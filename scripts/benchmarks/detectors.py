@@ -12,7 +12,9 @@
   the eos token, padding "longest", max_length 2048, softmax column 1, batches of 32) on transformers against
   ma.FactCGScorer.score (no int8 row: a scorer refuses dtype="int8").
 
-MiniCheck-Flan-T5 is not here: no T5 MiniCheck scorer is in the package yet.
+- MiniCheck-Flan-T5 (lytang/MiniCheck-Flan-T5-Large: a T5ForConditionalGeneration at flan-t5-large's shape): MiniCheck's
+  flan-t5 path (minicheck/inference.py: "predict: " + chunk + "</s>" + claim, one decoder step from token 0, the
+  softmax over tokens 3 and 209, the max over chunks) on transformers against ma.MiniCheckScorer.score (no int8 row).
 
 Each directory's vocabulary is cut to a byte-level BPE tokenizer trained here on the timed text (embedders.tokenizer;
 the embedding lookup's cost does not depend on the vocabulary's size) with the family's special tokens and
@@ -27,7 +29,7 @@ each (the references and minialign on the first example): the reference (the bas
 (GOAL): a minialign row GOAL times the reference's speed, or, where that is above the fp32 ceiling, fp32 at
 embedders.CEILING_SHARE of it (embedders.verdict at this GOAL). Useful FLOPs (embedders.flops) count every key of
 ModernBERT's local layers and none of DeBERTa's relative-position products. Each minialign row's deviation is the largest difference of
-its probabilities from the reference's (LettuceDetect: every answer token's; HHEM, FactCG: each example's score). Rows
+its probabilities from the reference's (LettuceDetect: every answer token's; the others: each example's score). Rows
 of data (data.py), never a test.
 
     python scripts/bench.py --suite detectors --data docs/benchmarks/cpu-<machine>.json --device cpu
@@ -53,10 +55,14 @@ BATCH = 32  # the references' batch (FactCG's Inferencer; HHEM's predict takes t
 # https://huggingface.co/microsoft/deberta-v3-large/blob/main/config.json: deberta-v3-base's preset at its sizes
 DEBERTA_V3_LARGE = {"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
                     "intermediate_size": 4096, "pooler_hidden_size": 1024}
+# https://huggingface.co/google/flan-t5-large/blob/main/config.json (lytang/MiniCheck-Flan-T5-Large's): flan-t5-base's
+# preset at its sizes
+FLAN_T5_LARGE = {"d_model": 1024, "d_kv": 64, "num_heads": 16, "d_ff": 2816, "num_layers": 24,
+                 "num_decoder_layers": 24}
 # a dry run's shapes (each family's layout at toy size): every step in seconds, figures meaningless
 DRY_SHAPES = {"modernbert": {"hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 2,
                              "intermediate_size": 96},
-              "t5": {"d_model": 64, "d_kv": 32, "num_heads": 2, "d_ff": 96, "num_layers": 2},
+              "t5": {"d_model": 64, "d_kv": 32, "num_heads": 2, "d_ff": 96, "num_layers": 2, "num_decoder_layers": 2},
               "deberta-v2": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
                              "intermediate_size": 96, "pooler_hidden_size": 64}}
 
@@ -87,7 +93,9 @@ HHEM = Detector("HHEM-2.1-open (flan-t5-base)", "flan-t5-base", {},
 FACTCG = Detector("FactCG-DeBERTa-v3-Large", "deberta-v3-base", DEBERTA_V3_LARGE,
                   # microsoft/deberta-v3-large's tokenizer: [PAD] [CLS] [SEP] [UNK], `[CLS] A [SEP]`
                   ("[PAD]", "[CLS]", "[SEP]", "[UNK]"), "[CLS]:0 $A:0 [SEP]:0", None, "[PAD]", "[SEP]", False)
-MODELS = (LETTUCE, HHEM, FACTCG)
+MINICHECK_T5 = Detector("MiniCheck-Flan-T5-Large", "flan-t5-base", FLAN_T5_LARGE,
+                        ("<pad>", "</s>", "<unk>"), "$A:0 </s>:0", None, "<pad>", "</s>", True)
+MODELS = (LETTUCE, HHEM, FACTCG, MINICHECK_T5)
 
 
 # -- pure parts ------------------------------------------------------------------------------------------
@@ -198,6 +206,20 @@ def build_factcg(root: Path, corpus: list[str], *, dry_run: bool = False) -> Pat
     return directory
 
 
+def build_minicheck_t5(root: Path, corpus: list[str], *, dry_run: bool = False) -> Path:
+    """A T5ForConditionalGeneration at flan-t5-large's shape (MiniCheck-Flan-T5-Large's class), its tokenizer's."""
+    import transformers
+
+    directory = root / "minicheck-flan-t5"
+    hf = hf_config(MINICHECK_T5, tokenizer(directory, MINICHECK_T5, corpus, window=2048), dry_run=dry_run)
+    for name in ("model_type", "num_labels"):
+        hf.pop(name)
+    hf["is_encoder_decoder"] = True  # the encoder family's export writes False (T5EncoderModel's); here the whole model
+    torch.manual_seed(0)
+    transformers.T5ForConditionalGeneration(transformers.T5Config(**hf)).eval().save_pretrained(directory)
+    return directory
+
+
 def chunking_src(document: str, splitter, word_count, max_chunk_size: int) -> list[str]:
     """factcg/inference.py Inferencer.chunking_src, the sentences and word counts FactCGScorer's (nltk's there)."""
     chunks, chunk_size, chunk = [], 0, ""
@@ -272,6 +294,8 @@ def sides(detector: Detector, root: Path, dtypes: list[str], *, dry_run: bool):
                                for name, runner in runners.items()}, [len(ids) for ids in tok(texts)["input_ids"]]
 
         return "HHEM's predict on transformers T5ForTokenClassification fp32", runners, calls
+    if detector is MINICHECK_T5:
+        return minicheck_t5_sides(root, corpus, dtypes, table, dry_run=dry_run)
     directory = build_factcg(root, corpus, dry_run=dry_run)
     model = transformers.DebertaV2ForSequenceClassification.from_pretrained(directory).eval()
     tok = transformers.AutoTokenizer.from_pretrained(directory)
@@ -300,6 +324,45 @@ def sides(detector: Detector, root: Path, dtypes: list[str], *, dry_run: bool):
             [len(ids) for ids in tok(texts, max_length=factcg.MAX_LENGTH, truncation=True)["input_ids"]]
 
     return "FactCG's Inferencer on transformers DebertaV2ForSequenceClassification fp32", runners, calls
+
+
+def minicheck_t5_sides(root: Path, corpus: list[str], dtypes: list[str], table: dict, *, dry_run: bool):
+    """`sides` for MiniCheck-Flan-T5: the reference is MiniCheck's flan-t5 path on transformers (minicheck/inference.py
+    Inferencer: "predict: " + chunk + "</s>" + claim, cut at 2048, one decoder step from token 0, softmax over the
+    logits of tokens 3 and 209, the max over chunks) on the chunks MiniCheckScorer makes (tests/products/
+    test_minicheck_t5.py checks they are MiniCheck's)."""
+    import transformers
+
+    import minialign as ma
+    from minialign.products import minicheck
+
+    directory = build_minicheck_t5(root, corpus, dry_run=dry_run)
+    model = transformers.T5ForConditionalGeneration.from_pretrained(directory).eval()
+    tok = transformers.AutoTokenizer.from_pretrained(directory)
+    runners = {name: ma.MiniCheckScorer.from_pretrained(directory, **table[name]) for name in dtypes if name != "int8"}
+
+    def calls(examples):
+        documents, claims = [" ".join(c) for c, _, _ in examples], [a for _, _, a in examples]
+        chunked = [runners["fp32"].chunks(d) for d in documents]
+        texts = [runners["fp32"].text(c, claim) for chunks, claim in zip(chunked, claims) for c in chunks]
+
+        def reference():  # Inferencer.batch_inference (flan-t5): each example's max over its chunks
+            scores = []
+            for start in range(0, len(texts), BATCH):
+                batch = tok(texts[start:start + BATCH], max_length=minicheck.T5_MAX_LENGTH, truncation=True,
+                            padding="longest", return_tensors="pt")
+                start_ids = torch.full((batch["input_ids"].size(0), 1), minicheck.T5_START)
+                logits = model(**batch, decoder_input_ids=start_ids).logits[:, 0, list(minicheck.T5_LABEL_IDS)]
+                scores.append(torch.softmax(logits, dim=-1)[:, 1])
+            per_example = torch.split(torch.cat(scores), [len(chunks) for chunks in chunked])
+            return torch.stack([s.max() for s in per_example])
+
+        return reference, {f"MiniCheckScorer.score {name}": (
+            lambda r=runner: torch.tensor(r.score(documents, claims, warn_truncation=False)))
+            for name, runner in runners.items()}, \
+            [len(ids) for ids in tok(texts, max_length=minicheck.T5_MAX_LENGTH, truncation=True)["input_ids"]]
+
+    return "MiniCheck's flan-t5 path on transformers T5ForConditionalGeneration fp32", runners, calls
 
 
 def suite_rows(*, reps: int, device: str = "cpu", dry_run: bool = False, add=lambda rows: None,

@@ -131,3 +131,18 @@ def test_int8_calibrates_the_encoder_of_a_modular_cross_encoder(ettin):
     assert quantized.dtype_name == "int8" and quantized.settings()["dtype"] == "int8"
     a, b = map(list, zip(*PAIRS[:3]))
     torch.testing.assert_close(quantized.predict(a, b), exact.predict(a, b), atol=0.02, rtol=0)
+
+
+def test_do_lower_case_is_the_transformer_modules(ettin, tmp_path):
+    """sentence_bert_config.json's do_lower_case: the Transformer module lowercases each text first (as
+    CrossEncoder does), so a pair scores as its lowercased copy."""
+    def lower(directory):
+        path = directory / "sentence_bert_config.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "do_lower_case": True}))
+
+    plain = ma.Classifier.from_pretrained(ettin)
+    lowered = ma.Classifier.from_pretrained(_edit(ettin, tmp_path / "m", lower))
+    a, b = map(list, zip(*PAIRS[:3]))
+    torch.testing.assert_close(lowered.predict(a, b), plain.predict([t.lower() for t in a], [t.lower() for t in b]),
+                               atol=1e-6, rtol=0)
+    assert not torch.allclose(lowered.predict(a, b), plain.predict(a, b))
