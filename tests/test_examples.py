@@ -44,8 +44,8 @@ def test_embedding_decomposition(minilm_dir):
 
 
 @pytest.mark.slow
-def test_score_functions():
-    out = run("score_functions.py", "120")
+def test_score_functions(tmp_path):
+    out = run("score_functions.py", "120", cwd=tmp_path)  # its PNG (where matplotlib is installed) written there
     lines = [line for line in out.splitlines() if "held-out accuracy" in line]
     assert len(lines) == 5
     assert all(float(line.rsplit(" ", 1)[1]) > 0.8 for line in lines), out
