@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..hf_config import ConfigRow
+from ..hf_config import ConfigRow, default_rope
 from ..names import ALIGN_HEADS, QA_OUTPUTS, Names, layer_names
 from ..formats import Format
 
@@ -49,13 +49,7 @@ def _nomic_bert_read(hf: dict[str, Any]) -> dict[str, Any]:
             hf[ours] = hf[hub]
     if "n_embd" in hf and hf.get("intermediate_size") is None:  # GPT2Config: n_inner None is 4 * n_embd
         hf["intermediate_size"] = 4 * hf["hidden_size"]
-    rope = hf.get("rope_parameters")
-    if isinstance(rope, dict):
-        if rope.get("rope_type", "default") != "default":
-            raise ValueError(f"config.json: rope_parameters rope_type {rope['rope_type']!r} is not supported "
-                             f"(only 'default')")
-        if rope.get("rope_theta") is not None:
-            hf["rope_theta"] = rope["rope_theta"]
+    hf = default_rope(hf)  # transformers 5's rope_parameters or the Hub's rope_theta, a scaled rotary refused
     head_dim = hf.get("head_dim")
     if head_dim is not None and hf.get("hidden_size") and hf.get("num_attention_heads") \
             and head_dim * hf["num_attention_heads"] != hf["hidden_size"]:

@@ -227,11 +227,11 @@ def read_logit_score(source: Source, modules: list[tuple[str, str]], inner: Sour
     return CrossEncoderModel(encoder, head)
 
 
-def transformer_window(source: Source, tokenizer: Tokenizer, positions: int) -> int:
+def transformer_window(settings: dict, tokenizer: Tokenizer, positions: int) -> int:
     """A CrossEncoder's Transformer module's window (base/modules/transformer.py): processing_kwargs' max_length
     (its "chat_template", else its "text" settings), else sentence_bert_config.json's max_seq_length, else the
-    tokenizer's model_max_length within the model's positions (the positions where the tokenizer saves none)."""
-    settings = convert.read_sentence_config(source)
+    tokenizer's model_max_length within the model's positions (the positions where the tokenizer saves none).
+    settings: the module's sentence_bert_config.json."""
     processing = settings.get("processing_kwargs") or {}
     for value in ((processing.get("chat_template") or {}).get("max_length"),
                   (processing.get("text") or {}).get("max_length"), settings.get("max_seq_length")):
@@ -240,11 +240,10 @@ def transformer_window(source: Source, tokenizer: Tokenizer, positions: int) -> 
     return min(tokenizer.saved_max_length or positions, positions)
 
 
-def read_chat(source: Source, tokenizer: Tokenizer) -> ChatTemplate | None:
+def read_chat(source: Source, settings: dict, tokenizer: Tokenizer) -> ChatTemplate | None:
     """A causal CrossEncoder's chat template, as its Transformer module reads pairs (sentence_bert_config.json:
     modality_config "message" and its "format", processing_kwargs "chat_template"); None where its pairs are read
-    as text (no template, or a modality_config without "message")."""
-    settings = convert.read_sentence_config(source)
+    as text (no template, or a modality_config without "message"). settings: its sentence_bert_config.json."""
     modalities = settings.get("modality_config")
     if isinstance(modalities, dict) and "message" not in modalities:
         return None
@@ -296,12 +295,12 @@ class Classifier(Runner):
             modules = convert.read_modules(source, supported=convert.sbert.CROSS_ENCODER_MODULES)
         if modules is not None and [kind for kind, _ in modules] != ["Transformer"]:  # a head saved as modules
             model, inner = read_cross_encoder(source, modules, load)
-            tokenizer = load.open_tokenizer(inner, do_lower_case=convert.read_sentence_config(inner).get(
-                "do_lower_case", False))
+            settings = convert.read_sentence_config(inner)  # the Transformer module's
+            tokenizer = load.open_tokenizer(inner, do_lower_case=settings.get("do_lower_case", False))
             saved = saved or CROSS_ENCODER_DEFAULT[model.head.num_labels == 1]
-            max_length = max_length or transformer_window(inner, tokenizer, model.encoder.config.max_seq_len)
+            max_length = max_length or transformer_window(settings, tokenizer, model.encoder.config.max_seq_len)
             if isinstance(model.head, LogitScoreHead):
-                options["chat"] = read_chat(inner, tokenizer)
+                options["chat"] = read_chat(inner, settings, tokenizer)
         else:
             ckpt = read_checkpoint(source, task=load.adapter)
             model = build(ClassifierModel, ckpt, require=TRAINED, advice=NO_HEAD, **load.only("device", "dtype",

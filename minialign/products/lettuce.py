@@ -57,7 +57,7 @@ from minialign.products.runner import LoadOptions, Loading, OptionError, Runner,
 from minialign.runtime.engine import Truncation
 from minialign.sources import resolve
 from minialign.text.tokenizer import Encoded, Tokenizer
-from minialign.text.validation import value_problem
+from minialign.text.validation import check_texts, value_problem
 
 from minialign.products.choices import LETTUCE_LANG as LANG  # TransformerDetector.__init__'s lang
 from minialign.products.choices import LETTUCE_MAX_LENGTH as MAX_LENGTH  # and its max_length
@@ -231,7 +231,7 @@ class HallucinationDetector(Runner):
                              warn_truncation: bool | None = None, tally: Truncation | None = None) -> list[list[dict]]:
         """TransformerDetector.predict_prompt_batch: predict_prompt over (prompt, answer) pairs, run together."""
         self.check_options(output_format=output_format, min_confidence=min_confidence)
-        prompts, answers = _strings("prompts", prompts), _strings("answers", answers)
+        prompts, answers = check_texts("prompts", prompts), check_texts("answers", answers)
         if len(prompts) != len(answers):
             raise ValueError(f"prompts has {len(prompts)} items but answers has {len(answers)}")
         return self._run([[p] for p in prompts], answers, output_format, min_confidence, progress=progress,
@@ -407,12 +407,3 @@ def spans(answer: str, offsets: list[tuple[int, int]], preds: list[bool], probs:
     if current is not None:
         out.append({**current, "text": answer[current["start"]:current["end"]]})
     return out
-
-
-def _strings(name: str, values) -> list[str]:
-    if isinstance(values, str) or not isinstance(values, Sequence):
-        raise ValueError(f"{name} must be a list of strings, got {type(values).__name__}")
-    problems = [f"{name}[{i}] {problem}" for i, v in enumerate(values) if (problem := value_problem(v))]
-    if problems:
-        raise ValueError("invalid input: " + "; ".join(problems))
-    return list(values)

@@ -13,7 +13,6 @@ it; below, what each column shown means."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from benchmarks import data

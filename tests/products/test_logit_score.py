@@ -166,16 +166,23 @@ def test_a_pair_scores_the_same_bits_whatever_its_batch(reranker):
         assert torch.equal(clf.predict(texts[i], pairs[i], warn_truncation=False), together[i])
 
 
-def test_a_cut_row_keeps_the_template_tail():
+def test_a_cut_row_keeps_the_template_tail(tmp_path):
     """sentence-transformers' suffix restore: a row past the window ends with the template's tail (the assistant
-    turn the model answers after), written over its last tokens."""
-    from tokenizers import Tokenizer as Backend
-
+    turn the model answers after), written over its last tokens; a row within it is left as rendered."""
+    qwen_tokenizer(tmp_path / "tok")
+    tokenizer = ma.Tokenizer.from_pretrained(tmp_path / "tok")
     chat = ChatTemplate(TEMPLATE, special_tokens={"eos_token": "<|im_end|>"})
-    long = chat.pair("tower", "word " * 300)
+    long, short = chat.pair("tower", "word " * 300), chat.pair("tower", "word")
     rendered = chat.render(long)
     assert rendered.endswith("<|im_start|>assistant\n<think>\n\n</think>\n") and "<Query>: tower" in rendered
     assert chat.render(chat.pair("q", "d", prompt="Find it")).count("<Instruct>: Find it") == 1
+    tail = tokenizer.backend.encode("<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n",
+                                    add_special_tokens=False).ids
+    full = [tokenizer.backend.encode(chat.render(m), add_special_tokens=False).ids for m in (long, short)]
+    encoded = chat.encode(tokenizer, [long, short], max_length=WINDOW)
+    assert len(encoded.ids[0]) == WINDOW and encoded.truncated == [len(full[0]) - WINDOW, 0]
+    assert encoded.ids[0][-len(tail):] == tail and encoded.ids[0][:WINDOW - len(tail)] == full[0][:WINDOW - len(tail)]
+    assert encoded.ids[1] == full[1]
 
 
 @pytest.mark.parametrize("arch,tied", [("qwen2", True), ("qwen3", False)])
