@@ -16,9 +16,10 @@ import minialign as ma
 from minialign import convert
 from minialign.apps.cli import main as cli
 from minialign.nn import flex
-from minialign.nn.attention import additive_bias
+from minialign.nn.attention import LOCAL_BLOCK, additive_bias, eager, local_blocks, sdpa
 from minialign.nn.inputs import AttentionInputs
 from minialign.nn.layout import padded
+from minialign.nn.score_functions import ScaledDot
 
 TOL = dict(atol=1e-5, rtol=0)
 BACKENDS = ["eager", "sdpa", pytest.param("flex", marks=pytest.mark.slow)]
@@ -112,6 +113,54 @@ def test_the_window_joins_the_padding_mask_in_every_backend():
     assert block_mask.kv_num_blocks[0].sum() + block_mask.full_kv_num_blocks[0].sum() < 3 * 3  # blocks skipped
     short = AttentionInputs(mask[:, :9], padded(3, 9), torch.float32, 4, window=window)
     assert additive_bias(short).shape == (3, 1, 1, 9)
+
+
+def test_local_layers_on_sdpa_run_by_blocks_as_the_band():
+    """On a CPU, sdpa runs a local layer past a few blocks by blocks of queries against their window's keys
+    (nn/attention.py LocalBlocks): the same outputs as eager under the band for every real query, padding and the
+    sequences' ends blocked; the band mask where blocks do not pay or do not apply."""
+    L, window, H, D = 300, 8, 4, 16
+    lengths = torch.tensor([300, 200, 37])
+    mask = (torch.arange(L)[None] < lengths[:, None]).long()
+    inputs = AttentionInputs(mask, padded(3, L), torch.float32, H, window=window)
+    blocks = local_blocks(inputs)
+    assert blocks is not None and blocks.bias.shape == (3 * -(-L // LOCAL_BLOCK), 1, LOCAL_BLOCK,
+                                                        LOCAL_BLOCK + 2 * window)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(3, H, L, D) for _ in range(3))
+    band = eager(q, k, v, additive_bias(inputs), ScaledDot(), 0.0)[0]
+    out = sdpa(q, k, v, blocks, ScaledDot(), 0.0)[0]
+    real = mask.bool()[:, None, :, None].expand_as(out)
+    assert (out - band)[real].abs().max() < 1e-6
+    unmasked = local_blocks(AttentionInputs(None, padded(3, L), torch.float32, H, window=window))
+    assert (sdpa(q, k, v, unmasked, ScaledDot(), 0.0)[0]
+            - eager(q, k, v, additive_bias(AttentionInputs(None, padded(3, L), torch.float32, H, window=window)),
+                    ScaledDot(), 0.0)[0]).abs().max() < 1e-6
+    pairs = torch.ones(3, L, L, dtype=torch.bool)
+    for refused in (dataclasses.replace(inputs, layout=padded(3, 2 * window + 3 * LOCAL_BLOCK - 1)),
+                    dataclasses.replace(inputs, causal=True), dataclasses.replace(inputs, mask=pairs),
+                    dataclasses.replace(inputs, mask=torch.zeros(3, 1, L, L)), dataclasses.replace(inputs, window=None),
+                    dataclasses.replace(inputs, queries="first")):
+        assert local_blocks(refused) is None
+
+
+def test_local_blocks_give_a_text_the_same_bits_alone_and_batched(tmp_path):
+    """Sequences long enough for blocks (nn/attention.py LocalBlocks), through the model on sdpa, packed: each text
+    alone and batched with others (150 and 147 in one bucket, each block an entry of one sdpa call) gets the same
+    bits, and matches transformers padded and packed."""
+    hf, path = _saved(tmp_path)
+    model = ma.Encoder.from_pretrained(path, attn_backend="sdpa")
+    lengths = (250, 150, 9, 147)
+    ids, mask = _batch(hf.config, lengths)
+    with torch.no_grad():
+        batched = model(ids, attention_mask=mask, unpad=True).last_hidden_state
+        reference = hf(input_ids=ids, attention_mask=mask).last_hidden_state
+        assert (batched - reference)[mask.bool()].abs().max() < 1e-5
+        padded_out = model(ids, attention_mask=mask, unpad=False).last_hidden_state
+        assert (padded_out - reference)[mask.bool()].abs().max() < 1e-5
+        for i, n in enumerate(lengths):
+            alone = model(ids[i:i + 1, :n], attention_mask=mask[i:i + 1, :n], unpad=True).last_hidden_state
+            assert torch.equal(alone[0], batched[i, :n]), n
 
 
 def test_window_and_theta_matter(tmp_path):
