@@ -74,6 +74,7 @@ def run_serve(args: argparse.Namespace) -> int:
     import errno
 
     try:
+        import pydantic  # noqa: F401  (the routes' bodies: serve/bodies.py)
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError:

@@ -31,7 +31,9 @@ from typing import Any
 
 import torch
 
-from minialign.apps.serve.core import Core, Models, Route, ServiceError, bad_request, empty, required, text
+import minialign.apps.serve.bodies as bodies
+from minialign.apps.serve.bodies import parse
+from minialign.apps.serve.core import Core, Models, Route, ServiceError, empty
 from minialign.products.classifier import Classifier
 
 
@@ -40,48 +42,29 @@ def error_body(status: int, error_type: str, message: str) -> dict:
     return {"message": message}
 
 
-def _positive(body: dict, name: str) -> int | None:
-    value = body.get(name)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise bad_request(f"`{name}` must be a positive integer, got {value!r}")
-    return value
-
-
-def _reranker(service: Core, name: Any, needed: bool) -> tuple[Classifier, str]:
-    """The reranker and the name answers carry; `name` (the body's `model`) must be one it is served by."""
+def _reranker(service: Core, name: str | None) -> tuple[Classifier, str]:
+    """The reranker and the name answers carry; `name` (the body's `model`; v1's may be None) must be one it is
+    served by."""
     classifier = service.models.classifier
     if classifier is None or not classifier.reranker:
         raise ServiceError(424, "Backend", "Backend error: model is not a re-ranker model (start with --classify and "
                                            "a one-label cross-encoder)")
     names = service.models.accepted("classify")
-    if name is None and not needed:
+    if name is None:
         return classifier, names[0] if names else "classify"
-    if not isinstance(name, str):
-        raise bad_request("`model` is missing" if name is None else f"`model` must be a string, got "
-                                                                    f"{type(name).__name__}")
     if name not in names:
         raise ServiceError(404, "NotFound", f"model {name!r} not found; the reranker is served as "
                                             + ", ".join(repr(n) for n in names))
     return classifier, names[0]
 
 
-def _documents(value: Any, objects: bool) -> tuple[list[str], list[dict]]:
-    """(each document's text, each as v1 returns it) of `documents`: strings, or (v1) objects with a `text`."""
-    if value is None:
-        raise bad_request("`documents` is null, not a list")
-    if not isinstance(value, list):
-        raise bad_request(f"`documents` must be a list, got {type(value).__name__}")
-    if not value:
+def _documents(documents: list[str | bodies.Document]) -> tuple[list[str], list[dict]]:
+    """(each document's text, each as v1 returns it) of the validated `documents`: strings, or (v1) objects with a
+    `text` (and the other fields they came with)."""
+    if not documents:
         raise empty("documents")
-    texts, returned = [], []
-    for i, document in enumerate(value):
-        if objects and isinstance(document, dict):
-            texts.append(text(required(document, "text", f"documents[{i}].text"), f"documents[{i}].text"))
-            returned.append(document)
-        else:
-            texts.append(text(document, f"documents[{i}]"))
-            returned.append({"text": document})
-    return texts, returned
+    returned = [{"text": d} if isinstance(d, str) else d.model_dump() for d in documents]
+    return [d["text"] for d in returned], returned
 
 
 def _cut(classifier: Classifier, document: str, tokens: int | None) -> str:
@@ -94,19 +77,11 @@ def _cut(classifier: Classifier, document: str, tokens: int | None) -> str:
 
 
 async def _rerank(service: Core, body: dict, *, version: int) -> dict:
-    classifier, model = _reranker(service, body.get("model"), needed=version == 2)
-    query = text(required(body, "query"), "query")
-    documents, returned = _documents(required(body, "documents"), objects=version == 1)
-    top_n, max_tokens = _positive(body, "top_n"), _positive(body, "max_tokens_per_doc")
-    if version == 1:
-        if body.get("rank_fields") not in (None, ["text"]):
-            raise bad_request(f"`rank_fields` {body['rank_fields']!r}: documents are ranked by their `text` only")
-        chunks = _positive(body, "max_chunks_per_doc")
-        if chunks not in (None, 1):
-            raise bad_request(f"`max_chunks_per_doc` {chunks}: a document is read as one chunk (the model's window)")
-        with_documents = body.get("return_documents")
-        if with_documents is not None and not isinstance(with_documents, bool):
-            raise bad_request(f"`return_documents` must be a boolean, got {type(with_documents).__name__}")
+    # v1's rank_fields (["text"]) and max_chunks_per_doc (1): the only values its type takes
+    request = parse(bodies.RerankV1Request if version == 1 else bodies.RerankV2Request, body)
+    classifier, model = _reranker(service, request.model)
+    query, (documents, returned) = request.query, _documents(request.documents)
+    top_n, max_tokens = request.top_n, request.max_tokens_per_doc
     service.check_batch(len(documents), "documents")
     pairs = [(query, _cut(classifier, document, max_tokens)) for document in documents]
     logits = await service.run("classify", "logits", pairs)
@@ -115,7 +90,7 @@ async def _rerank(service: Core, body: dict, *, version: int) -> dict:
     answer: dict[str, Any] = {"id": str(uuid.uuid4()), "results": results,
                               "meta": {"api_version": {"version": str(version)}}}
     if version == 1:
-        if with_documents:
+        if request.return_documents:
             for result in results:
                 result["document"] = returned[result["index"]]
         first, second = map(list, zip(*pairs))

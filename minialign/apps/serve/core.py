@@ -28,11 +28,9 @@ from minialign.products.classifier import Classifier
 from minialign.products.embeddings import SentenceEncoder
 from minialign.products.minicheck import MiniCheckScorer
 from minialign.products.multivector import MultiVectorEncoder
-from minialign.products.quantization import check_truncate_dim
 from minialign.products.runner import Input, Runner
 from minialign.products.sparse import SparseEncoder
 from minialign.runtime.request_queue import Closed, DynamicBatcher, Overloaded
-from minialign.text.validation import text_problem
 
 # TEI's error bodies are {"error", "error_type"}, with these statuses (router/src/http/server.rs,
 # From<&ErrorType> for StatusCode): Unhealthy 503, Backend 424, Overloaded 429, Validation 413,
@@ -68,11 +66,6 @@ def missing(name: str, given: dict) -> ServiceError:
     return bad_request(f"`{name}` is missing (fields given: {has})")
 
 
-def required(given: dict, key: str, name: str | None = None) -> Any:
-    """given[key], or `missing` naming it as `name` (default: the key; a nested one: "inputs.context")."""
-    if key not in given:
-        raise missing(name or key, given)
-    return given[key]
 
 
 def empty(name: str) -> ServiceError:
@@ -199,59 +192,15 @@ def _model_run(runner: Runner, observe: Callable[[int], None] | None = None) -> 
     return run
 
 
-# -- request bodies -----------------------------------------------------------------------------------------
+# -- request bodies (their types: serve/bodies.py) -----------------------------------------------------------
 
-def text(value: Any, name: str) -> str:
-    if value is None:
-        raise bad_request(f"`{name}` is null, not a string")
-    if not isinstance(value, str):
-        raise bad_request(f"`{name}` must be a string, got {type(value).__name__}")
-    if problem := text_problem(value):
-        raise bad_request(f"`{name}` {problem}")
-    return value
-
-
-def texts(value: Any, name: str) -> list[str]:
-    if isinstance(value, str):
-        return [text(value, name)]
-    if value is None:
-        raise bad_request(f"`{name}` is null, not a string or a list of strings")
-    if not isinstance(value, list):
-        raise bad_request(f"`{name}` must be a string or a list of strings, got {type(value).__name__}")
-    return [text(v, f"{name}[{i}]") for i, v in enumerate(value)]
-
-
-def flag(body: dict, name: str, default: bool) -> bool:
-    value = body.get(name, default)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise bad_request(f"`{name}` must be a boolean, got {type(value).__name__}")
-    return value
-
-
-def dimensions(value: Any, width: int) -> int | None:
-    """A request's `dimensions` (TEI's /embed, OpenAI's /v1/embeddings): the first dimensions an embedding keeps,
-    at most the model's `width`; None: all."""
-    if value is None:
-        return None
-    try:
-        value = check_truncate_dim(value)
-    except ValueError:
-        raise bad_request(f"`dimensions` must be a positive integer, got {value!r}") from None
-    if value > width:
+def dimensions(value: int | None, width: int) -> int | None:
+    """A request's validated `dimensions` (TEI's /embed, OpenAI's /v1/embeddings: a positive integer): the first
+    dimensions an embedding keeps, at most the model's `width` (the model's limit, which the type cannot know);
+    None: all."""
+    if value is not None and value > width:
         raise bad_request(f"`dimensions` {value} is more than the model's {width}")
     return value
-
-
-def parameters(body: dict) -> dict:
-    """HF Inference's task options (`parameters`), an object when given."""
-    given = body.get("parameters")
-    if given is None:
-        return {}
-    if not isinstance(given, dict):
-        raise bad_request(f"`parameters` must be an object, got {type(given).__name__}")
-    return given
 
 
 # -- the core ------------------------------------------------------------------------------------------------
@@ -364,12 +313,10 @@ class Core:
                                                   f"{runner.max_length} tokens. Given: {total}")
 
 
-def prompt_text(embedder: SentenceEncoder, name: Any, field: str = "prompt_name", **task: str | None) -> str:
+def prompt_text(embedder: SentenceEncoder, name: str | None, field: str = "prompt_name", **task: str | None) -> str:
     """The prompt text a request's `prompt_name` asks for (absent or null: the model's default prompt, if any; with a
     `task`, the task's prompt first), as the embedder resolves it; "" for none. An unknown name is TEI's 413
     Validation."""
-    if name is not None and not isinstance(name, str):
-        raise bad_request(f"`{field}` must be a string, got {type(name).__name__}")
     try:
         return embedder.resolve_prompt(prompt_name=name, **task) or ""
     except ValueError as e:

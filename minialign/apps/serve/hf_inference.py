@@ -49,48 +49,26 @@ import torch
 
 from minialign.apps.files.rows import Row
 from minialign.apps.products import PRODUCTS
-from minialign.apps.serve.core import Core, Models, Route, bad_request, empty, flag, parameters, required, text
+import minialign.apps.serve.bodies as bodies
+from minialign.apps.serve.bodies import parse
+from minialign.apps.serve.core import Core, Models, Route, bad_request, empty
 from minialign.apps.serve.rows import job_for
 from minialign.products.classifier import Classifier
 from minialign.products.minicheck import LABELS as MINICHECK_LABELS, SUPPORTED
 from minialign.products.runner import OptionError
 from minialign.products.zero_shot import hypotheses, parse_labels
 
-FUNCTIONS = ("sigmoid", "softmax", "none")
-
-
-def _inputs(value: Any) -> tuple[str, str | None]:
-    """An input: a text, or a pair {"text", "text_pair"}."""
-    if isinstance(value, dict):
-        unknown = sorted(set(value) - {"text", "text_pair"})
-        if unknown or "text" not in value:
-            raise bad_request('`inputs` must be a string or an object {"text": str, "text_pair": str}')
-        pair = value.get("text_pair")
-        return text(value["text"], "inputs.text"), None if pair is None else text(pair, "inputs.text_pair")
-    return text(value, "inputs"), None
-
-
-def _options(body: dict) -> tuple[int | None, str | None]:
-    """(top_k, function_to_apply) of `parameters`."""
-    options = parameters(body)
-    top_k, function = options.get("top_k"), options.get("function_to_apply")
-    if top_k is not None and (type(top_k) is not int or top_k < 1):
-        raise bad_request(f"`parameters.top_k` must be a positive integer, got {top_k!r}")
-    if function not in (None, *FUNCTIONS):
-        raise bad_request(f"`parameters.function_to_apply` must be sigmoid, softmax or none, got {function!r}")
-    return top_k, function
-
-
 async def text_classification(service: Core, body: dict, *, model: str = "classify") -> list:
     """HF Inference's text-classification (the module docstring) on the classifier or ("minicheck") MiniCheck."""
-    top_k, function = _options(body)
-    document, pair = _inputs(required(body, "inputs"))
+    request = parse(bodies.TextClassificationRequest, body)
+    top_k, function = request.parameters.top_k, request.parameters.function_to_apply
+    inputs = request.inputs  # a text, or a pair {"text", "text_pair"}
+    document, pair = (inputs, None) if isinstance(inputs, str) else (inputs.text, inputs.text_pair)
     if model == "minicheck":
         ranked = await _minicheck_labels(service, document, pair, function)
     else:
         classifier = service.require("classify")
-        service.check_length(classifier, [document if pair is None else (document, pair)],
-                           flag(body, "truncate", False))
+        service.check_length(classifier, [document if pair is None else (document, pair)], request.truncate)
         logits = await service.run("classify", "logits", [(document, pair)])
         (ranked,) = classifier.label_ranking(classifier.activate(torch.stack(logits), function or "auto"))
     return [[{"label": label, "score": score} for label, score in ranked[:top_k]]]
@@ -118,10 +96,9 @@ async def _minicheck_labels(service: Core, document: str, claim: str | None, fun
 # -- the tasks of the table's products (HF_TASKS) --------------------------------------------------------------
 
 
-def _task_job(service: Core, kind: str, task: Task, body: dict):
+def _task_job(service: Core, kind: str, task: Task, given: dict):
     """The loaded model `kind`'s file job under the options the body's `parameters` give (each a key of the
     task's; a refused one is a 422 naming parameters.<option>), made once per distinct options (rows.job_for)."""
-    given = parameters(body)
     if unknown := sorted(set(given) - set(task.parameters)):
         raise bad_request(f"`parameters` {unknown}: not parameters of {task.name}; its parameters: "
                           f"{list(task.parameters)}")
@@ -140,10 +117,11 @@ async def token_classification(service: Core, kind: str, body: dict) -> list:
     """HF Inference's token-classification (the module docstring) on the token classifier `kind`. A text its
     window would cut is refused (413, as TEI refuses one) unless `parameters.stride` reads it in overlapping
     windows, or the body's `truncate` is true (then it is cut, as the pipeline cuts it)."""
-    given = text(required(body, "inputs"), "inputs")
-    job = _task_job(service, kind, HF_TASKS["token-classification"], body)
+    request = parse(bodies.TaskRequest, body)
+    given = request.inputs
+    job = _task_job(service, kind, HF_TASKS["token-classification"], request.parameters)
     if job.settings["stride"] is None:
-        service.check_length(service.models.loaded()[kind][1], [given], flag(body, "truncate", False))
+        service.check_length(service.models.loaded()[kind][1], [given], request.truncate)
     return (await _record(service, kind, job, {"text": given}))["entities"]
 
 
@@ -152,12 +130,13 @@ async def fill_mask(service: Core, kind: str, body: dict) -> list:
     mask token, or whose masks all lie past the window, is a 422 naming `inputs` (FillMask.check); a text its
     window would cut is refused (413, as TEI refuses one) unless the body's `truncate` is true (then it is cut,
     as the pipeline cuts it with truncation=True)."""
-    given = text(required(body, "inputs"), "inputs")
-    job = _task_job(service, kind, HF_TASKS["fill-mask"], body)
+    request = parse(bodies.TaskRequest, body)
+    given = request.inputs
+    job = _task_job(service, kind, HF_TASKS["fill-mask"], request.parameters)
     filler = service.models.loaded()[kind][1]
     if problem := filler.check(given, null="null"):
         raise bad_request(f"`inputs` {problem}")
-    service.check_length(filler, [given], flag(body, "truncate", False))
+    service.check_length(filler, [given], request.truncate)
     candidates = (await _record(service, kind, job, {"text": given}))["candidates"]  # a list per mask (jobs.py)
     return candidates[0] if len(candidates) == 1 else candidates
 
@@ -175,7 +154,8 @@ def hf_task(service: Core, body: dict) -> tuple[Task, str] | None:
     if not tasks or ("parameters" not in body and isinstance(inputs, str)
                      and (models.embedder or models.classifier) is not None):
         return None
-    given = set(parameters(body))
+    options = body.get("parameters")  # a routing rule on the raw body; the task's type then checks it
+    given = set(options) if isinstance(options, dict) else set()
     fits = [(task, kind) for task, kind in tasks if given <= set(task.parameters)]
     if len(fits) == 1 or len(tasks) == 1:
         return (fits or tasks)[0]
@@ -190,14 +170,9 @@ async def question_answering(service: Core, kind: str, body: dict) -> dict | lis
     the one (question, context), as the client parses it. A context longer than a window is read in windows
     (parameters.doc_stride), never cut; a pair the answerer cannot read (an empty question or context, a context
     without tokens, a question filling the window) is a 422 naming inputs.question / inputs.context."""
-    inputs = required(body, "inputs")
-    if not isinstance(inputs, dict) or (unknown := sorted(set(inputs) - {"question", "context"})):
-        raise bad_request('`inputs` must be an object {"question": str, "context": str}'
-                          + (f"; unknown key(s) {unknown}" if isinstance(inputs, dict) else
-                             f", got {type(inputs).__name__}"))
-    values = {"question": text(required(inputs, "question", "inputs.question"), "inputs.question"),
-              "context": text(required(inputs, "context", "inputs.context"), "inputs.context")}
-    job = _task_job(service, kind, HF_TASKS["question-answering"], body)
+    request = parse(bodies.QuestionAnsweringRequest, body)
+    values = {"question": request.inputs.question, "context": request.inputs.context}
+    job = _task_job(service, kind, HF_TASKS["question-answering"], request.parameters)
     if problems := job.check(values):
         raise bad_request("; ".join(f"`inputs.{which}` {problem}" for which, problem in problems))
     record = await _record(service, kind, job, values)
@@ -213,10 +188,11 @@ async def zero_shot_classification(service: Core, kind: str, body: dict) -> list
     call, and the service keeps one job per template and multi_label, not one per set of labels. A (text,
     hypothesis) pair the window would cut is refused (413, as TEI refuses a long input) unless the body's
     `truncate` is true (then the text loses its end, as the pipeline cuts it)."""
-    given = text(required(body, "inputs"), "inputs")
+    request = parse(bodies.TaskRequest, body)
+    given = request.inputs
     if given == "":  # the pipeline refuses an empty text too
         raise empty("inputs")
-    task, options = HF_TASKS["zero-shot-classification"], parameters(body)
+    task, options = HF_TASKS["zero-shot-classification"], request.parameters
     if unknown := sorted(set(options) - set(task.parameters)):  # as _task_job says it
         raise bad_request(f"`parameters` {unknown}: not parameters of {task.name}; its parameters: "
                           f"{list(task.parameters)}")
@@ -232,7 +208,7 @@ async def zero_shot_classification(service: Core, kind: str, body: dict) -> list
     job = job_for(service, kind, PRODUCTS[product], {**rest, "candidate_labels_field": "candidate_labels"},
                     where="parameters")
     service.check_length(runner, [(given, h) for h in hypotheses(job.settings["hypothesis_template"], labels)],
-                       flag(body, "truncate", False))
+                       request.truncate)
     record = await _record(service, kind, job, {"text": given, "candidate_labels": labels})
     return [{"label": label, "score": score} for label, score in zip(record["labels"], record["scores"])]
 

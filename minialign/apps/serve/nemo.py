@@ -19,9 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import minialign.apps.serve.bodies as bodies
 import minialign.apps.serve.hf_inference as hf_inference
-from minialign.apps.serve.core import Core, Models, Route, bad_request, empty, flag, missing, required, text
-from minialign.products.alignscore import COLUMNS, DEFAULT_MODE, MODES
+from minialign.apps.serve.bodies import parse
+from minialign.apps.serve.core import Core, Models, Route, bad_request, empty
+from minialign.products.alignscore import COLUMNS, DEFAULT_MODE
 from minialign.products.runner import PairScorer
 
 ALIGNSCORE_ROUTES = ("base", "large")  # NeMo Guardrails posts to /alignscore_base or /alignscore_large
@@ -43,15 +45,9 @@ def pair_scorers(models: Models) -> list[str]:
     return [name for name, runner in models.products.items() if isinstance(runner, PairScorer)]
 
 
-def _example(service: Core, kind: str, body: dict, names: dict[str, str], context: Any = None) -> tuple[str, str]:
-    """(context, claim) of `body` (its fields named by `names`: "context"/"claim" -> field; `context`: one the
-    route has already read) once the scorer's own check (PairScorer.check) takes them: an absent field is a
-    422 saying so, an empty claim is empty input (400 Empty), any other problem a 422 naming the field."""
-    for which in ("context", "claim"):
-        if names[which].rpartition(".")[2] not in body:
-            raise missing(names[which], body)
-    context = body[names["context"].rpartition(".")[2]] if context is None else context
-    claim = body[names["claim"].rpartition(".")[2]]
+def _example(service: Core, kind: str, context: str, claim: str, names: dict[str, str]) -> tuple[str, str]:
+    """(context, claim) once the scorer's own check (PairScorer.check) takes them (`names`: "context"/"claim" -> the
+    body's field): an empty claim is empty input (400 Empty), any other problem a 422 naming the field."""
     if claim == "":
         raise empty(names["claim"])
     problems = _scorer(service, kind).check(context, claim, null="null")
@@ -62,10 +58,9 @@ def _example(service: Core, kind: str, body: dict, names: dict[str, str], contex
 
 async def _nemo(service: Core, kind: str, body: dict) -> float:
     """NeMo Guardrails' body {"evidence": str or a list of str (joined by spaces), "claim"} -> the score."""
-    evidence = body.get("evidence")
-    if isinstance(evidence, list):
-        evidence = " ".join(text(e, f"evidence[{i}]") for i, e in enumerate(evidence))
-    context, claim = _example(service, kind, body, {"context": "evidence", "claim": "claim"}, evidence)
+    request = parse(bodies.NemoRequest, body)
+    evidence = request.evidence if isinstance(request.evidence, str) else " ".join(request.evidence)  # str | [str]
+    context, claim = _example(service, kind, evidence, request.claim, {"context": "evidence", "claim": "claim"})
     mode = DEFAULT_MODE if kind.startswith("alignscore_") else None  # NeMo Guardrails' score: AlignScore's nli_sp
     (details,) = await service.run(kind, "score", [(mode, context, claim)])
     return details["score"]
@@ -81,10 +76,11 @@ async def minicheck(service: Core, body: dict) -> Any:
     return {MINICHECK: await _nemo(service, MINICHECK, body)}
 
 
-def _score_model(service: Core, body: dict) -> tuple[str, str | None]:
+def _score_model(service: Core, request: bodies.ScoreRequest) -> tuple[str, str | None]:
     """(the queue's kind, AlignScore's mode or None) that /score's `model` and `mode` name."""
     others = [MINICHECK] * (service.models.minicheck is not None) + pair_scorers(service.models)
-    name, mode = body.get("model") or next(iter(service.models.alignscore), (others or [MINICHECK])[0]), body.get("mode")
+    name = request.model or next(iter(service.models.alignscore), (others or [MINICHECK])[0])
+    mode = request.mode
     kind = name if name in others else f"alignscore_{name}"
     if kind not in service.batchers:
         raise bad_request(f"`model` {name!r} is not loaded; loaded: {sorted(service.models.alignscore) + others}")
@@ -92,26 +88,20 @@ def _score_model(service: Core, body: dict) -> tuple[str, str | None]:
         if mode is not None:
             raise bad_request(f"`mode` is AlignScore's; {name} has one score")
         return kind, None
-    if (mode := DEFAULT_MODE if mode is None else mode) not in MODES:
-        raise bad_request(f"`mode` must be one of {MODES}, got {mode!r}")
-    return kind, mode
+    return kind, DEFAULT_MODE if mode is None else mode
 
 
 async def score(service: Core, body: dict) -> dict:
-    kind, mode = _score_model(service, body)
-    pairs = required(body, "pairs")
-    if not isinstance(pairs, list):
-        raise bad_request("`pairs` must be a list of {\"context\", \"claim\"} objects")
-    service.check_batch(len(pairs), "pairs")
+    request = parse(bodies.ScoreRequest, body)
+    kind, mode = _score_model(service, request)
+    service.check_batch(len(request.pairs), "pairs")
     items = []
-    for i, pair in enumerate(pairs):
-        if not isinstance(pair, dict):
-            raise bad_request(f"`pairs[{i}]` must be an object with `context` and `claim`")
+    for i, pair in enumerate(request.pairs):
         names = {"context": f"pairs[{i}].context", "claim": f"pairs[{i}].claim"}
-        items.append((mode, *_example(service, kind, pair, names)))
+        items.append((mode, *_example(service, kind, pair.context, pair.claim, names)))
     details = await service.run(kind, "score", items)
     out: dict[str, Any] = {"scores": [d["score"] for d in details]}
-    if flag(body, "details", False):
+    if request.details:
         out["details"] = [{k: d[k] for k in DETAILS} if kind.startswith("alignscore_") else d for d in details]
     return out
 

@@ -26,14 +26,13 @@ Token-id inputs (OpenAI's [int] form) are refused (422): the service reads text.
 from __future__ import annotations
 
 import base64
-from typing import Any
-
 import torch
 
-from minialign.apps.serve.core import Core, Models, Route, ServiceError, bad_request, flag, prompt_text, required, texts
+import minialign.apps.serve.bodies as bodies
+from minialign.apps.serve.bodies import parse
+from minialign.apps.serve.core import Core, Models, Route, ServiceError, prompt_text
 from minialign.apps.serve.core import dimensions as core_dimensions
 
-ENCODINGS = ("float", "base64")
 # OpenAI's error types by status (its API reference, "Error codes")
 ERROR_TYPES = {401: "authentication_error", 404: "not_found_error", 429: "rate_limit_error"}
 
@@ -44,19 +43,9 @@ def error_body(status: int, error_type: str, message: str) -> dict:
     return {"error": {"message": message, "type": kind, "param": None, "code": error_type}}
 
 
-def _inputs(value: Any) -> list[str]:
-    if isinstance(value, list) and value and all(isinstance(v, int) or (isinstance(v, list) and v and
-                                                                       all(isinstance(i, int) for i in v))
-                                                 for v in value):
-        raise bad_request("`input` as token ids is not supported: send the text (a string or a list of strings)")
-    return texts(value, "input")
-
-
-def _model(service: Core, name: Any) -> str:
+def _model(service: Core, name: str) -> str:
     """The served name a request's `model` selects (the module docstring), or a 404 listing them."""
     names = service.models.accepted("embed") if service.models.embedder is not None else []
-    if not isinstance(name, str):
-        raise bad_request(f"`model` must be a string, got {type(name).__name__}")
     if name not in names:
         loaded = ", ".join(repr(n) for n in names) or "none (start with --embed)"
         raise ServiceError(404, "NotFound", f"The model {name!r} is not loaded; embedding models: {loaded}")
@@ -64,19 +53,13 @@ def _model(service: Core, name: Any) -> str:
 
 
 async def embeddings(service: Core, body: dict) -> dict:
-    model = _model(service, required(body, "model"))  # both required by OpenAI's API reference
-    embedder = service.models.embedder
-    given = _inputs(required(body, "input"))
+    request = parse(bodies.EmbeddingsRequest, body)  # `input` and `model` required by OpenAI's API reference
+    model = _model(service, request.model)
+    embedder, given, encoding = service.models.embedder, request.input, request.encoding_format
     service.check_batch(len(given), "input")
-    encoding = body.get("encoding_format") or "float"
-    if encoding not in ENCODINGS:
-        raise bad_request(f"`encoding_format` must be one of {list(ENCODINGS)}, got {encoding!r}")
-    dimensions = core_dimensions(body.get("dimensions"), embedder.dimension)
-    user = body.get("user")
-    if user is not None and not isinstance(user, str):
-        raise bad_request(f"`user` must be a string, got {type(user).__name__}")
-    prompt = prompt_text(embedder, body.get("prompt_name"))
-    service.check_length(embedder, given, flag(body, "truncate", False), prompt=prompt)
+    dimensions = core_dimensions(request.dimensions, embedder.dimension)
+    prompt = prompt_text(embedder, request.prompt_name)
+    service.check_length(embedder, given, request.truncate, prompt=prompt)
     vectors = torch.stack(await service.run("embed", "encode", given, key=prompt))[:, :dimensions]
     vectors = torch.nn.functional.normalize(vectors.float(), dim=1)
     tokens = sum(len(ids) for ids in embedder.tokenizer.encode_ids(

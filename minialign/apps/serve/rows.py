@@ -22,7 +22,9 @@ from typing import Any
 
 from minialign.apps.files.rows import Row, id_problem, record_values
 from minialign.apps.products import PRODUCTS, Option, Product
-from minialign.apps.serve.core import Core, Models, Route, ServiceError, bad_request, required
+import minialign.apps.serve.bodies as bodies
+from minialign.apps.serve.bodies import parse
+from minialign.apps.serve.core import Core, Models, Route, ServiceError, bad_request
 from minialign.products.runner import OptionError
 
 
@@ -42,13 +44,9 @@ def _option(option: Option, value: Any, where: str = "options") -> Any:
     raise bad_request(f"{name} must be {kind.__name__}, got {type(value).__name__}")
 
 
-def job_for(service: Core, kind: str, product: Product, given: Any, *, where: str = "options"):
+def job_for(service: Core, kind: str, product: Product, given: dict[str, Any], *, where: str = "options"):
     """The product's job for a request's options (`where`: the body's object holding them, as errors name it),
     made once per distinct options (requests that share it share model calls)."""
-    if given is None:
-        given = {}
-    if not isinstance(given, dict):
-        raise bad_request(f"`{where}` must be an object, got {type(given).__name__}")
     offered = {o.name: o for o in product.options}
     if unknown := sorted(set(given) - set(offered)):
         raise bad_request(f"`{where}` {unknown} are not options of {product.name}; its options: {sorted(offered)}")
@@ -67,18 +65,12 @@ def job_for(service: Core, kind: str, product: Product, given: Any, *, where: st
 
 async def rows(service: Core, kind: str, body: dict) -> dict:
     product = PRODUCTS[service.models.loaded()[kind][0]]
-    job = job_for(service, kind, product, body.get("options"))
-    given, id_field = required(body, "rows"), body.get("id_field", "id")
-    if not isinstance(given, list):
-        raise bad_request(f"`rows` must be a list of objects with {', '.join(job.fields)}")
-    if not isinstance(id_field, str):
-        raise bad_request(f"`id_field` must be a string (the rows' field holding their ids), got "
-                          f"{type(id_field).__name__}")
+    request = parse(bodies.RowsRequest, body)
+    job = job_for(service, kind, product, request.options)
+    given, id_field = request.rows, request.id_field
     service.check_batch(len(given), "rows")
     parsed, first = [], {}
     for i, record in enumerate(given):
-        if not isinstance(record, dict):
-            raise bad_request(f"`rows[{i}]` must be an object with {', '.join(job.fields)}")
         values, problems = record_values(record, job)
         if problems:
             raise bad_request(f"`rows[{i}]`: " + "; ".join(problems))

@@ -39,47 +39,35 @@ from typing import Any
 import torch
 
 import minialign.apps.serve.hf_inference as hf_inference
-from minialign.apps.serve.core import (Core, Models, Route, ServiceError, bad_request, dimensions, empty, flag,
-                                       parameters, prompt_text, required, text, texts)
-from minialign.products.choices import TASKS
+import minialign.apps.serve.bodies as bodies
+from minialign.apps.serve.bodies import parse
+from minialign.apps.serve.core import Core, Models, Route, ServiceError, bad_request, dimensions, empty, prompt_text
 from minialign.products.runner import inputs_of
 
 
-def _predict_inputs(value: Any) -> tuple[list[tuple[str, str | None]], bool]:
-    """TEI's PredictInput: a text, a pair [a, b], or a batch of either ([[a], [b, c]]); (items, batched)."""
-    def sequence(v: Any, name: str) -> tuple[str, str | None]:
-        if isinstance(v, str):
-            return text(v, name), None
-        if isinstance(v, list) and len(v) == 1:
-            return text(v[0], f"{name}[0]"), None
-        if isinstance(v, list) and len(v) == 2:
-            return text(v[0], f"{name}[0]"), text(v[1], f"{name}[1]")
-        raise bad_request(f"`{name}` must be a text, a pair [text, text], or a list of those")
+def _predict_inputs(value: str | list) -> tuple[list[tuple[str, str | None]], bool]:
+    """TEI's PredictInput, validated (bodies.PredictInput): a text, a pair [a, b], or a batch of either ([[a],
+    [b, c]]); (items, batched)."""
+    def sequence(v: str | list[str]) -> tuple[str, str | None]:
+        return (v, None) if isinstance(v, str) else (v[0], v[1] if len(v) == 2 else None)
 
-    if isinstance(value, list) and all(isinstance(v, list) for v in value):  # [] too: an empty batch
-        return [sequence(v, f"inputs[{i}]") for i, v in enumerate(value)], True
-    return [sequence(value, "inputs")], False
+    if bodies.predict_form(value) == "batch":  # [] too: an empty batch
+        return [sequence(v) for v in value], True
+    return [sequence(value)], False
 
 
-def _token_request(service: Core, kind: str, body: dict):
+def _token_request(service: Core, kind: str, request: bodies.TokensRequest):
     """/embed_sparse's and /embed_all's common body: (runner, texts, (prompt text, task)), each input checked
     against the window the call uses unless `truncate`."""
     runner = service.require(kind)
-    given = texts(required(body, "inputs"), "inputs")
+    given, task, name = request.inputs, request.task, request.prompt_name
     service.check_batch(len(given))
-    task = body.get("task")
-    if task is not None and task not in TASKS:
-        raise bad_request(f"`task` must be one of {list(TASKS)} or null, got {task!r}")
-    direction = body.get("truncation_direction")
-    if direction not in (None, "right", "Right"):
-        raise bad_request(f"`truncation_direction` {direction!r} is not served: texts are cut at the end (right)")
     if kind == "embed":  # a task names the prompt the embedder's encode_query / encode_document would use
-        name = body.get("prompt_name")
         prompt = prompt_text(runner, runner.task_prompt_name(task) if task is not None and name is None else name)
     else:
-        prompt = prompt_text(runner, body.get("prompt_name"), task=task)
+        prompt = prompt_text(runner, name, task=task)
     window = {"task": task} if kind == "multivector" else {}
-    if not flag(body, "truncate", False) and (long := runner.over_window(given, prompt=prompt, **window)):
+    if not request.truncate and (long := runner.over_window(given, prompt=prompt, **window)):
         limit = runner.window(task) if kind == "multivector" else runner.max_length
         raise ServiceError(413, "Validation", f"Input validation error: `inputs` must have less than {limit} "
                                               f"tokens. Given: {long[0][1]}")
@@ -89,7 +77,7 @@ def _token_request(service: Core, kind: str, body: dict):
 async def embed_sparse(service: Core, body: dict) -> list:
     """TEI's /embed_sparse (server.rs embed_sparse): per input its non-zero values as {"index", "value"}, ascending
     index (the SparseEncoder's rows, products/sparse.py)."""
-    _, given, key = _token_request(service, "sparse", body)
+    _, given, key = _token_request(service, "sparse", parse(bodies.TokensRequest, body))
     rows = await service.run("sparse", "sparse", given, key=key)
     return [[{"index": i, "value": v} for i, v in zip(indices, values)] for indices, values in rows]
 
@@ -97,7 +85,7 @@ async def embed_sparse(service: Core, body: dict) -> list:
 EMBED_ALL = ("multivector", "embed")  # /embed_all's models, the first loaded serving a body that names none
 
 
-def _embed_all_kind(service: Core, name: Any) -> str:
+def _embed_all_kind(service: Core, name: str | None) -> str:
     """The model a /embed_all body asks for (the module docstring), or TEI's 424 when neither is loaded."""
     loaded = [kind for kind in EMBED_ALL if kind in service.models.loaded()]
     if not loaded:
@@ -105,8 +93,6 @@ def _embed_all_kind(service: Core, name: Any) -> str:
                                            "(start with --multivector or --embed)")
     if len(loaded) == 1 or name is None:
         return loaded[0]
-    if not isinstance(name, str):
-        raise bad_request(f"`model` must be a string, got {type(name).__name__}")
     names = {kind: [kind, *service.models.accepted(kind)] for kind in loaded}
     for kind in loaded:
         if name in names[kind]:
@@ -118,8 +104,9 @@ def _embed_all_kind(service: Core, name: Any) -> str:
 async def embed_all(service: Core, body: dict) -> list:
     """TEI's /embed_all (server.rs embed_all): per input its token vectors [[float]], the MultiVectorEncoder's or the
     embedder's token embeddings (the module docstring)."""
-    kind = _embed_all_kind(service, body.get("model"))
-    _, given, key = _token_request(service, kind, body)
+    request = parse(bodies.TokensRequest, body)
+    kind = _embed_all_kind(service, request.model)
+    _, given, key = _token_request(service, kind, request)
     if kind == "embed":
         vectors = await service.run("embed", "token_embeddings", given, key=key[0])
     else:
@@ -129,35 +116,35 @@ async def embed_all(service: Core, body: dict) -> list:
 
 async def embed(service: Core, body: dict) -> list:
     embedder = service.require("embed")
-    given = texts(required(body, "inputs"), "inputs")
+    request = parse(bodies.EmbedRequest, body)
+    given = request.inputs
     service.check_batch(len(given))
-    prompt = prompt_text(embedder, body.get("prompt_name"))
-    service.check_length(embedder, given, flag(body, "truncate", False), prompt=prompt)
-    width = dimensions(body.get("dimensions"), embedder.dimension)
+    prompt = prompt_text(embedder, request.prompt_name)
+    service.check_length(embedder, given, request.truncate, prompt=prompt)
+    width = dimensions(request.dimensions, embedder.dimension)
     vectors = [v[:width] for v in await service.run("embed", "encode", given, key=prompt)]
-    if flag(body, "normalize", True):
+    if request.normalize:
         vectors = [torch.nn.functional.normalize(v, dim=0) for v in vectors]
     return [v.tolist() for v in vectors]
 
 
 async def predict(service: Core, body: dict) -> list:
     classifier = service.require("classify")
-    items, batched = _predict_inputs(required(body, "inputs"))
+    request = parse(bodies.PredictRequest, body)
+    items, batched = _predict_inputs(request.inputs)
     service.check_batch(len(items))
-    service.check_length(classifier, inputs_of(*zip(*items)), flag(body, "truncate", False))
+    service.check_length(classifier, inputs_of(*zip(*items)), request.truncate)
     logits = await service.run("classify", "logits", items)
     # TEI's scores: the raw logits, or sigmoid for one label and softmax for several
-    activation = "none" if flag(body, "raw_scores", False) else "sigmoid" if classifier.reranker else "softmax"
+    activation = "none" if request.raw_scores else "sigmoid" if classifier.reranker else "softmax"
     ranked = classifier.label_ranking(classifier.activate(torch.stack(logits), activation))
     answers = [[{"label": label, "score": score} for label, score in row] for row in ranked]
     return answers if batched else answers[0]
 
 
 async def rerank(service: Core, body: dict) -> list:
-    query, documents = text(required(body, "query"), "query"), required(body, "texts")
-    if not isinstance(documents, list):
-        raise bad_request("`texts` must be a list of strings")
-    documents = texts(documents, "texts")
+    request = parse(bodies.RerankRequest, body)
+    query, documents = request.query, request.texts
     if not documents:
         raise empty("texts")
     classifier = service.require("classify")
@@ -165,11 +152,10 @@ async def rerank(service: Core, body: dict) -> list:
         raise ServiceError(424, "Backend", "Backend error: model is not a re-ranker model")
     service.check_batch(len(documents), "texts")
     pairs = [(query, t) for t in documents]
-    service.check_length(classifier, pairs, flag(body, "truncate", False))
+    service.check_length(classifier, pairs, request.truncate)
     logits = await service.run("classify", "logits", pairs)
-    scores = classifier.activate(torch.stack(logits), "none" if flag(body, "raw_scores", False) else "sigmoid")
-    with_text = flag(body, "return_text", False)
-    return [{"index": i, "score": score, **({"text": documents[i]} if with_text else {})}
+    scores = classifier.activate(torch.stack(logits), "none" if request.raw_scores else "sigmoid")
+    return [{"index": i, "score": score, **({"text": documents[i]} if request.return_text else {})}
             for i, score in classifier.rank(scores.tolist())]
 
 
@@ -178,18 +164,13 @@ async def similarity(service: Core, body: dict) -> list:
     "sentences"}, "parameters": {"truncate", "prompt_name"}} -> the cosine similarity of each sentence to the source
     (router/src/http/server.rs, similarity: 1 - cosine distance of the unnormalized embeddings)."""
     embedder = service.require("embed")
-    inputs, options = required(body, "inputs"), parameters(body)
-    if not isinstance(inputs, dict):
-        raise bad_request('`inputs` must be an object {"source_sentence": str, "sentences": [str, ...]}')
-    source = text(required(inputs, "source_sentence", "inputs.source_sentence"), "inputs.source_sentence")
-    if not isinstance(required(inputs, "sentences", "inputs.sentences"), list):
-        raise bad_request("`inputs.sentences` must be a list of strings")
-    sentences = texts(inputs["sentences"], "inputs.sentences")
+    request = parse(bodies.SimilarityRequest, body)
+    source, sentences, options = request.inputs.source_sentence, request.inputs.sentences, request.parameters
     if not sentences:
         raise empty("inputs.sentences")
     service.check_batch(len(sentences) + 1, "inputs.sentences")  # the source counts, as in TEI
-    prompt = prompt_text(embedder, options.get("prompt_name"), "parameters.prompt_name")
-    service.check_length(embedder, [source, *sentences], flag(options, "truncate", False), prompt=prompt)
+    prompt = prompt_text(embedder, options.prompt_name, "parameters.prompt_name")
+    service.check_length(embedder, [source, *sentences], options.truncate, prompt=prompt)
     vectors = torch.stack(await service.run("embed", "encode", [source, *sentences], key=prompt)).float()
     return torch.nn.functional.cosine_similarity(vectors[:1], vectors[1:]).tolist()
 
@@ -198,7 +179,7 @@ async def similarity(service: Core, body: dict) -> list:
 TOKENIZE = ("embed", "classify", "sparse", "multivector")
 
 
-def _tokenizing(service: Core, name: Any):
+def _tokenizing(service: Core, name: str | None):
     """(kind, runner) whose tokenizer /tokenize or /decode uses: the body's `model` (a kind or a name the model is
     served by), else the first of TOKENIZE loaded (TEI serves one model)."""
     loaded = [kind for kind in TOKENIZE if kind in service.models.loaded()]
@@ -207,8 +188,6 @@ def _tokenizing(service: Core, name: Any):
                                            "--classify, --sparse or --multivector)")
     if name is None:
         return loaded[0], service.models.loaded()[loaded[0]][1]
-    if not isinstance(name, str):
-        raise bad_request(f"`model` must be a string, got {type(name).__name__}")
     for kind in loaded:
         if name == kind or name in service.models.accepted(kind):
             return kind, service.models.loaded()[kind][1]
@@ -221,14 +200,15 @@ async def tokenize(service: Core, body: dict) -> list:
     "add_special_tokens": true, "prompt_name"} -> per input its tokens [{"id", "text", "special", "start", "stop"}]:
     a special token's text is the token and its start / stop null; another's text is the input's characters from start
     to stop (character offsets; with a prompt, in the prompt followed by the input, as TEI). Not cut to the window."""
-    kind, runner = _tokenizing(service, body.get("model"))
-    given = texts(required(body, "inputs"), "inputs")
+    request = parse(bodies.TokenizeRequest, body)
+    kind, runner = _tokenizing(service, request.model)
+    given = request.inputs
     service.check_batch(len(given))
-    prompt = prompt_text(runner, body.get("prompt_name")) if kind == "embed" else ""
-    if kind != "embed" and body.get("prompt_name") is not None:
+    prompt = prompt_text(runner, request.prompt_name) if kind == "embed" else ""
+    if kind != "embed" and request.prompt_name is not None:
         raise bad_request(f"`prompt_name`: the {kind} model takes no prompt here")
     encodings = runner.tokenizer.backend.encode_batch([prompt + t for t in given],
-                                                      add_special_tokens=flag(body, "add_special_tokens", True))
+                                                      add_special_tokens=request.add_special_tokens)
     answers = []
     for read, encoding in zip((prompt + t for t in given), encodings):
         answers.append([{"id": i, "text": token, "special": True, "start": None, "stop": None} if special else
@@ -241,21 +221,19 @@ async def tokenize(service: Core, body: dict) -> list:
 async def decode(service: Core, body: dict) -> list[str]:
     """TEI's /decode (server.rs decode; types.rs DecodeRequest): {"ids": [int] | [[int]], "skip_special_tokens":
     true} -> the text of each list of ids, by the tokenizer's decoder (no clean-up of spaces, as TEI)."""
-    _, runner = _tokenizing(service, body.get("model"))
-    ids = required(body, "ids")
-    if not isinstance(ids, list):
-        raise bad_request(f"`ids` must be a list of token ids or a list of those, got {type(ids).__name__}")
-    batched = bool(ids) and all(isinstance(v, list) for v in ids)
-    lists = ids if batched else [ids]
+    request = parse(bodies.DecodeRequest, body)
+    _, runner = _tokenizing(service, request.model)
+    batched = bodies.ids_form(request.ids) == "batch"
+    lists = request.ids if batched else [request.ids]
     service.check_batch(len(lists), "ids")
-    size = runner.tokenizer.backend.get_vocab_size(with_added_tokens=True)
+    size = runner.tokenizer.backend.get_vocab_size(with_added_tokens=True)  # the model's: a check the type cannot make
     for i, one in enumerate(lists):
         for j, v in enumerate(one):
-            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < size:
+            if not 0 <= v < size:
                 where = f"ids[{i}][{j}]" if batched else f"ids[{j}]"
                 raise bad_request(f"`{where}` must be a token id from 0 to {size - 1}, got {v!r}")
-    skip = flag(body, "skip_special_tokens", True)
-    return [runner.tokenizer.decode(one, skip_special_tokens=skip, clean_up_tokenization_spaces=False)
+    return [runner.tokenizer.decode(one, skip_special_tokens=request.skip_special_tokens,
+                                    clean_up_tokenization_spaces=False)
             for one in lists]
 
 
