@@ -305,9 +305,12 @@ class HallucinationDetector(Runner):
                                          progress=self.progress_label if progress else False).values if flat else []
         cut = torch.tensor([sum(e.cut for e in example) for example in encodings], dtype=torch.long)
         self._count(cut, warn_truncation, tally)
+        # every prompt's probabilities in one softmax (a row's bits are its own: the same as one call per prompt);
+        # one call per prompt costs a wake of torch's threads each, milliseconds on a busy machine
+        rows = torch.softmax(torch.cat(logits), dim=-1).split([len(t) for t in logits]) if flat else []
         out, at = [], 0
         for example, answer in zip(encodings, answers):
-            probabilities = [torch.softmax(logits[at + k], dim=-1) for k in range(len(example))]
+            probabilities = rows[at:at + len(example)]
             at += len(example)
             result = self._result(example, probabilities, answer, output_format)
             if output_format == "spans" and min_confidence > 0.0:  # base.py BaseDetector._filter_spans_by_confidence
