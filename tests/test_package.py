@@ -145,6 +145,19 @@ def test_no_transformers_in_the_runtime():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_the_serve_extra_stays_in_the_service():
+    """pydantic and starlette (the serve extra) are imported at the top of serve/'s modules only: `import minialign`
+    and the CLI never import them (`minialign serve` names the extra where they are missing)."""
+    extra = {"pydantic", "pydantic_core", "starlette", "uvicorn"}
+    top = lambda names: {n.split(".")[0] for n in names}  # noqa: E731
+    for path in library_files():
+        if "serve" not in path.parent.name:
+            assert not top(imports(path, top_level_only=True)) & extra, path
+    code = "import sys, minialign, minialign.apps.cli, minialign.apps.products; " \
+           "bad = [m for m in ('pydantic', 'starlette', 'uvicorn') if m in sys.modules]; assert not bad, bad"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_the_tokenizer_reaches_no_process_machinery():
     """text/ sits below runtime/: nothing the tokenizer imports, directly or through others, is the
     batching engine or the process pool (it used to take `pad` from the engine, which imports workers)."""

@@ -296,13 +296,13 @@ def test_unknown_routes_and_methods_answer_json_and_home_lists_what_is_served(se
     assert status == 405 and body == {"error": "Method Not Allowed: GET /embed; it takes POST",
                                       "error_type": "MethodNotAllowed"}
     status, text = call(server, "/")
-    listed = re.findall(r"(GET|POST) (/[\w/-]*)", text)
+    listed = re.findall(r"(GET|POST) (/[\w/.-]*)", text)
     assert {path for _, path in listed} == {"/", "/alignscore_large", "/score", "/embed", "/embed_all", "/similarity",
                                             "/predict", "/rerank", "/health", "/info", "/rows/alignscore_large",
                                             "/rows/embed",
                                             "/rows/classify", "/v1/embeddings", "/v1/models",
                                             "/pipeline/text-classification", "/tokenize", "/decode", "/metrics",
-                                            "/v1/rerank", "/v2/rerank"}
+                                            "/v1/rerank", "/v2/rerank", "/openapi.json"}
     for method, path in listed:  # each one is served: an empty body is refused for what it holds, not for the route
         assert call(server, path, {} if method == "POST" else None)[0] not in (404, 405, 424), (method, path)
 
@@ -492,10 +492,11 @@ def test_wrong_route_for_the_model_is_424(models, tmp_path, monkeypatch):
         status, body = call(url, "/score", {"pairs": [{"context": "c", "claim": "x."}]})  # no AlignScore model
         assert status == 404 and body["error_type"] == "NotFound" and "--alignscore" in body["error"]
         status, text = call(url, "/")
-        assert set(re.findall(r"(?:GET|POST) /[\w/-]*", text)) == {"GET /", "POST /", "POST /predict", "GET /health",
-                                                                   "GET /info", "POST /rows/classify",
-                                                                   "POST /pipeline/text-classification",
-                                                                   "POST /tokenize", "POST /decode", "GET /metrics"}
+        assert set(re.findall(r"(?:GET|POST) /[\w/.-]*", text)) == {"GET /", "POST /", "POST /predict", "GET /health",
+                                                                     "GET /info", "POST /rows/classify",
+                                                                     "POST /pipeline/text-classification",
+                                                                     "POST /tokenize", "POST /decode", "GET /metrics",
+                                                                     "GET /openapi.json"}
         status, body = call(url, "/", {"inputs": [["A man eats.", "Someone eats."], ["Alone."]]})  # a classifier predicts
         clf = ma.Classifier.from_pretrained(models["nli"])
         expected = clf.predict(["A man eats."], ["Someone eats."], activation="softmax")[0]

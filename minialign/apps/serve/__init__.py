@@ -17,6 +17,10 @@ app.py composes them.
   openai.py        OpenAI's embeddings API (the openai client): POST /v1/embeddings, GET /v1/models; its error shape
   cohere.py        Cohere's rerank API (the cohere client; Jina's body too): POST /v1/rerank, /v2/rerank; its
                    error shape
+  bodies.py        every route's request and response bodies as pydantic v2 types (the handlers validate with them;
+                   a mismatch is a 422 naming the field by its path, in the route's protocol's error shape)
+  spec.py          GET /openapi.json: the OpenAPI 3.1 document of the routes served, made from the route table and
+                   the bodies; api_page.py renders every route's document as docs/guides/service_api.md
   names.py         the names a model is served by (--served-model-name, else its own id where its files name it)
   metrics.py       GET /metrics: Prometheus' text format, per route and model
   rows.py          POST /rows/KIND: any product of the table (apps/products.py) on its file rows

@@ -17,6 +17,7 @@ import minialign.apps.serve.hf_inference as hf_inference
 import minialign.apps.serve.nemo as nemo
 import minialign.apps.serve.openai as openai
 import minialign.apps.serve.rows as rows
+import minialign.apps.serve.spec as spec
 import minialign.apps.serve.tei as tei
 from minialign.apps.files.rows import parse_json
 from minialign.apps import extra_hint
@@ -108,18 +109,19 @@ def _describe(service: Service, kind: str, product: str, runner: Runner) -> dict
 
 def _front_routes(models: Models) -> list[Route]:
     """GET /: the routes served, as text."""
-    return [Route("/", _home, method="GET")]
+    return [Route("/", _home, method="GET", answer=str)]
 
 
 def _back_routes(models: Models) -> list[Route]:
     """GET /health (open: no API key), GET /info (TEI's) and GET /metrics (Prometheus')."""
-    return [Route("/health", _health, method="GET", open=True), Route("/info", _info, method="GET"),
-            Route("/metrics", _metrics, method="GET")]
+    return [Route("/health", _health, method="GET", open=True, answer=str),
+            Route("/info", _info, method="GET", answer=dict[str, Any]),
+            Route("/metrics", _metrics, method="GET", answer=str)]
 
 
 # Each protocol's routes, in the order GET / lists them and Starlette matches them.
 PROTOCOLS = (_front_routes, nemo.routes, tei.routes, hf_inference.routes, openai.routes, cohere.routes, rows.routes,
-             _back_routes)
+             _back_routes, spec.routes)
 
 
 class Service(Core):
@@ -128,6 +130,7 @@ class Service(Core):
     def __init__(self, models: Models, limits: Limits | None = None):
         super().__init__(models, limits)
         self.routes: list[Route] = [route for protocol in PROTOCOLS for route in protocol(models)]
+        self.openapi: dict | None = None  # GET /openapi.json's document (serve/spec.py), made on its first request
 
     def served(self) -> list[tuple[str, str]]:
         """(method, path) of each route the loaded models answer (GET / lists them). /embed, /similarity,

@@ -410,6 +410,11 @@ class Answered(Answer):
     answer: str
 
 
+# POST / takes any of these, routed by the body's shape (tei.root)
+RootRequest = Union[EmbedRequest, PredictRequest, RerankRequest, SimilarityRequest, TextClassificationRequest,
+                    TaskRequest, QuestionAnsweringRequest]
+
+
 # -- /rows/NAME (rows.py) ----------------------------------------------------------------------------------------
 
 class RowsRequest(Body):

@@ -110,5 +110,7 @@ async def rerank_v2(service: Core, body: dict) -> dict:
 def routes(models: Models) -> list[Route]:
     """POST /v1/rerank and /v2/rerank, with a reranker loaded."""
     reranker = (lambda m: ["classify"] if m.classifier is not None and m.classifier.reranker else [])
-    return [Route("/v1/rerank", rerank_v1, reranker, errors=error_body),
-            Route("/v2/rerank", rerank_v2, reranker, errors=error_body)]
+    return [Route("/v1/rerank", rerank_v1, reranker, errors=error_body, body=bodies.RerankV1Request,
+                  answer=bodies.CohereResponse),
+            Route("/v2/rerank", rerank_v2, reranker, errors=error_body, body=bodies.RerankV2Request,
+                  answer=bodies.CohereResponse)]

@@ -218,6 +218,8 @@ class Route:
     open: bool = False  # answered without the API key (/health)
     errors: Callable[[int, str, str], dict] | None = None  # (status, type, message) -> its protocol's error body
     # (None: TEI's {"error", "error_type"}, app.py)
+    body: Any = None  # its request body's type (serve/bodies.py; None: it reads none), for GET /openapi.json
+    answer: Any = None  # its answer's type (str: text/plain)
 
     def serves(self, models: Models) -> bool:
         return self.kinds is None or bool(self.kinds(models))

@@ -221,6 +221,8 @@ class Task:
     parameters: tuple[str, ...]  # the keys of its body's `parameters` (huggingface_hub's <Task>Parameters)
     takes: Callable[[Any], bool]  # whether a body's `inputs` is this task's (POST /: tei.root)
     handler: Callable[[Core, str, dict], Awaitable[Any]]  # (service, the loaded model's kind, body) -> the answer
+    body: Any = bodies.TaskRequest  # its body's type (serve/bodies.py)
+    answer: Any = Any  # its answer's type
 
 
 def _text(inputs: Any) -> bool:
@@ -229,14 +231,17 @@ def _text(inputs: Any) -> bool:
 
 HF_TASKS: dict[str, Task] = {task.name: task for task in (
     Task("text-classification", ("top_k", "function_to_apply"), _text,
-         lambda service, kind, body: text_classification(service, body, model=kind)),
-    Task("token-classification", ("aggregation_strategy", "ignore_labels", "stride"), _text, token_classification),
-    Task("fill-mask", ("top_k", "targets"), _text, fill_mask),
+         lambda service, kind, body: text_classification(service, body, model=kind),
+         bodies.TextClassificationRequest, list[list[bodies.Label]]),
+    Task("token-classification", ("aggregation_strategy", "ignore_labels", "stride"), _text, token_classification,
+         answer=list[dict[str, Any]]),
+    Task("fill-mask", ("top_k", "targets"), _text, fill_mask, answer=list[dict[str, Any]] | list[list[dict[str, Any]]]),
     Task("question-answering", ("top_k", "doc_stride", "max_answer_len", "max_seq_len", "max_question_len",
                                 "handle_impossible_answer", "align_to_words"),
-         lambda inputs: isinstance(inputs, dict) and ("question" in inputs or "context" in inputs), question_answering),
+         lambda inputs: isinstance(inputs, dict) and ("question" in inputs or "context" in inputs), question_answering,
+         bodies.QuestionAnsweringRequest, bodies.Answered | list[bodies.Answered]),
     Task("zero-shot-classification", ("candidate_labels", "hypothesis_template", "multi_label"), _text,
-         zero_shot_classification))}
+         zero_shot_classification, answer=list[bodies.Label]))}
 
 
 def task_kinds(models: Models) -> dict[str, str]:
@@ -255,7 +260,7 @@ def routes(models: Models) -> list[Route]:
         return lambda m: [kind] if (kind := task_kinds(m).get(name)) else []
 
     return [Route(f"/pipeline/{name}", lambda service, body, t=name, k=kind: HF_TASKS[t].handler(service, k, body),
-                  kinds(name))
+                  kinds(name), body=HF_TASKS[name].body, answer=HF_TASKS[name].answer)
             for name, kind in task_kinds(models).items()]
 
 

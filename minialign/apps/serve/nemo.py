@@ -17,7 +17,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import minialign.apps.serve.bodies as bodies
 import minialign.apps.serve.hf_inference as hf_inference
@@ -118,12 +118,16 @@ def routes(models: Models) -> list[Route]:
     """/alignscore_NAME for each AlignScore model loaded, /minicheck and /score when their models are (otherwise a
     JSON 404 that names the flag to load one: serve/app.py)."""
     named = [Route(f"/alignscore_{name}", lambda service, body, n=name: alignscore(service, n, body),
-                   lambda m, n=name: [f"alignscore_{n}"] if n in m.alignscore else [])
+                   lambda m, n=name: [f"alignscore_{n}"] if n in m.alignscore else [], body=bodies.NemoRequest,
+                   answer=dict[Literal["alignscore"], float])
              for name in models.alignscore]
-    others = [Route(f"/{name}", lambda service, body, n=name: _other(service, n, body), lambda m, n=name: [n])
+    others = [Route(f"/{name}", lambda service, body, n=name: _other(service, n, body), lambda m, n=name: [n],
+                    body=bodies.NemoRequest, answer=dict[Literal[name], float])  # type: ignore[valid-type]
               for name in pair_scorers(models)]
-    return [*named, Route("/minicheck", minicheck, _minicheck_kinds), *others,
-            Route("/score", score, lambda m: _alignscore_kinds(m) + _minicheck_kinds(m) + pair_scorers(m))]
+    return [*named, Route("/minicheck", minicheck, _minicheck_kinds, body=bodies.NemoRequest,
+                          answer=dict[Literal["minicheck"], float]), *others,
+            Route("/score", score, lambda m: _alignscore_kinds(m) + _minicheck_kinds(m) + pair_scorers(m),
+                  body=bodies.ScoreRequest, answer=bodies.ScoreResponse)]
 
 
 async def _other(service: Core, name: str, body: dict) -> dict:

@@ -81,5 +81,6 @@ async def list_models(service: Core, body: dict) -> dict:
 def routes(models: Models) -> list[Route]:
     """POST /v1/embeddings and GET /v1/models, with an embedding model loaded."""
     embed = (lambda m: ["embed"] if m.embedder is not None else [])
-    return [Route("/v1/embeddings", embeddings, embed, errors=error_body),
-            Route("/v1/models", list_models, embed, method="GET", errors=error_body)]
+    return [Route("/v1/embeddings", embeddings, embed, errors=error_body, body=bodies.EmbeddingsRequest,
+                  answer=bodies.EmbeddingsResponse),
+            Route("/v1/models", list_models, embed, method="GET", errors=error_body, answer=bodies.ModelList)]

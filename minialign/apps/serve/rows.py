@@ -92,5 +92,6 @@ async def rows(service: Core, kind: str, body: dict) -> dict:
 def routes(models: Models) -> list[Route]:
     """POST /rows/KIND for each loaded model."""
     return [Route(f"/rows/{kind}", lambda service, body, k=kind: rows(service, k, body),
-                  lambda m, k=kind: [k] if k in m.loaded() else [])
+                  lambda m, k=kind: [k] if k in m.loaded() else [], body=bodies.RowsRequest,
+                  answer=bodies.RowsResponse)
             for kind in models.loaded()]

@@ -291,12 +291,19 @@ def routes(models: Models) -> list[Route]:
         _kind("minicheck", "minicheck")
     tasks = (lambda m: [kind for name, kind in hf_inference.task_kinds(m).items() if name != "text-classification"])
     reranker = (lambda m: classifier(m) if m.classifier is not None and m.classifier.reranker else [])
-    return [Route("/embed", embed, embedder, always=True),
-            Route("/embed_sparse", embed_sparse, _kind("sparse", "sparse"), always=True),
-            Route("/embed_all", embed_all, lambda m: [kind for kind in EMBED_ALL if kind in m.loaded()], always=True),
-            Route("/similarity", similarity, embedder, always=True),
-            Route("/predict", predict, classifier, always=True),
-            Route("/rerank", rerank, reranker, always=True),
-            Route("/tokenize", tokenize, lambda m: [k for k in TOKENIZE if k in m.loaded()][:1], always=True),
-            Route("/decode", decode, lambda m: [k for k in TOKENIZE if k in m.loaded()][:1], always=True),
-            Route("/", root, lambda m: embedder(m) + classifier(m) + minicheck(m) + tasks(m), always=True)]
+    return [Route("/embed", embed, embedder, always=True, body=bodies.EmbedRequest, answer=list[list[float]]),
+            Route("/embed_sparse", embed_sparse, _kind("sparse", "sparse"), always=True, body=bodies.TokensRequest,
+                  answer=list[list[bodies.SparseValue]]),
+            Route("/embed_all", embed_all, lambda m: [kind for kind in EMBED_ALL if kind in m.loaded()], always=True,
+                  body=bodies.TokensRequest, answer=list[list[list[float]]]),
+            Route("/similarity", similarity, embedder, always=True, body=bodies.SimilarityRequest,
+                  answer=list[float]),
+            Route("/predict", predict, classifier, always=True, body=bodies.PredictRequest,
+                  answer=list[bodies.Label] | list[list[bodies.Label]]),
+            Route("/rerank", rerank, reranker, always=True, body=bodies.RerankRequest, answer=list[bodies.Ranked]),
+            Route("/tokenize", tokenize, lambda m: [k for k in TOKENIZE if k in m.loaded()][:1], always=True,
+                  body=bodies.TokenizeRequest, answer=list[list[bodies.Token]]),
+            Route("/decode", decode, lambda m: [k for k in TOKENIZE if k in m.loaded()][:1], always=True,
+                  body=bodies.DecodeRequest, answer=list[str]),
+            Route("/", root, lambda m: embedder(m) + classifier(m) + minicheck(m) + tasks(m), always=True,
+                  body=bodies.RootRequest, answer=Any)]
