@@ -311,7 +311,8 @@ class RerankV1Request(Body):
                                                       "default: false)")
     rank_fields: Annotated[list[Literal["text"]], BeforeValidator(_by_text)] | None = Field(
         None, description="documents are ranked by their `text` only")
-    max_chunks_per_doc: Literal[1] | None = Field(None, description="a document is read as one chunk")
+    max_chunks_per_doc: Annotated[int, Field(ge=1, le=1)] | None = Field(None, description=(
+        "a document is read as one chunk (the model's window): 1 only"))
 
 
 class CohereResult(Answer):
