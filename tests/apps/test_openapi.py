@@ -3,8 +3,10 @@
 route's schema and one it refuses does not; the defaults are the runners'; the docs page is the document's rendering.
 In process (starlette's TestClient), on the tiny MiniLM."""
 
+import argparse
 import inspect
 import json
+import sys
 
 import pytest
 
@@ -144,3 +146,12 @@ def test_a_null_is_the_default_and_types_are_strict():
         with pytest.raises(ServiceError) as e:
             bodies.parse(bodies.EmbedRequest, body)
         assert e.value.status == 422 and e.value.message.startswith("`")
+
+
+def test_serve_without_pydantic_names_the_extra(monkeypatch):
+    """pydantic is the serve extra's: `minialign serve` without it says how to install the extra."""
+    from minialign.apps.serve_command import run_serve
+
+    monkeypatch.setitem(sys.modules, "pydantic", None)  # import pydantic raises ImportError
+    with pytest.raises(ValueError, match=r"needs the serve extra.*\.\[serve\]"):
+        run_serve(argparse.Namespace())
