@@ -1,6 +1,6 @@
 """Every route's request and response bodies, declared once as pydantic v2 types (the `serve` extra): the handlers
-validate a request's body with its type (`parse`), GET /openapi.json describes each route by them (serve/openapi.py),
-and the docs page renders that document.
+validate a request's body with its type (`parse`), GET /openapi.json describes each route by them (serve/spec.py),
+and the docs page renders that document (serve/api_page.py).
 
 Validation is strict, as the hand checks it replaces were: a string is a JSON string (never a number), a boolean a
 JSON boolean, an integer a JSON integer (never a boolean); a null where a field has a default is that default; fields
@@ -43,7 +43,7 @@ def default_of(function: Any, name: str) -> Any:
 
 def _text(value: Any) -> Any:
     if isinstance(value, str) and (problem := text_problem(value)):  # what the tokenizer cannot encode
-        raise PydanticCustomError("text", problem)
+        raise PydanticCustomError("text", "{problem}", {"problem": problem})  # the text is no template
     return value
 
 
