@@ -13,6 +13,7 @@ models/roberta/modeling_roberta.py (v4.x-v5.x).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -30,7 +31,7 @@ from minialign.nn.inputs import AttentionInputs, ForwardInputs
 from minialign.nn.config import Config
 from minialign.nn.init import init_weights
 from minialign.nn.layers import Pooler
-from minialign.nn.layout import FINAL_TOKENS, HostBatch, Layout, check_id_range
+from minialign.nn.layout import FINAL_TOKENS, HostBatch, Layout, Picked, check_id_range
 
 
 @dataclass(frozen=True)
@@ -39,10 +40,13 @@ class ForwardPlan:
 
     attention_mask: Tensor | None  # the user's mask; None: none, or a (B, L) one without padding
     backend: Backend  # the row every layer's attention runs on (attention.choose_backend)
-    final_backend: Backend  # the last layer's: `backend`, or a row taking the first tokens' queries alone
+    final_backend: Backend  # the last layer's: `backend`, or a row taking some tokens' queries alone (first, picked)
     first_only: bool  # the last layer runs for each sequence's first token alone
     layout: Layout  # padded, or the real tokens packed into one row (nn/layout.py)
     windows: tuple[int | None, ...]  # each layer's window, |i - j| <= window (None: every key)
+    wanted: Tensor | None = None  # final_tokens as a (B, L) bool mask
+    picked: Picked | None = None  # final_tokens as a mask, packed: the last layer runs for these tokens alone
+    final_queries: Callable[[Tensor], Tensor] | None = None  # the last layer's query tokens (None: every token)
 
 
 @dataclass
@@ -109,7 +113,7 @@ class Encoder(Pretrained):
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
         position_ids: Tensor | None = None, *, output_hidden_states: bool = False, output_attentions: bool = False,
-        unpad: bool = False, final_tokens: str = "all", windows_over_custom_mask: bool = True,
+        unpad: bool = False, final_tokens: str | Tensor = "all", windows_over_custom_mask: bool = True,
         head_mask: Tensor | None = None, host: HostBatch | None = None, start_at_layer: int | None = None,
         residual: Tensor | None = None,
     ) -> EncoderOutput:
@@ -122,8 +126,12 @@ class Encoder(Pretrained):
             return attentions or run under `capture`.
         final_tokens: whose final states are wanted: "all", or "first" (each sequence's first token,
             all the pooler and a classification head read): the last layer then runs for the first
-            tokens alone and last_hidden_state is (B, 1, C). Hidden states, attentions and capture
-            ask for every token, so with any of them the forward computes "all".
+            tokens alone and last_hidden_state is (B, 1, C). Or a (B, L) bool mask, True at the tokens
+            wanted (a real token of each sequence at least; a token classifier whose labels are read on some
+            tokens, such as LettuceDetect's on the answer): last_hidden_state is (B, L, C), zero at the others;
+            packed (unpad), the last layer runs for the wanted tokens alone. Hidden states, attentions and
+            capture ask for every token, so with any of them the forward computes "all" (a mask's others
+            still zero in last_hidden_state).
         windows_over_custom_mask: a family with local layers (ModernBERT) keeps each local layer's window on top
             of a custom (B, L, L) or 4-D mask (True, the default: the layer never sees past its window); False
             drops the windows under such a mask, as transformers does when it is given a 4-D mask
@@ -178,12 +186,20 @@ class Encoder(Pretrained):
             if i < start_at_layer:
                 continue
             final = i == len(self.layers) - 1
-            x, probs = layer(x, mask, layout.first_tokens if final and plan.first_only else None, **inputs)
+            x, probs = layer(x, mask, plan.final_queries if final else None, **inputs)
             if output_hidden_states:
                 hidden_states.append(layout.unpack(x))
             attentions.append(probs)
         x = self.family.finish(self, x)
-        x = layout.batch_first(x) if plan.first_only else layout.unpack(x)  # (B, 1, C) or (B, L, C)
+        if plan.first_only:
+            x = layout.batch_first(x)  # (B, 1, C)
+        elif plan.picked is not None:  # the picked tokens' rows, into (B, L, C) zeros
+            B, L = input_ids.shape
+            x = x.new_zeros(B * L, x.size(-1)).index_copy_(0, layout.indices[plan.picked.tokens], x[0]).view(B, L, -1)
+        else:
+            x = layout.unpack(x)  # (B, L, C)
+            if plan.wanted is not None:  # the mask's others zero, whatever ran
+                x = x.masked_fill(~plan.wanted[..., None], 0.0)
         if output_hidden_states:  # the last state is the finished one (transformers' tie_last_hidden_states)
             hidden_states[-1] = x
         return EncoderOutput(
@@ -209,16 +225,15 @@ class Encoder(Pretrained):
               output_hidden_states: bool, output_attentions: bool, windows_over_custom_mask: bool,
               host: HostBatch | None = None) -> ForwardPlan:
         """This forward's decisions, each made here once (forward's docstring says what each option asks)."""
-        if final_tokens not in FINAL_TOKENS:
-            raise ValueError(f"final_tokens must be one of {FINAL_TOKENS}, got {final_tokens!r}")
         B, L = input_ids.shape
+        wanted = wanted_tokens(final_tokens, B, L)
         backend = self._backend(probabilities=output_attentions, query_subset=False)
         packable = attention_mask is not None and not (output_attentions or backend.whole)
         if attention_mask is not None and not (unpad and packable) and without_padding(attention_mask, B, L, host):
             attention_mask = None  # sdpa can then use its fastest kernel. Packed (unpad), a batch without
             # padding stays packed: each sequence is then attended as in any other batch (layout.bucket_length)
         # hidden states, attentions and a recording row (capture) ask for every token of every layer
-        first_only = final_tokens == "first" and not (output_hidden_states or output_attentions or backend.whole)
+        first_only = isinstance(final_tokens, str) and final_tokens == "first" and not (output_hidden_states or output_attentions or backend.whole)
         # the last layer's row: the first tokens' queries alone are a capability of their own (flex lacks it)
         final_backend = self._backend(probabilities=False, query_subset=True) if first_only else backend
         packable = packable and attention_mask is not None
@@ -229,7 +244,13 @@ class Encoder(Pretrained):
         windows = tuple(layer.window for layer in self.layers)
         if not windows_over_custom_mask and attention_mask is not None and attention_mask.dim() > 2:
             windows = (None,) * len(windows)  # the caller's mask alone, as transformers takes a 4-D one
-        return ForwardPlan(attention_mask, backend, final_backend, first_only, layout, windows)
+        picked = None
+        if wanted is not None and layout.packed and not (output_hidden_states or output_attentions or backend.whole):
+            picked = layout.picked(wanted)
+            final_backend = self._backend(probabilities=False, query_subset=True)
+        final_queries = layout.first_tokens if first_only else picked
+        return ForwardPlan(attention_mask, backend, final_backend, first_only, layout, windows, wanted, picked,
+                           final_queries)
 
     @staticmethod
     def _masks(plan: ForwardPlan, inputs: AttentionInputs) -> list[PreparedMask]:
@@ -240,6 +261,9 @@ class Encoder(Pretrained):
         masks = [by_window[window] for window in plan.windows]
         if plan.first_only:
             masks[-1] = prepare_mask(plan.final_backend, replace(inputs, queries="first", window=plan.windows[-1]))
+        elif plan.picked is not None:
+            masks[-1] = prepare_mask(plan.final_backend, replace(inputs, queries="picked", picked=plan.picked,
+                                                                 window=plan.windows[-1]))
         return masks
 
     def _backend(self, *, probabilities: bool, query_subset: bool) -> Backend:
@@ -249,6 +273,20 @@ class Encoder(Pretrained):
                               score_form=self.layers[0].attention.score_form,
                               dropout=self.training and self.config.attention_dropout > 0,
                               query_subset=query_subset)
+
+
+def wanted_tokens(final_tokens: str | Tensor, batch: int, length: int) -> Tensor | None:
+    """Encoder.forward's final_tokens checked: None for a name of FINAL_TOKENS, the (B, L) bool mask itself."""
+    if isinstance(final_tokens, str):
+        if final_tokens not in FINAL_TOKENS:
+            raise ValueError(f"final_tokens must be one of {FINAL_TOKENS} or a (B, L) bool mask, got {final_tokens!r}")
+        return None
+    if not isinstance(final_tokens, Tensor) or final_tokens.dtype != torch.bool \
+            or tuple(final_tokens.shape) != (batch, length):
+        got = (f"{final_tokens.dtype} {tuple(final_tokens.shape)}" if isinstance(final_tokens, Tensor)
+               else type(final_tokens).__name__)
+        raise ValueError(f"final_tokens must be one of {FINAL_TOKENS} or a ({batch}, {length}) bool mask, got {got}")
+    return final_tokens
 
 
 def without_padding(attention_mask: Tensor, batch: int, length: int, host: HostBatch | None = None) -> bool:

@@ -255,13 +255,21 @@ class TokenClassifierModel(_OnEncoder, Pretrained):
         self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
         position_ids: Tensor | None = None, *, output_hidden_states: bool = False, output_attentions: bool = False,
         unpad: bool = False, head_mask: Tensor | None = None, host: HostBatch | None = None,
+        final_tokens: str | Tensor = "all",
     ) -> TokenClassifierOutput:
-        """Every token's logits (B, L, num_labels). unpad, host: see Encoder.forward."""
+        """Every token's logits (B, L, num_labels). final_tokens: "all", or a (B, L) bool mask of the tokens whose
+        labels are read (Encoder.forward: packed, the last layer runs for them alone): the head runs on them
+        alone, the others' logits zero. unpad, host: see Encoder.forward."""
         out = self.encoder(input_ids, attention_mask, token_type_ids, position_ids,
                            output_hidden_states=output_hidden_states, output_attentions=output_attentions,
-                           unpad=unpad, head_mask=head_mask, host=host)
-        logits = self.classifier(out.last_hidden_state)
-        return TokenClassifierOutput(logits, out.last_hidden_state, out.hidden_states, out.attentions)
+                           unpad=unpad, head_mask=head_mask, host=host, final_tokens=final_tokens)
+        states = out.last_hidden_state
+        if isinstance(final_tokens, Tensor):
+            picked = self.classifier(states[final_tokens])  # (Tq, num_labels)
+            logits = picked.new_zeros(*states.shape[:2], picked.size(-1)).index_put_((final_tokens,), picked)
+        else:
+            logits = self.classifier(states)
+        return TokenClassifierOutput(logits, states, out.hidden_states, out.attentions)
 
 
 @dataclass

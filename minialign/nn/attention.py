@@ -46,7 +46,7 @@ from torch import Tensor, nn
 from minialign.nn import flex, varlen
 from minialign.nn.capture import capturing, current, record
 from minialign.nn.inputs import AttentionInputs
-from minialign.nn.layout import Bucket, padded
+from minialign.nn.layout import Bucket, BucketQueries, padded
 from minialign.nn.masks import attention_bias, first_query_only, keep_mask, offset_bias
 from minialign.nn.reduce import row_product
 from minialign.nn.score_functions import DENSE, DISENTANGLED, DOT, OFFSET, ScaledDot
@@ -201,7 +201,7 @@ class Backend:
     prepare: Callable[[AttentionInputs], Any]
     probabilities: bool = False  # returns attention probabilities
     packed: bool = False  # takes a packed row (layout.packed) as one call
-    query_subset: bool = True  # takes queries="first": the first token's query against all keys
+    query_subset: bool = True  # takes queries="first" / "picked": some tokens' queries against all keys
     score_forms: frozenset[str] = frozenset({DOT})  # score_functions.py forms it runs
     dropout: bool = True  # applies attention dropout in training
     whole: bool = False  # the forward runs every token of every layer, padded (a recording row: whole maps)
@@ -278,16 +278,15 @@ class PreparedMask:
 
     value:        what the row's run() reads (None when `buckets` is set)
     buckets:      a packed row on a backend that takes padded batches only: each length bucket
-                  (layout.Bucket) with what run() reads for it; `first`: the queries are each sequence's
-                  first token (queries="first")
+                  (layout.Bucket) with what run() reads for it and, when its call attends some of its tokens'
+                  queries only (queries="first" or "picked"), which (layout.BucketQueries; None: every token)
     head_scale:   (1, H, 1, 1), one layer's head mask (transformers v4's head_mask: each head's probabilities
                   times its entry, 0 silencing the head), or None
     """
 
     backend: Backend
     value: Any = None
-    buckets: tuple[tuple[Bucket, Any], ...] | None = None
-    first: bool = False
+    buckets: tuple[tuple[Bucket, Any, BucketQueries | None], ...] | None = None
     head_scale: Tensor | None = None
 
 
@@ -302,11 +301,28 @@ def prepare_mask(backend: Backend, inputs: AttentionInputs) -> PreparedMask:
                           stacklevel=4)  # the default filter shows each text once
         backend = BACKENDS["sdpa"]
     if inputs.layout.packed and not backend.packed:
-        buckets = tuple((bucket, backend.prepare(replace(inputs, mask=bucket.keep,
-                                                         layout=padded(*bucket.keep.shape))))
-                        for bucket in inputs.layout.buckets)
-        return PreparedMask(backend, buckets=buckets, first=inputs.queries == "first")
+        buckets = []
+        for i, bucket in enumerate(inputs.layout.buckets):
+            value = backend.prepare(replace(inputs, mask=bucket.keep, layout=padded(*bucket.keep.shape), picked=None))
+            queries = None
+            if inputs.queries == "first":  # each sequence's first token: q's rows are the sequences'
+                queries = BucketQueries(bucket.sequences, bucket.sequences, 1)
+            elif inputs.queries == "picked":
+                queries = inputs.picked.buckets[i]
+                value = picked_rows(value, queries.positions)
+            buckets.append((bucket, value, queries))
+        return PreparedMask(backend, buckets=tuple(buckets))
     return PreparedMask(backend, backend.prepare(inputs))
+
+
+def picked_rows(bias: Tensor | None, positions: Tensor) -> Tensor | None:
+    """A bucket's additive bias (S|1, H|1, Lb|1, Lb) at its picked queries' rows, positions (S, Lq): (S, H|1, Lq, Lb);
+    a bias of one row (the same for every query) as it is."""
+    if bias is None or bias.size(2) == 1:
+        return bias
+    S, Lq = positions.shape
+    bias = bias.expand(S, *bias.shape[1:])
+    return bias.gather(2, positions[:, None, :, None].expand(S, bias.size(1), Lq, bias.size(3)))
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, mask: PreparedMask, *, score: nn.Module | None = None,
@@ -339,19 +355,19 @@ def _matching(value: Any, q: Tensor) -> Any:
 
 def _by_bucket(row: Backend, q: Tensor, k: Tensor, v: Tensor, mask: PreparedMask, score: nn.Module,
                dropout_p: float) -> Tensor:
-    """A packed row, q (1, H, Tq, D) (Tq: T, or B first tokens) and k, v (1, H, T, D), attended as one padded
+    """A packed row, q (1, H, Tq, D) (Tq: T, B first tokens, or the picked ones) and k, v (1, H, T, D), attended as one padded
     batch per length bucket (layout.Bucket): no token sees another sequence. Returns (1, H, Tq, D), laid out
     token-major (as sdpa lays out its own output), so the output projection reads it without a copy."""
     _, H, Tq, D = q.shape
     tokens = lambda t: t[0].transpose(0, 1).reshape(t.size(2), H * D)  # noqa: E731  (T, H * D): a view of heads()'
     out = q.new_empty(Tq + 1, H * D)  # the last row takes the padding slots' outputs, then is dropped
-    for bucket, value in mask.buckets:
+    for bucket, value, queries in mask.buckets:
         S, L = bucket.keep.shape
         heads = lambda rows, n: rows.view(S, n, H, D).transpose(1, 2)  # noqa: E731  (S, H, n, D)
         kb, vb = (heads(tokens(t).index_select(0, bucket.gather), L) for t in (k, v))
-        if mask.first:  # each sequence's first token, into the sequences' rows of out
-            qb = heads(tokens(q).index_select(0, bucket.sequences), 1)
-            where = bucket.sequences
+        if queries is not None:  # some tokens' queries (the first, or the picked ones), into their rows of out
+            qb = heads(tokens(q).index_select(0, queries.gather), queries.length)
+            where = queries.scatter
         else:
             qb = heads(tokens(q).index_select(0, bucket.gather), L)
             where = bucket.scatter

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from minialign.nn.layout import FINAL_TOKENS, Layout
+from minialign.nn.layout import QUERIES, Layout, Picked
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,8 @@ class AttentionInputs:
     layout:    padded or packed (layout.py)
     dtype:     the dtype of the scores a bias is added to
     num_heads: H
-    queries:   "all", or "first": each sequence's first token alone (layout.FINAL_TOKENS)
+    queries:   "all"; "first": each sequence's first token alone; "picked": the tokens of `picked` alone (a packed row's:
+               layout.Layout.picked)
     relative:  a family's relative-position bias, one value per head and offset j - i ((H, 2R + 1), offsets
                -R..R, R >= L - 1), added to the scores after scaling (MPNet's); None: none
     window:    a local layer's reach, keys j with |i - j| <= window only, on top of the mask; None: every key
@@ -49,10 +50,12 @@ class AttentionInputs:
     window: int | None = None
     device: torch.device | None = None
     causal: bool = False
+    picked: Picked | None = None  # queries="picked" on a packed row: the picked tokens, each bucket's queries over them
+    # (a bucket's own padded batch is prepared with queries="picked" and no `picked`: every row of its mask)
 
     def __post_init__(self):
-        if self.queries not in FINAL_TOKENS:
-            raise ValueError(f"queries must be one of {FINAL_TOKENS}, got {self.queries!r}")
+        if self.queries not in QUERIES:
+            raise ValueError(f"queries must be one of {QUERIES}, got {self.queries!r}")
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ Shapes: B batch, L padded length, T real tokens of the batch, C hidden size.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -34,7 +35,8 @@ from torch import Tensor
 
 from minialign.nn.masks import right_padded_lengths
 
-FINAL_TOKENS = ("all", "first")  # which tokens' final states a forward computes (Encoder.forward)
+FINAL_TOKENS = ("all", "first")  # which tokens' final states a forward computes (Encoder.forward; or a (B, L) mask)
+QUERIES = (*FINAL_TOKENS, "picked")  # a layer's queries (AttentionInputs.queries): "picked", a mask's tokens
 
 
 def bucket_length(n: int) -> int:
@@ -63,6 +65,23 @@ class Bucket:
     keep: Tensor
     gather: Tensor
     scatter: Tensor
+
+
+@dataclass(frozen=True)
+class BucketQueries:
+    """The queries a bucket's call attends when they are not its every token: each sequence's Lq query rows,
+    the last repeated past its own (their outputs dropped).
+
+    gather     (S * Lq,) each slot's row of the layer's queries (q's rows: the picked tokens, or the first ones)
+    scatter    (S * Lq,) where each slot's output goes: its query's row, or one past the queries (dropped)
+    positions  (S, Lq) each slot's position in its sequence (which row of the bucket's mask it reads); None for
+               the first tokens (their mask's one row: masks.first_query_only)
+    """
+
+    gather: Tensor
+    scatter: Tensor
+    length: int  # Lq
+    positions: Tensor | None = None
 
 
 def host_tensor(values: Sequence[int], device: torch.device, dtype: torch.dtype = torch.long) -> Tensor:
@@ -201,6 +220,32 @@ class Layout:
         out = t.new_zeros(self.batch * self.length, t.size(-1))
         return out.index_copy_(0, self.indices, t[0]).view(self.batch, self.length, -1)
 
+    def picked(self, wanted: Tensor) -> Picked:
+        """A packed row's tokens where `wanted` (B, L) bool is True, and each bucket's queries over them
+        (BucketQueries): what a last layer computing those tokens alone reads (Encoder.forward final_tokens as a
+        mask). One host sync (the tokens' count); every sequence needs a token at least."""
+        lengths = self.host_lengths
+        chosen = [torch.nonzero(row[:n], as_tuple=True)[0] for row, n in zip(wanted.bool(), lengths)]
+        counts = [len(c) for c in chosen]
+        if not all(counts):
+            raise ValueError(f"final_tokens selects no token of sequence {counts.index(0)} (a mask must select "
+                             f"a real token of every sequence at least)")
+        device = self.lengths.device
+        starts = torch.tensor([0, *itertools.accumulate(counts)][:-1], device=device)  # each sequence's first row
+        positions = torch.cat(chosen).to(device)  # (Tq,) positions within their sequences
+        rows = torch.cat([torch.full((c,), i, device=device) for i, c in enumerate(counts)])  # their sequences
+        queries = []
+        for bucket in self.buckets:
+            sequences = bucket.sequences.tolist()
+            most = max(counts[i] for i in sequences)
+            slot = torch.arange(most, device=device)[None, :]  # (1, Lq)
+            own = torch.tensor([counts[i] for i in sequences], device=device)[:, None]
+            gather = starts[bucket.sequences][:, None] + torch.minimum(slot, own - 1)  # (S, Lq)
+            scatter = gather.masked_fill(slot >= own, len(positions))
+            queries.append(BucketQueries(gather.flatten(), scatter.flatten(), most, positions[gather]))
+        tokens = self.cu_seqlens[:-1].long()[rows] + positions  # each picked token's row of the packed row
+        return Picked(tokens, tuple(queries))
+
     def first_tokens(self, t: Tensor) -> Tensor:
         """Each sequence's first token: (B, L, ...) -> (B, 1, ...); packed (1, T, ...) -> (1, B, ...)."""
         return t[:, self.cu_seqlens[:-1]] if self.packed else t[:, :1]
@@ -208,6 +253,19 @@ class Layout:
     def batch_first(self, t: Tensor) -> Tensor:
         """The output of `first_tokens` as (B, 1, ...), whatever the layout."""
         return t.transpose(0, 1) if self.packed else t
+
+
+@dataclass(frozen=True)
+class Picked:
+    """Layout.picked: the picked tokens' rows of the packed row (Tq,), ascending, and each bucket's queries over
+    them (BucketQueries, in the order of Layout.buckets)."""
+
+    tokens: Tensor
+    buckets: tuple[BucketQueries, ...]
+
+    def __call__(self, t: Tensor) -> Tensor:
+        """(1, T, ...) -> the picked tokens (1, Tq, ...) (a layer's `queries`)."""
+        return t[:, self.tokens]
 
 
 def padded(batch: int, length: int) -> Layout:

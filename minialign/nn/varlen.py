@@ -130,6 +130,8 @@ def refuses(inputs: AttentionInputs) -> str | None:
         return "the batch is padded (varlen attends packed rows: unpad=True with a 2-D padding mask)"
     if inputs.relative is not None:
         return "the family adds a relative-position bias to the scores, which the kernel cannot add"
+    if inputs.queries == "picked":
+        return "some tokens' queries alone (final_tokens as a mask): the bucketed rows take them"
     if inputs.queries == "first" and inputs.window is not None:
         # with fewer queries than keys the kernel aligns the queries with the last keys (flash-attention 2.1's
         # bottom-right rule for windows), while a first token's window reaches the keys from the first on

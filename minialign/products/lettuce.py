@@ -301,8 +301,9 @@ class HallucinationDetector(Runner):
                      for i, (example, answer) in enumerate(zip(prompts, answers))]
         flat = [e for example in encodings for e in example]
         encoded = Encoded([e.ids for e in flat], [e.type_ids for e in flat], [e.cut for e in flat])
-        logits = self.engine.run_encoded(encoded, self.forward,
-                                         progress=self.progress_label if progress else False).values if flat else []
+        logits = self.engine.run_encoded(encoded, self.forward, progress=self.progress_label if progress else False,
+                                         per_row={"answer_start": [e.answer_start for e in flat]}).values \
+            if flat else []
         cut = torch.tensor([sum(e.cut for e in example) for example in encodings], dtype=torch.long)
         self._count(cut, warn_truncation, tally)
         # every prompt's probabilities in one softmax (a row's bits are its own: the same as one call per prompt);
@@ -340,8 +341,13 @@ class HallucinationDetector(Runner):
         return _Pair(pair.ids, pair.type_ids, pair.offsets, start, cut)
 
     def forward(self, batch: dict[str, Tensor]) -> list[Tensor]:
-        """float32 logits of each sequence's tokens, (n_i, num_labels) each (a ragged forward: runtime/engine.py)."""
-        logits = self.model(**batch, unpad=self.unpad).logits.float()
+        """float32 logits of each sequence's tokens, (n_i, num_labels) each (a ragged forward: runtime/engine.py):
+        the answer's (from each row's `answer_start` on) computed, the prompt's zero. Only the answer's labels are
+        read, so the last layer runs for the answer's tokens alone (Encoder.forward final_tokens as a mask)."""
+        start = batch.pop("answer_start")
+        ids, mask = batch["input_ids"], batch["attention_mask"]
+        answer = torch.arange(ids.size(1), device=ids.device)[None, :] >= start.to(ids.device)[:, None]
+        logits = self.model(**batch, unpad=self.unpad, final_tokens=answer & mask.bool()).logits.float()
         return [row[:n] for row, n in zip(logits, batch_lengths(batch))]
 
     def _result(self, chunks: list[_Pair], probabilities: list[Tensor], answer: str, output_format: str) -> list:

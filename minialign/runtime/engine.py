@@ -310,9 +310,11 @@ class BatchEngine:
 
     def run_encoded(self, encoded: Encoded, forward: Callable[[dict[str, Tensor]], Tensor | list], *,
                     progress: bool | str = False, batch_size: int | None = None,
-                    constants: dict[str, int] | None = None) -> Results:
+                    constants: dict[str, int] | None = None, per_row: dict[str, list[int]] | None = None) -> Results:
         """`run` over sequences tokenized already (Encoded: ids, type ids, tokens each lost), each run as it is (no
-        deduplication): a runner that cuts texts its own way (TokenClassifier's overlapping windows)."""
+        deduplication): a runner that cuts texts its own way (TokenClassifier's overlapping windows). `constants`
+        join every batch as they are; `per_row`, one int per sequence under each name, joins each batch as a (B,)
+        long tensor of its rows' values in its rows' order (0 for a row added to fill a CUDA graph's)."""
         ids, types = encoded.ids, encoded.type_ids
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
         batches = self.batches(order, [len(t) for t in ids],
@@ -325,8 +327,15 @@ class BatchEngine:
                        leave=False)
         gathered = Gathered(len(ids), hold=self.overlap, private=self.cuda_graphs)
         extra = constants or {}
-        for index, out in self.execute(forward, ((i, {**self.collate(b, ids, types), **extra})
-                                                 for i, b in enumerate(batches))):
+
+        def batch(rows: list[int]) -> dict:
+            tensors = {**self.collate(rows, ids, types), **extra}
+            filled = len(tensors["input_ids"]) - len(rows)
+            for name, values in (per_row or {}).items():
+                tensors[name] = torch.tensor([values[i] for i in rows] + [0] * filled, dtype=torch.long)
+            return tensors
+
+        for index, out in self.execute(forward, ((i, batch(b)) for i, b in enumerate(batches))):
             rows = batches[index]
             gathered.add(rows, out[:len(rows)] if self.cuda_graphs else out)  # a padded batch's extra rows dropped
             if bar is not None:

@@ -163,6 +163,39 @@ def test_local_blocks_give_a_text_the_same_bits_alone_and_batched(tmp_path):
             assert torch.equal(alone[0], batched[i, :n]), n
 
 
+@pytest.mark.parametrize("layers", [4, 3], ids=["last-local", "last-global"])
+def test_final_tokens_as_a_mask_runs_the_last_layer_for_those_tokens(layers, tmp_path):
+    """Encoder.forward(final_tokens=mask): packed, the last layer's queries and feed-forward are the wanted tokens
+    alone, each the bits of the full forward's and of its text run alone; padded the same within 1e-6; the others
+    zero; and a mask that is not (B, L) bool, or wants no token of a sequence, refused naming it. A feed-forward
+    width of whole vectors: torch's GELU gives the elements of a row's tail past them other bits at other row
+    counts (the 37 elsewhere here would move a token's last bit between one row and many)."""
+    hf, path = _saved(tmp_path, num_hidden_layers=layers, intermediate_size=64)
+    model = ma.Encoder.from_pretrained(path)
+    assert (model.layers[-1].window is not None) == (layers == 4)
+    ids, mask = _batch(hf.config, (150, 131, 9, 147))
+    starts = torch.tensor([100, 3, 8, 0])
+    wanted = (torch.arange(ids.size(1))[None] >= starts[:, None]) & mask.bool()
+    rows = []
+    hook = model.layers[-1].ffn.register_forward_hook(lambda m, args, out: rows.append(args[0].shape[:-1]))
+    with torch.no_grad():
+        full = model(ids, attention_mask=mask, unpad=True).last_hidden_state
+        picked = model(ids, attention_mask=mask, unpad=True, final_tokens=wanted).last_hidden_state
+        padded_out = model(ids, attention_mask=mask, final_tokens=wanted).last_hidden_state
+        hook.remove()
+        assert rows[1] == (1, int(wanted.sum()))  # the last layer's feed-forward: the wanted tokens alone
+        assert torch.equal(picked[wanted], full[wanted]) and not picked[~wanted].any()
+        assert (padded_out - full)[wanted].abs().max() < 1e-6 and not padded_out[~wanted].any()
+        for i, n in enumerate((150, 131, 9, 147)):
+            alone = model(ids[i:i + 1, :n], attention_mask=mask[i:i + 1, :n], unpad=True,
+                          final_tokens=wanted[i:i + 1, :n]).last_hidden_state
+            assert torch.equal(alone[0], picked[i, :n]), n
+        with pytest.raises(ValueError, match=r"final_tokens must be one of .* or a \(4, 150\) bool mask, got torch.int64"):
+            model(ids, attention_mask=mask, unpad=True, final_tokens=wanted.long())
+        with pytest.raises(ValueError, match="final_tokens selects no token of sequence 2"):
+            model(ids, attention_mask=mask, unpad=True, final_tokens=wanted & (torch.arange(4) != 2)[:, None])
+
+
 def test_window_and_theta_matter(tmp_path):
     """A window wider than the batch, or one theta for every layer, gives another result."""
     hf, directory = _saved(tmp_path)

@@ -253,3 +253,19 @@ def test_a_runner_working_ahead_gives_the_same_bits(minilm_dir):
     plain = encoder.encode(texts)
     held(encoder.engine)
     assert torch.equal(encoder.encode(texts), plain)
+
+
+def test_per_row_values_reach_each_batch_in_its_rows_order(tokenizer):
+    """run_encoded's per_row: one int per sequence joins each batch as a (B,) tensor in the batch's own row order
+    (the engine sorts by length), so a forward reads each row's own value (HallucinationDetector's answer starts)."""
+    engine = BatchEngine(tokenizer, batch_size=4)
+    encoded = engine.tokenize(TEXTS[:11])
+    seen = []
+
+    def forward(batch):
+        seen.append(batch["tag"].tolist())
+        return batch["tag"][:, None].float() * 1000 + batch["attention_mask"].sum(1, keepdim=True)
+
+    out = engine.run_encoded(encoded, forward, per_row={"tag": list(range(11))}).values
+    assert len(seen) == 3 and sorted(sum(seen, [])) == list(range(11))
+    assert out[:, 0].tolist() == [i * 1000 + len(ids) for i, ids in enumerate(encoded.ids)]
