@@ -31,6 +31,7 @@ from minialign.nn.inputs import AttentionInputs, ForwardInputs
 from minialign.nn.config import Config
 from minialign.nn.init import init_weights
 from minialign.nn.layers import Pooler
+from minialign.nn.score_functions import DISENTANGLED
 from minialign.nn.layout import FINAL_TOKENS, HostBatch, Layout, Picked, check_id_range
 
 
@@ -127,9 +128,10 @@ class Encoder(Pretrained):
         final_tokens: whose final states are wanted: "all", or "first" (each sequence's first token,
             all the pooler and a classification head read): the last layer then runs for the first
             tokens alone and last_hidden_state is (B, 1, C). Or a (B, L) bool mask, True at the tokens
-            wanted (a real token of each sequence at least; a token classifier whose labels are read on some
-            tokens, such as LettuceDetect's on the answer): last_hidden_state is (B, L, C), zero at the others;
-            packed (unpad), the last layer runs for the wanted tokens alone. Hidden states, attentions and
+            wanted (a token classifier whose labels are read on some tokens, such as LettuceDetect's on the
+            answer): last_hidden_state is (B, L, C), zero at the others; packed (unpad) on the CPU, the last
+            layer runs for the wanted tokens alone (not for DeBERTa, whose position terms take every query; nor
+            while compiling). Hidden states, attentions and
             capture ask for every token, so with any of them the forward computes "all" (a mask's others
             still zero in last_hidden_state).
         windows_over_custom_mask: a family with local layers (ModernBERT) keeps each local layer's window on top
@@ -245,8 +247,14 @@ class Encoder(Pretrained):
         if not windows_over_custom_mask and attention_mask is not None and attention_mask.dim() > 2:
             windows = (None,) * len(windows)  # the caller's mask alone, as transformers takes a 4-D one
         picked = None
-        if wanted is not None and layout.packed and not (output_hidden_states or output_attentions or backend.whole):
+        # the picked tokens' queries alone: packed, on the CPU (their calls are read on the host), outside a compile,
+        # every token's states not asked for, and a score form whose terms follow a query's position (DeBERTa's
+        # disentangled terms take the queries at positions 0.. : Disentangled.rows)
+        if (wanted is not None and layout.packed and input_ids.device.type == "cpu"
+                and not torch.compiler.is_compiling() and self.layers[0].attention.score_form != DISENTANGLED
+                and not (output_hidden_states or output_attentions or backend.whole)):
             picked = layout.picked(wanted)
+        if picked is not None:
             final_backend = self._backend(probabilities=False, query_subset=True)
         final_queries = layout.first_tokens if first_only else picked
         return ForwardPlan(attention_mask, backend, final_backend, first_only, layout, windows, wanted, picked,

@@ -264,9 +264,11 @@ class TokenClassifierModel(_OnEncoder, Pretrained):
                            output_hidden_states=output_hidden_states, output_attentions=output_attentions,
                            unpad=unpad, head_mask=head_mask, host=host, final_tokens=final_tokens)
         states = out.last_hidden_state
-        if isinstance(final_tokens, Tensor):
-            picked = self.classifier(states[final_tokens])  # (Tq, num_labels)
+        if isinstance(final_tokens, Tensor) and states.device.type == "cpu" and not torch.compiler.is_compiling():
+            picked = self.classifier(states[final_tokens])  # (Tq, num_labels): the wanted rows alone
             logits = picked.new_zeros(*states.shape[:2], picked.size(-1)).index_put_((final_tokens,), picked)
+        elif isinstance(final_tokens, Tensor):  # on a device: every row, no host sync, no dynamic shape
+            logits = self.classifier(states).masked_fill(~final_tokens[..., None], 0.0)
         else:
             logits = self.classifier(states)
         return TokenClassifierOutput(logits, states, out.hidden_states, out.attentions)

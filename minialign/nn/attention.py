@@ -302,13 +302,12 @@ def prepare_mask(backend: Backend, inputs: AttentionInputs) -> PreparedMask:
         backend = BACKENDS["sdpa"]
     if inputs.layout.packed and not backend.packed:
         buckets = []
-        for i, bucket in enumerate(inputs.layout.buckets):
+        calls = inputs.picked.buckets if inputs.queries == "picked" else ((b, None) for b in inputs.layout.buckets)
+        for bucket, queries in calls:
             value = backend.prepare(replace(inputs, mask=bucket.keep, layout=padded(*bucket.keep.shape), picked=None))
-            queries = None
             if inputs.queries == "first":  # each sequence's first token: q's rows are the sequences'
                 queries = BucketQueries(bucket.sequences, bucket.sequences, 1)
-            elif inputs.queries == "picked":
-                queries = inputs.picked.buckets[i]
+            elif queries is not None:  # the picked tokens (layout.Layout.picked): their rows of the mask
                 value = picked_rows(value, queries.positions)
             buckets.append((bucket, value, queries))
         return PreparedMask(backend, buckets=tuple(buckets))

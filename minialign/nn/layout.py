@@ -220,31 +220,35 @@ class Layout:
         out = t.new_zeros(self.batch * self.length, t.size(-1))
         return out.index_copy_(0, self.indices, t[0]).view(self.batch, self.length, -1)
 
-    def picked(self, wanted: Tensor) -> Picked:
-        """A packed row's tokens where `wanted` (B, L) bool is True, and each bucket's queries over them
-        (BucketQueries): what a last layer computing those tokens alone reads (Encoder.forward final_tokens as a
-        mask). One host sync (the tokens' count); every sequence needs a token at least."""
+    def picked(self, wanted: Tensor) -> Picked | None:
+        """A packed row's tokens where `wanted` (B, L) bool is True, and their queries in calls of their own
+        (Picked): what a last layer computing those tokens alone reads (Encoder.forward final_tokens as a mask).
+        A sequence's queries are padded to bucket_length of their count and attended beside the sequences of its
+        key bucket with as many (a call's query length a function of each sequence alone: torch's CPU attention
+        gives a row other bits under another query length); a sequence with none wanted is in no call. None
+        where no token is wanted. Read on the host (a sync per sequence: the CPU's path)."""
         lengths = self.host_lengths
-        chosen = [torch.nonzero(row[:n], as_tuple=True)[0] for row, n in zip(wanted.bool(), lengths)]
+        chosen = [torch.nonzero(row[:n], as_tuple=True)[0].tolist() for row, n in zip(wanted.bool(), lengths)]
         counts = [len(c) for c in chosen]
-        if not all(counts):
-            raise ValueError(f"final_tokens selects no token of sequence {counts.index(0)} (a mask must select "
-                             f"a real token of every sequence at least)")
+        if not any(counts):
+            return None
         device = self.lengths.device
-        starts = torch.tensor([0, *itertools.accumulate(counts)][:-1], device=device)  # each sequence's first row
-        positions = torch.cat(chosen).to(device)  # (Tq,) positions within their sequences
-        rows = torch.cat([torch.full((c,), i, device=device) for i, c in enumerate(counts)])  # their sequences
-        queries = []
-        for bucket in self.buckets:
-            sequences = bucket.sequences.tolist()
-            most = max(counts[i] for i in sequences)
-            slot = torch.arange(most, device=device)[None, :]  # (1, Lq)
-            own = torch.tensor([counts[i] for i in sequences], device=device)[:, None]
-            gather = starts[bucket.sequences][:, None] + torch.minimum(slot, own - 1)  # (S, Lq)
-            scatter = gather.masked_fill(slot >= own, len(positions))
-            queries.append(BucketQueries(gather.flatten(), scatter.flatten(), most, positions[gather]))
-        tokens = self.cu_seqlens[:-1].long()[rows] + positions  # each picked token's row of the packed row
-        return Picked(tokens, tuple(queries))
+        first_row = [0, *itertools.accumulate(counts)][:-1]  # each sequence's first picked row
+        first_token = [0, *itertools.accumulate(lengths)][:-1]  # each sequence's first token in the packed row
+        groups: dict[tuple[int, int], list[int]] = {}
+        for i, (n, c) in enumerate(zip(lengths, counts)):
+            if c:
+                groups.setdefault((bucket_length(n), bucket_length(c)), []).append(i)
+        calls = []
+        for (length, queries), sequences in sorted(groups.items()):
+            gather = [first_row[i] + min(j, counts[i] - 1) for i in sequences for j in range(queries)]
+            scatter = [first_row[i] + j if j < counts[i] else sum(counts) for i in sequences for j in range(queries)]
+            positions = [chosen[i][min(j, counts[i] - 1)] for i in sequences for j in range(queries)]
+            calls.append((_bucket(length, sequences, lengths, first_token, device),
+                          BucketQueries(host_tensor(gather, device), host_tensor(scatter, device), queries,
+                                        host_tensor(positions, device).view(len(sequences), queries))))
+        tokens = host_tensor([first_token[i] + p for i, c in enumerate(chosen) for p in c], device)
+        return Picked(tokens, tuple(calls))
 
     def first_tokens(self, t: Tensor) -> Tensor:
         """Each sequence's first token: (B, L, ...) -> (B, 1, ...); packed (1, T, ...) -> (1, B, ...)."""
@@ -257,11 +261,11 @@ class Layout:
 
 @dataclass(frozen=True)
 class Picked:
-    """Layout.picked: the picked tokens' rows of the packed row (Tq,), ascending, and each bucket's queries over
-    them (BucketQueries, in the order of Layout.buckets)."""
+    """Layout.picked: the picked tokens' rows of the packed row (Tq,), ascending, and the calls that attend their
+    queries: each a bucket of sequences (Bucket: their keys) and its queries (BucketQueries)."""
 
     tokens: Tensor
-    buckets: tuple[BucketQueries, ...]
+    buckets: tuple[tuple[Bucket, BucketQueries], ...]
 
     def __call__(self, t: Tensor) -> Tensor:
         """(1, T, ...) -> the picked tokens (1, Tq, ...) (a layer's `queries`)."""

@@ -344,10 +344,15 @@ class HallucinationDetector(Runner):
         """float32 logits of each sequence's tokens, (n_i, num_labels) each (a ragged forward: runtime/engine.py):
         the answer's (from each row's `answer_start` on) computed, the prompt's zero. Only the answer's labels are
         read, so the last layer runs for the answer's tokens alone (Encoder.forward final_tokens as a mask)."""
-        start = batch.pop("answer_start")
-        ids, mask = batch["input_ids"], batch["attention_mask"]
-        answer = torch.arange(ids.size(1), device=ids.device)[None, :] >= start.to(ids.device)[:, None]
-        logits = self.model(**batch, unpad=self.unpad, final_tokens=answer & mask.bool()).logits.float()
+        start = batch.pop("answer_start", None)  # (B,): _run's per_row; without it (Runner.run) every token
+        final_tokens = "all"
+        if start is not None:
+            ids, mask = batch["input_ids"], batch["attention_mask"].bool()
+            # from the answer's first token, or the row's last where the answer has none (an empty answer with no
+            # special token after it): each row a token at least
+            start = torch.minimum(start.to(ids.device), mask.sum(1) - 1)
+            final_tokens = (torch.arange(ids.size(1), device=ids.device)[None, :] >= start[:, None]) & mask
+        logits = self.model(**batch, unpad=self.unpad, final_tokens=final_tokens).logits.float()
         return [row[:n] for row, n in zip(logits, batch_lengths(batch))]
 
     def _result(self, chunks: list[_Pair], probabilities: list[Tensor], answer: str, output_format: str) -> list:

@@ -316,6 +316,9 @@ class BatchEngine:
         join every batch as they are; `per_row`, one int per sequence under each name, joins each batch as a (B,)
         long tensor of its rows' values in its rows' order (0 for a row added to fill a CUDA graph's)."""
         ids, types = encoded.ids, encoded.type_ids
+        for name, values in (per_row or {}).items():
+            if len(values) != len(ids):
+                raise ValueError(f"per_row[{name!r}] has {len(values)} values for {len(ids)} sequences")
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
         batches = self.batches(order, [len(t) for t in ids],
                                self.batch_size if batch_size is None else positive_int("batch_size", batch_size))
@@ -332,7 +335,8 @@ class BatchEngine:
             tensors = {**self.collate(rows, ids, types), **extra}
             filled = len(tensors["input_ids"]) - len(rows)
             for name, values in (per_row or {}).items():
-                tensors[name] = torch.tensor([values[i] for i in rows] + [0] * filled, dtype=torch.long)
+                value = torch.tensor([values[i] for i in rows] + [0] * filled, dtype=torch.long)
+                tensors[name] = value.pin_memory() if self.device.type == "cuda" else value
             return tensors
 
         for index, out in self.execute(forward, ((i, batch(b)) for i, b in enumerate(batches))):

@@ -95,6 +95,20 @@ def test_encoder_parity_padded_and_packed(variant, backend, tmp_path):
     assert {f"hidden_{i}" for i in range(3)} | {"attention_0", "attention_1", "last_hidden_state"} <= set(diffs)
 
 
+def test_final_tokens_as_a_mask_computes_every_token_for_the_position_terms(tmp_path):
+    """final_tokens as a mask, packed: DeBERTa's c2p / p2c terms take the queries at positions 0.. (Disentangled.rows),
+    so its last layer runs for every token and the others are zeroed: the wanted tokens' states those of the full
+    forward (1.7e-3 away when the picked queries were attended at the wrong positions)."""
+    hf, directory = _saved(tmp_path)
+    ours = ma.Encoder.from_pretrained(directory, attn_backend="sdpa")
+    ids, mask, types = _batch(hf.config)
+    wanted = (torch.arange(ids.size(1))[None] >= torch.tensor([[3], [1], [2]])[: len(ids)]) & mask.bool()
+    with torch.no_grad():
+        full = ours(ids, attention_mask=mask, token_type_ids=types, unpad=True).last_hidden_state
+        picked = ours(ids, attention_mask=mask, token_type_ids=types, unpad=True, final_tokens=wanted).last_hidden_state
+    assert torch.equal(picked[wanted], full[wanted]) and not picked[~wanted].any()
+
+
 def test_position_terms_move_the_output(tmp_path):
     """Zeroed relative embeddings (after their LayerNorm: its bias zeroed too) give another result: the c2p /
     p2c terms are applied; and a batch without padding runs (no mask)."""
