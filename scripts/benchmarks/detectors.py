@@ -28,7 +28,9 @@ each (the references and minialign on the first example): the reference (the bas
 (dtype="int8") and bf16 where the CPU has native bf16. The goal
 (GOAL): a minialign row GOAL times the reference's speed, or, where that is above the fp32 ceiling, fp32 at
 embedders.CEILING_SHARE of it (embedders.verdict at this GOAL). Useful FLOPs (embedders.flops) count every key of
-ModernBERT's local layers and none of DeBERTa's relative-position products. Each minialign row's deviation is the largest difference of
+ModernBERT's local layers and every token of its last layer (the reference's work, as torch's flop counter counts it;
+minialign skips the keys out of a local layer's window and runs the last layer for the answer's tokens alone) and
+none of DeBERTa's relative-position products. Each minialign row's deviation is the largest difference of
 its probabilities from the reference's (LettuceDetect: every answer token's; the others: each example's score). Rows
 of data (data.py), never a test.
 
