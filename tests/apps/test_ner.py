@@ -211,14 +211,14 @@ def test_rows_route_and_info(services, tagger):
 
 @pytest.mark.parametrize(("path", "body", "status", "message"), [
     ("/", {"inputs": "x", "parameters": {"aggregation_strategy": "mean"}}, 422,
-     "`parameters.aggregation_strategy` must be one of ['none', 'simple', 'first', 'average', 'max'], got 'mean'"),
+     "`parameters.aggregation_strategy` must be one of 'none', 'simple', 'first', 'average' or 'max', got 'mean'"),
     ("/", {"inputs": "x", "parameters": {"stride": 4}}, 422, "`parameters.stride` reads a text in overlapping windows"),
     ("/", {"inputs": "x", "parameters": {"aggregation_strategy": "simple", "stride": 62}}, 422,
      "`parameters.stride` must be an int >= 0 and below the window's room"),
     ("/", {"inputs": "x", "parameters": {"aggregation_strategy": "simple", "stride": "4"}}, 422,
-     "`parameters.stride` must be int, got str"),
-    ("/", {"inputs": "x", "parameters": {"ignore_labels": "O"}}, 422, "`parameters.ignore_labels` must be a list of str"),
-    ("/", {"inputs": "x", "parameters": {"ignore_labels": ["O", 5]}}, 422, "`parameters.ignore_labels` must be str"),
+     "`parameters.stride` must be an integer, got str"),
+    ("/", {"inputs": "x", "parameters": {"ignore_labels": "O"}}, 422, "`parameters.ignore_labels` must be a list, got str"),
+    ("/", {"inputs": "x", "parameters": {"ignore_labels": ["O", 5]}}, 422, "`parameters.ignore_labels[1]` must be a string, got int"),
     ("/", {"inputs": "x", "parameters": {"top_k": 2}}, 422, "`parameters` ['top_k']: not parameters of token-"),
     ("/", {"inputs": "x", "parameters": ["simple"]}, 422, "`parameters` must be an object"),
     ("/pipeline/token-classification", {"inputs": ["a", "b"]}, 422, "`inputs` must be a string, got list"),

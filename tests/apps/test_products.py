@@ -145,7 +145,7 @@ def test_a_registered_product_is_on_every_face(norm_product, minilm_dir, tmp_pat
         status, body = call(url, "/rows/norm", {"rows": [{"txet": "typo"}]})
         assert (status, body["error"]) == (422, "`rows[0]`: field 'text' is missing")
         status, body = call(url, "/rows/norm", {"rows": [{"text": "a"}], "options": {"scale": "big"}})
-        assert status == 422 and "`options.scale` must be float" in body["error"]
+        assert status == 422 and "`options.scale` must be a number" in body["error"]
         assert "POST /rows/norm" in call(url, "/")[1]
         info = call(url, "/info")[1]["models"]["norm"]
         assert info["kind"] == "norm" and info["routes"] == ["/rows/norm"] and info["model_id"] == str(minilm_dir)

@@ -20,10 +20,11 @@ from __future__ import annotations
 import inspect
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, ValidationError,
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, ValidationError, create_model,
                       WithJsonSchema, model_validator)
 from pydantic_core import PydanticCustomError
 
+from minialign.apps.products import Option, Product
 from minialign.apps.serve.core import ServiceError, bad_request, missing
 from minialign.products.alignscore import AlignScorer, DEFAULT_MODE, MODES
 from minialign.products.choices import TASKS
@@ -428,6 +429,59 @@ class RowsResponse(Answer):
     results: list[dict[str, Any]]
 
 
+# -- a product's options, typed from the product table (apps/products.py Option) ---------------------------------
+
+def _option_type(option: Option) -> Any:
+    """An option's JSON type: its default's bool, its parser's int / float / str (str where it has none), any value
+    for another parser (the job checks it: OptionError); one of its choices where it has them; a list where it takes
+    several; null as its absence."""
+    kind: Any = bool if isinstance(option.default, bool) else option.type or str
+    if kind not in (bool, int, float, str):
+        kind = Any
+    if option.choices is not None:
+        kind = Literal[tuple(option.choices)]
+    return (list[kind] if option.many else kind) | None
+
+
+_OPTIONS: dict[tuple[str, tuple[str, ...] | None], type[Body]] = {}
+
+
+def options_type(product: Product, names: tuple[str, ...] | None = None) -> type[Body]:
+    """A product's per-call options (`names` of them: an HF task's parameters; None: all) as one type, each field
+    of its Option's type and default (the runner's: products/choices.py) and help: what POST /rows/NAME's `options`
+    and an HF task's `parameters` are validated with and described by."""
+    key = (product.name, names)
+    if key not in _OPTIONS:
+        fields = {o.name: (_option_type(o), Field(o.default, description=o.help))
+                  for o in product.options if names is None or o.name in names}
+        title = "".join(part.title() for part in product.name.replace("-", "_").split("_"))
+        _OPTIONS[key] = create_model(f"{title}Options", __base__=Body, **fields)
+    return _OPTIONS[key]
+
+
+def parse_options(product: Product, given: dict[str, Any], where: str) -> dict[str, Any]:
+    """`given` (the body's `where` object: "options", "parameters") validated as the product's options: the values
+    given, not null (an absent option is the runner's default), or the 422 naming `where.<option>`."""
+    holder = create_model("Given", __base__=Body, **{where: (options_type(product), ...)})
+    return getattr(parse(holder, {where: given}), where).model_dump(exclude_unset=True)
+
+
+def rows_request(product: Product) -> type[Body]:
+    """POST /rows/NAME's body with the product's options typed (the OpenAPI document's)."""
+    title = options_type(product).__name__.removesuffix("Options")
+    return create_model(f"{title}RowsRequest", __base__=RowsRequest,
+                        options=(options_type(product), Field(default_factory=options_type(product),
+                                                              description="the product's per-call options")))
+
+
+def task_request(product: Product, parameters: tuple[str, ...], base: type[Body] = TaskRequest) -> type[Body]:
+    """An HF Inference task's body with its `parameters` typed by the product's options of those names."""
+    typed = options_type(product, parameters)
+    title = typed.__name__.removesuffix("Options")
+    return create_model(f"{title}TaskRequest", __base__=base,
+                        parameters=(typed, Field(default_factory=typed, description="the task's parameters")))
+
+
 # -- errors ------------------------------------------------------------------------------------------------------
 
 _TYPES = {"string": "a string", "bool": "a boolean", "int": "an integer", "float": "a number", "list": "a list",
@@ -473,6 +527,8 @@ def problem(error: dict, body: Any) -> ServiceError:
     if kind == "extra_forbidden":  # named by the object holding it
         holder, _, key = name.rpartition(".")
         return bad_request(f"`{holder}` has unknown key(s) {[key]}")
+    if kind == "literal_error":  # one of an option's choices
+        return bad_request(f"`{name}` must be one of {error['ctx']['expected']}, got {given!r}"[:300])
     said = error["msg"].removeprefix("Input ")
     return bad_request(f"`{name}` {said[:1].lower()}{said[1:]}, got {given!r}"[:300])
 

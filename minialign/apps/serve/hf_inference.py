@@ -259,8 +259,15 @@ def routes(models: Models) -> list[Route]:
     def kinds(name: str):
         return lambda m: [kind] if (kind := task_kinds(m).get(name)) else []
 
+    def body(task: Task, kind: str):
+        """The task's body, its `parameters` typed by the loaded product's options where the task takes them as
+        they are (bodies.task_request); text-classification's own."""
+        if not issubclass(task.body, bodies.TaskRequest):
+            return task.body
+        return bodies.task_request(PRODUCTS[models.loaded()[kind][0]], task.parameters, base=task.body)
+
     return [Route(f"/pipeline/{name}", lambda service, body, t=name, k=kind: HF_TASKS[t].handler(service, k, body),
-                  kinds(name), body=HF_TASKS[name].body, answer=HF_TASKS[name].answer)
+                  kinds(name), body=body(HF_TASKS[name], kind), answer=HF_TASKS[name].answer)
             for name, kind in task_kinds(models).items()]
 
 

@@ -16,32 +16,15 @@ same options share model calls. HF Inference's tasks of the table's products (hf
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import Any
 
 from minialign.apps.files.rows import Row, id_problem, record_values
-from minialign.apps.products import PRODUCTS, Option, Product
+from minialign.apps.products import PRODUCTS, Product
 import minialign.apps.serve.bodies as bodies
 from minialign.apps.serve.bodies import parse
 from minialign.apps.serve.core import Core, Models, Route, ServiceError, bad_request
 from minialign.products.runner import OptionError
-
-
-def _option(option: Option, value: Any, where: str = "options") -> Any:
-    """A per-call option's value from JSON, of the type its default (or its parser) says; a list of them where the
-    option takes several (Option.many)."""
-    name = f"`{where}.{option.name}`"
-    kind = bool if isinstance(option.default, bool) else option.type or str
-    if option.many and value is not None:
-        if not isinstance(value, list):
-            raise bad_request(f"{name} must be a list of {kind.__name__}, got {type(value).__name__}")
-        return [_option(dataclasses.replace(option, many=False), v, where) for v in value]
-    if value is None or (type(value) is kind) or (kind is float and type(value) is int):
-        if option.choices is not None and value is not None and value not in option.choices:
-            raise bad_request(f"{name} must be one of {list(option.choices)}, got {value!r}")
-        return value
-    raise bad_request(f"{name} must be {kind.__name__}, got {type(value).__name__}")
 
 
 def job_for(service: Core, kind: str, product: Product, given: dict[str, Any], *, where: str = "options"):
@@ -50,7 +33,7 @@ def job_for(service: Core, kind: str, product: Product, given: dict[str, Any], *
     offered = {o.name: o for o in product.options}
     if unknown := sorted(set(given) - set(offered)):
         raise bad_request(f"`{where}` {unknown} are not options of {product.name}; its options: {sorted(offered)}")
-    options = {name: _option(offered[name], value, where) for name, value in given.items()}
+    options = bodies.parse_options(product, given, where)
     key = (kind, json.dumps(options, sort_keys=True))
     if key not in service.jobs:
         _, runner = service.models.loaded()[kind]
@@ -92,6 +75,6 @@ async def rows(service: Core, kind: str, body: dict) -> dict:
 def routes(models: Models) -> list[Route]:
     """POST /rows/KIND for each loaded model."""
     return [Route(f"/rows/{kind}", lambda service, body, k=kind: rows(service, k, body),
-                  lambda m, k=kind: [k] if k in m.loaded() else [], body=bodies.RowsRequest,
+                  lambda m, k=kind: [k] if k in m.loaded() else [], body=bodies.rows_request(PRODUCTS[product]),
                   answer=bodies.RowsResponse)
-            for kind in models.loaded()]
+            for kind, (product, _) in models.loaded().items()]
