@@ -672,6 +672,29 @@ def test_one_scorer_per_model_serves_every_mode(models, monkeypatch):
         assert max(abs(a - b) for a, b in zip(answer["scores"], expected)) <= 1e-6
 
 
+def test_score_takes_the_name_a_scorer_is_served_by(models):
+    """/score's `model`: an AlignScore route name or the name the model is served by (--served-model-name); another
+    is a 422 naming the loaded ones and their served names."""
+    import asyncio
+
+    from minialign.apps.serve import Limits, Models, Service, nemo
+    from minialign.apps.serve.core import ServiceError
+
+    path, backbone = models["alignscore"]
+    scorer = ma.AlignScorer.from_pretrained(path, backbone=str(backbone))
+    service = Service(Models(alignscore={"base": scorer}, served={"alignscore_base": "my-alignscore"}), Limits())
+    pairs = [{"context": c, "claim": h} for c, h in CORPUS[:2]]
+    try:
+        by_route = asyncio.run(nemo.score(service, {"pairs": pairs, "model": "base"}))
+        by_served = asyncio.run(nemo.score(service, {"pairs": pairs, "model": "my-alignscore"}))
+        with pytest.raises(ServiceError, match=r"`model` 'other' is not loaded; loaded: \['base'\] "
+                                               r"\(served as \['my-alignscore'\]\)"):
+            asyncio.run(nemo.score(service, {"pairs": pairs, "model": "other"}))
+    finally:
+        service.close()
+    assert by_served["scores"] == by_route["scores"] and len(by_route["scores"]) == 2
+
+
 @pytest.mark.skipif(not int8.available(), reason="no FBGEMM int8 kernels on this torch / CPU")
 def test_int8_is_said_in_info(minilm_dir):
     """dtype int8 (opt-in, never chosen for the user) shows in TEI's /info; answers are the int8 encoder's."""

@@ -350,7 +350,8 @@ class ScorePair(Body):
 class ScoreRequest(Body):
     pairs: list[ScorePair]
     model: str | None = Field(None, description="an AlignScore route name (default: the first loaded), "
-                                                "\"minicheck\" or a pair scorer's name")
+                                                "\"minicheck\", a pair scorer's name, or the name a model is served "
+                                                "by (--served-model-name)")
     # AlignScorer.score's mode None is its default mode, DEFAULT_MODE
     mode: Literal[MODES] | None = Field(None, description=f"AlignScore's (default {DEFAULT_MODE!r})")  # type: ignore
     details: bool = Field(default_of(AlignScorer.score, "return_details"), description="each pair's details too")

@@ -11,8 +11,8 @@
                                                a product (--hhem, --factcg): {"evidence", "claim"} -> {NAME: float}
     POST /score                                {"pairs": [{"context", "claim"}], "model", "mode", "details"} ->
                                                {"scores", "details"}; "model": an AlignScore route name (default:
-                                               the first loaded), "minicheck" or such a scorer's NAME; "mode" is
-                                               AlignScore's
+                                               the first loaded), "minicheck", such a scorer's NAME, or the name a
+                                               model is served by (--served-model-name); "mode" is AlignScore's
 """
 
 from __future__ import annotations
@@ -82,8 +82,13 @@ def _score_model(service: Core, request: bodies.ScoreRequest) -> tuple[str, str 
     name = request.model or next(iter(service.models.alignscore), (others or [MINICHECK])[0])
     mode = request.mode
     kind = name if name in others else f"alignscore_{name}"
+    if kind not in service.batchers:  # a name the model is served by (--served-model-name, its id: serve/names.py)
+        kind = next((k for k in [*_alignscore_kinds(service.models), *others]
+                     if name in service.models.accepted(k)), kind)
     if kind not in service.batchers:
-        raise bad_request(f"`model` {name!r} is not loaded; loaded: {sorted(service.models.alignscore) + others}")
+        served = [service.models.served_name(k) for k in [*_alignscore_kinds(service.models), *others]]
+        raise bad_request(f"`model` {name!r} is not loaded; loaded: {sorted(service.models.alignscore) + others} "
+                          f"(served as {served})")
     if kind in others:
         if mode is not None:
             raise bad_request(f"`mode` is AlignScore's; {name} has one score")
