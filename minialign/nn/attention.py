@@ -117,6 +117,11 @@ class LocalBlocks:
     bias: Tensor
     window: int
 
+    @property
+    def span(self) -> int:
+        """The keys of a block: its queries' and the window on either side."""
+        return LOCAL_BLOCK + 2 * self.window
+
 
 def local_blocks(inputs: AttentionInputs) -> LocalBlocks | None:
     """A local layer's LocalBlocks where they pay (a padded batch on the CPU, every query, no causal kind, no relative
@@ -131,8 +136,8 @@ def local_blocks(inputs: AttentionInputs) -> LocalBlocks | None:
     device = torch.device(keep.device if keep is not None else inputs.device or "cpu")
     if device.type != "cpu":
         return None
-    B, L, span = layout.batch, layout.length, LOCAL_BLOCK + 2 * window
-    n = -(-L // LOCAL_BLOCK)
+    B, L, n = layout.batch, layout.length, -(-layout.length // LOCAL_BLOCK)
+    span = LOCAL_BLOCK + 2 * window  # LocalBlocks.span
     real = (keep.reshape(B, L) if keep is not None else torch.ones(1, L, dtype=torch.bool, device=device))
     real = F.pad(real, (window, n * LOCAL_BLOCK - L + window), value=False).unfold(1, span, LOCAL_BLOCK)  # (B|1, n, span)
     offsets = torch.arange(span, device=device)[None, :] - torch.arange(LOCAL_BLOCK, device=device)[:, None]
@@ -147,8 +152,8 @@ def local_sdpa(q: Tensor, k: Tensor, v: Tensor, blocks: LocalBlocks, scale: floa
     """softmax(q k^T scale + band) v for q, k, v (B, H, L, D), block by block (LocalBlocks): each block's keys and
     values copied out of the padded sequence (a strided view would cost sdpa a copy of its own), one sdpa call."""
     B, H, L, D = q.shape
-    w = blocks.window
-    n, span = blocks.bias.size(0) // B, LOCAL_BLOCK + 2 * w
+    w, span = blocks.window, blocks.span
+    n = blocks.bias.size(0) // B
     extra = n * LOCAL_BLOCK - L
     windows = lambda t: F.pad(t, (0, 0, w, extra + w)).unfold(2, span, LOCAL_BLOCK)  # noqa: E731  (B, H, n, D, span)
     kb, vb = (windows(t).permute(0, 2, 1, 4, 3).reshape(B * n, H, span, D) for t in (k, v))

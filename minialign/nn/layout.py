@@ -239,10 +239,10 @@ class Layout:
         for i, (n, c) in enumerate(zip(lengths, counts)):
             if c:
                 groups.setdefault((bucket_length(n), bucket_length(c)), []).append(i)
-        calls = []
+        calls, dropped = [], sum(counts)  # the row past the picked ones: a padding slot's output
         for (length, queries), sequences in sorted(groups.items()):
             gather = [first_row[i] + min(j, counts[i] - 1) for i in sequences for j in range(queries)]
-            scatter = [first_row[i] + j if j < counts[i] else sum(counts) for i in sequences for j in range(queries)]
+            scatter = [first_row[i] + j if j < counts[i] else dropped for i in sequences for j in range(queries)]
             positions = [chosen[i][min(j, counts[i] - 1)] for i in sequences for j in range(queries)]
             calls.append((_bucket(length, sequences, lengths, first_token, device),
                           BucketQueries(host_tensor(gather, device), host_tensor(scatter, device), queries,

@@ -311,14 +311,13 @@ def sides(detector: Detector, root: Path, dtypes: list[str], *, dry_run: bool):
         texts = [factcg.TEMPLATE.format(text_a=c, text_b=claim) for chunks, claim in zip(chunked, claims)
                  for c in chunks]
 
+        def supported(batch_texts):  # Inferencer.inference: P(supported) of a batch
+            batch = tok(batch_texts, max_length=factcg.MAX_LENGTH, truncation="only_first", padding="longest",
+                        return_tensors="pt")
+            return torch.softmax(model(**batch).logits, dim=-1)[:, 1]
+
         def reference():  # Inferencer.batch_inference: each example's max over its chunks
-            scores = []
-            for start in range(0, len(texts), BATCH):
-                batch = tok(texts[start:start + BATCH], max_length=factcg.MAX_LENGTH, truncation="only_first",
-                            padding="longest", return_tensors="pt")
-                scores.append(torch.softmax(model(**batch).logits, dim=-1)[:, 1])
-            per_example = torch.split(torch.cat(scores), [len(chunks) for chunks in chunked])
-            return torch.stack([s.max() for s in per_example])
+            return max_over_chunks(texts, chunked, supported)
 
         return reference, {f"FactCGScorer.score {name}": (
             lambda r=runner: torch.tensor(r.score(documents, claims, warn_truncation=False)))
@@ -326,6 +325,13 @@ def sides(detector: Detector, root: Path, dtypes: list[str], *, dry_run: bool):
             [len(ids) for ids in tok(texts, max_length=factcg.MAX_LENGTH, truncation=True)["input_ids"]]
 
     return "FactCG's Inferencer on transformers DebertaV2ForSequenceClassification fp32", runners, calls
+
+
+def max_over_chunks(texts: list[str], chunked: list[list[str]], supported) -> torch.Tensor:
+    """FactCG's and MiniCheck's Inferencer.batch_inference: `supported` (a batch's probabilities) over the chunks'
+    texts in batches of BATCH, then each example's max over its own chunks."""
+    scores = torch.cat([supported(texts[start:start + BATCH]) for start in range(0, len(texts), BATCH)])
+    return torch.stack([s.max() for s in torch.split(scores, [len(chunks) for chunks in chunked])])
 
 
 def minicheck_t5_sides(root: Path, corpus: list[str], dtypes: list[str], table: dict, *, dry_run: bool):
@@ -348,16 +354,15 @@ def minicheck_t5_sides(root: Path, corpus: list[str], dtypes: list[str], table: 
         chunked = [runners["fp32"].chunks(d) for d in documents]
         texts = [runners["fp32"].text(c, claim) for chunks, claim in zip(chunked, claims) for c in chunks]
 
+        def supported(batch_texts):  # Inferencer.inference (flan-t5): one decoder step, P(supported) of a batch
+            batch = tok(batch_texts, max_length=minicheck.T5_MAX_LENGTH, truncation=True, padding="longest",
+                        return_tensors="pt")
+            start_ids = torch.full((batch["input_ids"].size(0), 1), minicheck.T5_START)
+            logits = model(**batch, decoder_input_ids=start_ids).logits[:, 0, list(minicheck.T5_LABEL_IDS)]
+            return torch.softmax(logits, dim=-1)[:, 1]
+
         def reference():  # Inferencer.batch_inference (flan-t5): each example's max over its chunks
-            scores = []
-            for start in range(0, len(texts), BATCH):
-                batch = tok(texts[start:start + BATCH], max_length=minicheck.T5_MAX_LENGTH, truncation=True,
-                            padding="longest", return_tensors="pt")
-                start_ids = torch.full((batch["input_ids"].size(0), 1), minicheck.T5_START)
-                logits = model(**batch, decoder_input_ids=start_ids).logits[:, 0, list(minicheck.T5_LABEL_IDS)]
-                scores.append(torch.softmax(logits, dim=-1)[:, 1])
-            per_example = torch.split(torch.cat(scores), [len(chunks) for chunks in chunked])
-            return torch.stack([s.max() for s in per_example])
+            return max_over_chunks(texts, chunked, supported)
 
         return reference, {f"MiniCheckScorer.score {name}": (
             lambda r=runner: torch.tensor(r.score(documents, claims, warn_truncation=False)))
